@@ -1,0 +1,84 @@
+// The op layer's view of a device: one Backend per device type, whose
+// methods run one kernel on tensors the op layer has already checked and
+// allocated. Ops (core/ops.cpp) and their backwards are written once against
+// this interface; kernels/cpu implements it now, kernels/cuda later.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "kernels/shapes.h"
+
+namespace anvil {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Memory. copy moves elements between this backend's device and the host
+  // (or within the device); fill writes one value everywhere, in dst's dtype.
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  virtual void fill(const Tensor& dst, double value) = 0;
+
+  // y = a*op(A)*op(B) + beta*y over 2-D float tensors (row-major).
+  virtual void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+                    float beta, const Tensor& y) = 0;
+
+  virtual void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                              const Tensor& bias, const Tensor& y) = 0;
+  virtual void conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w,
+                                    const Tensor& dx) = 0;
+  virtual void conv2d_backward_weight(const Conv2dShape& s, const Tensor& x, const Tensor& dy,
+                                      const Tensor& dw, const Tensor& dbias) = 0;
+
+  virtual void max_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
+                                  const Tensor& argmax) = 0;
+  virtual void max_pool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
+                                   const Tensor& dx) = 0;
+  virtual void avg_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) = 0;
+  virtual void avg_pool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) = 0;
+
+  virtual void relu_forward(const Tensor& x, const Tensor& y) = 0;
+  virtual void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
+  virtual void mul(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
+  virtual void axpy(float alpha, const Tensor& x, const Tensor& y) = 0;  // y += alpha*x
+  virtual void scale(float alpha, const Tensor& x, const Tensor& y) = 0;
+  // x viewed as [outer, C, inner]; bias [C].
+  virtual void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const Tensor& x,
+                                const Tensor& bias, const Tensor& y) = 0;
+  virtual void channel_sum(int64_t outer, int64_t C, int64_t inner, const Tensor& dy,
+                           const Tensor& db) = 0;
+  virtual double sum(const Tensor& x) = 0;
+
+  virtual void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
+                                             const Tensor& loss, const Tensor& probs) = 0;
+  virtual void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
+                                              const Tensor& dloss, const Tensor& dlogits) = 0;
+  // Largest label, for range checks (labels are int64).
+  virtual int64_t label_min(const Tensor& labels) = 0;
+  virtual int64_t label_max(const Tensor& labels) = 0;
+
+  // x viewed as [N, C, HW].
+  virtual void batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
+                                        const Tensor& beta, float eps, float momentum,
+                                        const Tensor& running_mean, const Tensor& running_var,
+                                        const Tensor& save_mean, const Tensor& save_invstd,
+                                        const Tensor& y) = 0;
+  virtual void batch_norm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                       const Tensor& running_mean, const Tensor& running_var,
+                                       float eps, const Tensor& y) = 0;
+  virtual void batch_norm_backward_train(const Tensor& x, const Tensor& gamma,
+                                         const Tensor& save_mean, const Tensor& save_invstd,
+                                         const Tensor& dy, const Tensor& dx,
+                                         const Tensor& dgamma, const Tensor& dbeta) = 0;
+
+  virtual void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                          float lr, float momentum, float weight_decay, bool nesterov,
+                          bool first_step) = 0;
+};
+
+// The backend for a device; throws a clear error for a device this build
+// cannot run on.
+Backend& backend_for(Device device);
+
+}  // namespace anvil

@@ -1,0 +1,35 @@
+// Element types. The dtype is a run-time property of a tensor, never a
+// template parameter of the framework.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace anvil {
+
+enum class DType : uint8_t { Float32, Int64, UInt8 };
+
+constexpr size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::Float32: return 4;
+    case DType::Int64: return 8;
+    case DType::UInt8: return 1;
+  }
+  return 0;
+}
+
+constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::Float32: return "float32";
+    case DType::Int64: return "int64";
+    case DType::UInt8: return "uint8";
+  }
+  return "?";
+}
+
+template <typename T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::Float32; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::Int64; }
+template <> constexpr DType dtype_of<uint8_t>() { return DType::UInt8; }
+
+}  // namespace anvil

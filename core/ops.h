@@ -1,0 +1,54 @@
+// Differentiable tensor operations. Each checks its inputs (shapes, dtypes,
+// devices: errors name the op and the shapes), allocates its output on the
+// inputs' device, runs the device's Backend kernel, and, when a gradient is
+// needed, records its backward — written once here, in terms of Backend
+// kernels, for every device.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace anvil {
+
+// Elementwise / broadcasting.
+// a + b where b has a's shape, is a scalar (one element), or is a channel
+// bias of shape [a.size(1)] broadcast over every other dim of a.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);  // same shapes
+Tensor scale(const Tensor& x, double alpha);   // alpha * x
+Tensor relu(const Tensor& x);
+
+// Matrix products. a[M,K] @ b[K,N]; linear: x[N,in] w[out,in] -> x w^T + bias[out].
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// x[N,C,H,W], weight[K,C,R,S], bias [K] or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              int64_t stride = 1, int64_t padding = 0);
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = -1, int64_t padding = 0);
+// count_include_pad semantics, as PyTorch's default.
+Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride = -1, int64_t padding = 0);
+// Mean over H and W: [N,C,H,W] -> [N,C,1,1] (AdaptiveAvgPool2d(1)).
+Tensor global_avg_pool2d(const Tensor& x);
+
+// Batch normalisation over [N,C] or [N,C,H,W]. Training: batch statistics,
+// running_mean/running_var (may be undefined) updated in place with momentum.
+// Eval: running statistics.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& running_mean, const Tensor& running_var, bool training,
+                  double momentum = 0.1, double eps = 1e-5);
+
+enum class Reduction { None, Mean, Sum };
+// Fused log-softmax + negative log-likelihood over logits[N,C] and int64
+// labels[N] in [0, C) (checked).
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels,
+                     Reduction reduction = Reduction::Mean);
+
+// Reductions to a scalar (shape []).
+Tensor sum(const Tensor& x);
+Tensor mean(const Tensor& x);
+
+// Row-wise argmax of a 2-D tensor, as int64 [N] on the host.
+Tensor argmax_rows(const Tensor& x);
+
+}  // namespace anvil

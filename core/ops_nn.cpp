@@ -1,0 +1,300 @@
+// Convolution, pooling, batch norm, losses and reductions (see core/ops.h).
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/autograd.h"
+#include "core/backend.h"
+#include "core/ops.h"
+
+namespace anvil {
+namespace {
+
+using Grads = std::vector<Tensor>;
+
+Tensor like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
+Backend& backend(const Tensor& t) { return backend_for(t.device()); }
+
+void check_float(const char* op, const char* what, const Tensor& t) {
+  if (!t.defined()) throw std::invalid_argument(fmt::format("{}: {} is undefined", op, what));
+  if (t.dtype() != DType::Float32)
+    throw std::invalid_argument(fmt::format("{}: {} must be float32, got {} (shape {})", op, what,
+                                            dtype_name(t.dtype()), shape_str(t.shape())));
+}
+
+void check_nchw(const char* op, const Tensor& x) {
+  check_float(op, "input", x);
+  if (x.dim() != 4)
+    throw std::invalid_argument(
+        fmt::format("{}: input must be 4-D [N, C, H, W], got shape {}", op, shape_str(x.shape())));
+}
+
+Pool2dShape pool_shape(const char* op, const Tensor& x, int64_t kernel, int64_t stride,
+                       int64_t padding) {
+  check_nchw(op, x);
+  if (stride <= 0) stride = kernel;
+  if (kernel <= 0 || padding < 0 || 2 * padding > kernel)
+    throw std::invalid_argument(fmt::format(
+        "{}: invalid window kernel={} stride={} padding={} (padding must be at most half the "
+        "kernel)",
+        op, kernel, stride, padding));
+  Pool2dShape s{x.size(0), x.size(1), x.size(2), x.size(3), kernel, kernel, stride, stride,
+                padding,   padding,   0,         0};
+  s.P = Conv2dShape::out_size(s.H, kernel, stride, padding);
+  s.Q = Conv2dShape::out_size(s.W, kernel, stride, padding);
+  if (s.P <= 0 || s.Q <= 0)
+    throw std::invalid_argument(fmt::format("{}: kernel {} is larger than the padded input {}",
+                                            op, kernel, shape_str(x.shape())));
+  return s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- conv
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
+              int64_t padding) {
+  check_nchw("conv2d", x);
+  check_float("conv2d", "weight", w);
+  check_same_device("conv2d", {&x, &w, &bias});
+  if (w.dim() != 4 || w.size(1) != x.size(1))
+    throw std::invalid_argument(
+        fmt::format("conv2d: weight {} does not match input {} (expected weight [K, {}, R, S])",
+                    shape_str(w.shape()), shape_str(x.shape()), x.size(1)));
+  if (stride <= 0 || padding < 0)
+    throw std::invalid_argument(
+        fmt::format("conv2d: invalid stride {} or padding {}", stride, padding));
+  if (bias.defined()) {
+    check_float("conv2d", "bias", bias);
+    if (bias.shape() != Shape{w.size(0)})
+      throw std::invalid_argument(fmt::format("conv2d: bias {} does not match weight {}",
+                                              shape_str(bias.shape()), shape_str(w.shape())));
+  }
+  Conv2dShape s{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3),
+                stride,    stride,    padding,   padding,   0,         0};
+  s.P = Conv2dShape::out_size(s.H, s.R, stride, padding);
+  s.Q = Conv2dShape::out_size(s.W, s.S, stride, padding);
+  if (s.P <= 0 || s.Q <= 0)
+    throw std::invalid_argument(fmt::format("conv2d: kernel {} is larger than the padded input {}",
+                                            shape_str(w.shape()), shape_str(x.shape())));
+  Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, DType::Float32, x.device());
+  backend(x).conv2d_forward(s, x, w, bias, y);
+  if (any_requires_grad({&x, &w, &bias})) {
+    Tensor sx = x.detach(), sw = w.detach();
+    bool need_x = x.requires_grad(), need_w = w.requires_grad();
+    bool need_b = bias.defined() && bias.requires_grad();
+    record(y, "Conv2dBackward", {&x, &w, &bias}, [=](const Tensor& g) {
+      Grads out(3);
+      if (need_x) backend(g).conv2d_backward_data(s, g, sw, out[0] = like(sx));
+      if (need_w || need_b) {
+        Tensor dw = like(sw);
+        Tensor db = need_b ? Tensor::empty({s.K}, DType::Float32, g.device()) : Tensor();
+        backend(g).conv2d_backward_weight(s, sx, g, dw, db);
+        if (need_w) out[1] = dw;
+        out[2] = db;
+      }
+      return out;
+    });
+  }
+  return y;
+}
+
+// ---------------------------------------------------------------- pooling
+
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
+  Pool2dShape s = pool_shape("max_pool2d", x, kernel, stride, padding);
+  Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, DType::Float32, x.device());
+  Tensor argmax = Tensor::empty(y.shape(), DType::Int64, x.device());
+  backend(x).max_pool2d_forward(s, x, y, argmax);
+  if (any_requires_grad({&x})) {
+    Shape x_shape = x.shape();
+    record(y, "MaxPool2dBackward", {&x}, [=](const Tensor& g) {
+      Tensor dx = Tensor::empty(x_shape, DType::Float32, g.device());
+      backend(g).max_pool2d_backward(s, g, argmax, dx);
+      return Grads{dx};
+    });
+  }
+  return y;
+}
+
+static Tensor avg_pool(const char* op, const Tensor& x, const Pool2dShape& s) {
+  Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, DType::Float32, x.device());
+  backend(x).avg_pool2d_forward(s, x, y);
+  if (any_requires_grad({&x})) {
+    Shape x_shape = x.shape();
+    record(y, op, {&x}, [=](const Tensor& g) {
+      Tensor dx = Tensor::empty(x_shape, DType::Float32, g.device());
+      backend(g).avg_pool2d_backward(s, g, dx);
+      return Grads{dx};
+    });
+  }
+  return y;
+}
+
+Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
+  return avg_pool("AvgPool2dBackward", x, pool_shape("avg_pool2d", x, kernel, stride, padding));
+}
+
+Tensor global_avg_pool2d(const Tensor& x) {
+  check_nchw("global_avg_pool2d", x);
+  Pool2dShape s{x.size(0), x.size(1), x.size(2), x.size(3), x.size(2), x.size(3),
+                x.size(2), x.size(3), 0,         0,         1,         1};
+  return avg_pool("GlobalAvgPool2dBackward", x, s);
+}
+
+// ---------------------------------------------------------------- batch norm
+
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                  const Tensor& running_mean, const Tensor& running_var, bool training,
+                  double momentum, double eps) {
+  check_float("batch_norm", "input", x);
+  if (x.dim() != 2 && x.dim() != 4)
+    throw std::invalid_argument(fmt::format(
+        "batch_norm: input must be [N, C] or [N, C, H, W], got {}", shape_str(x.shape())));
+  check_same_device("batch_norm", {&x, &gamma, &beta, &running_mean, &running_var});
+  int64_t C = x.size(1);
+  for (auto [t, name] : {std::pair{&gamma, "weight"}, {&beta, "bias"},
+                         {&running_mean, "running_mean"}, {&running_var, "running_var"}}) {
+    if (!t->defined()) continue;
+    check_float("batch_norm", name, *t);
+    if (t->shape() != Shape{C})
+      throw std::invalid_argument(fmt::format("batch_norm: {} has shape {}, expected [{}]", name,
+                                              shape_str(t->shape()), C));
+  }
+  if (!gamma.defined() || !beta.defined())
+    throw std::invalid_argument("batch_norm: weight and bias are required");
+  if (!training && (!running_mean.defined() || !running_var.defined()))
+    throw std::invalid_argument("batch_norm: eval mode needs running_mean and running_var");
+  int64_t N = x.size(0), HW = x.numel() / std::max<int64_t>(1, N * C);
+  if (training && N * HW < 2)
+    throw std::invalid_argument(fmt::format(
+        "batch_norm: expected more than 1 value per channel when training, got input {}",
+        shape_str(x.shape())));
+
+  Tensor y = like(x);
+  Backend& be = backend(x);
+  if (training) {
+    Tensor save_mean = Tensor::empty({C}, DType::Float32, x.device());
+    Tensor save_invstd = Tensor::empty({C}, DType::Float32, x.device());
+    be.batch_norm_forward_train(x, gamma, beta, float(eps), float(momentum), running_mean,
+                                running_var, save_mean, save_invstd, y);
+    if (any_requires_grad({&x, &gamma, &beta})) {
+      Tensor sx = x.detach(), sg = gamma.detach();
+      record(y, "BatchNormBackward", {&x, &gamma, &beta}, [=](const Tensor& g) {
+        Tensor dx = like(g), dgamma = like(sg), dbeta = like(sg);
+        backend(g).batch_norm_backward_train(sx, sg, save_mean, save_invstd, g, dx, dgamma,
+                                             dbeta);
+        return Grads{dx, dgamma, dbeta};
+      });
+    }
+    return y;
+  }
+  be.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, float(eps), y);
+  if (any_requires_grad({&x, &gamma, &beta})) {
+    // y = gamma * xhat + beta with fixed statistics: dx = dy * gamma / std,
+    // dgamma = sum(dy * xhat), dbeta = sum(dy). Both products reuse the
+    // eval kernel as a per-channel affine map.
+    Tensor sx = x.detach(), sg = gamma.detach(), rm = running_mean.detach(),
+           rv = running_var.detach();
+    record(y, "BatchNormEvalBackward", {&x, &gamma, &beta}, [=](const Tensor& g) {
+      Backend& b = backend(g);
+      Tensor zeros = Tensor::zeros({C}, DType::Float32, g.device());
+      Tensor ones = Tensor::ones({C}, DType::Float32, g.device());
+      Tensor dx = like(g), xhat = like(g), prod = like(g);
+      b.batch_norm_forward_eval(g, sg, zeros, zeros, rv, float(eps), dx);
+      b.batch_norm_forward_eval(sx, ones, zeros, rm, rv, float(eps), xhat);
+      b.mul(g, xhat, prod);
+      Tensor dgamma = like(sg), dbeta = like(sg);
+      b.channel_sum(N, C, HW, prod, dgamma);
+      b.channel_sum(N, C, HW, g, dbeta);
+      return Grads{dx, dgamma, dbeta};
+    });
+  }
+  return y;
+}
+
+// ---------------------------------------------------------------- losses
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction) {
+  check_float("cross_entropy", "logits", logits);
+  check_same_device("cross_entropy", {&logits, &labels});
+  if (logits.dim() != 2)
+    throw std::invalid_argument(fmt::format("cross_entropy: logits must be [N, C], got {}",
+                                            shape_str(logits.shape())));
+  if (labels.dtype() != DType::Int64 || labels.shape() != Shape{logits.size(0)})
+    throw std::invalid_argument(
+        fmt::format("cross_entropy: labels must be int64 [{}], got {} {}", logits.size(0),
+                    dtype_name(labels.dtype()), shape_str(labels.shape())));
+  int64_t N = logits.size(0), C = logits.size(1);
+  Backend& be = backend(logits);
+  if (N > 0) {
+    int64_t lo = be.label_min(labels), hi = be.label_max(labels);
+    if (lo < 0 || hi >= C)
+      throw std::invalid_argument(fmt::format(
+          "cross_entropy: label {} out of range [0, {}) for {} classes", lo < 0 ? lo : hi, C, C));
+  }
+  Tensor loss = Tensor::empty({N}, DType::Float32, logits.device());
+  Tensor probs = like(logits);
+  be.softmax_cross_entropy_forward(logits, labels, loss, probs);
+  Tensor out = loss;
+  if (reduction != Reduction::None) {
+    double total = be.sum(loss);
+    if (reduction == Reduction::Mean) total /= double(std::max<int64_t>(N, 1));
+    out = Tensor::full({}, total, DType::Float32, logits.device());
+  }
+  if (any_requires_grad({&logits})) {
+    record(out, "CrossEntropyBackward", {&logits}, [=](const Tensor& g) {
+      Tensor dloss = g;
+      if (reduction != Reduction::None) {
+        double v = g.item();
+        if (reduction == Reduction::Mean) v /= double(std::max<int64_t>(N, 1));
+        dloss = Tensor::full({N}, v, DType::Float32, g.device());
+      }
+      Tensor dlogits = like(probs);
+      backend(g).softmax_cross_entropy_backward(probs, labels, dloss, dlogits);
+      return Grads{dlogits};
+    });
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- reductions
+
+static Tensor reduce_all(const char* op, const Tensor& x, bool average) {
+  check_float(op, "input", x);
+  double total = backend(x).sum(x);
+  double n = double(std::max<int64_t>(x.numel(), 1));
+  Tensor y = Tensor::full({}, average ? total / n : total, DType::Float32, x.device());
+  if (any_requires_grad({&x})) {
+    Shape x_shape = x.shape();
+    record(y, average ? "MeanBackward" : "SumBackward", {&x}, [=](const Tensor& g) {
+      double v = g.item();
+      return Grads{Tensor::full(x_shape, average ? v / n : v, DType::Float32, g.device())};
+    });
+  }
+  return y;
+}
+
+Tensor sum(const Tensor& x) { return reduce_all("sum", x, false); }
+Tensor mean(const Tensor& x) { return reduce_all("mean", x, true); }
+
+Tensor argmax_rows(const Tensor& x) {
+  check_float("argmax_rows", "input", x);
+  if (x.dim() != 2)
+    throw std::invalid_argument(
+        fmt::format("argmax_rows: input must be 2-D, got {}", shape_str(x.shape())));
+  Tensor host = x.to(Device::cpu());
+  int64_t N = x.size(0), C = x.size(1);
+  Tensor out = Tensor::empty({N}, DType::Int64);
+  const float* p = host.data<float>();
+  int64_t* o = out.data<int64_t>();
+  for (int64_t i = 0; i < N; ++i) {
+    int64_t best = 0;
+    for (int64_t c = 1; c < C; ++c)
+      if (p[i * C + c] > p[i * C + best]) best = c;
+    o[i] = best;
+  }
+  return out;
+}
+
+}  // namespace anvil

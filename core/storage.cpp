@@ -1,0 +1,93 @@
+#include "core/storage.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace anvil {
+namespace {
+
+// Caching host allocator: freed blocks go to a free list keyed by their
+// (rounded) size and are handed out again for the next request of that size.
+// Blocks are 64-byte aligned for the vector units. The cache is bounded so a
+// program that changes shapes does not hoard memory.
+class CachingCpuAllocator final : public Allocator {
+ public:
+  static constexpr size_t kAlign = 64;
+  static constexpr size_t kMaxCached = size_t(2) << 30;
+
+  void* allocate(size_t bytes) override {
+    size_t size = round(bytes);
+    {
+      std::lock_guard lock(mutex_);
+      auto it = free_.find(size);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_ -= size;
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(kAlign, size);
+    if (!p) {
+      throw std::bad_alloc();
+    }
+    return p;
+  }
+
+  void deallocate(void* ptr, size_t bytes) override {
+    size_t size = round(bytes);
+    std::lock_guard lock(mutex_);
+    if (cached_ + size > kMaxCached) {
+      std::free(ptr);
+      return;
+    }
+    free_[size].push_back(ptr);
+    cached_ += size;
+  }
+
+  void empty_cache() override {
+    std::lock_guard lock(mutex_);
+    for (auto& [size, list] : free_)
+      for (void* p : list) std::free(p);
+    free_.clear();
+    cached_ = 0;
+  }
+
+  ~CachingCpuAllocator() override { empty_cache(); }
+
+ private:
+  static size_t round(size_t bytes) {
+    size_t b = bytes == 0 ? kAlign : bytes;
+    return (b + kAlign - 1) / kAlign * kAlign;
+  }
+  std::mutex mutex_;
+  std::map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
+};
+
+}  // namespace
+
+Allocator& allocator_for(Device device) {
+  if (device.is_cpu()) {
+    // Leaked on purpose: tensors held in static objects may be freed after
+    // a function-local static allocator would have been destroyed.
+    static auto* cpu = new CachingCpuAllocator();
+    return *cpu;
+  }
+  throw std::runtime_error(
+      fmt::format("device {} is not available: {}", device.str(), no_gpu_reason()));
+}
+
+Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
+  data_ = allocator_for(device).allocate(bytes);
+}
+
+Storage::~Storage() { allocator_for(device_).deallocate(data_, bytes_); }
+
+}  // namespace anvil

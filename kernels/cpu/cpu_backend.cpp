@@ -1,0 +1,165 @@
+// The CPU Backend: unpacks tensors into raw pointers and calls the kernels
+// of kernels/cpu/cpu_kernels.h. Shapes were checked by the op layer.
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "core/backend.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace anvil {
+namespace {
+
+float* f(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+const int64_t* i64(const Tensor& t) { return t.data<int64_t>(); }
+
+class CpuBackend final : public Backend {
+ public:
+  void copy(const Tensor& src, const Tensor& dst) override {
+    if (!src.device().is_cpu() || !dst.device().is_cpu())
+      throw std::logic_error("cpu backend asked to copy device memory");
+    if (src.nbytes()) std::memmove(dst.raw_data(), src.raw_data(), src.nbytes());
+  }
+
+  void fill(const Tensor& dst, double value) override {
+    switch (dst.dtype()) {
+      case DType::Float32: cpu::fill(dst.numel(), float(value), dst.data<float>()); break;
+      case DType::Int64: std::fill_n(dst.data<int64_t>(), dst.numel(), int64_t(value)); break;
+      case DType::UInt8: std::fill_n(dst.data<uint8_t>(), dst.numel(), uint8_t(value)); break;
+    }
+  }
+
+  void gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tensor& b, float beta,
+            const Tensor& y) override {
+    int64_t M = y.size(0), N = y.size(1);
+    int64_t K = ta ? a.size(0) : a.size(1);
+    cpu::gemm(ta, tb, M, N, K, alpha, f(a), a.size(1), f(b), b.size(1), beta, f(y), N);
+  }
+
+  void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Tensor& y) override {
+    cpu::conv2d_forward(s, f(x), f(w), f(bias), f(y));
+  }
+  void conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w,
+                            const Tensor& dx) override {
+    cpu::conv2d_backward_data(s, f(dy), f(w), f(dx));
+  }
+  void conv2d_backward_weight(const Conv2dShape& s, const Tensor& x, const Tensor& dy,
+                              const Tensor& dw, const Tensor& dbias) override {
+    cpu::conv2d_backward_weight(s, f(x), f(dy), f(dw), f(dbias));
+  }
+
+  void max_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
+                          const Tensor& argmax) override {
+    cpu::max_pool2d_forward(s, f(x), f(y), argmax.data<int64_t>());
+  }
+  void max_pool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& argmax,
+                           const Tensor& dx) override {
+    cpu::max_pool2d_backward(s, f(dy), i64(argmax), f(dx));
+  }
+  void avg_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) override {
+    cpu::avg_pool2d_forward(s, f(x), f(y));
+  }
+  void avg_pool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) override {
+    cpu::avg_pool2d_backward(s, f(dy), f(dx));
+  }
+
+  void relu_forward(const Tensor& x, const Tensor& y) override {
+    cpu::relu_forward(x.numel(), f(x), f(y));
+  }
+  void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) override {
+    cpu::relu_backward(y.numel(), f(y), f(dy), f(dx));
+  }
+  void add(const Tensor& a, const Tensor& b, const Tensor& y) override {
+    cpu::add(a.numel(), f(a), f(b), f(y));
+  }
+  void mul(const Tensor& a, const Tensor& b, const Tensor& y) override {
+    const float *pa = f(a), *pb = f(b);
+    float* py = f(y);
+    int64_t n = a.numel();
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) py[i] = pa[i] * pb[i];
+  }
+  void axpy(float alpha, const Tensor& x, const Tensor& y) override {
+    cpu::axpy(x.numel(), alpha, f(x), f(y));
+  }
+  void scale(float alpha, const Tensor& x, const Tensor& y) override {
+    cpu::scale(x.numel(), alpha, f(x), f(y));
+  }
+  void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const Tensor& x,
+                        const Tensor& bias, const Tensor& y) override {
+    cpu::add_channel_bias(outer, C, inner, f(x), f(bias), f(y));
+  }
+  void channel_sum(int64_t outer, int64_t C, int64_t inner, const Tensor& dy,
+                   const Tensor& db) override {
+    cpu::channel_sum(outer, C, inner, f(dy), f(db));
+  }
+  double sum(const Tensor& x) override { return cpu::sum(x.numel(), f(x)); }
+
+  void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
+                                     const Tensor& loss, const Tensor& probs) override {
+    cpu::softmax_cross_entropy_forward(logits.size(0), logits.size(1), f(logits), i64(labels),
+                                       f(loss), f(probs));
+  }
+  void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
+                                      const Tensor& dloss, const Tensor& dlogits) override {
+    cpu::softmax_cross_entropy_backward(probs.size(0), probs.size(1), f(probs), i64(labels),
+                                        f(dloss), f(dlogits));
+  }
+  int64_t label_min(const Tensor& labels) override {
+    const int64_t* p = i64(labels);
+    return *std::min_element(p, p + labels.numel());
+  }
+  int64_t label_max(const Tensor& labels) override {
+    const int64_t* p = i64(labels);
+    return *std::max_element(p, p + labels.numel());
+  }
+
+  void batch_norm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                float eps, float momentum, const Tensor& running_mean,
+                                const Tensor& running_var, const Tensor& save_mean,
+                                const Tensor& save_invstd, const Tensor& y) override {
+    auto [N, C, HW] = nchw(x);
+    cpu::batch_norm_forward_train(N, C, HW, f(x), f(gamma), f(beta), eps, momentum,
+                                  f(running_mean), f(running_var), f(save_mean), f(save_invstd),
+                                  f(y));
+  }
+  void batch_norm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                               const Tensor& running_mean, const Tensor& running_var, float eps,
+                               const Tensor& y) override {
+    auto [N, C, HW] = nchw(x);
+    cpu::batch_norm_forward_eval(N, C, HW, f(x), f(gamma), f(beta), f(running_mean),
+                                 f(running_var), eps, f(y));
+  }
+  void batch_norm_backward_train(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                                 const Tensor& save_invstd, const Tensor& dy, const Tensor& dx,
+                                 const Tensor& dgamma, const Tensor& dbeta) override {
+    auto [N, C, HW] = nchw(x);
+    cpu::batch_norm_backward_train(N, C, HW, f(x), f(gamma), f(save_mean), f(save_invstd),
+                                   f(dy), f(dx), f(dgamma), f(dbeta));
+  }
+
+  void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, float lr,
+                  float momentum, float weight_decay, bool nesterov, bool first_step) override {
+    cpu::sgd_update(param.numel(), f(param), f(grad), f(momentum_buf), lr, momentum,
+                    weight_decay, nesterov, first_step);
+  }
+
+ private:
+  struct Nchw {
+    int64_t N, C, HW;
+  };
+  static Nchw nchw(const Tensor& x) {
+    int64_t N = x.size(0), C = x.size(1);
+    return {N, C, x.numel() / std::max<int64_t>(1, N * C)};
+  }
+};
+
+}  // namespace
+
+Backend& cpu_backend() {
+  static CpuBackend backend;
+  return backend;
+}
+
+}  // namespace anvil

@@ -1,0 +1,89 @@
+// The CPU backend's kernels: plain functions over raw, contiguous float
+// buffers (NCHW for images). OpenBLAS does the matrix products, OpenMP the
+// loops. No allocation in steady state: scratch space comes from a
+// grow-only per-thread workspace (cpu::scratch), so the training loop
+// does not churn the allocator.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/shapes.h"
+
+namespace anvil::cpu {
+
+// Grow-only scratch buffer owned by the calling thread; slot picks one of a
+// few independent buffers so a kernel can hold two at once.
+float* scratch(size_t floats, int slot = 0);
+
+// Row-major C[M,N] = alpha * op(A) * op(B) + beta * C (cblas_sgemm).
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc);
+
+// Convolution (cross-correlation, as PyTorch). bias may be null.
+void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                    float* y);
+// dx = conv2d transposed: overwrites dx.
+void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx);
+// dw (and dbias when not null) overwritten with the gradient summed over the batch.
+void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                            float* dbias);
+
+// Pooling. max pool records the flat input index (h*W+w within its plane) of
+// each output's maximum in argmax; padding counts as -inf. avg pool divides by
+// the full window including padding (PyTorch's count_include_pad=True).
+void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y, int64_t* argmax);
+void max_pool2d_backward(const Pool2dShape& s, const float* dy, const int64_t* argmax, float* dx);
+void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y);
+void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx);
+
+// Elementwise.
+void relu_forward(int64_t n, const float* x, float* y);
+void relu_backward(int64_t n, const float* y, const float* dy, float* dx);  // dx = dy * (y > 0)
+void add(int64_t n, const float* a, const float* b, float* y);
+void axpy(int64_t n, float alpha, const float* x, float* y);  // y += alpha * x
+void scale(int64_t n, float alpha, const float* x, float* y);  // y = alpha * x
+void fill(int64_t n, float value, float* y);
+// y[outer, C, inner] = x + bias[C]
+void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, const float* bias,
+                      float* y);
+// db[C] = sum over outer and inner of dy[outer, C, inner]  (overwrites db)
+void channel_sum(int64_t outer, int64_t C, int64_t inner, const float* dy, float* db);
+float sum(int64_t n, const float* x);  // pairwise / blocked, accumulated in double
+
+// Fused softmax + cross-entropy over logits[N,C], labels in [0,C) (checked by the caller).
+// loss[i] = logsumexp(logits[i]) - logits[i, label[i]]; probs = softmax(logits).
+void softmax_cross_entropy_forward(int64_t N, int64_t C, const float* logits,
+                                   const int64_t* labels, float* loss, float* probs);
+// dlogits[i] = (probs[i] - onehot(label[i])) * dloss[i]
+void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
+                                    const int64_t* labels, const float* dloss, float* dlogits);
+
+// BatchNorm over x[N,C,HW] per channel.
+// Training: computes batch mean and biased variance, writes save_mean and
+// save_invstd = 1/sqrt(var+eps), normalises with them, and updates
+// running_mean/var (unbiased variance, n/(n-1)) with momentum:
+// r = (1-momentum)*r + momentum*batch. running_* may be null.
+void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const float* x,
+                              const float* gamma, const float* beta, float eps, float momentum,
+                              float* running_mean, float* running_var, float* save_mean,
+                              float* save_invstd, float* y);
+void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const float* x,
+                             const float* gamma, const float* beta, const float* running_mean,
+                             const float* running_var, float eps, float* y);
+// Training-mode backward with the saved batch statistics. dx, dgamma, dbeta overwritten.
+void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const float* x,
+                               const float* gamma, const float* save_mean,
+                               const float* save_invstd, const float* dy, float* dx,
+                               float* dgamma, float* dbeta);
+
+// SGD with momentum / weight decay / nesterov, PyTorch semantics (dampening 0):
+//   g = grad + weight_decay * p
+//   if momentum != 0: buf = first_step ? g : momentum * buf + g
+//                     g = nesterov ? g + momentum * buf : buf
+//   p -= lr * g
+// momentum_buf may be null when momentum == 0.
+void sgd_update(int64_t n, float* param, const float* grad, float* momentum_buf, float lr,
+                float momentum, float weight_decay, bool nesterov, bool first_step);
+
+}  // namespace anvil::cpu

@@ -1,0 +1,47 @@
+#include "nn/init.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "core/backend.h"
+
+namespace anvil::nn::init {
+namespace {
+
+// Fill on the host, then copy into the tensor wherever it lives.
+template <typename F> void fill_host(Tensor& t, F&& draw) {
+  Tensor host = Tensor::empty(t.shape(), DType::Float32, Device::cpu());
+  float* p = host.data<float>();
+  for (int64_t i = 0; i < host.numel(); ++i) p[i] = draw();
+  t.detach().copy_(host);
+}
+
+}  // namespace
+
+void normal_(Tensor& t, double mean, double std, Generator* gen) {
+  Generator& g = gen ? *gen : default_generator();
+  fill_host(t, [&] { return float(mean + std * g.normal()); });
+}
+
+void uniform_(Tensor& t, double low, double high, Generator* gen) {
+  Generator& g = gen ? *gen : default_generator();
+  fill_host(t, [&] { return float(low + (high - low) * g.uniform()); });
+}
+
+void zeros_(Tensor& t) { backend_for(t.device()).fill(t, 0.0); }
+void ones_(Tensor& t) { backend_for(t.device()).fill(t, 1.0); }
+
+int64_t fan_in(const Tensor& w) {
+  if (w.dim() < 2) throw std::invalid_argument("fan_in: weight needs at least 2 dimensions");
+  int64_t receptive = 1;
+  for (int64_t d = 2; d < w.dim(); ++d) receptive *= w.size(d);
+  return w.size(1) * receptive;
+}
+
+void kaiming_normal_(Tensor& t, bool fan_out_mode, Generator* gen) {
+  int64_t fan = fan_in(t);
+  if (fan_out_mode) fan = fan / t.size(1) * t.size(0);
+  normal_(t, 0.0, std::sqrt(2.0 / double(fan)), gen);
+}
+
+}  // namespace anvil::nn::init

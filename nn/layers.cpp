@@ -1,0 +1,120 @@
+#include "nn/layers.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/autograd.h"
+#include "nn/init.h"
+
+namespace anvil::nn {
+
+Sequential::Sequential(std::vector<std::shared_ptr<Module>> layers) {
+  for (auto& l : layers) add(std::move(l));
+}
+
+Sequential& Sequential::add(std::shared_ptr<Module> layer) {
+  register_module(std::to_string(layers_.size()), layer);
+  layers_.push_back(std::move(layer));
+  return *this;
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& l : layers_) h = l->forward(h);
+  return h;
+}
+
+static void default_init(Tensor& weight, Tensor* bias, Generator* gen) {
+  double bound = 1.0 / std::sqrt(double(init::fan_in(weight)));
+  init::uniform_(weight, -bound, bound, gen);
+  if (bias) init::uniform_(*bias, -bound, bound, gen);
+}
+
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, int64_t stride_, int64_t padding_,
+               bool with_bias, Generator* gen)
+    : in_channels(in), out_channels(out), kernel_size(k), stride(stride_), padding(padding_) {
+  weight = Tensor::empty({out, in, k, k});
+  if (with_bias) bias = Tensor::empty({out});
+  default_init(weight, with_bias ? &bias : nullptr, gen);
+  register_parameter("weight", &weight);
+  register_parameter("bias", &bias);
+}
+
+Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, stride, padding); }
+
+std::string Conv2d::describe() const {
+  std::string s = fmt::format("Conv2d({}, {}, kernel_size=({}, {}), stride=({}, {})", in_channels,
+                              out_channels, kernel_size, kernel_size, stride, stride);
+  if (padding) s += fmt::format(", padding=({}, {})", padding, padding);
+  if (!bias.defined()) s += ", bias=False";
+  return s + ")";
+}
+
+Linear::Linear(int64_t in, int64_t out, bool with_bias, Generator* gen)
+    : in_features(in), out_features(out) {
+  weight = Tensor::empty({out, in});
+  if (with_bias) bias = Tensor::empty({out});
+  default_init(weight, with_bias ? &bias : nullptr, gen);
+  register_parameter("weight", &weight);
+  register_parameter("bias", &bias);
+}
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+
+std::string Linear::describe() const {
+  return fmt::format("Linear(in_features={}, out_features={}, bias={})", in_features,
+                     out_features, bias.defined() ? "True" : "False");
+}
+
+BatchNorm2d::BatchNorm2d(int64_t n, double eps_, double momentum_)
+    : num_features(n), eps(eps_), momentum(momentum_) {
+  weight = Tensor::ones({n});
+  bias = Tensor::zeros({n});
+  running_mean = Tensor::zeros({n});
+  running_var = Tensor::ones({n});
+  num_batches_tracked = Tensor::zeros({}, DType::Int64);
+  register_parameter("weight", &weight);
+  register_parameter("bias", &bias);
+  register_buffer("running_mean", &running_mean);
+  register_buffer("running_var", &running_var);
+  register_buffer("num_batches_tracked", &num_batches_tracked);
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  if (training_) {
+    // A host-side counter; it lives with the module's other buffers.
+    Tensor host = num_batches_tracked.to(Device::cpu());
+    host.data<int64_t>()[0] += 1;
+    if (!num_batches_tracked.device().is_cpu()) num_batches_tracked.copy_(host);
+  }
+  return batch_norm(x, weight, bias, running_mean, running_var, training_, momentum, eps);
+}
+
+std::string BatchNorm2d::describe() const {
+  return fmt::format("BatchNorm2d({}, eps={}, momentum={}, affine=True, track_running_stats=True)",
+                     num_features, eps, momentum);
+}
+
+MaxPool2d::MaxPool2d(int64_t k, int64_t s, int64_t p)
+    : kernel(k), stride(s <= 0 ? k : s), padding(p) {}
+
+std::string MaxPool2d::describe() const {
+  return fmt::format("MaxPool2d(kernel_size={}, stride={}, padding={})", kernel, stride, padding);
+}
+
+AvgPool2d::AvgPool2d(int64_t k, int64_t s, int64_t p)
+    : kernel(k), stride(s <= 0 ? k : s), padding(p) {}
+
+std::string AvgPool2d::describe() const {
+  return fmt::format("AvgPool2d(kernel_size={}, stride={}, padding={})", kernel, stride, padding);
+}
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(int64_t output_size) {
+  if (output_size != 1)
+    throw std::invalid_argument(fmt::format(
+        "AdaptiveAvgPool2d: only output_size=1 is supported, got {}", output_size));
+}
+
+}  // namespace anvil::nn

@@ -1,0 +1,95 @@
+// The layers of torch.nn that LeNet and ResNet-18 are built from. Parameter
+// and buffer names and shapes match PyTorch's, so state dicts interchange.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "core/ops.h"
+#include "core/random.h"
+#include "nn/module.h"
+
+namespace anvil::nn {
+
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  explicit Sequential(std::vector<std::shared_ptr<Module>> layers);
+  // Appends a layer named by its index ("0", "1", ...).
+  Sequential& add(std::shared_ptr<Module> layer);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override { return "Sequential"; }
+  size_t size() const { return layers_.size(); }
+  Module& operator[](size_t i) const { return *layers_.at(i); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> layers_;
+};
+
+// Default initialisation as PyTorch's: weights and biases uniform in
+// ±1/sqrt(fan_in) (kaiming_uniform with a=sqrt(5)).
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1,
+         int64_t padding = 0, bool bias = true, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+  Tensor weight, bias;
+  int64_t in_channels, out_channels, kernel_size, stride, padding;
+};
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+  Tensor weight, bias;
+  int64_t in_features, out_features;
+};
+
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+  int64_t num_features;
+  double eps, momentum;
+};
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return relu(x); }
+  std::string describe() const override { return "ReLU()"; }
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(int64_t kernel_size, int64_t stride = -1, int64_t padding = 0);
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, kernel, stride, padding); }
+  std::string describe() const override;
+  int64_t kernel, stride, padding;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(int64_t kernel_size, int64_t stride = -1, int64_t padding = 0);
+  Tensor forward(const Tensor& x) override { return avg_pool2d(x, kernel, stride, padding); }
+  std::string describe() const override;
+  int64_t kernel, stride, padding;
+};
+
+// Only output size 1 (global average pooling) is supported.
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(int64_t output_size = 1);
+  Tensor forward(const Tensor& x) override { return global_avg_pool2d(x); }
+  std::string describe() const override { return "AdaptiveAvgPool2d(output_size=(1, 1))"; }
+};
+
+class Flatten : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.flatten(1); }
+  std::string describe() const override { return "Flatten(start_dim=1, end_dim=-1)"; }
+};
+
+}  // namespace anvil::nn

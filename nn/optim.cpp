@@ -1,0 +1,47 @@
+#include "nn/optim.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/backend.h"
+
+namespace anvil::optim {
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options)
+    : params_(std::move(params)), momentum_(params_.size()), options_(options) {
+  if (options.lr < 0) throw std::invalid_argument(fmt::format("SGD: invalid lr {}", options.lr));
+  if (options.momentum < 0)
+    throw std::invalid_argument(fmt::format("SGD: invalid momentum {}", options.momentum));
+  if (options.weight_decay < 0)
+    throw std::invalid_argument(
+        fmt::format("SGD: invalid weight_decay {}", options.weight_decay));
+  if (options.nesterov && options.momentum <= 0)
+    throw std::invalid_argument("SGD: nesterov requires a positive momentum");
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!params_[i].is_leaf() || !params_[i].requires_grad())
+      throw std::invalid_argument(
+          fmt::format("SGD: parameter {} is not a leaf tensor that requires grad", i));
+}
+
+void SGD::step() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    bool first = false;
+    if (options_.momentum != 0 && !momentum_[i].defined()) {
+      momentum_[i] = Tensor::empty(p.shape(), DType::Float32, p.device());
+      first = true;
+    }
+    backend_for(p.device())
+        .sgd_update(p, g, momentum_[i], float(options_.lr), float(options_.momentum),
+                    float(options_.weight_decay), options_.nesterov, first);
+  }
+}
+
+void SGD::zero_grad() {
+  for (auto& p : params_) p.zero_grad();
+}
+
+}  // namespace anvil::optim

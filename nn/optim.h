@@ -1,0 +1,33 @@
+// Optimizers over a list of parameters, as torch.optim.
+#pragma once
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace anvil::optim {
+
+struct SGDOptions {
+  double lr = 0.1;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+// Stochastic gradient descent with PyTorch's semantics (dampening 0): one
+// fused kernel per parameter applies weight decay, momentum and the step.
+class SGD {
+ public:
+  SGD(std::vector<Tensor> params, SGDOptions options);
+  void step();       // skips parameters without a gradient
+  void zero_grad();  // drops gradients (set_to_none)
+  double lr() const { return options_.lr; }
+  void set_lr(double lr) { options_.lr = lr; }
+  const SGDOptions& options() const { return options_; }
+
+ private:
+  std::vector<Tensor> params_;
+  std::vector<Tensor> momentum_;  // undefined until the first step of each parameter
+  SGDOptions options_;
+};
+
+}  // namespace anvil::optim

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages anvil builds against (and the Fashion-MNIST
+# data set) when any is missing. As root it runs apt-get; otherwise it prints
+# the exact command to run and stops.
+#   scripts/install-deps.sh          build + test + train dependencies
+#   scripts/install-deps.sh --torch  also python3-torch (benchmarks' peer, golden values)
+set -euo pipefail
+
+packages=(g++ cmake make pkg-config catch2 libopenblas-openmp-dev libcli11-dev libfmt-dev
+          nlohmann-json3-dev zlib1g-dev dataset-fashion-mnist)
+if [[ "${1:-}" == "--torch" ]]; then
+  packages+=(python3-torch)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "anvil: installing missing packages: ${missing[*]}"
+if [[ $(id -u) -ne 0 ]]; then
+  echo "anvil: not root; run this, then try again:" >&2
+  echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "anvil: packages installed"

@@ -1,0 +1,136 @@
+// Tensor basics: creation, views, copies, devices, errors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "core/device.h"
+#include "core/ops.h"
+#include "core/random.h"
+#include "core/tensor.h"
+
+using namespace anvil;
+using Catch::Matchers::Contains;
+
+TEST_CASE("creation fills and shapes", "[tensor]") {
+  SECTION("zeros, ones, full") {
+    Tensor z = Tensor::zeros({2, 3});
+    CHECK(z.shape() == Shape{2, 3});
+    CHECK(z.numel() == 6);
+    CHECK(z.to_vector() == std::vector<float>(6, 0.f));
+    CHECK(Tensor::ones({4}).to_vector() == std::vector<float>(4, 1.f));
+    CHECK(Tensor::full({2, 2}, 2.5).to_vector() == std::vector<float>(4, 2.5f));
+    CHECK(Tensor::full({3}, 7, DType::Int64).to_int_vector() == std::vector<int64_t>{7, 7, 7});
+  }
+  SECTION("arange and from_vector") {
+    CHECK(Tensor::arange(4).to_vector() == std::vector<float>{0, 1, 2, 3});
+    CHECK(Tensor::arange(3, DType::Int64).to_int_vector() == std::vector<int64_t>{0, 1, 2});
+    Tensor t = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+    CHECK(t.size(0) == 2);
+    CHECK(t.size(-1) == 3);
+    CHECK(t.strides() == Shape{3, 1});
+    CHECK_THROWS_WITH(Tensor::from_vector(std::vector<float>{1, 2}, {3}), Contains("[3]"));
+  }
+  SECTION("scalars") {
+    Tensor s = Tensor::full({}, 4.0);
+    CHECK(s.dim() == 0);
+    CHECK(s.numel() == 1);
+    CHECK(s.item() == 4.0);
+    CHECK_THROWS_WITH(Tensor::zeros({2}).item(), Contains("2 elements"));
+  }
+  SECTION("negative dimensions are refused") {
+    CHECK_THROWS_WITH(Tensor::empty({2, -1}), Contains("negative"));
+  }
+}
+
+TEST_CASE("seeded random numbers are reproducible", "[tensor]") {
+  Generator a(42), b(42), c(43);
+  Tensor x = Tensor::randn({1000}, &a), y = Tensor::randn({1000}, &b), z = Tensor::randn({1000}, &c);
+  CHECK(x.to_vector() == y.to_vector());
+  CHECK(x.to_vector() != z.to_vector());
+  std::vector<float> v = x.to_vector();
+  double mean = 0, sq = 0;
+  for (float f : v) mean += f;
+  mean /= double(v.size());
+  for (float f : v) sq += (f - mean) * (f - mean);
+  double std = std::sqrt(sq / double(v.size()));
+  CHECK(std::abs(mean) < 0.1);
+  CHECK(std::abs(std - 1.0) < 0.1);
+  Tensor u = Tensor::rand({1000}, &a);
+  for (float f : u.to_vector()) {
+    REQUIRE(f >= 0.f);
+    REQUIRE(f < 1.f);
+  }
+  manual_seed(7);
+  Tensor p = Tensor::randn({5});
+  manual_seed(7);
+  CHECK(Tensor::randn({5}).to_vector() == p.to_vector());
+}
+
+TEST_CASE("views share storage; clone does not", "[tensor]") {
+  Tensor t = Tensor::arange(12).reshape({3, 4});
+  SECTION("reshape with -1 and flatten") {
+    Tensor v = t.reshape({-1, 6});
+    CHECK(v.shape() == Shape{2, 6});
+    CHECK(t.reshape({2, 2, 3}).flatten(1).shape() == Shape{2, 6});
+    CHECK(t.flatten().shape() == Shape{12});
+    v.data<float>()[0] = 100.f;
+    CHECK(t.data<float>()[0] == 100.f);
+    CHECK_THROWS_WITH(t.reshape({5, -1}), Contains("[3, 4]") && Contains("[5, -1]"));
+  }
+  SECTION("narrow along dim 0") {
+    Tensor rows = t.narrow(1, 2);
+    CHECK(rows.shape() == Shape{2, 4});
+    CHECK(rows.to_vector() == std::vector<float>{4, 5, 6, 7, 8, 9, 10, 11});
+    rows.data<float>()[0] = -1.f;
+    CHECK(t.to_vector()[4] == -1.f);
+    CHECK_THROWS_WITH(t.narrow(2, 2), Contains("out of range"));
+  }
+  SECTION("clone and copy_") {
+    Tensor c = t.clone();
+    c.data<float>()[0] = 55.f;
+    CHECK(t.data<float>()[0] == 0.f);
+    Tensor d = Tensor::zeros({3, 4});
+    d.copy_(t);
+    CHECK(d.to_vector() == t.to_vector());
+    Tensor wrong = Tensor::zeros({4, 3});
+    CHECK_THROWS_WITH(wrong.copy_(t), Contains("[3, 4]") && Contains("[4, 3]"));
+  }
+  SECTION("dtype conversion") {
+    Tensor f = Tensor::from_vector(std::vector<float>{1.f, 2.f, 3.f}, {3});
+    CHECK(f.to(DType::Int64).to_int_vector() == std::vector<int64_t>{1, 2, 3});
+    CHECK_THROWS_WITH(f.data<int64_t>(), Contains("float32") && Contains("int64"));
+  }
+}
+
+TEST_CASE("devices", "[tensor][device]") {
+  CHECK(Device::parse("cpu") == Device::cpu());
+  CHECK(Device::parse("cuda") == Device::cuda(0));
+  CHECK(Device::parse("cuda:3") == Device::cuda(3));
+  CHECK(Device::cuda(1).str() == "cuda:1");
+  for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:1x", "CPU", ""})
+    CHECK_THROWS_WITH(Device::parse(bad), Contains("invalid device"));
+
+  // This build has no CUDA backend: no GPU is reported, nothing crashes.
+  CHECK(device_count() == 0);
+  CHECK(try_gpu() == Device::cpu());
+  CHECK(try_all_gpus() == std::vector<Device>{Device::cpu()});
+  CHECK(!no_gpu_reason().empty());
+
+  Tensor t = Tensor::ones({2});
+  CHECK(t.to(Device::cpu()).same(t));  // already there: the same tensor
+  CHECK_THROWS_WITH(t.to(Device::cuda(0)), Contains("cuda:0") && Contains("not available"));
+}
+
+TEST_CASE("shape errors name the op and both shapes", "[tensor][errors]") {
+  Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 5});
+  CHECK_THROWS_WITH(matmul(a, b), Contains("matmul") && Contains("[2, 3]") && Contains("[4, 5]"));
+  CHECK_THROWS_WITH(add(a, b), Contains("add") && Contains("[2, 3]") && Contains("[4, 5]"));
+  CHECK_THROWS_WITH(conv2d(Tensor::zeros({1, 2, 5, 5}), Tensor::zeros({3, 1, 3, 3})),
+                    Contains("conv2d") && Contains("[3, 1, 3, 3]") && Contains("[1, 2, 5, 5]"));
+  CHECK_THROWS_WITH(linear(a, Tensor::zeros({4, 2})), Contains("linear") && Contains("[4, 2]"));
+  CHECK_THROWS_WITH(cross_entropy(a, Tensor::from_vector(std::vector<int64_t>{0, 3}, {2})),
+                    Contains("label 3") && Contains("3 classes"));
+  CHECK_THROWS_WITH(cross_entropy(a, Tensor::from_vector(std::vector<int64_t>{-1, 0}, {2})),
+                    Contains("label -1"));
+  CHECK_THROWS_WITH(max_pool2d(Tensor::zeros({1, 1, 2, 2}), 3), Contains("larger"));
+}
