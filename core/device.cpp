@@ -25,13 +25,46 @@ std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index);
 }
 
-// The CUDA runtime layer (kernels/cuda, issue #3) is not part of this build
-// yet, so no GPU is usable whatever the machine holds.
+#ifdef ANVIL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace {
+// What the CUDA driver reports, asked once.
+struct GpuProbe {
+  int found = 0;
+  std::string reason;
+};
+
+const GpuProbe& probe() {
+  static const GpuProbe result = [] {
+    GpuProbe p;
+#ifdef ANVIL_HAVE_CUDA
+    cudaError_t err = cudaGetDeviceCount(&p.found);
+    if (err != cudaSuccess) {
+      // No driver (cudaErrorInsufficientDriver / NoDevice): zero GPUs, not a crash.
+      p.found = 0;
+      p.reason = fmt::format("no usable CUDA driver or device: {}", cudaGetErrorString(err));
+    } else if (p.found == 0) {
+      p.reason = "the CUDA driver reports no GPU";
+    } else {
+      p.reason = fmt::format("{} CUDA GPU(s) present, but this build has no CUDA kernels yet",
+                             p.found);
+    }
+#else
+    p.reason = "this build of anvil has no CUDA support (configured with ANVIL_CUDA=OFF or without nvcc)";
+#endif
+    return p;
+  }();
+  return result;
+}
+}  // namespace
+
+// GPUs anvil can run on. The CUDA backend (kernels/cuda) is not part of this
+// build yet, so none is usable whatever the driver reports.
 int device_count() { return 0; }
 
-std::string no_gpu_reason() {
-  return "this build of anvil has no CUDA backend";
-}
+std::string no_gpu_reason() { return probe().reason; }
 
 Device try_gpu(int i) { return device_count() > i ? Device::cuda(i) : Device::cpu(); }
 
