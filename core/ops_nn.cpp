@@ -239,7 +239,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduc
   Tensor out = loss;
   if (reduction != Reduction::None) {
     double total = be.sum(loss);
-    if (reduction == Reduction::Mean) total /= double(std::max<int64_t>(N, 1));
+    if (reduction == Reduction::Mean) total /= double(N);  // nan for an empty batch
     out = Tensor::full({}, total, DType::Float32, logits.device());
   }
   if (any_requires_grad({&logits})) {
@@ -247,7 +247,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduc
       Tensor dloss = g;
       if (reduction != Reduction::None) {
         double v = g.item();
-        if (reduction == Reduction::Mean) v /= double(std::max<int64_t>(N, 1));
+        if (reduction == Reduction::Mean) v /= double(N);
         dloss = Tensor::full({N}, v, DType::Float32, g.device());
       }
       Tensor dlogits = like(probs);
@@ -263,7 +263,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduc
 static Tensor reduce_all(const char* op, const Tensor& x, bool average) {
   check_float(op, "input", x);
   double total = backend(x).sum(x);
-  double n = double(std::max<int64_t>(x.numel(), 1));
+  double n = double(x.numel());  // mean of nothing is nan, as in PyTorch
   Tensor y = Tensor::full({}, average ? total / n : total, DType::Float32, x.device());
   if (any_requires_grad({&x})) {
     Shape x_shape = x.shape();

@@ -177,11 +177,20 @@ Tensor Tensor::reshape(const Shape& new_shape) const {
     if (s[i] == -1) {
       if (infer >= 0) throw std::invalid_argument("reshape: only one dimension can be -1");
       infer = int64_t(i);
+    } else if (s[i] < 0) {
+      throw std::invalid_argument(
+          fmt::format("reshape: invalid dimension {} in {}", s[i], shape_str(new_shape)));
     } else {
       known *= s[i];
     }
   }
-  if (infer >= 0 && known > 0) s[size_t(infer)] = numel() / known;
+  if (infer >= 0) {
+    if (known == 0)
+      throw std::invalid_argument(fmt::format(
+          "reshape: cannot infer the -1 dimension of {} for {} elements", shape_str(new_shape),
+          numel()));
+    s[size_t(infer)] = numel() / known;
+  }
   if (shape_numel(s) != numel())
     throw std::invalid_argument(fmt::format("reshape: cannot view shape {} ({} elements) as {}",
                                             shape_str(shape()), numel(), shape_str(new_shape)));
@@ -197,7 +206,7 @@ Tensor Tensor::reshape(const Shape& new_shape) const {
 Tensor Tensor::flatten(int64_t start_dim) const {
   const Shape& s = shape();
   if (start_dim < 0) start_dim += dim();
-  if (start_dim < 0 || start_dim > dim())
+  if (start_dim < 0 || (start_dim >= dim() && dim() > 0))
     throw std::out_of_range(fmt::format("flatten: start_dim {} out of range for shape {}",
                                         start_dim, shape_str(s)));
   Shape out(s.begin(), s.begin() + start_dim);
