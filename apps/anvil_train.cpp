@@ -4,7 +4,9 @@
 //   anvil-train --model lenet --epochs 10 --batch-size 256 --lr 0.2
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -76,6 +78,22 @@ void check_writable(const std::string& flag, const std::string& path) {
     throw UsageError(fmt::format("{} {}: directory '{}' is not writable", flag, path, dir.string()));
 }
 
+// Range checks for numeric flags. CLI11's NonNegativeNumber/PositiveNumber
+// report a double range ("Value 0 not in range 0.000000 to 1797...") and let
+// nan through; these reject nan and inf and say what is wanted.
+CLI::Validator number_at_least(double min, bool inclusive) {
+  std::string want = fmt::format("a finite number {} {}", inclusive ? ">=" : ">", min);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        char* end = nullptr;
+        double v = std::strtod(text.c_str(), &end);
+        bool ok = !text.empty() && end == text.c_str() + text.size() && std::isfinite(v) &&
+                  (inclusive ? v >= min : v > min);
+        return ok ? std::string() : fmt::format("expected {}, got '{}'", want, text);
+      },
+      inclusive ? "NONNEGATIVE" : "POSITIVE");
+}
+
 void print_progress(int64_t done, int64_t total, const train::EpochStats& s) {
   constexpr int kWidth = 30;
   int filled = int(kWidth * done / std::max<int64_t>(total, 1));
@@ -87,7 +105,6 @@ void print_progress(int64_t done, int64_t total, const train::EpochStats& s) {
 }
 
 int run(const Options& o) {
-  Device device = choose_device(o.device);
   models::Init init;
   if (o.init == "seed") init = models::Init::Seed;
   else if (o.init == "kaiming") init = models::Init::Kaiming;
@@ -103,6 +120,9 @@ int run(const Options& o) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(fmt::format("--model: {}", e.what()));
   }
+  // After the cheap checks of the other flags, so that a mistyped --model
+  // reports only its own error (not also the GPU probe's "no GPU" note).
+  Device device = choose_device(o.device);
   if (!o.init_from.empty())
     nn::load_state_dict(*model, nn::load_safetensors(o.init_from), o.init_from);
   model->to(device);
@@ -174,17 +194,17 @@ int main(int argc, char** argv) {
   CLI::App app{"anvil-train: train a classifier on Fashion-MNIST"};
   app.add_option("--model", o.model, "Model: lenet")->capture_default_str();
   app.add_option("--device", o.device, "auto (best present), cpu or cuda:N")->capture_default_str();
-  app.add_option("--epochs", o.epochs, "Number of epochs")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--batch-size", o.batch_size, "Mini-batch size")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "Learning rate")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--epochs", o.epochs, "Number of epochs")->capture_default_str()->check(number_at_least(0, true));
+  app.add_option("--batch-size", o.batch_size, "Mini-batch size")->capture_default_str()->check(number_at_least(0, false));
+  app.add_option("--lr", o.lr, "Learning rate")->capture_default_str()->check(number_at_least(0, true));
+  app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str()->check(number_at_least(0, true));
+  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str()->check(number_at_least(0, true));
   app.add_flag("--nesterov", o.nesterov, "Nesterov momentum");
   app.add_option("--seed", o.seed, "Seed for initialisation and shuffling")->capture_default_str();
   app.add_option("--init", o.init, "Weight init: seed (N(0, 0.01)), kaiming, default")->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
-  app.add_option("--limit-train", o.limit_train, "Use only the first N training images (0 = all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--limit-test", o.limit_test, "Use only the first N test images (0 = all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--limit-train", o.limit_train, "Use only the first N training images (0 = all)")->check(number_at_least(0, true));
+  app.add_option("--limit-test", o.limit_test, "Use only the first N test images (0 = all)")->check(number_at_least(0, true));
   app.add_flag("--no-shuffle", o.no_shuffle, "Keep the training set in file order");
   app.add_option("--init-from", o.init_from, "Start from a safetensors checkpoint");
   app.add_option("--save", o.save, "Write the trained weights as safetensors");

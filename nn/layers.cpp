@@ -101,7 +101,8 @@ MaxPool2d::MaxPool2d(int64_t k, int64_t s, int64_t p)
     : kernel(k), stride(s <= 0 ? k : s), padding(p) {}
 
 std::string MaxPool2d::describe() const {
-  return fmt::format("MaxPool2d(kernel_size={}, stride={}, padding={})", kernel, stride, padding);
+  return fmt::format("MaxPool2d(kernel_size={}, stride={}, padding={}, dilation=1, ceil_mode=False)",
+                     kernel, stride, padding);
 }
 
 AvgPool2d::AvgPool2d(int64_t k, int64_t s, int64_t p)

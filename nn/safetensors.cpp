@@ -90,6 +90,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors) {
 NamedTensors load_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open checkpoint (no such file or not readable)");
+  if (std::filesystem::is_directory(path)) fail(path, "is a directory, not a checkpoint file");
   in.seekg(0, std::ios::end);
   uint64_t file_size = uint64_t(in.tellg());
   in.seekg(0);
@@ -101,6 +102,7 @@ NamedTensors load_safetensors(const std::string& path) {
                            header_len, file_size));
   std::string text(header_len, '\0');
   in.read(text.data(), std::streamsize(header_len));
+  if (!in) fail(path, "cannot read the header");
   nlohmann::ordered_json header;
   try {
     header = nlohmann::ordered_json::parse(text);
@@ -120,12 +122,23 @@ NamedTensors load_safetensors(const std::string& path) {
         fail(path, fmt::format("tensor '{}': unsupported dtype {}", name, ds));
       Shape shape = entry.at("shape").get<Shape>();
       auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
-      if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size)
+      if (offsets.size() != 2 || offsets[0] > offsets[1])
         fail(path, fmt::format("tensor '{}': data_offsets out of range (data is {} bytes)", name,
                                data_size));
-      for (int64_t d : shape)
+      if (offsets[1] > data_size)
+        fail(path, fmt::format("truncated: tensor '{}' needs data bytes [{}, {}) but the file "
+                               "holds only {} data bytes",
+                               name, offsets[0], offsets[1], data_size));
+      // The element count, refusing shapes whose size overflows (a corrupt or
+      // hostile header must not wrap around to a small allocation).
+      int64_t numel = 1, nbytes = 0;
+      for (int64_t d : shape) {
         if (d < 0) fail(path, fmt::format("tensor '{}': negative dimension", name));
-      uint64_t expected = uint64_t(shape_numel(shape)) * dtype_size(dtype);
+        if (__builtin_mul_overflow(numel, d, &numel) ||
+            __builtin_mul_overflow(numel, int64_t(dtype_size(dtype)), &nbytes))
+          fail(path, fmt::format("tensor '{}': shape {} is too large", name, shape_str(shape)));
+      }
+      uint64_t expected = uint64_t(numel) * dtype_size(dtype);
       if (offsets[1] - offsets[0] != expected)
         fail(path, fmt::format("tensor '{}': {} bytes stored but shape {} of {} needs {}", name,
                                offsets[1] - offsets[0], shape_str(shape), dtype_name(dtype),

@@ -1,0 +1,376 @@
+// Tests of the anvil-train command line: every bad flag, device, data
+// directory, data file and checkpoint ends in a one-line error and a non-zero
+// exit (never an abort or a crash), bad output paths fail before any
+// training, and a short real run writes its metrics and a checkpoint that
+// loads back and restarts training.
+#include <catch2/catch.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "nn/models.h"
+#include "nn/safetensors.h"
+
+namespace fs = std::filesystem;
+using namespace anvil;
+using Catch::Contains;
+
+namespace {
+
+const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
+
+bool have_fashion_mnist() {
+  return fs::exists(fs::path(kFashionDir) / "train-images-idx3-ubyte.gz") ||
+         fs::exists(fs::path(kFashionDir) / "train-images-idx3-ubyte");
+}
+
+struct CliTempDir {
+  fs::path path;
+  CliTempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() /
+           ("anvil_test_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~CliTempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  REQUIRE(out);
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct CliResult {
+  int code = -1;       // exit status (128 + signal when killed)
+  std::string output;  // stdout and stderr together
+  double seconds = 0;
+};
+
+// Runs anvil-train with `args` (already shell-quoted where needed).
+CliResult run_cli(const std::string& args) {
+  CliTempDir dir;
+  std::string out = dir.file("output.txt");
+  std::string cmd = quote(ANVIL_TRAIN_BIN) + " " + args + " > " + quote(out) + " 2>&1 < /dev/null";
+  auto start = std::chrono::steady_clock::now();
+  int rc = std::system(cmd.c_str());
+  CliResult r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE(rc != -1);
+  if (WIFEXITED(rc)) r.code = WEXITSTATUS(rc);
+  else if (WIFSIGNALED(rc)) r.code = 128 + WTERMSIG(rc);
+  r.output = read_text(out);
+  return r;
+}
+
+// A failure must be an orderly error message, never an abort or a crash.
+void check_no_crash(const CliResult& r) {
+  INFO("output:\n" << r.output);
+  CHECK(r.code < 128);
+  for (const char* bad : {"terminate called", "Aborted", "Segmentation fault", "core dumped",
+                          "AddressSanitizer", "LeakSanitizer", "runtime error:", "what():"})
+    CHECK_THAT(r.output, !Contains(bad));
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+int count_lines_containing(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (auto& l : lines_of(text)) n += l.find(what) != std::string::npos;
+  return n;
+}
+
+// Expects a failure (non-zero exit, no crash) whose output contains every part.
+CliResult expect_failure(const std::string& args, std::initializer_list<std::string> parts) {
+  CliResult r = run_cli(args);
+  INFO("anvil-train " << args << "\nexit " << r.code << ", output:\n" << r.output);
+  CHECK(r.code != 0);
+  check_no_crash(r);
+  for (auto& p : parts) CHECK_THAT(r.output, Contains(p));
+  // Nothing was trained.
+  CHECK_THAT(r.output, !Contains("epoch "));
+  return r;
+}
+
+void put_be32(std::vector<uint8_t>& b, uint32_t v) {
+  for (int s = 24; s >= 0; s -= 8) b.push_back(uint8_t(v >> s));
+}
+
+// IDX images [count, 28, 28] with `data_bytes` bytes of data (a full file
+// has count * 784).
+std::vector<uint8_t> idx_images(uint32_t count, size_t data_bytes, uint8_t seed) {
+  std::vector<uint8_t> b = {0, 0, 0x08, 3};
+  put_be32(b, count);
+  put_be32(b, 28);
+  put_be32(b, 28);
+  for (size_t i = 0; i < data_bytes; ++i) b.push_back(uint8_t((i * 31 + seed * 7) % 251));
+  return b;
+}
+
+std::vector<uint8_t> idx_labels(uint32_t count) {
+  std::vector<uint8_t> b = {0, 0, 0x08, 1};
+  put_be32(b, count);
+  for (uint32_t i = 0; i < count; ++i) b.push_back(uint8_t(i % 10));
+  return b;
+}
+
+// A small well-formed Fashion-MNIST-like directory (plain IDX files).
+void write_synthetic_split(const fs::path& dir, uint32_t train, uint32_t test) {
+  fs::create_directories(dir);
+  write_file((dir / "train-images-idx3-ubyte").string(),
+             idx_images(train, size_t(train) * 784, 1));
+  write_file((dir / "train-labels-idx1-ubyte").string(), idx_labels(train));
+  write_file((dir / "t10k-images-idx3-ubyte").string(), idx_images(test, size_t(test) * 784, 2));
+  write_file((dir / "t10k-labels-idx1-ubyte").string(), idx_labels(test));
+}
+
+const std::vector<std::string> kLeNetKeys = {"0.weight", "0.bias", "3.weight", "3.bias",
+                                             "7.weight", "7.bias", "9.weight", "9.bias"};
+
+}  // namespace
+
+TEST_CASE("anvil-train rejects unknown flags and bad values", "[cli]") {
+  expect_failure("--bogus-flag 3", {"--bogus-flag"});
+  expect_failure("--epochs", {"--epochs"});
+  expect_failure("--batch-size 0", {"--batch-size", "> 0"});
+  expect_failure("--epochs -1", {"--epochs"});
+  expect_failure("--lr nan", {"--lr", "nan"});
+  expect_failure("--momentum -0.5", {"--momentum"});
+  expect_failure("--init xavier --device cpu", {"--init", "xavier"});
+  CliResult r = run_cli("--batch-size 0");
+  CHECK_THAT(r.output, !Contains("179769"));  // no raw double limits in messages
+}
+
+TEST_CASE("anvil-train --help lists the options and exits 0", "[cli]") {
+  CliResult r = run_cli("--help");
+  INFO(r.output);
+  CHECK(r.code == 0);
+  for (const char* flag : {"--model", "--device", "--epochs", "--batch-size", "--lr",
+                           "--data-dir", "--init-from", "--save", "--metrics"})
+    CHECK_THAT(r.output, Contains(flag));
+}
+
+TEST_CASE("anvil-train --model nosuch: one error line naming the model", "[cli]") {
+  // Default device (auto): the model is checked before the GPU probe, so the
+  // error is the only output.
+  CliResult r = expect_failure("--model nosuch", {"nosuch", "lenet"});
+  CHECK(lines_of(r.output).size() == 1);
+  CHECK(count_lines_containing(r.output, "error") == 1);
+  CHECK(count_lines_containing(r.output, "nosuch") == 1);
+  CliResult cpu = expect_failure("--model nosuch --device cpu", {"nosuch"});
+  CHECK(lines_of(cpu.output).size() == 1);
+}
+
+TEST_CASE("anvil-train refuses unknown or absent devices, naming them", "[cli]") {
+  CliResult bad = expect_failure("--device gpu0", {"gpu0"});
+  CHECK(count_lines_containing(bad.output, "error") == 1);
+  if (device_count() <= 7) {
+    CliResult absent = expect_failure("--device cuda:7", {"cuda:7"});
+    CHECK(count_lines_containing(absent.output, "error") == 1);
+  }
+  expect_failure("--device cuda:x", {"cuda:x"});
+  expect_failure("--device ''", {"--device"});
+}
+
+TEST_CASE("anvil-train reports a missing data directory", "[cli]") {
+  CliTempDir dir;
+  std::string missing = dir.file("no-such-dir");
+  CliResult r = expect_failure("--device cpu --data-dir " + quote(missing), {missing});
+  CHECK(count_lines_containing(r.output, "error") == 1);
+  expect_failure("--device cpu --data-dir /nonexistent", {"/nonexistent"});
+  // A directory without the files names the file it looked for.
+  CliTempDir empty;
+  expect_failure("--device cpu --data-dir " + quote(empty.path.string()),
+                 {empty.path.string(), "train-images-idx3-ubyte"});
+}
+
+TEST_CASE("anvil-train reports a truncated IDX images file", "[cli]") {
+  CliTempDir dir;
+  write_synthetic_split(dir.path, 100, 20);
+  // Header says 100 images, but only 1000 bytes of pixels follow.
+  write_file(dir.file("train-images-idx3-ubyte"), idx_images(100, 1000, 1));
+  std::string images = dir.file("train-images-idx3-ubyte");
+  CliResult r = expect_failure("--device cpu --data-dir " + quote(dir.path.string()),
+                               {images, "truncated"});
+  CHECK(count_lines_containing(r.output, "error") == 1);
+  // The same with the real label files next to it, when present.
+  if (have_fashion_mnist()) {
+    CliTempDir real;
+    for (const char* f : {"train-labels-idx1-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
+                          "t10k-images-idx3-ubyte.gz"})
+      fs::copy_file(fs::path(kFashionDir) / f, real.path / f);
+    write_file(real.file("train-images-idx3-ubyte"), idx_images(60000, 5000, 1));
+    expect_failure("--device cpu --data-dir " + quote(real.path.string()),
+                   {real.file("train-images-idx3-ubyte"), "truncated"});
+  }
+}
+
+TEST_CASE("anvil-train --init-from reports bad checkpoints, naming file and tensor", "[cli]") {
+  CliTempDir dir;
+  SECTION("missing file") {
+    std::string path = dir.file("absent.safetensors");
+    expect_failure("--device cpu --init-from " + quote(path), {path});
+  }
+  SECTION("garbage") {
+    std::string path = dir.file("garbage.safetensors");
+    std::string text = "this is not a checkpoint, just some text that goes on for a while\n";
+    write_file(path, std::vector<uint8_t>(text.begin(), text.end()));
+    CliResult r = expect_failure("--device cpu --init-from " + quote(path), {path});
+    CHECK(count_lines_containing(r.output, "error") == 1);
+  }
+  SECTION("a directory") {
+    expect_failure("--device cpu --init-from " + quote(dir.path.string()),
+                   {dir.path.string(), "directory"});
+  }
+  SECTION("a tensor of the wrong shape") {
+    std::string path = dir.file("wrong.safetensors");
+    auto net = models::lenet(models::Init::Default);
+    auto state = net->state_dict();
+    for (auto& [name, t] : state)
+      if (name == "7.weight") t = Tensor::zeros({128, 801});
+    nn::save_safetensors(path, state);
+    expect_failure("--device cpu --init-from " + quote(path), {path, "7.weight", "[128, 801]"});
+  }
+  SECTION("a checkpoint of another model") {
+    std::string path = dir.file("other.safetensors");
+    nn::save_safetensors(path, {{"fc.weight", Tensor::zeros({10, 784})}});
+    expect_failure("--device cpu --init-from " + quote(path), {path, "fc.weight", "0.weight"});
+  }
+}
+
+TEST_CASE("anvil-train checks --save and --metrics paths before training", "[cli]") {
+  CliTempDir dir;
+  std::string save = dir.file("no/such/dir/model.safetensors");
+  // The data directory is missing too: the output path must be checked first,
+  // before any data is read or any epoch runs.
+  CliResult r = expect_failure(
+      "--device cpu --epochs 50 --save " + quote(save) + " --data-dir " + quote(dir.file("nodata")),
+      {"--save", save});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.output, !Contains("nodata"));
+  CHECK(r.seconds < 30);
+  CHECK_FALSE(fs::exists(dir.file("no")));
+
+  std::string metrics = dir.file("missing/metrics.jsonl");
+  expect_failure("--device cpu --metrics " + quote(metrics) + " --data-dir " +
+                     quote(dir.file("nodata")),
+                 {"--metrics", metrics});
+  // A directory is not a file to write.
+  expect_failure("--device cpu --save " + quote(dir.path.string()), {"--save", "directory"});
+
+  if (have_fashion_mnist()) {
+    // With real data present, still no training before the error.
+    CliResult real = expect_failure("--device cpu --epochs 50 --save " + quote(save),
+                                    {"--save", save});
+    CHECK(real.seconds < 30);
+  }
+}
+
+TEST_CASE("anvil-train trains, writes metrics and a checkpoint, and restarts from it", "[cli]") {
+  CliTempDir dir;
+  std::string data_dir = kFashionDir;
+  if (!have_fashion_mnist()) {
+    WARN("Fashion-MNIST not found in " << kFashionDir << "; using synthetic data");
+    write_synthetic_split(dir.path / "data", 256, 128);
+    data_dir = (dir.path / "data").string();
+  }
+  std::string metrics = dir.file("metrics.jsonl");
+  std::string ckpt = dir.file("lenet.safetensors");
+  std::string args = "--epochs 1 --limit-train 256 --limit-test 128 --batch-size 64 --data-dir " +
+                     quote(data_dir) + " --metrics " + quote(metrics) + " --save " + quote(ckpt);
+  CliResult r = run_cli(args);
+  INFO("anvil-train " << args << "\nexit " << r.code << ", output:\n" << r.output);
+  REQUIRE(r.code == 0);
+  check_no_crash(r);
+  CHECK_THAT(r.output, Contains("256 train / 128 test images"));
+  CHECK_THAT(r.output, Contains("epoch   1/1: train loss "));
+  CHECK_THAT(r.output, !Contains("\r"));  // no progress bar when not on a terminal
+  CHECK(count_lines_containing(r.output, "test acc: ") == 1);
+  std::string device = device_count() > 0 ? "cuda:0" : "cpu";
+  CHECK_THAT(r.output, Contains("sec/epoch on [" + device + "]"));
+
+  auto metric_lines = lines_of(read_text(metrics));
+  REQUIRE(metric_lines.size() == 1);
+  auto m = nlohmann::json::parse(metric_lines[0]);
+  REQUIRE(m.is_object());
+  for (const char* key : {"epoch", "train_loss", "train_acc", "test_acc", "epoch_seconds",
+                          "images_per_second", "device"})
+    CHECK(m.contains(key));
+  CHECK(m["epoch"] == 1);
+  double loss = m["train_loss"].get<double>();
+  CHECK(std::isfinite(loss));
+  CHECK(loss > 0);
+  CHECK(loss < 10);
+  for (const char* key : {"train_acc", "test_acc"}) {
+    double acc = m[key].get<double>();
+    CHECK(acc >= 0);
+    CHECK(acc <= 1);
+  }
+  CHECK(m["epoch_seconds"].get<double>() > 0);
+  CHECK(m["images_per_second"].get<double>() > 0);
+  CHECK(m["device"] == device);
+
+  auto state = nn::load_safetensors(ckpt);
+  REQUIRE(state.size() == kLeNetKeys.size());
+  for (size_t i = 0; i < state.size(); ++i) CHECK(state[i].first == kLeNetKeys[i]);
+  CHECK(state[4].second.shape() == Shape{128, 800});
+  // Trained: not the seed init's zero biases any more.
+  auto b = state[7].second.to_vector();
+  bool moved = false;
+  for (float v : b) moved |= v != 0.0f;
+  CHECK(moved);
+  for (auto& e : fs::directory_iterator(dir.path)) CHECK(e.path().extension() != ".tmp");
+  CHECK(fs::exists(metrics));
+
+  // Restart from the checkpoint; with no epochs the saved weights are the loaded ones.
+  std::string again = dir.file("again.safetensors");
+  CliResult r2 = run_cli("--epochs 0 --limit-train 64 --limit-test 64 --data-dir " +
+                         quote(data_dir) + " --init-from " + quote(ckpt) + " --save " +
+                         quote(again));
+  INFO("restart output:\n" << r2.output);
+  REQUIRE(r2.code == 0);
+  check_no_crash(r2);
+  auto state2 = nn::load_safetensors(again);
+  REQUIRE(state2.size() == state.size());
+  for (size_t i = 0; i < state.size(); ++i) {
+    INFO(state[i].first);
+    CHECK(state2[i].first == state[i].first);
+    CHECK(state2[i].second.to_vector() == state[i].second.to_vector());
+  }
+}
