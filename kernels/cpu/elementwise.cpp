@@ -1,0 +1,138 @@
+// Elementwise ops, channel bias and reductions.
+// Plain index loops that GCC vectorises (omp simd), split across threads
+// with a static schedule only above detail::kMinParallel elements, below
+// which forking the OpenMP team costs more than the loop. Reductions
+// accumulate in double over fixed-size blocks and then add the block sums
+// in order, so results are accurate and do not depend on the thread count.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/parallel_util.h"
+
+namespace anvil::cpu {
+
+using detail::kMinParallel;
+
+namespace {
+
+constexpr int64_t kSumBlock = 4096;
+
+double block_sum(const float* x, int64_t n) {
+  double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]);
+  return acc;
+}
+
+}  // namespace
+
+void relu_forward(int64_t n, const float* x, float* y) {
+  // `v < 0 ? 0 : v` keeps NaN (as torch.relu does) and maps to vmaxps.
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+}
+
+void relu_backward(int64_t n, const float* y, const float* dy, float* dx) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void add(int64_t n, const float* a, const float* b, float* y) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+void axpy(int64_t n, float alpha, const float* x, float* y) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void scale(int64_t n, float alpha, const float* x, float* y) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) y[i] = alpha * x[i];
+}
+
+void fill(int64_t n, float value, float* y) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) y[i] = value;
+}
+
+void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, const float* bias,
+                      float* y) {
+  if (inner == 1) {  // [outer, C] matrix (a linear layer): add the bias row to every row
+#pragma omp parallel for schedule(static) if (outer * C >= kMinParallel)
+    for (int64_t o = 0; o < outer; ++o) {
+      const float* xr = x + o * C;
+      float* yr = y + o * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] + bias[c];
+    }
+    return;
+  }
+  const int64_t rows = outer * C;
+#pragma omp parallel for schedule(static) if (rows * inner >= kMinParallel)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float b = bias[r % C];
+    const float* xr = x + r * inner;
+    float* yr = y + r * inner;
+#pragma omp simd
+    for (int64_t i = 0; i < inner; ++i) yr[i] = xr[i] + b;
+  }
+}
+
+void channel_sum(int64_t outer, int64_t C, int64_t inner, const float* dy, float* db) {
+  const bool par = outer * C * inner >= kMinParallel;
+  if (inner == 1) {
+    // [outer, C] matrix, column sums: walk rows contiguously, each thread
+    // owning a band of columns so its accumulators stay in registers/L1.
+    constexpr int64_t kBand = 64;
+    const int64_t bands = (C + kBand - 1) / kBand;
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t b = 0; b < bands; ++b) {
+      const int64_t c0 = b * kBand, c1 = std::min(C, c0 + kBand);
+      double acc[kBand] = {};
+      for (int64_t o = 0; o < outer; ++o) {
+        const float* row = dy + o * C;
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) acc[c - c0] += static_cast<double>(row[c]);
+      }
+      for (int64_t c = c0; c < c1; ++c) db[c] = static_cast<float>(acc[c - c0]);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t c = 0; c < C; ++c) {
+    double acc = 0.0;
+    for (int64_t o = 0; o < outer; ++o) {
+      const float* seg = dy + (o * C + c) * inner;
+      for (int64_t i0 = 0; i0 < inner; i0 += kSumBlock)
+        acc += block_sum(seg + i0, std::min(kSumBlock, inner - i0));
+    }
+    db[c] = static_cast<float>(acc);
+  }
+}
+
+float sum(int64_t n, const float* x) {
+  if (n <= 0) return 0.0f;
+  const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  if (n < kMinParallel) {
+    double acc = 0.0;
+    for (int64_t b = 0; b < blocks; ++b)
+      acc += block_sum(x + b * kSumBlock, std::min(kSumBlock, n - b * kSumBlock));
+    return static_cast<float>(acc);
+  }
+  // Per-block partials, then an ordered sum: identical result for any
+  // number of threads. The partials vector is tiny (n / 4096 doubles).
+  thread_local std::vector<double> partial;
+  if (partial.size() < static_cast<size_t>(blocks)) partial.resize(blocks);
+  double* part = partial.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b)
+    part[b] = block_sum(x + b * kSumBlock, std::min(kSumBlock, n - b * kSumBlock));
+  double acc = 0.0;
+  for (int64_t b = 0; b < blocks; ++b) acc += part[b];
+  return static_cast<float>(acc);
+}
+
+}  // namespace anvil::cpu

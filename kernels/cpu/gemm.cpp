@@ -1,0 +1,85 @@
+// GEMM and per-thread scratch space.
+// gemm forwards to OpenBLAS's cblas_sgemm (row-major): a hand-written kernel
+// would not beat it, and it is already OpenMP-threaded, so callers must not
+// wrap it in their own parallel region. Degenerate sizes are handled here
+// because BLAS implementations disagree on K == 0. scratch() keeps a few
+// grow-only, 64-byte aligned buffers per thread, so kernels that need
+// im2col columns or staging space allocate only until the largest shape has
+// been seen once; contents are NOT preserved across calls or growth.
+//
+// Slot use by the kernels in this directory (callers holding a scratch slot
+// across a kernel call must not use these): conv2d_* use slots 0, 1 and 2.
+#include <cblas.h>
+
+#include <climits>
+#include <cstdlib>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace anvil::cpu {
+
+namespace {
+
+constexpr int kScratchSlots = 4;
+
+struct ScratchBuffer {
+  float* data = nullptr;
+  size_t capacity = 0;
+  ScratchBuffer() = default;
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  ~ScratchBuffer() { std::free(data); }
+};
+
+int blas_int(int64_t v, const char* what) {
+  if (v < 0 || v > INT_MAX) throw std::out_of_range(std::string("gemm: ") + what + " out of range");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+float* scratch(size_t floats, int slot) {
+  thread_local ScratchBuffer buffers[kScratchSlots];
+  if (slot < 0 || slot >= kScratchSlots) throw std::out_of_range("cpu::scratch: bad slot");
+  ScratchBuffer& b = buffers[slot];
+  if (floats > b.capacity || b.data == nullptr) {
+    // Grow geometrically so a slowly increasing request does not reallocate
+    // every call; round to a whole cache line for aligned_alloc.
+    size_t want = floats > b.capacity + b.capacity / 2 ? floats : b.capacity + b.capacity / 2;
+    if (want < 16) want = 16;
+    size_t bytes = ((want * sizeof(float) + 63) / 64) * 64;
+    void* p = std::aligned_alloc(64, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    std::free(b.data);
+    b.data = static_cast<float*>(p);
+    b.capacity = bytes / sizeof(float);
+  }
+  return b.data;
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0 || alpha == 0.0f) {
+    // C = beta * C; beta == 0 overwrites (ignores NaN/garbage in C, as BLAS does).
+    for (int64_t i = 0; i < M; ++i) {
+      float* c = C + i * ldc;
+      if (beta == 0.0f) {
+        for (int64_t j = 0; j < N; ++j) c[j] = 0.0f;
+      } else if (beta != 1.0f) {
+        for (int64_t j = 0; j < N; ++j) c[j] *= beta;
+      }
+    }
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, blas_int(M, "M"), blas_int(N, "N"),
+              blas_int(K, "K"), alpha, A, blas_int(lda, "lda"), B, blas_int(ldb, "ldb"), beta, C,
+              blas_int(ldc, "ldc"));
+}
+
+}  // namespace anvil::cpu
