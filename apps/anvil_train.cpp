@@ -161,7 +161,8 @@ int run(const Options& o) {
         "epoch {:>3}/{}: train loss {:.4f}, train acc {:.4f}, test acc {:.4f}, {:.2f} s, "
         "{:.0f} img/s\n",
         epoch, o.epochs, tr.loss, tr.accuracy, test.accuracy, tr.seconds,
-        tr.images_per_second());
+        tr.images_per_second())
+              << std::flush;
     if (metrics) {
       nlohmann::ordered_json line = {{"epoch", epoch},
                                      {"train_loss", tr.loss},
