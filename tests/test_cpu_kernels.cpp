@@ -283,10 +283,16 @@ TEST_CASE("max pool picks the first maximum and routes gradients", "[cpu][pool]"
 
 TEST_CASE("avg pool divides by the whole window including padding", "[cpu][pool]") {
   const std::vector<Pool2dShape> shapes = {
-      pool_shape(1, 1, 6, 6, 2, 2, 2, 2, 0, 0),
+      pool_shape(1, 1, 6, 6, 2, 2, 2, 2, 0, 0),     // 2x2/2 fast path, scalar tail only
+      pool_shape(1, 3, 7, 9, 2, 2, 2, 2, 0, 0),     // fast path, odd H/W: last row/col get 0
+      pool_shape(2, 3, 35, 37, 2, 2, 2, 2, 0, 0),   // fast path, SIMD body + tail, odd H/W
+      pool_shape(8, 20, 26, 26, 2, 2, 2, 2, 0, 0),  // LeNet pool1 geometry, parallel
       pool_shape(5, 3, 7, 9, 3, 3, 2, 2, 1, 1),
       pool_shape(2, 1, 5, 8, 3, 2, 1, 2, 1, 1),
       pool_shape(8, 16, 28, 28, 3, 3, 2, 2, 1, 1),
+      pool_shape(1, 3, 11, 10, 3, 2, 3, 3, 0, 0),   // disjoint windows with gaps
+      pool_shape(2, 3, 9, 8, 2, 3, 3, 3, 1, 1),     // disjoint windows, padding
+      pool_shape(1, 1, 5, 5, 2, 2, 3, 3, 2, 2),     // window entirely in padding
   };
   for (size_t si = 0; si < shapes.size(); ++si) {
     const Pool2dShape& s = shapes[si];

@@ -5,12 +5,18 @@
 // padding branches: padding is -inf for max (never chosen) and 0 for avg
 // (which still divides by kernel_h*kernel_w, count_include_pad=True).
 // The common non-overlapping 2x2/stride-2/no-padding max pool has its own
-// branch-light loop since it dominates small CNNs such as LeNet.
+// branch-light loop since it dominates small CNNs such as LeNet; the same
+// geometry has an AVX2 average pool (forward and backward), which writes each
+// dx 2x2 block directly instead of zero-fill + scattered adds.
 // Max ties: the first maximum in row-major scan order wins; NaN propagates
 // (a NaN in the window is selected, as in PyTorch). A window lying entirely
 // in padding (only possible when pad >= kernel) yields -inf and argmax -1,
 // which the backward skips.
 #include <algorithm>
+#include <vector>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 #include <cmath>
 #include <limits>
 
@@ -89,12 +95,92 @@ void max_pool_2x2_plane(const Pool2dShape& s, const float* xp, float* yp, int64_
   }
 }
 
+bool is_2x2_s2(const Pool2dShape& s) {
+  return s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 && s.stride_w == 2 &&
+         s.pad_h == 0 && s.pad_w == 0 && 2 * s.P <= s.H && 2 * s.Q <= s.W;
+}
+
+// y = ((a + b) + c) + d) / 4 per 2x2 window: the generic loop's scan-order
+// sum, so both paths round identically.
+void avg_pool_2x2_plane(const Pool2dShape& s, const float* xp, float* yp) {
+  const int64_t W = s.W, Q = s.Q;
+  for (int64_t p = 0; p < s.P; ++p) {
+    const float* r0 = xp + 2 * p * W;
+    const float* r1 = r0 + W;
+    float* yr = yp + p * Q;
+    int64_t q = 0;
+#ifdef __AVX2__
+    const __m256 quarter = _mm256_set1_ps(0.25f);
+    for (; q + 8 <= Q; q += 8) {  // reads x[2q .. 2q+15] of both rows
+      const __m256 a0 = _mm256_loadu_ps(r0 + 2 * q), a1 = _mm256_loadu_ps(r0 + 2 * q + 8);
+      const __m256 b0 = _mm256_loadu_ps(r1 + 2 * q), b1 = _mm256_loadu_ps(r1 + 2 * q + 8);
+      // shuffle_ps keeps 128-bit lanes: evens/odds come out as q0145|q2367,
+      // fixed by one cross-lane permute at the end.
+      __m256 acc = _mm256_add_ps(_mm256_shuffle_ps(a0, a1, 0x88), _mm256_shuffle_ps(a0, a1, 0xDD));
+      acc = _mm256_add_ps(acc, _mm256_shuffle_ps(b0, b1, 0x88));
+      acc = _mm256_add_ps(acc, _mm256_shuffle_ps(b0, b1, 0xDD));
+      acc = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(acc), 0xD8));
+      _mm256_storeu_ps(yr + q, _mm256_mul_ps(acc, quarter));
+    }
+#endif
+    for (; q < Q; ++q) yr[q] = (((r0[2 * q] + r0[2 * q + 1]) + r1[2 * q]) + r1[2 * q + 1]) * 0.25f;
+  }
+}
+
+// dx block (2p..2p+1, 2q..2q+1) = dy[p, q] / 4; rows/columns past 2P / 2Q
+// (odd H / W) belong to no window and get 0.
+void avg_pool_2x2_backward_plane(const Pool2dShape& s, const float* dyp, float* dxp) {
+  const int64_t W = s.W, Q = s.Q;
+  for (int64_t p = 0; p < s.P; ++p) {
+    const float* g = dyp + p * Q;
+    float* d0 = dxp + 2 * p * W;
+    float* d1 = d0 + W;
+    int64_t q = 0;
+#ifdef __AVX2__
+    const __m256 quarter = _mm256_set1_ps(0.25f);
+    for (; q + 8 <= Q; q += 8) {
+      const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(g + q), quarter);
+      const __m256 lo = _mm256_unpacklo_ps(v, v), hi = _mm256_unpackhi_ps(v, v);  // g0g0g1g1|g4g4g5g5
+      const __m256 first = _mm256_permute2f128_ps(lo, hi, 0x20);   // g0..g3 doubled
+      const __m256 second = _mm256_permute2f128_ps(lo, hi, 0x31);  // g4..g7 doubled
+      _mm256_storeu_ps(d0 + 2 * q, first);
+      _mm256_storeu_ps(d0 + 2 * q + 8, second);
+      _mm256_storeu_ps(d1 + 2 * q, first);
+      _mm256_storeu_ps(d1 + 2 * q + 8, second);
+    }
+#endif
+    for (; q < Q; ++q) {
+      const float v = g[q] * 0.25f;
+      d0[2 * q] = d0[2 * q + 1] = d1[2 * q] = d1[2 * q + 1] = v;
+    }
+    for (int64_t w = 2 * Q; w < W; ++w) d0[w] = d1[w] = 0.0f;
+  }
+  std::fill(dxp + 2 * s.P * W, dxp + s.H * W, 0.0f);
+}
+
+// Generic backward for windows that cannot overlap (stride >= kernel): each
+// dx element gets at most one window's gradient, so it is written once (0
+// where no window covers it) instead of zero-fill + scattered adds.
+void avg_pool_disjoint_backward_plane(const Pool2dShape& s, const int64_t* qmap, const float* dyp,
+                                      float inv, float* dxp) {
+  for (int64_t h = 0; h < s.H; ++h) {
+    float* row = dxp + h * s.W;
+    // The only window row p that can cover h: the last one starting at or before h.
+    const int64_t p = detail::floor_div(h + s.pad_h, s.stride_h);
+    if (p >= s.P || h + s.pad_h - p * s.stride_h >= s.kernel_h) {
+      std::fill(row, row + s.W, 0.0f);
+      continue;
+    }
+    const float* g = dyp + p * s.Q;
+    for (int64_t w = 0; w < s.W; ++w) row[w] = qmap[w] >= 0 ? g[qmap[w]] * inv : 0.0f;
+  }
+}
+
 }  // namespace
 
 void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y, int64_t* argmax) {
   const int64_t planes = s.N * s.C, HW = s.H * s.W, PQ = s.P * s.Q;
-  const bool fast2x2 = s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 && s.stride_w == 2 &&
-                       s.pad_h == 0 && s.pad_w == 0 && 2 * s.P <= s.H && 2 * s.Q <= s.W;
+  const bool fast2x2 = is_2x2_s2(s);
 #pragma omp parallel for schedule(static) if (parallel_worth(s))
   for (int64_t i = 0; i < planes; ++i) {
     const float* xp = x + i * HW;
@@ -132,10 +218,15 @@ void max_pool2d_backward(const Pool2dShape& s, const float* dy, const int64_t* a
 void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y) {
   const int64_t planes = s.N * s.C, HW = s.H * s.W, PQ = s.P * s.Q;
   const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
+  const bool fast2x2 = is_2x2_s2(s);
 #pragma omp parallel for schedule(static) if (parallel_worth(s))
   for (int64_t i = 0; i < planes; ++i) {
     const float* xp = x + i * HW;
     float* yp = y + i * PQ;
+    if (fast2x2) {
+      avg_pool_2x2_plane(s, xp, yp);
+      continue;
+    }
     for (int64_t p = 0; p < s.P; ++p) {
       for (int64_t q = 0; q < s.Q; ++q) {
         const Window wd = window(s, p, q);
@@ -151,10 +242,30 @@ void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y) {
 void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx) {
   const int64_t planes = s.N * s.C, HW = s.H * s.W, PQ = s.P * s.Q;
   const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
+  const bool fast2x2 = is_2x2_s2(s);
+  const bool disjoint = !fast2x2 && s.stride_h >= s.kernel_h && s.stride_w >= s.kernel_w;
+  // Column -> covering window column (or -1), shared read-only by all threads.
+  thread_local std::vector<int64_t> qmap_store;
+  if (disjoint) {
+    qmap_store.assign(static_cast<size_t>(s.W), -1);
+    for (int64_t q = 0; q < s.Q; ++q) {
+      const Window wd = window(s, 0, q);
+      for (int64_t w = wd.w0; w < wd.w1; ++w) qmap_store[w] = q;
+    }
+  }
+  const int64_t* qmap = qmap_store.data();
 #pragma omp parallel for schedule(static) if (parallel_worth(s))
   for (int64_t i = 0; i < planes; ++i) {
     float* dxp = dx + i * HW;
     const float* dyp = dy + i * PQ;
+    if (fast2x2) {
+      avg_pool_2x2_backward_plane(s, dyp, dxp);
+      continue;
+    }
+    if (disjoint) {
+      avg_pool_disjoint_backward_plane(s, qmap, dyp, inv, dxp);
+      continue;
+    }
     std::fill(dxp, dxp + HW, 0.0f);
     for (int64_t p = 0; p < s.P; ++p) {
       for (int64_t q = 0; q < s.Q; ++q) {
