@@ -16,6 +16,9 @@
 #include <algorithm>
 #include <cstring>
 #include <vector>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 #include "kernels/cpu/conv_direct.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -35,8 +38,28 @@ using detail::floor_div;
 constexpr int64_t kChunkFloats = ANVIL_CONV_CHUNK_FLOATS;
 
 // Short-row copy / accumulate (rows of Q floats, 9 for LeNet's conv2):
-// inline loops instead of memcpy, whose call overhead dominates such rows.
-inline void copy_row(float* __restrict d, const float* __restrict s, int64_t n) {
+// inline code instead of memcpy, whose call overhead dominates such rows.
+// GCC's loop distribution turns any copy loop (even of intrinsics) back into
+// a memmove call, so it is switched off where copy_row's loops land. With
+// AVX2 the tail is one overlapping 8- (or 4-) wide copy of the row's last
+// elements (the same values, so rewriting a few is harmless).
+#define ANVIL_NO_MEMCPY_IDIOM __attribute__((optimize("no-tree-loop-distribute-patterns")))
+
+ANVIL_NO_MEMCPY_IDIOM inline void copy_row(float* __restrict d, const float* __restrict s,
+                                           int64_t n) {
+#ifdef __AVX2__
+  if (n >= 8) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_loadu_ps(s + i));
+    if (i < n) _mm256_storeu_ps(d + n - 8, _mm256_loadu_ps(s + n - 8));
+    return;
+  }
+  if (n >= 4) {
+    _mm_storeu_ps(d, _mm_loadu_ps(s));
+    _mm_storeu_ps(d + n - 4, _mm_loadu_ps(s + n - 4));
+    return;
+  }
+#endif
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) d[i] = s[i];
 }
@@ -82,7 +105,7 @@ struct TapRanges {
 
 // One column-matrix row (c, r, t) for images [n0, n0+cnt): dst[cnt*P*Q] is
 // written sequentially (friendly to the store path and prefetchers).
-void im2col_row(const Conv2dShape& s, const Range& pr, const Range& qr, const float* x,
+ANVIL_NO_MEMCPY_IDIOM void im2col_row(const Conv2dShape& s, const Range& pr, const Range& qr, const float* x,
                 int64_t n0, int64_t cnt, int64_t c, int64_t r, int64_t t, float* dst) {
   const int64_t P = s.P, Q = s.Q, W = s.W, HW = s.H * W, CHW = s.C * HW;
   const int64_t off = t - s.pad_w;
