@@ -6,6 +6,9 @@
 // in order, so results are accurate and do not depend on the thread count.
 #include <algorithm>
 #include <vector>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
@@ -18,10 +21,27 @@ namespace {
 
 constexpr int64_t kSumBlock = 4096;
 
+// Four independent 4-double accumulators: a single vector accumulator is
+// bound by vaddpd latency (~1.3 floats/cycle), which made channel sums
+// slower than reading their input.
 double block_sum(const float* x, int64_t n) {
+  int64_t i = 0;
   double acc = 0.0;
+#ifdef __AVX2__
+  __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 u = _mm256_loadu_ps(x + i), v = _mm256_loadu_ps(x + i + 8);
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(u)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(u, 1)));
+    a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3)));
+  acc = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#endif
 #pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]);
+  for (int64_t j = i; j < n; ++j) acc += static_cast<double>(x[j]);
   return acc;
 }
 
