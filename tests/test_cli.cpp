@@ -25,40 +25,18 @@
 #include "core/tensor.h"
 #include "nn/models.h"
 #include "nn/safetensors.h"
+#include "tests/test_util.h"
+
+using anvil::testing::TempDir;
+using anvil::testing::have_fashion_mnist;
+using anvil::testing::kFashionDir;
+using anvil::testing::read_file;
 
 namespace fs = std::filesystem;
 using namespace anvil;
 using Catch::Contains;
 
 namespace {
-
-const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
-
-bool have_fashion_mnist() {
-  return fs::exists(fs::path(kFashionDir) / "train-images-idx3-ubyte.gz") ||
-         fs::exists(fs::path(kFashionDir) / "train-images-idx3-ubyte");
-}
-
-struct CliTempDir {
-  fs::path path;
-  CliTempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("anvil_test_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~CliTempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -80,7 +58,7 @@ struct CliResult {
 
 // Runs anvil-train with `args` (already shell-quoted where needed).
 CliResult run_cli(const std::string& args) {
-  CliTempDir dir;
+  TempDir dir;
   std::string out = dir.file("output.txt");
   std::string cmd = quote(ANVIL_TRAIN_BIN) + " " + args + " > " + quote(out) + " 2>&1 < /dev/null";
   auto start = std::chrono::steady_clock::now();
@@ -90,7 +68,7 @@ CliResult run_cli(const std::string& args) {
   REQUIRE(rc != -1);
   if (WIFEXITED(rc)) r.code = WEXITSTATUS(rc);
   else if (WIFSIGNALED(rc)) r.code = 128 + WTERMSIG(rc);
-  r.output = read_text(out);
+  r.output = read_file(out);
   return r;
 }
 
@@ -209,19 +187,19 @@ TEST_CASE("anvil-train refuses unknown or absent devices, naming them", "[cli]")
 }
 
 TEST_CASE("anvil-train reports a missing data directory", "[cli]") {
-  CliTempDir dir;
+  TempDir dir;
   std::string missing = dir.file("no-such-dir");
   CliResult r = expect_failure("--device cpu --data-dir " + quote(missing), {missing});
   CHECK(count_lines_containing(r.output, "error") == 1);
   expect_failure("--device cpu --data-dir /nonexistent", {"/nonexistent"});
   // A directory without the files names the file it looked for.
-  CliTempDir empty;
+  TempDir empty;
   expect_failure("--device cpu --data-dir " + quote(empty.path.string()),
                  {empty.path.string(), "train-images-idx3-ubyte"});
 }
 
 TEST_CASE("anvil-train reports a truncated IDX images file", "[cli]") {
-  CliTempDir dir;
+  TempDir dir;
   write_synthetic_split(dir.path, 100, 20);
   // Header says 100 images, but only 1000 bytes of pixels follow.
   write_file(dir.file("train-images-idx3-ubyte"), idx_images(100, 1000, 1));
@@ -231,7 +209,7 @@ TEST_CASE("anvil-train reports a truncated IDX images file", "[cli]") {
   CHECK(count_lines_containing(r.output, "error") == 1);
   // The same with the real label files next to it, when present.
   if (have_fashion_mnist()) {
-    CliTempDir real;
+    TempDir real;
     for (const char* f : {"train-labels-idx1-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
                           "t10k-images-idx3-ubyte.gz"})
       fs::copy_file(fs::path(kFashionDir) / f, real.path / f);
@@ -242,7 +220,7 @@ TEST_CASE("anvil-train reports a truncated IDX images file", "[cli]") {
 }
 
 TEST_CASE("anvil-train --init-from reports bad checkpoints, naming file and tensor", "[cli]") {
-  CliTempDir dir;
+  TempDir dir;
   SECTION("missing file") {
     std::string path = dir.file("absent.safetensors");
     expect_failure("--device cpu --init-from " + quote(path), {path});
@@ -275,7 +253,7 @@ TEST_CASE("anvil-train --init-from reports bad checkpoints, naming file and tens
 }
 
 TEST_CASE("anvil-train checks --save and --metrics paths before training", "[cli]") {
-  CliTempDir dir;
+  TempDir dir;
   std::string save = dir.file("no/such/dir/model.safetensors");
   // The data directory is missing too: the output path must be checked first,
   // before any data is read or any epoch runs.
@@ -303,7 +281,7 @@ TEST_CASE("anvil-train checks --save and --metrics paths before training", "[cli
 }
 
 TEST_CASE("anvil-train trains, writes metrics and a checkpoint, and restarts from it", "[cli]") {
-  CliTempDir dir;
+  TempDir dir;
   std::string data_dir = kFashionDir;
   if (!have_fashion_mnist()) {
     WARN("Fashion-MNIST not found in " << kFashionDir << "; using synthetic data");
@@ -325,7 +303,7 @@ TEST_CASE("anvil-train trains, writes metrics and a checkpoint, and restarts fro
   std::string device = device_count() > 0 ? "cuda:0" : "cpu";
   CHECK_THAT(r.output, Contains("sec/epoch on [" + device + "]"));
 
-  auto metric_lines = lines_of(read_text(metrics));
+  auto metric_lines = lines_of(read_file(metrics));
   REQUIRE(metric_lines.size() == 1);
   auto m = nlohmann::json::parse(metric_lines[0]);
   REQUIRE(m.is_object());

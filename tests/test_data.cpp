@@ -24,6 +24,10 @@
 
 #include "data/dataloader.h"
 #include "data/idx.h"
+#include "tests/test_util.h"
+
+using anvil::testing::TempDir;
+using anvil::testing::kFashionDir;
 
 namespace fs = std::filesystem;
 using namespace anvil::data;
@@ -32,23 +36,6 @@ using Catch::Contains;
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-
-// A fresh directory under the system temp dir, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("anvil_test_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 void put_be32(Bytes& b, uint32_t v) {
   b.push_back(static_cast<uint8_t>(v >> 24));
@@ -134,7 +121,6 @@ std::vector<int64_t> iota_vec(int64_t n) {
   return v;
 }
 
-const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
 
 }  // namespace
 

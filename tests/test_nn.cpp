@@ -32,29 +32,15 @@
 #include "nn/module.h"
 #include "nn/optim.h"
 #include "nn/safetensors.h"
+#include "tests/test_util.h"
+
+using anvil::testing::TempDir;
 
 namespace fs = std::filesystem;
 using namespace anvil;
 using Catch::Contains;
 
 namespace {
-
-// A fresh directory under the system temp dir, removed afterwards.
-struct NnTempDir {
-  fs::path path;
-  NnTempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("anvil_test_nn_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~NnTempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -677,7 +663,7 @@ TEST_CASE("SGD rejects invalid options and parameters", "[nn][optim]") {
 // ---------------------------------------------------------------- safetensors
 
 TEST_CASE("safetensors round trip of a LeNet state dict is exact", "[nn][safetensors]") {
-  NnTempDir dir;
+  TempDir dir;
   Generator gen(51);
   auto net = models::lenet(models::Init::Default, &gen);
   std::string path = dir.file("lenet.safetensors");
@@ -703,7 +689,7 @@ TEST_CASE("safetensors round trip of a LeNet state dict is exact", "[nn][safeten
 
 TEST_CASE("safetensors round trip of mixed dtypes, scalars and empty tensors",
           "[nn][safetensors]") {
-  NnTempDir dir;
+  TempDir dir;
   std::string path = dir.file("mixed.safetensors");
   Tensor f = Tensor::from_vector(std::vector<float>{1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, -7.0f},
                                  {2, 3});
@@ -733,7 +719,7 @@ TEST_CASE("safetensors round trip of mixed dtypes, scalars and empty tensors",
 }
 
 TEST_CASE("safetensors file layout: LE length, JSON header, aligned data", "[nn][safetensors]") {
-  NnTempDir dir;
+  TempDir dir;
   std::string path = dir.file("layout.safetensors");
   Tensor f = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3});
   Tensor i = Tensor::from_vector(std::vector<int64_t>{7}, {});
@@ -799,7 +785,7 @@ void expect_load_error(const std::string& path, const std::string& what) {
 }  // namespace
 
 TEST_CASE("load_safetensors reports each kind of bad file, naming it", "[nn][safetensors]") {
-  NnTempDir dir;
+  TempDir dir;
   const std::string good_header =
       R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
   const std::string good_data(16, '\x01');
@@ -894,7 +880,7 @@ TEST_CASE("load_safetensors reports each kind of bad file, naming it", "[nn][saf
 
 TEST_CASE("load_safetensors ignores __metadata__ and accepts unaligned headers",
           "[nn][safetensors]") {
-  NnTempDir dir;
+  TempDir dir;
   // Header of odd length (other writers need not pad), tensors in reverse
   // order in the data section.
   std::string header =
@@ -914,7 +900,7 @@ TEST_CASE("load_safetensors ignores __metadata__ and accepts unaligned headers",
 }
 
 TEST_CASE("save_safetensors is atomic", "[nn][safetensors]") {
-  NnTempDir dir;
+  TempDir dir;
   Generator gen(71);
   auto net = models::lenet(models::Init::Default, &gen);
 
@@ -1037,7 +1023,7 @@ TEST_CASE("load_state_dict refuses mismatched states, naming the tensor, changin
 }
 
 TEST_CASE("A checkpoint restores a model through save and load", "[nn][safetensors]") {
-  NnTempDir dir;
+  TempDir dir;
   Generator gen(101);
   nn::Sequential model;
   model.add(std::make_shared<nn::Conv2d>(1, 3, 3, 1, 1))
@@ -1152,7 +1138,7 @@ TEST_CASE("PyTorch loads our safetensors into its own modules with the same outp
     WARN("skipped: /usr/bin/python3 with torch is not available");
     return;
   }
-  NnTempDir dir;
+  TempDir dir;
   Generator gen(111);
   auto net = models::lenet(models::Init::Default, &gen);
   Tensor x = Tensor::randn({3, 1, 28, 28}, &gen);

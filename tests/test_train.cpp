@@ -16,18 +16,14 @@
 #include "nn/models.h"
 #include "nn/optim.h"
 #include "nn/train.h"
+#include "tests/test_util.h"
+
+using anvil::testing::have_fashion_mnist;
+using anvil::testing::kFashionDir;
 
 using namespace anvil;
 
 namespace {
-
-const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
-
-bool have_fashion_mnist() {
-  namespace fs = std::filesystem;
-  return fs::exists(fs::path(kFashionDir) / "train-images-idx3-ubyte.gz") ||
-         fs::exists(fs::path(kFashionDir) / "train-images-idx3-ubyte");
-}
 
 struct RunResult {
   std::vector<train::EpochStats> epochs;
