@@ -193,6 +193,8 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"anvil-train: train a classifier on Fashion-MNIST"};
+  // A flag given twice takes its last value, so wrappers can set defaults.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--model", o.model, "Model: lenet")->capture_default_str();
   app.add_option("--device", o.device, "auto (best present), cpu or cuda:N")->capture_default_str();
   app.add_option("--epochs", o.epochs, "Number of epochs")->capture_default_str()->check(number_at_least(0, true));

@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)" --target anvil-train
-exec ./build/release/anvil-train --model lenet --device auto --epochs 10 --batch-size 256 \
-  --lr 0.2 "$@"
+# anvil-train's defaults are the seed recipe: 10 epochs, batch 256, lr 0.2.
+exec ./build/release/anvil-train --model lenet --device auto "$@"
