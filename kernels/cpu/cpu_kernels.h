@@ -37,7 +37,7 @@ void max_pool2d_backward(const Pool2dShape& s, const float* dy, const int64_t* a
 void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y);
 void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx);
 
-// Elementwise.
+// Elementwise. Output may alias an input exactly (in place), never partially.
 void relu_forward(int64_t n, const float* x, float* y);
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx);  // dx = dy * (y > 0)
 void add(int64_t n, const float* a, const float* b, float* y);
