@@ -66,7 +66,7 @@ TEST_CASE("seeded random numbers are reproducible", "[tensor]") {
   CHECK(Tensor::randn({5}).to_vector() == p.to_vector());
 }
 
-TEST_CASE("views share storage; clone does not", "[tensor]") {
+TEST_CASE("views share storage, clone does not", "[tensor]") {
   Tensor t = Tensor::arange(12).reshape({3, 4});
   SECTION("reshape with -1 and flatten") {
     Tensor v = t.reshape({-1, 6});
