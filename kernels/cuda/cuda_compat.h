@@ -1,0 +1,80 @@
+// The one header every kernels/cuda/*.cu includes. Under nvcc it is the real
+// CUDA runtime; under the simulator (ANVIL_CUDA_SIM, the .cu compiled as C++
+// by g++) it is sim/cuda_sim.h. Op code launches kernels through
+// anvil::cuda::launch and never writes <<<>>>, which g++ cannot parse.
+#pragma once
+#include <cstddef>
+#include <source_location>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#if defined(__CUDACC__)
+#include <cuda_runtime.h>
+#elif defined(ANVIL_CUDA_SIM)
+#include "sim/cuda_sim.h"
+#else
+#error "kernels/cuda needs nvcc or the simulator (define ANVIL_CUDA_SIM)"
+#endif
+
+namespace anvil::cuda {
+
+// A grid size that also records where the launch was written, so that a
+// failed launch names the caller's file:line without a macro.
+struct GridArg {
+  dim3 dims;
+  std::source_location where;
+  GridArg(dim3 d, std::source_location w = std::source_location::current()) : dims(d), where(w) {}
+  GridArg(unsigned d, std::source_location w = std::source_location::current())
+      : dims(d), where(w) {}
+};
+
+inline void check(cudaError_t err, const char* what,
+                  std::source_location where = std::source_location::current()) {
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(where.file_name()) + ":" + std::to_string(where.line()) +
+                             ": " + what + ": " + cudaGetErrorString(err));
+}
+
+// The block's dynamic shared memory (the launch's shared_bytes), as T*.
+// `extern __shared__` cannot be expressed by a macro in the simulator, hence
+// a function in both worlds.
+template <typename T>
+__device__ __forceinline__ T* dynamic_shared() {
+#if defined(__CUDACC__)
+  extern __shared__ __align__(16) unsigned char anvil_dynamic_smem[];
+  return reinterpret_cast<T*>(anvil_dynamic_smem);
+#else
+  return static_cast<T*>(anvil::sim::dynamic_shared_bytes());
+#endif
+}
+
+// kernel<<<grid, block, shared_bytes, stream>>>(args...), then a check that
+// the launch was accepted (throws std::runtime_error naming the call site).
+template <typename... KArgs, typename... Args>
+void launch(void (*kernel)(KArgs...), GridArg grid, dim3 block, size_t shared_bytes,
+            cudaStream_t stream, Args&&... args) {
+  static_assert(sizeof...(KArgs) == sizeof...(Args), "kernel argument count mismatch");
+#if defined(__CUDACC__)
+  kernel<<<grid.dims, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string("kernel launch at ") + grid.where.file_name() + ":" +
+                             std::to_string(grid.where.line()) + ": " + cudaGetErrorString(err));
+#else
+  // Arguments are converted once, as the launch would copy them to the
+  // device; every CUDA thread then gets its own copies, as its parameters.
+  struct Call {
+    void (*kernel)(KArgs...);
+    std::tuple<KArgs...> params;
+  } call{kernel, std::tuple<KArgs...>(std::forward<Args>(args)...)};
+  auto body = [](void* p) {
+    auto* c = static_cast<Call*>(p);
+    std::apply(c->kernel, c->params);
+  };
+  anvil::sim::launch_kernel(grid.dims, block, shared_bytes, stream, grid.where, body, &call);
+#endif
+}
+
+}  // namespace anvil::cuda

@@ -1,0 +1,174 @@
+// The CUDA simulator: enough of CUDA C++ and its runtime for the unchanged
+// kernels/cuda/*.cu files to compile with g++ and run on the CPU. Included
+// only through kernels/cuda/cuda_compat.h (never together with the real
+// <cuda_runtime.h>). Each CUDA thread is a fiber; __syncthreads is a block
+// barrier; blocks run one after another on the launching thread.
+//
+// Everything lives in namespace anvil_sim_rt and is made visible globally by
+// a using-directive, so kernels see `dim3`, `threadIdx`, `cudaMalloc` as under
+// nvcc while the link names never collide with libcudart in a CUDA build.
+#pragma once
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <source_location>
+#include <string>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+// One block runs at a time per worker thread, so a per-thread static is
+// exactly the block's shared memory. (It starts zeroed and keeps its values
+// between blocks: stale reads do not show; dynamic shared memory does.)
+#define __shared__ static thread_local
+
+namespace anvil_sim_rt {
+
+struct uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+};
+
+// Set by the scheduler before it resumes each fiber. constinit: no TLS
+// wrapper call on every access (and UBSan then sees a plain address).
+extern thread_local constinit uint3 threadIdx;
+extern thread_local constinit uint3 blockIdx;
+extern thread_local constinit dim3 blockDim;
+extern thread_local constinit dim3 gridDim;
+constexpr int warpSize = 32;
+
+void __syncthreads();
+
+// ---- math and intrinsics (full precision on the CPU) ----
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline float min(float a, float b) { return std::fmin(a, b); }
+inline float max(float a, float b) { return std::fmax(a, b); }
+template <typename T>
+inline T __ldg(const T* p) {
+  return *p;
+}
+
+// ---- atomics: relaxed, as CUDA's ----
+inline float atomicAdd(float* p, float v) {
+  return std::atomic_ref<float>(*p).fetch_add(v, std::memory_order_relaxed);
+}
+inline int atomicAdd(int* p, int v) {
+  return std::atomic_ref<int>(*p).fetch_add(v, std::memory_order_relaxed);
+}
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  return std::atomic_ref<unsigned>(*p).fetch_add(v, std::memory_order_relaxed);
+}
+inline int atomicMax(int* p, int v) {
+  std::atomic_ref<int> a(*p);
+  int old = a.load(std::memory_order_relaxed);
+  while (old < v && !a.compare_exchange_weak(old, v, std::memory_order_relaxed)) {
+  }
+  return old;
+}
+inline int atomicCAS(int* p, int expected, int desired) {
+  std::atomic_ref<int>(*p).compare_exchange_strong(expected, desired, std::memory_order_relaxed);
+  return expected;  // the old value, whether or not it was replaced
+}
+
+// ---- runtime subset ----
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevicePointer = 17,
+  cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorLaunchFailure = 719,
+};
+using cudaError = cudaError_t;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  size_t sharedMemPerBlock;
+  int maxThreadsPerBlock;
+  int maxThreadsDim[3];
+  int maxGridSize[3];
+  int warpSize;
+  int multiProcessorCount;
+  int major;
+  int minor;
+};
+
+const char* cudaGetErrorString(cudaError_t error);
+const char* cudaGetErrorName(cudaError_t error);
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+cudaError_t cudaMalloc(void** ptr, size_t bytes);
+template <typename T>
+cudaError_t cudaMalloc(T** ptr, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
+}
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+
+}  // namespace anvil_sim_rt
+
+using namespace anvil_sim_rt;  // kernels expect CUDA's names in the global namespace
+
+namespace anvil::sim {
+
+// The launch behind anvil::cuda::launch: checks the configuration, then runs
+// every block (each CUDA thread a fiber) and returns when all have finished.
+// Throws std::runtime_error naming `where` on a bad configuration, a
+// divergent __syncthreads or an exception thrown by a CUDA thread.
+void launch_kernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                   std::source_location where, void (*thread_body)(void*), void* ctx);
+
+// The running block's dynamic shared memory: exactly the launch's bytes,
+// filled with NaN bytes (0xFF) before the block starts.
+void* dynamic_shared_bytes();
+
+// The readable detail of the most recent failed runtime call on this thread
+// (kept after cudaGetLastError resets the code; "" if none yet).
+std::string last_error_detail();
+
+// Limits the launch enforces (a compute-capability 8.x/9.x device's).
+constexpr unsigned kMaxThreadsPerBlock = 1024;
+constexpr size_t kMaxDynamicShared = 48 * 1024;
+
+}  // namespace anvil::sim

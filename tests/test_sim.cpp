@@ -1,0 +1,220 @@
+// The CUDA simulator (sim/): the kernels/cuda GEMM variants against the CPU
+// GEMM on ragged shapes, through simulated device memory, and the errors the
+// simulator must report instead of hanging or corrupting memory.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "sim_broken_kernels.cu"
+
+namespace {
+
+using Vec = std::vector<float>;
+
+Vec random_vec(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  Vec v(n);
+  for (auto& x : v) x = d(gen);
+  return v;
+}
+
+// A device buffer freed at scope exit (the ASan build checks for leaks).
+struct DeviceBuffer {
+  float* ptr = nullptr;
+  size_t count = 0;
+  explicit DeviceBuffer(size_t n) : count(n) {
+    anvil::cuda::check(cudaMalloc(&ptr, n * sizeof(float)), "cudaMalloc");
+  }
+  explicit DeviceBuffer(const Vec& host) : DeviceBuffer(host.size()) {
+    anvil::cuda::check(
+        cudaMemcpy(ptr, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+        "cudaMemcpy");
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  Vec to_host() const {
+    Vec v(count);
+    anvil::cuda::check(cudaMemcpy(v.data(), ptr, count * sizeof(float), cudaMemcpyDeviceToHost),
+                       "cudaMemcpy");
+    return v;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("sim: every GEMM variant matches the CPU GEMM on ragged shapes", "[sim]") {
+  struct Shape {
+    int M, N, K;
+    float alpha, beta;
+  };
+  const Shape shapes[] = {{1, 1, 1, 1.0f, 0.0f},      {7, 5, 3, 1.0f, 0.0f},
+                          {33, 65, 17, 0.5f, -1.5f},  {64, 64, 64, 1.0f, 1.0f},
+                          {100, 37, 129, -2.0f, 0.25f}, {3, 70, 0, 1.0f, 2.0f}};
+  for (int variant = 1; variant <= 4; ++variant) {
+    for (const Shape& s : shapes) {
+      DYNAMIC_SECTION("variant " << variant << ", " << s.M << "x" << s.N << "x" << s.K
+                                 << ", alpha " << s.alpha << ", beta " << s.beta) {
+        Vec A = random_vec(size_t(s.M) * s.K, 1), B = random_vec(size_t(s.K) * s.N, 2);
+        Vec C = random_vec(size_t(s.M) * s.N, 3);
+        // beta == 0 must not read C: NaN there would leak into the result.
+        if (s.beta == 0.0f) C.assign(C.size(), std::numeric_limits<float>::quiet_NaN());
+        Vec ref = C;
+        anvil::cpu::gemm(false, false, s.M, s.N, s.K, s.alpha, A.data(), s.K, B.data(), s.N,
+                         s.beta, ref.data(), s.N);
+        DeviceBuffer dA(A), dB(B), dC(C);
+        anvil::cuda::gemm(variant, s.M, s.N, s.K, s.alpha, dA.ptr, dB.ptr, s.beta, dC.ptr,
+                          nullptr);
+        Vec got = dC.to_host();
+        for (size_t i = 0; i < got.size(); ++i) {
+          INFO("element " << i / s.N << "," << i % s.N);
+          REQUIRE(std::fabs(got[i] - ref[i]) <= 1e-4f * std::max(1.0f, std::fabs(ref[i])));
+        }
+      }
+    }
+  }
+  SECTION("an unknown variant is refused") {
+    REQUIRE_THROWS_WITH(anvil::cuda::gemm(5, 1, 1, 1, 1.0f, nullptr, nullptr, 0.0f, nullptr,
+                                          nullptr),
+                        Catch::Contains("no variant 5"));
+  }
+}
+
+TEST_CASE("sim: cudaMemcpy checks the kind and the range against the allocation", "[sim]") {
+  Vec host(16, 1.0f);
+  DeviceBuffer dev(16);
+  SECTION("the right kind and size succeed") {
+    REQUIRE(cudaMemcpy(dev.ptr, host.data(), 64, cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemcpy(host.data(), dev.ptr, 64, cudaMemcpyDefault) == cudaSuccess);
+    REQUIRE(cudaMemcpy(dev.ptr + 8, dev.ptr, 32, cudaMemcpyDeviceToDevice) == cudaSuccess);
+  }
+  SECTION("a wrong kind is an error with a readable detail") {
+    REQUIRE(cudaMemcpy(dev.ptr, host.data(), 64, cudaMemcpyDeviceToHost) ==
+            cudaErrorInvalidValue);
+    REQUIRE(cudaGetLastError() == cudaErrorInvalidValue);
+    REQUIRE(cudaGetLastError() == cudaSuccess);  // reading it resets it
+    REQUIRE_THAT(anvil::sim::last_error_detail(), Catch::Contains("cudaMemcpyDeviceToHost"));
+    REQUIRE(cudaMemcpy(host.data(), host.data() + 8, 4, cudaMemcpyDeviceToDevice) ==
+            cudaErrorInvalidValue);
+  }
+  SECTION("a range past the allocation is an error") {
+    REQUIRE(cudaMemcpy(dev.ptr, host.data(), 68, cudaMemcpyHostToDevice) ==
+            cudaErrorInvalidValue);
+    REQUIRE_THAT(anvil::sim::last_error_detail(), Catch::Contains("overruns"));
+    REQUIRE(cudaMemcpy(host.data(), dev.ptr + 12, 32, cudaMemcpyDeviceToHost) ==
+            cudaErrorInvalidValue);
+    REQUIRE(cudaMemset(dev.ptr + 1, 0, 64) == cudaErrorInvalidValue);
+  }
+  SECTION("freeing a pointer that is not a cudaMalloc block is an error") {
+    REQUIRE(cudaFree(host.data()) == cudaErrorInvalidValue);
+  }
+}
+
+TEST_CASE("sim: launches with a bad configuration are refused", "[sim]") {
+  DeviceBuffer out(2048);
+  using sim_test_kernels::read_uninitialised_shared;
+  SECTION("1025 threads in a block") {
+    REQUIRE_THROWS_WITH(anvil::cuda::launch(read_uninitialised_shared, 1, dim3(1025), 4, nullptr,
+                                            out.ptr),
+                        Catch::Contains("1025 threads, the limit is 1024") &&
+                            Catch::Contains("test_sim.cpp"));
+  }
+  SECTION("a block dimension over its limit") {
+    REQUIRE_THROWS_WITH(anvil::cuda::launch(read_uninitialised_shared, 1, dim3(1, 1, 65), 4,
+                                            nullptr, out.ptr),
+                        Catch::Contains("per-dimension limits"));
+  }
+  SECTION("a grid y over 65535") {
+    REQUIRE_THROWS_WITH(anvil::cuda::launch(read_uninitialised_shared, dim3(1, 65536), dim3(1),
+                                            4, nullptr, out.ptr),
+                        Catch::Contains("exceeds the limits"));
+  }
+  SECTION("more than 48 KiB of dynamic shared memory") {
+    REQUIRE_THROWS_WITH(anvil::cuda::launch(read_uninitialised_shared, 1, dim3(1), 48 * 1024 + 4,
+                                            nullptr, out.ptr),
+                        Catch::Contains("dynamic shared memory"));
+  }
+}
+
+TEST_CASE("sim: a __syncthreads reached by part of a block is reported, not a hang", "[sim]") {
+  DeviceBuffer out(64);
+  REQUIRE_THROWS_WITH(
+      anvil::cuda::launch(sim_test_kernels::divergent_sync, 2, dim3(32), 0, nullptr, out.ptr),
+      Catch::Contains("divergent __syncthreads") && Catch::Contains("16 of 32 threads"));
+  // The simulator is usable again afterwards.
+  DeviceBuffer in(Vec(100, 2.0f));
+  anvil::cuda::launch(sim_test_kernels::reverse_through_shared, 4, dim3(32), 32 * sizeof(float),
+                      nullptr, in.ptr, out.ptr, 64);
+  REQUIRE(out.to_host()[0] == 2.0f);
+}
+
+TEST_CASE("sim: shared memory, atomics and thread indexing", "[sim]") {
+  SECTION("uninitialised dynamic shared memory reads as NaN") {
+    DeviceBuffer out(64);
+    anvil::cuda::launch(sim_test_kernels::read_uninitialised_shared, 1, dim3(64),
+                        64 * sizeof(float), nullptr, out.ptr);
+    for (float v : out.to_host()) REQUIRE(std::isnan(v));
+  }
+  SECTION("a block reverses its slice through dynamic shared memory") {
+    Vec host(100);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = float(i);
+    DeviceBuffer in(host), out(100);
+    anvil::cuda::launch(sim_test_kernels::reverse_through_shared, 4, dim3(32),
+                        32 * sizeof(float), nullptr, in.ptr, out.ptr, 100);
+    Vec got = out.to_host();
+    REQUIRE(got[0] == 31.0f);
+    REQUIRE(got[31] == 0.0f);
+    REQUIRE(got[96] == 99.0f);  // last, partial block: 96..99 from slots 28..31
+  }
+  SECTION("atomicAdd counts every thread of a 3D launch") {
+    int* counter = nullptr;
+    float* sum = nullptr;
+    anvil::cuda::check(cudaMalloc(&counter, sizeof(int)), "cudaMalloc");
+    anvil::cuda::check(cudaMalloc(&sum, sizeof(float)), "cudaMalloc");
+    anvil::cuda::check(cudaMemset(counter, 0, sizeof(int)), "cudaMemset");
+    anvil::cuda::check(cudaMemset(sum, 0, sizeof(float)), "cudaMemset");
+    anvil::cuda::launch(sim_test_kernels::count_threads, dim3(2, 3, 2), dim3(4, 2, 3), 0,
+                        nullptr, counter, sum);
+    int n = 0;
+    float s = 0;
+    cudaMemcpy(&n, counter, sizeof(int), cudaMemcpyDeviceToHost);
+    cudaMemcpy(&s, sum, sizeof(float), cudaMemcpyDeviceToHost);
+    cudaFree(counter);
+    cudaFree(sum);
+    REQUIRE(n == 12 * 24);
+    REQUIRE(s == 0.5f * 12 * 24);
+  }
+}
+
+TEST_CASE("sim: devices and streams", "[sim]") {
+  int count = 0;
+  REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
+  REQUIRE(count == 2);  // ANVIL_SIM_DEVICES unset
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  int device = -1;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  REQUIRE(device == 1);
+  REQUIRE(cudaSetDevice(2) == cudaErrorInvalidDevice);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  cudaGetLastError();
+  cudaDeviceProp prop;
+  REQUIRE(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
+  REQUIRE(std::string(prop.name) == "anvil simulated GPU");
+  REQUIRE(prop.maxThreadsPerBlock == 1024);
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  DeviceBuffer a(Vec(6, 1.0f)), b(Vec(6, 1.0f)), c(4);
+  anvil::cuda::gemm(4, 2, 2, 3, 1.0f, a.ptr, b.ptr, 0.0f, c.ptr, stream);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  REQUIRE(c.to_host() == Vec(4, 3.0f));
+  REQUIRE(cudaStreamDestroy(stream) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+}
