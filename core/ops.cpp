@@ -6,30 +6,11 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/ops_util.h"
 
 namespace anvil {
-namespace {
 
-using Grads = std::vector<Tensor>;
-
-Tensor like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
-
-void check_float(const char* op, const char* what, const Tensor& t) {
-  if (!t.defined()) throw std::invalid_argument(fmt::format("{}: {} is undefined", op, what));
-  if (t.dtype() != DType::Float32)
-    throw std::invalid_argument(fmt::format("{}: {} must be float32, got {} (shape {})", op, what,
-                                            dtype_name(t.dtype()), shape_str(t.shape())));
-}
-
-void check_rank(const char* op, const char* what, const Tensor& t, int64_t rank) {
-  if (t.dim() != rank)
-    throw std::invalid_argument(fmt::format("{}: {} must have {} dimensions, got shape {}", op,
-                                            what, rank, shape_str(t.shape())));
-}
-
-Backend& backend(const Tensor& t) { return backend_for(t.device()); }
-
-}  // namespace
+using namespace ops_detail;
 
 // ---------------------------------------------------------------- elementwise
 

@@ -6,21 +6,13 @@
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops.h"
+#include "core/ops_util.h"
 
 namespace anvil {
+
+using namespace ops_detail;
+
 namespace {
-
-using Grads = std::vector<Tensor>;
-
-Tensor like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
-Backend& backend(const Tensor& t) { return backend_for(t.device()); }
-
-void check_float(const char* op, const char* what, const Tensor& t) {
-  if (!t.defined()) throw std::invalid_argument(fmt::format("{}: {} is undefined", op, what));
-  if (t.dtype() != DType::Float32)
-    throw std::invalid_argument(fmt::format("{}: {} must be float32, got {} (shape {})", op, what,
-                                            dtype_name(t.dtype()), shape_str(t.shape())));
-}
 
 void check_nchw(const char* op, const Tensor& x) {
   check_float(op, "input", x);

@@ -109,19 +109,21 @@ Tensor Tensor::from_host(const void* data, const Shape& shape, DType dtype, Devi
   return host.to(device);
 }
 
-Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape, Device device) {
+template <typename T>
+static Tensor from_values(const std::vector<T>& values, const Shape& shape, Device device) {
   if (int64_t(values.size()) != shape_numel(shape))
     throw std::invalid_argument(fmt::format("from_vector: {} values do not fill shape {}",
                                             values.size(), shape_str(shape)));
-  return from_host(values.data(), shape, DType::Float32, device);
+  return Tensor::from_host(values.data(), shape, dtype_of<T>(), device);
+}
+
+Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape, Device device) {
+  return from_values(values, shape, device);
 }
 
 Tensor Tensor::from_vector(const std::vector<int64_t>& values, const Shape& shape,
                            Device device) {
-  if (int64_t(values.size()) != shape_numel(shape))
-    throw std::invalid_argument(fmt::format("from_vector: {} values do not fill shape {}",
-                                            values.size(), shape_str(shape)));
-  return from_host(values.data(), shape, DType::Int64, device);
+  return from_values(values, shape, device);
 }
 
 // ---- properties ----

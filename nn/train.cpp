@@ -10,12 +10,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+// Compares on the host with the batch's own labels: no copy back from the device.
+int64_t count_correct(const Tensor& logits, const std::vector<int64_t>& labels) {
   Tensor pred = argmax_rows(logits);
   const int64_t* p = pred.data<int64_t>();
-  std::vector<int64_t> y = labels.to_int_vector();
   int64_t correct = 0;
-  for (size_t i = 0; i < y.size(); ++i) correct += p[i] == y[i];
+  for (size_t i = 0; i < labels.size(); ++i) correct += p[i] == labels[i];
   return correct;
 }
 
@@ -45,7 +45,7 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
     loss.backward();
     optimizer.step();
     loss_sum += loss.item() * double(batch.size);
-    correct += count_correct(logits, y);
+    correct += count_correct(logits, batch.labels);
     stats.examples += batch.size;
     ++done;
     if (progress) {
@@ -77,7 +77,7 @@ EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device) 
     auto [x, y] = batch_tensors(batch, device);
     Tensor logits = model(x);
     loss_sum += cross_entropy(logits, y, Reduction::Sum).item();
-    correct += count_correct(logits, y);
+    correct += count_correct(logits, batch.labels);
     stats.examples += batch.size;
   }
   stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();

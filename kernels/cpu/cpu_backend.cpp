@@ -74,11 +74,7 @@ class CpuBackend final : public Backend {
     cpu::add(a.numel(), f(a), f(b), f(y));
   }
   void mul(const Tensor& a, const Tensor& b, const Tensor& y) override {
-    const float *pa = f(a), *pb = f(b);
-    float* py = f(y);
-    int64_t n = a.numel();
-#pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) py[i] = pa[i] * pb[i];
+    cpu::mul(a.numel(), f(a), f(b), f(y));
   }
   void axpy(float alpha, const Tensor& x, const Tensor& y) override {
     cpu::axpy(x.numel(), alpha, f(x), f(y));

@@ -41,6 +41,7 @@ void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx);
 void relu_forward(int64_t n, const float* x, float* y);
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx);  // dx = dy * (y > 0)
 void add(int64_t n, const float* a, const float* b, float* y);
+void mul(int64_t n, const float* a, const float* b, float* y);
 void axpy(int64_t n, float alpha, const float* x, float* y);  // y += alpha * x
 void scale(int64_t n, float alpha, const float* x, float* y);  // y = alpha * x
 void fill(int64_t n, float value, float* y);

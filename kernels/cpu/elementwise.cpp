@@ -63,6 +63,11 @@ void add(int64_t n, const float* a, const float* b, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
 
+void mul(int64_t n, const float* a, const float* b, float* y) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+}
+
 void axpy(int64_t n, float alpha, const float* x, float* y) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
