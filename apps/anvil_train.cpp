@@ -48,6 +48,13 @@ struct UsageError : std::runtime_error {
 
 Device choose_device(const std::string& text) {
   if (text == "auto") {
+    if (devices_are_simulated()) {
+      // Simulated GPUs are for checking kernels, orders of magnitude slower
+      // than the CPU backend: used only when named.
+      std::cout << "no GPU available (this build's cuda:N are simulated; name --device cuda:0 "
+                   "to train on one); training on cpu\n";
+      return Device::cpu();
+    }
     Device d = try_gpu(0);
     if (d.is_cpu()) std::cout << "no GPU available (" << no_gpu_reason() << "); training on cpu\n";
     return d;

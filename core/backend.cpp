@@ -1,8 +1,6 @@
 #include "core/backend.h"
 
-#include <stdexcept>
-
-#include <fmt/format.h>
+#include "core/cuda_hooks.h"
 
 namespace anvil {
 
@@ -10,8 +8,8 @@ Backend& cpu_backend();  // kernels/cpu/cpu_backend.cpp
 
 Backend& backend_for(Device device) {
   if (device.is_cpu()) return cpu_backend();
-  throw std::runtime_error(
-      fmt::format("device {} is not available: {}", device.str(), no_gpu_reason()));
+  check_cuda_device(device);
+  return cuda_hooks::backend(device.index);
 }
 
 }  // namespace anvil

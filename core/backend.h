@@ -1,9 +1,10 @@
-// The op layer's view of a device: one Backend per device type, whose
-// methods run one kernel on tensors the op layer has already checked and
-// allocated. Ops (core/ops.cpp) and their backwards are written once against
-// this interface; kernels/cpu implements it now, kernels/cuda later.
+// The op layer's view of a device: one Backend per device, whose methods run
+// one kernel on tensors the op layer has already checked and allocated. Ops
+// (core/ops.cpp) and their backwards are written once against this
+// interface; kernels/cpu and kernels/cuda implement it.
 #pragma once
 #include <cstdint>
+#include <utility>
 
 #include "core/tensor.h"
 #include "kernels/shapes.h"
@@ -54,9 +55,8 @@ class Backend {
                                              const Tensor& loss, const Tensor& probs) = 0;
   virtual void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
                                               const Tensor& dloss, const Tensor& dlogits) = 0;
-  // Largest label, for range checks (labels are int64).
-  virtual int64_t label_min(const Tensor& labels) = 0;
-  virtual int64_t label_max(const Tensor& labels) = 0;
+  // Smallest and largest label, for range checks (labels are int64, numel >= 1).
+  virtual std::pair<int64_t, int64_t> label_range(const Tensor& labels) = 0;
 
   // x viewed as [N, C, HW].
   virtual void batch_norm_forward_train(const Tensor& x, const Tensor& gamma,

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "core/cuda_hooks.h"
+
 namespace anvil {
 
 Device Device::parse(std::string_view text) {
@@ -25,46 +27,50 @@ std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index);
 }
 
-#ifdef ANVIL_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
+int device_count() { return cuda_hooks::device_count(); }
 
-namespace {
-// What the CUDA driver reports, asked once.
-struct GpuProbe {
-  int found = 0;
-  std::string reason;
-};
+std::string no_gpu_reason() { return cuda_hooks::no_device_reason(); }
 
-const GpuProbe& probe() {
-  static const GpuProbe result = [] {
-    GpuProbe p;
-#ifdef ANVIL_HAVE_CUDA
-    cudaError_t err = cudaGetDeviceCount(&p.found);
-    if (err != cudaSuccess) {
-      // No driver (cudaErrorInsufficientDriver / NoDevice): zero GPUs, not a crash.
-      p.found = 0;
-      p.reason = fmt::format("no usable CUDA driver or device: {}", cudaGetErrorString(err));
-    } else if (p.found == 0) {
-      p.reason = "the CUDA driver reports no GPU";
-    } else {
-      p.reason = fmt::format("{} CUDA GPU(s) present, but this build has no CUDA kernels yet",
-                             p.found);
-    }
-#else
-    p.reason = "this build of anvil has no CUDA support (configured with ANVIL_CUDA=OFF or without nvcc)";
-#endif
-    return p;
-  }();
-  return result;
+bool devices_are_simulated() { return cuda_hooks::simulated(); }
+
+void check_cuda_device(Device device) {
+  if (!device.is_cuda()) return;
+  int n = device_count();
+  if (n == 0)
+    throw std::runtime_error(
+        fmt::format("device {} is not available: {}", device.str(), no_gpu_reason()));
+  if (device.index >= n)
+    throw std::runtime_error(fmt::format("device {} is not available: there {} {} CUDA device{} "
+                                         "(cuda:0{})",
+                                         device.str(), n == 1 ? "is" : "are", n,
+                                         n == 1 ? "" : "s",
+                                         n == 1 ? "" : fmt::format("..cuda:{}", n - 1)));
 }
-}  // namespace
 
-// GPUs anvil can run on. The CUDA backend (kernels/cuda) is not part of this
-// build yet, so none is usable whatever the driver reports.
-int device_count() { return 0; }
+DeviceProperties device_properties(Device device) {
+  if (device.is_cpu()) throw std::invalid_argument("device_properties: cpu is not a CUDA device");
+  check_cuda_device(device);
+  return cuda_hooks::properties(device.index);
+}
 
-std::string no_gpu_reason() { return probe().reason; }
+void synchronize(Device device) {
+  if (device.is_cpu()) return;
+  check_cuda_device(device);
+  cuda_hooks::synchronize(device.index);
+}
+
+std::string device_summary() {
+  int n = device_count();
+  if (n == 0) return fmt::format("no CUDA devices: {}\n", no_gpu_reason());
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    DeviceProperties p = cuda_hooks::properties(i);
+    out += fmt::format("cuda:{}  {}  {:.1f} GiB  compute capability {}.{}  {} SMs{}\n", i, p.name,
+                       double(p.total_memory) / double(size_t{1} << 30), p.major, p.minor,
+                       p.multiprocessors, p.simulated ? "  (simulated)" : "");
+  }
+  return out;
+}
 
 Device try_gpu(int i) { return device_count() > i ? Device::cuda(i) : Device::cpu(); }
 

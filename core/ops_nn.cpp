@@ -220,7 +220,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduc
   int64_t N = logits.size(0), C = logits.size(1);
   Backend& be = backend(logits);
   if (N > 0) {
-    int64_t lo = be.label_min(labels), hi = be.label_max(labels);
+    auto [lo, hi] = be.label_range(labels);
     if (lo < 0 || hi >= C)
       throw std::invalid_argument(fmt::format(
           "cross_entropy: label {} out of range [0, {}) for {} classes", lo < 0 ? lo : hi, C, C));

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "core/cuda_hooks.h"
+
 namespace anvil {
 namespace {
 
@@ -80,9 +82,13 @@ Allocator& allocator_for(Device device) {
     static auto* cpu = new CachingCpuAllocator();
     return *cpu;
   }
-  throw std::runtime_error(
-      fmt::format("device {} is not available: {}", device.str(), no_gpu_reason()));
+  check_cuda_device(device);
+  return cuda_hooks::allocator(device.index);
 }
+
+MemoryStats memory_stats(Device device) { return allocator_for(device).stats(); }
+void empty_cache(Device device) { allocator_for(device).empty_cache(); }
+void reset_peak_memory_stats(Device device) { allocator_for(device).reset_peak(); }
 
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   data_ = allocator_for(device).allocate(bytes);

@@ -9,16 +9,35 @@
 
 namespace anvil {
 
+// Bytes as a caching allocator sees them (PyTorch's torch.cuda.memory_*
+// figures): `allocated` is held by live tensors, `reserved` is allocated
+// plus cached free blocks, both rounded to the allocator's block sizes.
+struct MemoryStats {
+  size_t allocated = 0;
+  size_t reserved = 0;
+  size_t peak_allocated = 0;
+  size_t device_allocations = 0;  // calls into the device's allocator (e.g. cudaMalloc)
+  size_t cache_hits = 0;          // requests served from the cache
+};
+
 class Allocator {
  public:
   virtual ~Allocator() = default;
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* ptr, size_t bytes) = 0;
+  // Returns cached free blocks to the device.
   virtual void empty_cache() {}
+  virtual MemoryStats stats() const { return {}; }
+  virtual void reset_peak() {}
 };
 
 // The allocator of a device; throws when the build has no backend for it.
 Allocator& allocator_for(Device device);
+
+// The device's caching-allocator figures, and its cache returned to the device.
+MemoryStats memory_stats(Device device);
+void empty_cache(Device device);
+void reset_peak_memory_stats(Device device);
 
 class Storage {
  public:

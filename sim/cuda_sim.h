@@ -138,6 +138,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                             cudaStream_t stream = nullptr);
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes);
 cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);

@@ -28,6 +28,7 @@ struct Registry {
   std::mutex mutex;
   std::map<uintptr_t, Allocation> allocations;
   std::set<cudaStream_t> streams;
+  std::map<int, size_t> used;  // bytes allocated per device
 };
 Registry& registry() {
   static Registry r;
@@ -49,6 +50,14 @@ int device_count() {
   if (env == nullptr || *env == '\0') return 2;
   int n = std::atoi(env);
   return n < 0 ? 0 : n;
+}
+
+// Each simulated device's memory: ANVIL_SIM_MEMORY_MB (default 16 GiB), so
+// that running out of device memory can be tested without exhausting the host.
+size_t device_memory() {
+  const char* env = std::getenv("ANVIL_SIM_MEMORY_MB");
+  if (env == nullptr || *env == '\0') return size_t{16} << 30;
+  return size_t(std::strtoull(env, nullptr, 10)) << 20;
 }
 
 // The allocation holding [p, p+bytes), or null if p is not device memory.
@@ -146,15 +155,21 @@ cudaError_t cudaPeekAtLastError() { return t_last_error; }
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (ptr == nullptr) return fail(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
-  // 256-byte alignment, as cudaMalloc guarantees; at least one byte so that
-  // every allocation has a distinct address.
-  size_t rounded = (bytes + 255) / 256 * 256;
-  void* p = std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
-  if (p == nullptr) {
-    *ptr = nullptr;
-    return fail(cudaErrorMemoryAllocation, "cudaMalloc: out of host memory");
-  }
+  *ptr = nullptr;
   std::lock_guard lock(registry().mutex);
+  size_t& used = registry().used[t_device];
+  if (bytes > device_memory() - used)
+    return fail(cudaErrorMemoryAllocation,
+                "cudaMalloc: " + std::to_string(bytes) + " bytes requested, " +
+                    std::to_string(device_memory() - used) + " free on simulated device " +
+                    std::to_string(t_device));
+  // 256-byte alignment, as cudaMalloc guarantees, and exactly the bytes
+  // asked for (at least one, so every allocation has a distinct address), so
+  // that AddressSanitizer reports a kernel reading one element too far.
+  void* p = nullptr;
+  if (posix_memalign(&p, 256, bytes == 0 ? 1 : bytes) != 0)
+    return fail(cudaErrorMemoryAllocation, "cudaMalloc: out of host memory");
+  used += bytes;
   registry().allocations[reinterpret_cast<uintptr_t>(p)] = Allocation{bytes, t_device};
   *ptr = p;
   return cudaSuccess;
@@ -166,6 +181,7 @@ cudaError_t cudaFree(void* ptr) {
   auto it = registry().allocations.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == registry().allocations.end())
     return fail(cudaErrorInvalidValue, "cudaFree: pointer is not the start of a cudaMalloc block");
+  registry().used[it->second.device] -= it->second.bytes;
   registry().allocations.erase(it);
   std::free(ptr);
   return cudaSuccess;
@@ -214,6 +230,15 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
 }
 
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (free_bytes == nullptr || total_bytes == nullptr)
+    return fail(cudaErrorInvalidValue, "cudaMemGetInfo: null pointer");
+  std::lock_guard lock(registry().mutex);
+  *total_bytes = device_memory();
+  *free_bytes = device_memory() - registry().used[t_device];
+  return cudaSuccess;
+}
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
   if (stream == nullptr) return fail(cudaErrorInvalidValue, "cudaStreamCreate: null pointer");
@@ -267,7 +292,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
                                             std::to_string(device));
   *prop = cudaDeviceProp{};
   std::strncpy(prop->name, "anvil simulated GPU", sizeof prop->name - 1);
-  prop->totalGlobalMem = size_t{16} << 30;
+  prop->totalGlobalMem = device_memory();
   prop->sharedMemPerBlock = anvil::sim::kMaxDynamicShared;
   prop->maxThreadsPerBlock = static_cast<int>(anvil::sim::kMaxThreadsPerBlock);
   prop->maxThreadsDim[0] = 1024;

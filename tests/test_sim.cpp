@@ -1,6 +1,7 @@
 // The CUDA simulator (sim/): the kernels/cuda GEMM variants against the CPU
 // GEMM on ragged shapes, through simulated device memory, and the errors the
 // simulator must report instead of hanging or corrupting memory.
+#if defined(ANVIL_CUDA_SIM)
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -71,8 +72,8 @@ TEST_CASE("sim: every GEMM variant matches the CPU GEMM on ragged shapes", "[sim
         anvil::cpu::gemm(false, false, s.M, s.N, s.K, s.alpha, A.data(), s.K, B.data(), s.N,
                          s.beta, ref.data(), s.N);
         DeviceBuffer dA(A), dB(B), dC(C);
-        anvil::cuda::gemm(variant, s.M, s.N, s.K, s.alpha, dA.ptr, dB.ptr, s.beta, dC.ptr,
-                          nullptr);
+        anvil::cuda::gemm(variant, false, false, s.M, s.N, s.K, s.alpha, dA.ptr, s.K, dB.ptr, s.N,
+                          s.beta, dC.ptr, s.N, nullptr);
         Vec got = dC.to_host();
         for (size_t i = 0; i < got.size(); ++i) {
           INFO("element " << i / s.N << "," << i % s.N);
@@ -82,8 +83,8 @@ TEST_CASE("sim: every GEMM variant matches the CPU GEMM on ragged shapes", "[sim
     }
   }
   SECTION("an unknown variant is refused") {
-    REQUIRE_THROWS_WITH(anvil::cuda::gemm(5, 1, 1, 1, 1.0f, nullptr, nullptr, 0.0f, nullptr,
-                                          nullptr),
+    REQUIRE_THROWS_WITH(anvil::cuda::gemm(5, false, false, 1, 1, 1, 1.0f, nullptr, 1, nullptr,
+                                          1, 0.0f, nullptr, 1, nullptr),
                         Catch::Contains("no variant 5"));
   }
 }
@@ -212,9 +213,11 @@ TEST_CASE("sim: devices and streams", "[sim]") {
   cudaStream_t stream = nullptr;
   REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
   DeviceBuffer a(Vec(6, 1.0f)), b(Vec(6, 1.0f)), c(4);
-  anvil::cuda::gemm(4, 2, 2, 3, 1.0f, a.ptr, b.ptr, 0.0f, c.ptr, stream);
+  anvil::cuda::gemm(4, false, false, 2, 2, 3, 1.0f, a.ptr, 3, b.ptr, 2, 0.0f, c.ptr, 2, stream);
   REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
   REQUIRE(c.to_host() == Vec(4, 3.0f));
   REQUIRE(cudaStreamDestroy(stream) == cudaSuccess);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
 }
+
+#endif  // ANVIL_CUDA_SIM

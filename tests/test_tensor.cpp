@@ -110,15 +110,34 @@ TEST_CASE("devices", "[tensor][device]") {
   for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:1x", "CPU", ""})
     CHECK_THROWS_WITH(Device::parse(bad), Contains("invalid device"));
 
-  // This build has no CUDA backend: no GPU is reported, nothing crashes.
-  CHECK(device_count() == 0);
-  CHECK(try_gpu() == Device::cpu());
-  CHECK(try_all_gpus() == std::vector<Device>{Device::cpu()});
-  CHECK(!no_gpu_reason().empty());
-
   Tensor t = Tensor::ones({2});
   CHECK(t.to(Device::cpu()).same(t));  // already there: the same tensor
-  CHECK_THROWS_WITH(t.to(Device::cuda(0)), Contains("cuda:0") && Contains("not available"));
+  const int n = device_count();
+  if (n == 0) {
+    // No GPU (or no CUDA backend): none is reported, nothing crashes.
+    CHECK(try_gpu() == Device::cpu());
+    CHECK(try_all_gpus() == std::vector<Device>{Device::cpu()});
+    CHECK(!no_gpu_reason().empty());
+    CHECK_THROWS_WITH(t.to(Device::cuda(0)), Contains("cuda:0") && Contains("not available"));
+    CHECK_THAT(device_summary(), Contains("no CUDA devices"));
+  } else {
+    CHECK(try_gpu() == Device::cuda(0));
+    CHECK(try_all_gpus().size() == size_t(n));
+    CHECK(no_gpu_reason().empty());
+    CHECK_THROWS_WITH(t.to(Device::cuda(n)),
+                      Contains(Device::cuda(n).str()) && Contains("not available") &&
+                          Contains(std::to_string(n) + " CUDA device"));
+    DeviceProperties p = device_properties(Device::cuda(0));
+    CHECK(!p.name.empty());
+    CHECK(p.total_memory > 0);
+    CHECK(p.major >= 7);
+    CHECK(p.simulated == devices_are_simulated());
+    CHECK_THAT(device_summary(), Contains("cuda:0") && Contains("GiB"));
+  }
+#if defined(ANVIL_CUDA_SIM)
+  CHECK(devices_are_simulated());
+  CHECK(n == 2);  // ANVIL_SIM_DEVICES unset: two simulated devices
+#endif
 }
 
 TEST_CASE("shape errors name the op and both shapes", "[tensor][errors]") {

@@ -102,13 +102,10 @@ class CpuBackend final : public Backend {
     cpu::softmax_cross_entropy_backward(probs.size(0), probs.size(1), f(probs), i64(labels),
                                         f(dloss), f(dlogits));
   }
-  int64_t label_min(const Tensor& labels) override {
+  std::pair<int64_t, int64_t> label_range(const Tensor& labels) override {
     const int64_t* p = i64(labels);
-    return *std::min_element(p, p + labels.numel());
-  }
-  int64_t label_max(const Tensor& labels) override {
-    const int64_t* p = i64(labels);
-    return *std::max_element(p, p + labels.numel());
+    auto [lo, hi] = std::minmax_element(p, p + labels.numel());
+    return {*lo, *hi};
   }
 
   void batch_norm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,

@@ -10,13 +10,10 @@
 #include <tuple>
 #include <utility>
 
-#if defined(__CUDACC__)
-#include <cuda_runtime.h>
-#elif defined(ANVIL_CUDA_SIM)
-#include "sim/cuda_sim.h"
-#else
-#error "kernels/cuda needs nvcc or the simulator (define ANVIL_CUDA_SIM)"
+#if !defined(__CUDACC__) && !defined(ANVIL_CUDA_SIM)
+#error "kernel files need nvcc or the simulator (define ANVIL_CUDA_SIM); host code includes kernels/cuda/runtime.h"
 #endif
+#include "kernels/cuda/runtime.h"
 
 namespace anvil::cuda {
 
@@ -29,13 +26,6 @@ struct GridArg {
   GridArg(unsigned d, std::source_location w = std::source_location::current())
       : dims(d), where(w) {}
 };
-
-inline void check(cudaError_t err, const char* what,
-                  std::source_location where = std::source_location::current()) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string(where.file_name()) + ":" + std::to_string(where.line()) +
-                             ": " + what + ": " + cudaGetErrorString(err));
-}
 
 // The block's dynamic shared memory (the launch's shared_bytes), as T*.
 // `extern __shared__` cannot be expressed by a macro in the simulator, hence

@@ -1,13 +1,120 @@
-// The CUDA backend's kernels, as host entry points taking device pointers.
-// Built by nvcc, or by g++ against the simulator (anvil_cuda_sim).
+// The CUDA backend's kernels, as host entry points over device pointers.
+// Built by nvcc for a GPU, or by g++ against the simulator (sim/); the same
+// source either way. Every entry point launches asynchronously on `stream`
+// on the current device (cudaSetDevice), checks the launch and returns;
+// memory is NCHW and contiguous, as in kernels/cpu/cpu_kernels.h, whose
+// functions are the reference each kernel is tested against.
+//
+// Where a kernel has a ladder of numbered variants (naive -> fast, for study
+// and benchmarks) the first argument picks one; kBest* names the one the
+// backend uses. Sizes are int64 at the interface; each kernel documents the
+// limits of its index arithmetic. Scratch memory is passed in by the caller
+// (the backend takes it from its caching allocator): *_workspace_floats says
+// how much a variant needs, and may be 0.
 #pragma once
-#include "kernels/cuda/cuda_compat.h"
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/runtime.h"
+#include "kernels/shapes.h"
 
 namespace anvil::cuda {
 
-// Row-major C[M,N] = alpha * A[M,K] * B[K,N] + beta * C with the handwritten
-// variant 1..4 (see gemm.cu); C is not read when beta == 0.
-void gemm(int variant, int M, int N, int K, float alpha, const float* A, const float* B,
-          float beta, float* C, cudaStream_t stream);
+// ---- GEMM (gemm.cu) ----
+// Row-major C[M,N] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T;
+// lda/ldb/ldc are the row strides of A, B, C as stored (as cblas). C is not
+// read when beta == 0. Variants 1 naive, 2 coalesced, 3 smem tiled,
+// 4 register-blocked.
+constexpr int kGemmVariants = 4;
+constexpr int kBestGemm = 4;
+void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc, cudaStream_t stream);
+
+// ---- convolution (conv.cu) ----
+// Variants per direction are listed in conv.cu; each writes (overwrites) its
+// output. bias / dbias may be null.
+constexpr int kConvVariants = 3;
+constexpr int kBestConv = 3;
+size_t conv2d_workspace_floats(int variant, const Conv2dShape& s);
+void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const float* w,
+                    const float* bias, float* y, float* workspace, cudaStream_t stream);
+void conv2d_backward_data(int variant, const Conv2dShape& s, const float* dy, const float* w,
+                          float* dx, float* workspace, cudaStream_t stream);
+void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, const float* dy,
+                            float* dw, float* dbias, float* workspace, cudaStream_t stream);
+
+// ---- pooling (pool.cu) ----
+// Same contracts as cpu:: (argmax = flat h*W+w index within the plane,
+// padding counts as -inf for max and as zeros in the average).
+void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y, int64_t* argmax,
+                        cudaStream_t stream);
+void max_pool2d_backward(const Pool2dShape& s, const float* dy, const int64_t* argmax, float* dx,
+                         cudaStream_t stream);
+void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y, cudaStream_t stream);
+void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx, cudaStream_t stream);
+
+// ---- elementwise (elementwise.cu) ----
+// Output may alias an input exactly (in place).
+void relu_forward(int64_t n, const float* x, float* y, cudaStream_t stream);
+void relu_backward(int64_t n, const float* y, const float* dy, float* dx, cudaStream_t stream);
+void add(int64_t n, const float* a, const float* b, float* y, cudaStream_t stream);
+void mul(int64_t n, const float* a, const float* b, float* y, cudaStream_t stream);
+void axpy(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream);
+void scale(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream);
+void fill(int64_t n, float value, float* y, cudaStream_t stream);
+void fill(int64_t n, int64_t value, int64_t* y, cudaStream_t stream);
+void fill(int64_t n, uint8_t value, uint8_t* y, cudaStream_t stream);
+// y[outer, C, inner] = x + bias[C]
+void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, const float* bias,
+                      float* y, cudaStream_t stream);
+
+// ---- reductions (reduce.cu) ----
+// out[0] = sum of x[0..n) (out is one float of device memory). Variants:
+// 1 atomic per element, 2 shared-memory tree per block, 3 warp shuffles,
+// 4 two-pass deterministic (see reduce.cu).
+constexpr int kSumVariants = 4;
+constexpr int kBestSum = 4;
+size_t sum_workspace_floats(int variant, int64_t n);
+void sum(int variant, int64_t n, const float* x, float* out, float* workspace,
+         cudaStream_t stream);
+// db[C] = sum over outer and inner of dy[outer, C, inner] (overwrites db).
+void channel_sum(int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
+                 cudaStream_t stream);
+// out[0] = min, out[1] = max of labels[0..n), n >= 1 (out: two int64 of device memory).
+void label_min_max(int64_t n, const int64_t* labels, int64_t* out, cudaStream_t stream);
+
+// ---- softmax cross-entropy (softmax_cross_entropy.cu) ----
+// As cpu::softmax_cross_entropy_*: labels in [0, C) (checked by the caller).
+// Variants: 1 one thread per row, 2 one block per row with a shared-memory
+// tree, 3 one warp per row with warp shuffles (see the file).
+constexpr int kSoftmaxVariants = 3;
+constexpr int kBestSoftmax = 3;
+void softmax_cross_entropy_forward(int variant, int64_t N, int64_t C, const float* logits,
+                                   const int64_t* labels, float* loss, float* probs,
+                                   cudaStream_t stream);
+void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
+                                    const int64_t* labels, const float* dloss, float* dlogits,
+                                    cudaStream_t stream);
+
+// ---- BatchNorm (batch_norm.cu) ----
+// As cpu::batch_norm_*, over x[N, C, HW] per channel; running_* may be null.
+void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const float* x,
+                              const float* gamma, const float* beta, float eps, float momentum,
+                              float* running_mean, float* running_var, float* save_mean,
+                              float* save_invstd, float* y, cudaStream_t stream);
+void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const float* x,
+                             const float* gamma, const float* beta, const float* running_mean,
+                             const float* running_var, float eps, float* y, cudaStream_t stream);
+void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const float* x,
+                               const float* gamma, const float* save_mean,
+                               const float* save_invstd, const float* dy, float* dx,
+                               float* dgamma, float* dbeta, cudaStream_t stream);
+
+// ---- SGD (sgd.cu) ----
+// As cpu::sgd_update (PyTorch semantics); momentum_buf may be null when momentum == 0.
+void sgd_update(int64_t n, float* param, const float* grad, float* momentum_buf, float lr,
+                float momentum, float weight_decay, bool nesterov, bool first_step,
+                cudaStream_t stream);
 
 }  // namespace anvil::cuda

@@ -32,6 +32,7 @@
 // Every variant handles ragged sizes: threads outside C write nothing, and
 // tiles are padded with zeros where they pass the edge of A or B. With
 // beta == 0, C is not read (it may hold garbage, as in BLAS).
+#include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace anvil::cuda {
@@ -136,10 +137,14 @@ __global__ void gemm_register_blocked(int M, int N, int K, float alpha,
 
 // Host entry: picks the variant's launch configuration. A, B, C are device
 // pointers; the launch is asynchronous on `stream` (synchronous in the
-// simulator).
-void gemm(int variant, int M, int N, int K, float alpha, const float* A, const float* B,
-          float beta, float* C, cudaStream_t stream) {
+// simulator). TEMPORARY: no transposes or strides yet.
+void gemm(int variant, bool trans_a, bool trans_b, int64_t M64, int64_t N64, int64_t K64,
+          float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+          float* C, int64_t ldc, cudaStream_t stream) {
   using namespace gemm_kernels;
+  int M = int(M64), N = int(N64), K = int(K64);
+  if (trans_a || trans_b || lda != K || ldb != N || ldc != N)
+    throw std::invalid_argument("cuda::gemm: transposes and strides not implemented yet");
   if (M < 0 || N < 0 || K < 0)
     throw std::invalid_argument("cuda::gemm: negative size " + std::to_string(M) + "x" +
                                 std::to_string(N) + "x" + std::to_string(K));
