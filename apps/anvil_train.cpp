@@ -66,8 +66,8 @@ Device choose_device(const std::string& text) {
     throw UsageError(fmt::format("--device: {} (or 'auto')", e.what()));
   }
   if (d.is_cuda() && d.index >= device_count())
-    throw UsageError(fmt::format("--device {}: not available ({} GPU(s) usable; {})", text,
-                                 device_count(), no_gpu_reason()));
+    throw UsageError(fmt::format("--device {}: not available ({} GPU(s) usable{}{})", text,
+                                 device_count(), device_count() ? "" : "; ", no_gpu_reason()));
   return d;
 }
 
@@ -219,10 +219,16 @@ int main(int argc, char** argv) {
   app.add_option("--init-from", o.init_from, "Start from a safetensors checkpoint");
   app.add_option("--save", o.save, "Write the trained weights as safetensors");
   app.add_option("--metrics", o.metrics, "Write one JSON line per epoch to this file");
+  bool list_devices = false;
+  app.add_flag("--list-devices", list_devices, "Print the CUDA devices present and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (list_devices) {
+    std::cout << device_summary();
+    return 0;
   }
   try {
     return run(o);

@@ -1,11 +1,16 @@
 // The simulator's launch: one Boost.Context fiber per CUDA thread. A block's
-// fibers run in turn, each until it reaches __syncthreads or returns; when
-// all of them wait at the barrier the next round starts. Fibers switch in
-// tens of nanoseconds without a syscall, which is what makes a 1024-thread
-// block with a barrier per tile affordable on a CPU.
+// fibers run in rounds: each runnable fiber runs until it reaches
+// __syncthreads or a warp collective, or returns. After a round every live
+// fiber waits somewhere, so the state is complete and is resolved at once:
+// first the warp collectives (each completes, or is an error), and when none
+// is left, the block barrier (released when every live fiber waits there).
+// Fibers switch in tens of nanoseconds without a syscall, which is what
+// makes a 1024-thread block with a barrier per tile affordable on a CPU.
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <boost/context/fiber.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -53,12 +58,24 @@ struct StackPool {
 };
 thread_local StackPool t_stacks;
 
+enum class Wait : unsigned char { kNone, kBarrier, kWarp };
+
 struct SimThread {
   ctx::fiber fiber;  // the suspended CUDA thread
   ctx::fiber sink;   // the scheduler, to switch back to
   uint3 idx;
+  unsigned linear = 0;  // x + y*bx + z*bx*by: warp linear/32, lane linear%32
   bool done = false;
-  bool at_barrier = false;
+  bool runnable = true;  // resumed in the next round
+  Wait wait = Wait::kNone;
+  // The pending warp collective (wait == kWarp): written by the lane before
+  // it yields, `result` by the scheduler before any lane of the group runs.
+  WarpOp op = WarpOp::kSync;
+  unsigned mask = 0;
+  int arg = 0;
+  int width = 32;
+  uint64_t value = 0;
+  uint64_t result = 0;
   std::exception_ptr error;
   void* stack_bottom = nullptr;
   size_t stack_size = 0;
@@ -159,12 +176,144 @@ void check_config(dim3 grid, dim3 block, size_t shared_bytes, const std::source_
            std::to_string(kMaxDynamicShared));
 }
 
+std::string block_text() { return dims_text(dim3(blockIdx.x, blockIdx.y, blockIdx.z)); }
+
+const char* op_name(WarpOp op) {
+  switch (op) {
+    case WarpOp::kShfl: return "__shfl_sync";
+    case WarpOp::kShflUp: return "__shfl_up_sync";
+    case WarpOp::kShflDown: return "__shfl_down_sync";
+    case WarpOp::kShflXor: return "__shfl_xor_sync";
+    case WarpOp::kBallot: return "__ballot_sync";
+    case WarpOp::kAny: return "__any_sync";
+    case WarpOp::kAll: return "__all_sync";
+    case WarpOp::kSync: return "__syncwarp";
+    case WarpOp::kActive: return "__activemask";
+  }
+  return "?";
+}
+
+std::string hex(unsigned v) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", v);
+  return text;
+}
+
+bool is_shuffle(WarpOp op) {
+  return op == WarpOp::kShfl || op == WarpOp::kShflUp || op == WarpOp::kShflDown ||
+         op == WarpOp::kShflXor;
+}
+
+// The lane a shuffle reads, as the hardware's shfl.sync computes it: lanes
+// form segments of `width`; up and down never leave the lane's segment, xor
+// may reach earlier segments but not later ones, idx wraps within the
+// segment. Out of range, the lane reads its own value.
+unsigned shuffle_source(WarpOp op, unsigned lane, int arg, int width) {
+  const int seg = width - 1;
+  const int min_lane = static_cast<int>(lane) & ~seg;
+  const int max_lane = min_lane | seg;
+  const int self = static_cast<int>(lane);
+  int j = self;
+  switch (op) {
+    case WarpOp::kShflUp: j = self - arg, j = j >= min_lane ? j : self; break;
+    case WarpOp::kShflDown: j = self + arg, j = j <= max_lane ? j : self; break;
+    case WarpOp::kShflXor: j = self ^ (arg & 31), j = j <= max_lane ? j : self; break;
+    default: j = min_lane | (arg & seg); break;
+  }
+  return static_cast<unsigned>(j);
+}
+
+// All-ones: a shuffle from a lane that takes no part (NaN as a float).
+constexpr uint64_t kPoison = ~uint64_t{0};
+
+// Completes every pending warp collective of the block, or explains why one
+// can never complete. Every live fiber waits somewhere when this runs, so a
+// lane named by a mask either waits in the same collective (complete it),
+// or never will (report it). Writes each participant's result before any
+// of them resumes, so no lane can overwrite a value another still reads.
+std::string resolve_warps(SimThread* threads, size_t n) {
+  for (size_t w0 = 0; w0 < n; w0 += 32) {
+    SimThread* lanes = threads + w0;
+    const unsigned count = static_cast<unsigned>(std::min<size_t>(32, n - w0));
+    const unsigned exists = count == 32 ? ~0u : (1u << count) - 1;
+    auto fail = [&](unsigned lane, const std::string& why) {
+      return "warp collective in block " + block_text() + ", warp " + std::to_string(w0 / 32) +
+             ": lane " + std::to_string(lane) + " waits in " + op_name(lanes[lane].op) +
+             " with mask " + hex(lanes[lane].mask) + ", " + why;
+    };
+    // __activemask first: it has no mask; it answers with the lanes that
+    // reached it in this round (every live lane, in converged code).
+    unsigned active = 0;
+    for (unsigned lane = 0; lane < count; ++lane) {
+      const SimThread& t = lanes[lane];
+      if (!t.done && t.wait == Wait::kWarp && !t.runnable && t.op == WarpOp::kActive)
+        active |= 1u << lane;
+    }
+    for (unsigned rest = active; rest; rest &= rest - 1) {
+      SimThread& t = lanes[std::countr_zero(rest)];
+      t.result = active;
+      t.runnable = true;
+    }
+    for (unsigned lane = 0; lane < count; ++lane) {
+      SimThread& t = lanes[lane];
+      if (t.done || t.wait != Wait::kWarp || t.runnable) continue;
+      if (!(t.mask >> lane & 1u)) return fail(lane, "which does not name the lane itself");
+      if (is_shuffle(t.op) && (t.width < 1 || t.width > 32 || (t.width & (t.width - 1))))
+        return fail(lane, "and width " + std::to_string(t.width) +
+                              " (must be a power of two up to 32)");
+      const unsigned group = t.mask & exists;
+      bool later = false;  // a lane named is on its way from __activemask: wait for it
+      for (unsigned rest = group; rest; rest &= rest - 1) {
+        const unsigned l = static_cast<unsigned>(std::countr_zero(rest));
+        const SimThread& o = lanes[l];
+        if (o.runnable && o.op == WarpOp::kActive) later = true;
+        if (later) break;
+        auto named = [l] { return "which names lane " + std::to_string(l); };
+        if (o.done) return fail(lane, named() + ": it has returned");
+        if (o.wait == Wait::kBarrier) return fail(lane, named() + ": it waits at __syncthreads");
+        if (o.mask != t.mask)
+          return fail(lane, "but lane " + std::to_string(l) + " waits in " + op_name(o.op) +
+                                " with mask " + hex(o.mask) + " (lanes of a warp in collectives "
+                                "with different masks)");
+        if (o.op != t.op)
+          return fail(lane, "but lane " + std::to_string(l) + " waits in " + op_name(o.op) +
+                                " with the same mask");
+      }
+      if (later) continue;
+      // Complete the group: every lane of it waits here with this mask.
+      if (is_shuffle(t.op)) {
+        for (unsigned rest = group; rest; rest &= rest - 1) {
+          SimThread& me = lanes[std::countr_zero(rest)];
+          const unsigned src = shuffle_source(me.op, me.linear % 32, me.arg, me.width);
+          me.result = group >> src & 1u ? lanes[src].value : kPoison;
+        }
+      } else {
+        unsigned ballot = 0;
+        for (unsigned rest = group; rest; rest &= rest - 1) {
+          const unsigned l = static_cast<unsigned>(std::countr_zero(rest));
+          ballot |= (lanes[l].value != 0 ? 1u : 0u) << l;
+        }
+        uint64_t r = 0;
+        if (t.op == WarpOp::kBallot) r = ballot;
+        if (t.op == WarpOp::kAny) r = ballot != 0;
+        if (t.op == WarpOp::kAll) r = ballot == group;
+        for (unsigned rest = group; rest; rest &= rest - 1)
+          lanes[std::countr_zero(rest)].result = r;
+      }
+      for (unsigned rest = group; rest; rest &= rest - 1)
+        lanes[std::countr_zero(rest)].runnable = true;
+    }
+  }
+  return {};
+}
+
 void run_block(void (*body)(void*), void* ctx_ptr, const std::source_location& where) {
   const dim3 b = blockDim;
   const size_t n = size_t{b.x} * b.y * b.z;
   std::vector<SimThread> threads(n);
   for (size_t i = 0; i < n; ++i) {
     SimThread& t = threads[i];
+    t.linear = static_cast<unsigned>(i);
     t.idx = uint3{static_cast<unsigned>(i % b.x), static_cast<unsigned>(i / b.x % b.y),
                   static_cast<unsigned>(i / (size_t{b.x} * b.y))};
     t.fiber = ctx::fiber(std::allocator_arg, PooledStack{&t},
@@ -185,41 +334,77 @@ void run_block(void (*body)(void*), void* ctx_ptr, const std::source_location& w
                          });
   }
 
-  for (;;) {
-    size_t waiting = 0, done = 0;
-    for (auto& t : threads) {
-      if (t.done) continue;
-      t.at_barrier = false;
-      resume(t);
-    }
-    std::exception_ptr error;
-    for (auto& t : threads) {
-      waiting += t.at_barrier && !t.done;
-      done += t.done;
-      if (t.error && !error) error = t.error;
-    }
-    if (waiting == 0) {
-      if (error) std::rethrow_exception(error);
-      return;
-    }
-    if (done == 0 && !error) continue;  // all at the barrier: release it
-    // Abandon the block: unwind the fibers still waiting, then report.
+  // Unwinds the fibers still waiting (they throw BlockAborted), then reports.
+  auto abandon = [&](std::exception_ptr error, const std::string& why) {
     t_abort = true;
     for (auto& t : threads)
       if (!t.done) resume(t);
     t_abort = false;
     if (error) std::rethrow_exception(error);
-    {
-      throw std::runtime_error(
-          where_text(where) + ": divergent __syncthreads in block " +
-          dims_text(dim3(blockIdx.x, blockIdx.y, blockIdx.z)) + ": " + std::to_string(waiting) +
-          " of " + std::to_string(n) + " threads wait at the barrier, " + std::to_string(done) +
-          " have returned");
+    throw std::runtime_error(where_text(where) + ": " + why);
+  };
+
+  for (;;) {
+    for (auto& t : threads) {
+      if (!t.runnable) continue;
+      t.runnable = false;
+      t.wait = Wait::kNone;
+      resume(t);
     }
+    size_t at_barrier = 0, at_warp = 0, done = 0;
+    std::exception_ptr error;
+    for (auto& t : threads) {
+      done += t.done;
+      if (!t.done) {
+        at_barrier += t.wait == Wait::kBarrier;
+        at_warp += t.wait == Wait::kWarp;
+      }
+      if (t.error && !error) error = t.error;
+    }
+    if (error) {
+      if (at_barrier + at_warp == 0) std::rethrow_exception(error);
+      abandon(error, "");
+    }
+    if (at_warp > 0) {
+      std::string why = resolve_warps(threads.data(), n);
+      if (!why.empty()) abandon(nullptr, why);
+      continue;
+    }
+    if (at_barrier == 0) return;  // every thread has returned
+    if (done == 0) {              // all at the barrier: release it
+      for (auto& t : threads) t.runnable = true;
+      continue;
+    }
+    abandon(nullptr, "divergent __syncthreads in block " + block_text() + ": " +
+                         std::to_string(at_barrier) + " of " + std::to_string(n) +
+                         " threads wait at the barrier, " + std::to_string(done) +
+                         " have returned");
   }
 }
 
+// Leaves the fiber for the scheduler until the barrier or collective it waits
+// at is complete.
+void yield_to_scheduler(SimThread* t) {
+  asan_start(&t->asan_fake_stack, t_sched_bottom, t_sched_size);
+  t->sink = std::move(t->sink).resume();
+  asan_finish(t->asan_fake_stack, &t_sched_bottom, &t_sched_size);
+  if (t_abort) throw BlockAborted{};
+}
+
 }  // namespace
+
+uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
+  SimThread* t = t_current;
+  if (t == nullptr) throw std::logic_error(std::string(op_name(op)) + " called outside a kernel");
+  t->wait = Wait::kWarp;
+  t->op = op;
+  t->mask = mask;
+  t->value = value;
+  t->arg = arg;
+  t->width = width;
+  yield_to_scheduler(t);
+  return t->result;
+}
 
 void launch_kernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t,
                    std::source_location where, void (*thread_body)(void*), void* ctx_ptr) {
@@ -259,11 +444,8 @@ void __syncthreads() {
   using namespace anvil::sim;
   SimThread* t = t_current;
   if (t == nullptr) throw std::logic_error("__syncthreads called outside a kernel");
-  t->at_barrier = true;
-  asan_start(&t->asan_fake_stack, t_sched_bottom, t_sched_size);
-  t->sink = std::move(t->sink).resume();
-  asan_finish(t->asan_fake_stack, &t_sched_bottom, &t_sched_size);
-  if (t_abort) throw BlockAborted{};
+  t->wait = Wait::kBarrier;
+  yield_to_scheduler(t);
 }
 
 }  // namespace anvil_sim_rt

@@ -352,3 +352,43 @@ TEST_CASE("anvil-train trains, writes metrics and a checkpoint, and restarts fro
     CHECK(state2[i].second.to_vector() == state[i].second.to_vector());
   }
 }
+
+TEST_CASE("anvil-train --list-devices prints each device or says there is none", "[cli][cuda]") {
+  CliResult r = run_cli("--list-devices");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  check_no_crash(r);
+  const int n = device_count();
+  if (n == 0) {
+    CHECK(count_lines_containing(r.output, "no CUDA devices") == 1);
+  } else {
+    CHECK(count_lines_containing(r.output, "compute capability") == n);
+    CHECK_THAT(r.output, Contains("cuda:0"));
+    if (devices_are_simulated()) CHECK(count_lines_containing(r.output, "(simulated)") == n);
+  }
+}
+
+TEST_CASE("anvil-train trains on the last CUDA device", "[cli][cuda]") {
+  const int n = device_count();
+  if (n == 0) {
+    WARN("no CUDA device: " << no_gpu_reason());
+    return;
+  }
+  TempDir dir;
+  std::string data_dir = kFashionDir;
+  if (!have_fashion_mnist()) {
+    write_synthetic_split(dir.path / "data", 32, 16);
+    data_dir = (dir.path / "data").string();
+  }
+  std::string device = Device::cuda(n - 1).str();
+  // Small: on the simulator every CUDA thread is a fiber on one CPU core.
+  std::string args = "--device " + device +
+                     " --epochs 1 --limit-train 32 --limit-test 16 --batch-size 16 --data-dir " +
+                     quote(data_dir);
+  CliResult r = run_cli(args);
+  INFO("anvil-train " << args << "\nexit " << r.code << ", output:\n" << r.output);
+  REQUIRE(r.code == 0);
+  check_no_crash(r);
+  CHECK_THAT(r.output, Contains("sec/epoch on [" + device + "]"));
+  CHECK_THAT(r.output, !Contains("no GPU available"));
+}

@@ -1,22 +1,547 @@
-// STUB: replaced by the real kernels in this session's work.
+// 2-D convolution (cross-correlation, as PyTorch and cpu::conv2d_*), NCHW:
+//   y[n,k,p,q] = bias[k] + sum_{c,r,s} w[k,c,r,s] * x[n, c, p*sh - ph + r, q*sw - pw + s]
+// with zeros outside the image. Three directions (forward, backward-data,
+// backward-weight), three numbered variants each; every one overwrites its
+// output. All three directions are GEMMs in disguise over the "column
+// matrix" col[(c,r,s), (n,p,q)] = x[n, c, p*sh - ph + r, q*sw - pw + s]:
+//   forward          y[k, (n,p,q)]   = W[k, (c,r,s)] * col
+//   backward-data    dcol            = W^T * dy[k, (n,p,q)], then each pixel
+//                                      sums the dcol entries that read it
+//   backward-weight  dw[k, (c,r,s)]  = dy[k, (n,p,q)] * col^T
+//
+// 1 naive direct. One thread per output element, computing it straight from
+//   the definition with bounds checks: forward, one thread per y element
+//   looping over c, r, s; backward-data, one thread per dx element gathering
+//   every (k, r, s) whose output position (p, q) read this pixel (its
+//   h + ph - r must be a multiple of the stride and land inside P); backward-
+//   weight, one thread per dw element looping over n, p, q. No shared memory
+//   and no atomics (each thread owns its output), so it is deterministic, but
+//   every thread reads its inputs from global memory on its own: the same x
+//   and w values are fetched again by many threads, and for backward-weight a
+//   few hundred threads each walk the whole batch.
+//
+// 2 explicit im2col + GEMM. The column matrix is materialised in the caller's
+//   workspace for a chunk of images at a time (as many whole images as fit in
+//   ANVIL_CUDA_CONV_CHUNK_FLOATS floats of columns; the chunk multiplies the
+//   GEMM's N dimension, which a GPU needs large), one thread per column
+//   element, consecutive threads along (n, p, q) so that writes are
+//   coalesced and reads of x nearly so. The product then runs as GEMM
+//   variant 4 (register-blocked, gemm.cu) with the transposes above: forward
+//   W * col (into y directly for a one-image chunk, else into a staging
+//   matrix that a copy kernel scatters to NCHW, bias included); backward-data
+//   W^T * dy (trans_a) into dcol, then col2im as a gather, one thread per dx
+//   element summing its dcol entries (no atomics, deterministic); backward-
+//   weight dy * col^T (trans_b), accumulating over chunks with beta = 1. For
+//   chunks of several images dy is first gathered into [K, images*P*Q]. All
+//   the arithmetic now runs in the GEMM's shared-memory and register tiles;
+//   the price is the workspace and one write + one read of the column matrix
+//   (R*S times the size of x) through global memory.
+//
+// 3 implicit GEMM. The same register-blocked GEMM (tile::register_blocked,
+//   gemm_tile.cuh: 256 threads, a 64x64 output tile, 4x4 outputs per thread
+//   in registers, 16-deep K steps through shared memory), but the operands
+//   are index functions: when a block stages its 16x64 tile of the column
+//   matrix (or of dy, for backward-data) into shared memory, each thread
+//   computes the image coordinates of its elements and loads them straight
+//   from x (or dy), zero where the window hangs over the padding. The column
+//   matrix never exists: no workspace, and no extra global-memory round trip.
+//   Shared memory holds exactly what GEMM variant 4's does (the A and B tiles,
+//   [k][j], padded by 2 floats per row against bank conflicts). As GEMMs:
+//     forward          M = K, N = N*P*Q, K = C*R*S; B gathered from x, threads
+//                      along (n,p,q): runs of consecutive q read x with stride sw
+//     backward-data    M = C, N = N*H*W, K = K*R*S; the output is dx itself:
+//                      B[(k,r,s), (n,h,w)] = dy[n, k, (h+ph-r)/sh, (w+pw-s)/sw]
+//                      where that divides exactly and lands inside P x Q, else
+//                      0. This turns col2im's scatter into a gather, so each
+//                      thread owns its dx values: deterministic, no atomics;
+//                      with stride > 1 most of B is zeros (wasted work).
+//     backward-weight  M = K, N = C*R*S, K = N*P*Q; A = dy read as [k, (n,p,q)],
+//                      B gathered from x, threads along (n,p,q). The long
+//                      reduction runs inside one block per 64x64 dw tile
+//                      (deterministic, but few blocks for small layers: a
+//                      split-K with a second reduction pass would add
+//                      parallelism).
+//   The index arithmetic (divisions by P*Q, Q, R*S, S per element) is what a
+//   production kernel would precompute per tile; here it is left plain.
+//
+// dbias (backward-weight, all variants, when dbias is non-null) is a separate
+// deterministic reduction: one block of 256 threads per output channel, each
+// thread summing a strided slice of dy over (n, p, q), then a shared-memory
+// tree (halving, one __syncthreads per level).
+//
+// Limits: every dimension, and each GEMM dimension above (N*P*Q, N*H*W,
+// C*R*S, K*R*S), below 2^31; element counts and addresses are 64-bit. The
+// implicit GEMM's grid puts K (forward, backward-weight) and C (backward-
+// data) in blockIdx.y, 64 per block: up to 65535*64 (a launch error beyond).
+// Shapes are checked (std::invalid_argument): sizes >= 0, R, S, strides >= 1,
+// pads >= 0, P and Q as Conv2dShape::out_size gives them.
+#include <algorithm>
+#include <source_location>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm_tile.cuh"
+
+// Target size of variant 2's column buffer per chunk, in floats. The
+// simulator build uses a small one so that the tests exercise chunks of
+// several images and a short last chunk on small shapes.
+#ifndef ANVIL_CUDA_CONV_CHUNK_FLOATS
+#if defined(ANVIL_CUDA_SIM)
+#define ANVIL_CUDA_CONV_CHUNK_FLOATS (1 << 15)
+#else
+#define ANVIL_CUDA_CONV_CHUNK_FLOATS (1 << 22)
+#endif
+#endif
 
 namespace anvil::cuda {
-namespace {
-[[noreturn]] void todo(const char* name) {
-  throw std::runtime_error(std::string("cuda::") + name + ": not implemented yet");
+
+namespace conv_kernels {
+
+// The shape, as the kernels see it (checked to fit int on the host).
+struct Geo {
+  int N, C, H, W, K, R, S, sh, sw, ph, pw, P, Q;
+  __device__ __forceinline__ int PQ() const { return P * Q; }
+  __device__ __forceinline__ int RS() const { return R * S; }
+};
+
+constexpr int kThreads = 256;  // block size of the one-thread-per-element kernels
+
+__device__ __forceinline__ int64_t global_index() {
+  return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
 }
+
+// x[n, c, p*sh - ph + r, q*sw - pw + s], or 0 in the padding.
+__device__ __forceinline__ float x_at(const Geo& g, const float* x, int n, int c, int p, int q,
+                                      int r, int s) {
+  const int h = p * g.sh - g.ph + r, w = q * g.sw - g.pw + s;
+  if (h < 0 || h >= g.H || w < 0 || w >= g.W) return 0.0f;
+  return x[((int64_t(n) * g.C + c) * g.H + h) * g.W + w];
+}
+
+// Column-matrix element col[crs, npq].
+__device__ __forceinline__ float col_at(const Geo& g, const float* x, int crs, int npq) {
+  const int PQ = g.PQ(), RS = g.RS();
+  const int n = npq / PQ, pq = npq % PQ, c = crs / RS, rs = crs % RS;
+  return x_at(g, x, n, c, pq / g.Q, pq % g.Q, rs / g.S, rs % g.S);
+}
+
+// dy[n, k, (h+ph-r)/sh, (w+pw-s)/sw] when that is an output position whose
+// window tap (r, s) reads pixel (h, w), else 0.
+__device__ __forceinline__ float dy_tap(const Geo& g, const float* dy, int n, int k, int h, int w,
+                                        int r, int s) {
+  const int hp = h + g.ph - r, wp = w + g.pw - s;
+  if (hp < 0 || wp < 0 || hp % g.sh != 0 || wp % g.sw != 0) return 0.0f;
+  const int p = hp / g.sh, q = wp / g.sw;
+  if (p >= g.P || q >= g.Q) return 0.0f;
+  return dy[((int64_t(n) * g.K + k) * g.P + p) * g.Q + q];
+}
+
+// ---- shared by all variants ----
+
+__global__ void fill_zero(int64_t count, float* out) {
+  const int64_t i = global_index();
+  if (i < count) out[i] = 0.0f;
+}
+
+// dbias[k] = sum over n, p, q of dy[n, k, p, q]: block k, a fixed summation
+// order (deterministic).
+__global__ void bias_grad(Geo g, const float* __restrict__ dy, float* __restrict__ dbias) {
+  __shared__ float part[kThreads];
+  const int k = blockIdx.x, tid = threadIdx.x;
+  const int64_t PQ = g.PQ(), total = int64_t(g.N) * PQ;
+  float acc = 0.0f;
+  for (int64_t i = tid; i < total; i += kThreads) {
+    const int64_t n = i / PQ, pq = i % PQ;  // consecutive threads: consecutive pq
+    acc += dy[(n * g.K + k) * PQ + pq];
+  }
+  part[tid] = acc;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (tid < half) part[tid] += part[tid + half];
+    __syncthreads();  // reached by every thread, outside the if
+  }
+  if (tid == 0) dbias[k] = part[0];
+}
+
+// ---- variant 1: naive direct ----
+
+__global__ void forward_naive(Geo g, const float* __restrict__ x, const float* __restrict__ w,
+                              const float* __restrict__ bias, float* __restrict__ y) {
+  const int64_t i = global_index();
+  if (i >= int64_t(g.N) * g.K * g.PQ()) return;
+  const int q = int(i % g.Q), p = int(i / g.Q % g.P), k = int(i / g.PQ() % g.K);
+  const int n = int(i / (int64_t(g.K) * g.PQ()));
+  float acc = 0.0f;
+  for (int c = 0; c < g.C; ++c)
+    for (int r = 0; r < g.R; ++r)
+      for (int s = 0; s < g.S; ++s)
+        acc += w[((int64_t(k) * g.C + c) * g.R + r) * g.S + s] * x_at(g, x, n, c, p, q, r, s);
+  y[i] = bias ? acc + bias[k] : acc;
+}
+
+__global__ void backward_data_naive(Geo g, const float* __restrict__ dy,
+                                    const float* __restrict__ w, float* __restrict__ dx) {
+  const int64_t i = global_index();
+  if (i >= int64_t(g.N) * g.C * g.H * g.W) return;
+  const int wi = int(i % g.W), h = int(i / g.W % g.H), c = int(i / (int64_t(g.H) * g.W) % g.C);
+  const int n = int(i / (int64_t(g.C) * g.H * g.W));
+  float acc = 0.0f;
+  for (int k = 0; k < g.K; ++k)
+    for (int r = 0; r < g.R; ++r)
+      for (int s = 0; s < g.S; ++s)
+        acc += w[((int64_t(k) * g.C + c) * g.R + r) * g.S + s] * dy_tap(g, dy, n, k, h, wi, r, s);
+  dx[i] = acc;
+}
+
+__global__ void backward_weight_naive(Geo g, const float* __restrict__ x,
+                                      const float* __restrict__ dy, float* __restrict__ dw) {
+  const int64_t i = global_index();
+  if (i >= int64_t(g.K) * g.C * g.RS()) return;
+  const int s = int(i % g.S), r = int(i / g.S % g.R), c = int(i / g.RS() % g.C);
+  const int k = int(i / (int64_t(g.C) * g.RS()));
+  float acc = 0.0f;
+  for (int n = 0; n < g.N; ++n)
+    for (int p = 0; p < g.P; ++p)
+      for (int q = 0; q < g.Q; ++q)
+        acc += dy[((int64_t(n) * g.K + k) * g.P + p) * g.Q + q] * x_at(g, x, n, c, p, q, r, s);
+  dw[i] = acc;
+}
+
+// ---- variant 2: explicit im2col / col2im + GEMM variant 4 ----
+
+// col[crs, j] for images [n0, n0 + cnt), j = (n - n0)*PQ + pq; one thread
+// per element, consecutive threads along j.
+__global__ void im2col(Geo g, const float* __restrict__ x, int n0, int cnt,
+                       float* __restrict__ col) {
+  const int64_t i = global_index(), cols = int64_t(cnt) * g.PQ();
+  if (i >= cols * g.C * g.RS()) return;
+  const int crs = int(i / cols), j = int(i % cols);
+  col[i] = col_at(g, x + int64_t(n0) * g.C * g.H * g.W, crs, j);
+}
+
+// dx for images [n0, n0 + cnt) from dcol[crs, j]: each pixel sums the column
+// entries that were read from it (a gather: no atomics).
+__global__ void col2im(Geo g, const float* __restrict__ dcol, int n0, int cnt,
+                       float* __restrict__ dx) {
+  const int64_t i = global_index(), HW = int64_t(g.H) * g.W, PQ = g.PQ();
+  if (i >= int64_t(cnt) * g.C * HW) return;
+  const int wi = int(i % g.W), h = int(i / g.W % g.H), c = int(i / HW % g.C);
+  const int n = int(i / (HW * g.C));
+  const int64_t cols = int64_t(cnt) * PQ;
+  float acc = 0.0f;
+  for (int r = 0; r < g.R; ++r) {
+    const int hp = h + g.ph - r;
+    if (hp < 0 || hp % g.sh != 0 || hp / g.sh >= g.P) continue;
+    for (int s = 0; s < g.S; ++s) {
+      const int wp = wi + g.pw - s;
+      if (wp < 0 || wp % g.sw != 0 || wp / g.sw >= g.Q) continue;
+      const int64_t row = (int64_t(c) * g.R + r) * g.S + s;
+      acc += dcol[row * cols + n * PQ + (hp / g.sh) * g.Q + wp / g.sw];
+    }
+  }
+  dx[int64_t(n0) * g.C * HW + i] = acc;
+}
+
+// out[k, j] = dy[n0 + j / PQ, k, j % PQ] for a chunk of cnt images.
+__global__ void gather_dy(Geo g, const float* __restrict__ dy, int n0, int cnt,
+                          float* __restrict__ out) {
+  const int64_t i = global_index(), PQ = g.PQ(), cols = cnt * PQ;
+  if (i >= cols * g.K) return;
+  const int64_t k = i / cols, j = i % cols;
+  out[i] = dy[((n0 + j / PQ) * g.K + k) * PQ + j % PQ];
+}
+
+// y[n, k, pq] (cnt images from y) = staged[k, n*PQ + pq] + bias[k]; either
+// may be null (no staged: y = bias).
+__global__ void to_nchw(Geo g, const float* __restrict__ staged, const float* __restrict__ bias,
+                        int cnt, float* __restrict__ y) {
+  const int64_t i = global_index(), PQ = g.PQ();
+  if (i >= int64_t(cnt) * g.K * PQ) return;
+  const int64_t pq = i % PQ, k = i / PQ % g.K, n = i / (PQ * g.K);
+  float v = staged ? staged[k * cnt * PQ + n * PQ + pq] : 0.0f;
+  y[i] = bias ? v + bias[k] : v;
+}
+
+// ---- variant 3: implicit GEMM (operands for tile::register_blocked) ----
+
+// The column matrix as B of the forward GEMM: (j = npq, k = crs); threads
+// take consecutive npq (consecutive q: x read with stride sw).
+struct ColByNpq {
+  static constexpr bool kMajor = true;
+  Geo g;
+  const float* x;
+  __device__ __forceinline__ float operator()(int npq, int crs) const {
+    return col_at(g, x, crs, npq);
+  }
+};
+
+// col^T as B of the backward-weight GEMM: (j = crs, k = npq); threads again
+// take consecutive npq.
+struct ColByCrs {
+  static constexpr bool kMajor = false;
+  Geo g;
+  const float* x;
+  __device__ __forceinline__ float operator()(int crs, int npq) const {
+    return col_at(g, x, crs, npq);
+  }
+};
+
+// w as A of the backward-data GEMM, W^T[c, krs] = w[k, c, rs]; threads take
+// consecutive krs (runs of R*S consecutive floats).
+struct WeightT {
+  static constexpr bool kMajor = false;
+  Geo g;
+  const float* w;
+  __device__ __forceinline__ float operator()(int c, int krs) const {
+    const int RS = g.RS(), k = krs / RS, rs = krs % RS;
+    return w[(int64_t(k) * g.C + c) * RS + rs];
+  }
+};
+
+// B of the backward-data GEMM: (j = nhw, k = krs) -> dy tap or 0.
+struct DyTaps {
+  static constexpr bool kMajor = true;
+  Geo g;
+  const float* dy;
+  __device__ __forceinline__ float operator()(int nhw, int krs) const {
+    const int wi = nhw % g.W, t = nhw / g.W, h = t % g.H, n = t / g.H;
+    const int s = krs % g.S, u = krs / g.S, r = u % g.R, k = u / g.R;
+    return dy_tap(g, dy, n, k, h, wi, r, s);
+  }
+};
+
+// dy as A of the backward-weight GEMM, [k, npq]; threads along npq.
+struct DyRows {
+  static constexpr bool kMajor = false;
+  Geo g;
+  const float* dy;
+  __device__ __forceinline__ float operator()(int k, int npq) const {
+    const int PQ = g.PQ(), n = npq / PQ, pq = npq % PQ;
+    return dy[(int64_t(n) * g.K + k) * PQ + pq];
+  }
+};
+
+__global__ void forward_implicit(Geo g, const float* __restrict__ x, const float* __restrict__ w,
+                                 const float* __restrict__ bias, float* __restrict__ y) {
+  const int CRS = g.C * g.RS(), PQ = g.PQ();
+  tile::register_blocked(g.K, g.N * PQ, CRS, tile::Strided<false>{w, CRS}, ColByNpq{g, x},
+                         [&](int k, int npq, float acc) {
+                           const int n = npq / PQ, pq = npq % PQ;
+                           y[(int64_t(n) * g.K + k) * PQ + pq] = bias ? acc + bias[k] : acc;
+                         });
+}
+
+__global__ void backward_data_implicit(Geo g, const float* __restrict__ dy,
+                                       const float* __restrict__ w, float* __restrict__ dx) {
+  const int HW = g.H * g.W;
+  tile::register_blocked(g.C, g.N * HW, g.K * g.RS(), WeightT{g, w}, DyTaps{g, dy},
+                         [&](int c, int nhw, float acc) {
+                           const int n = nhw / HW, hw = nhw % HW;
+                           dx[(int64_t(n) * g.C + c) * HW + hw] = acc;
+                         });
+}
+
+__global__ void backward_weight_implicit(Geo g, const float* __restrict__ x,
+                                         const float* __restrict__ dy, float* __restrict__ dw) {
+  const int CRS = g.C * g.RS();
+  tile::register_blocked(g.K, CRS, g.N * g.PQ(), DyRows{g, dy}, ColByCrs{g, x},
+                         [&](int k, int crs, float acc) { dw[int64_t(k) * CRS + crs] = acc; });
+}
+
+// ---- host side ----
+
+namespace {
+
+// An element count that remembers where the launch was written (as GridArg).
+struct Count {
+  int64_t n;
+  std::source_location where;
+  Count(int64_t v, std::source_location w = std::source_location::current()) : n(v), where(w) {}
+};
+
+// One thread per element, kThreads per block; nothing to launch for no
+// elements (a grid of 0 blocks is an error).
+template <typename... KArgs, typename... Args>
+void launch_1d(void (*kernel)(KArgs...), Count count, cudaStream_t stream, Args&&... args) {
+  if (count.n <= 0) return;
+  const auto blocks = static_cast<unsigned>((count.n + kThreads - 1) / kThreads);
+  launch(kernel, GridArg(dim3(blocks), count.where), dim3(kThreads), 0, stream,
+         std::forward<Args>(args)...);
+}
+
+int64_t images_per_chunk(const Conv2dShape& s) {
+  const int64_t per_image = std::max<int64_t>(1, s.C * s.R * s.S * s.P * s.Q);
+  return std::clamp<int64_t>(ANVIL_CUDA_CONV_CHUNK_FLOATS / per_image, 1,
+                             std::max<int64_t>(1, s.N));
+}
+
+[[noreturn]] void bad_shape(const char* fn, const std::string& what) {
+  throw std::invalid_argument(std::string("cuda::") + fn + ": " + what);
+}
+
+// Checks the shape and the variant; returns the kernels' view of the shape.
+Geo checked(const char* fn, int variant, const Conv2dShape& s) {
+  if (variant < 1 || variant > kConvVariants)
+    bad_shape(fn, "no variant " + std::to_string(variant) + " (there are 1 to " +
+                      std::to_string(kConvVariants) + ")");
+  struct Field {
+    const char* name;
+    int64_t value, lo;
+  };
+  const Field fields[] = {
+      {"N", s.N, 0},         {"C", s.C, 0},         {"H", s.H, 0},
+      {"W", s.W, 0},         {"K", s.K, 0},         {"R", s.R, 1},
+      {"S", s.S, 1},         {"stride_h", s.stride_h, 1}, {"stride_w", s.stride_w, 1},
+      {"pad_h", s.pad_h, 0}, {"pad_w", s.pad_w, 0}, {"P", s.P, 0},
+      {"Q", s.Q, 0}};
+  for (const Field& f : fields)
+    if (f.value < f.lo || f.value > INT32_MAX)
+      bad_shape(fn, std::string(f.name) + " = " + std::to_string(f.value) + " is out of range [" +
+                        std::to_string(f.lo) + ", 2^31)");
+  if (s.P != Conv2dShape::out_size(s.H, s.R, s.stride_h, s.pad_h))
+    bad_shape(fn, "P = " + std::to_string(s.P) + " does not match H, R, stride_h, pad_h");
+  if (s.Q != Conv2dShape::out_size(s.W, s.S, s.stride_w, s.pad_w))
+    bad_shape(fn, "Q = " + std::to_string(s.Q) + " does not match W, S, stride_w, pad_w");
+  const std::pair<const char*, double> gemm_dims[] = {
+      {"N*P*Q", double(s.N) * s.P * s.Q},
+      {"N*H*W", double(s.N) * s.H * s.W},
+      {"C*R*S", double(s.C) * s.R * s.S},
+      {"K*R*S", double(s.K) * s.R * s.S}};
+  for (const auto& [name, v] : gemm_dims)
+    if (v > double(INT32_MAX)) bad_shape(fn, std::string(name) + " is 2^31 or more");
+  return Geo{int(s.N),        int(s.C),        int(s.H),     int(s.W),     int(s.K),
+             int(s.R),        int(s.S),        int(s.stride_h), int(s.stride_w),
+             int(s.pad_h),    int(s.pad_w),    int(s.P),     int(s.Q)};
+}
+
+float* checked_workspace(const char* fn, int variant, const Conv2dShape& s, float* workspace) {
+  if (conv2d_workspace_floats(variant, s) > 0 && workspace == nullptr)
+    bad_shape(fn, "variant " + std::to_string(variant) + " needs a workspace (null given)");
+  return workspace;
+}
+
+dim3 tile_grid(int64_t M, int64_t N) {
+  return dim3(static_cast<unsigned>((N + tile::kBN - 1) / tile::kBN),
+              static_cast<unsigned>((M + tile::kBM - 1) / tile::kBM));
+}
+
 }  // namespace
 
-size_t conv2d_workspace_floats(int, const Conv2dShape&) { todo("conv2d_workspace_floats"); }
-void conv2d_forward(int, const Conv2dShape&, const float*, const float*, const float*, float*,
-                    float*, cudaStream_t) { todo("conv2d_forward"); }
-void conv2d_backward_data(int, const Conv2dShape&, const float*, const float*, float*, float*,
-                          cudaStream_t) { todo("conv2d_backward_data"); }
-void conv2d_backward_weight(int, const Conv2dShape&, const float*, const float*, float*, float*,
-                            float*, cudaStream_t) { todo("conv2d_backward_weight"); }
+}  // namespace conv_kernels
+
+size_t conv2d_workspace_floats(int variant, const Conv2dShape& s) {
+  conv_kernels::checked("conv2d_workspace_floats", variant, s);
+  if (variant != 2) return 0;
+  // Columns [C*R*S, nb*P*Q] plus a [K, nb*P*Q] matrix (staged output for
+  // forward, gathered dy for the backward passes).
+  const int64_t nb = conv_kernels::images_per_chunk(s);
+  return static_cast<size_t>(nb * s.P * s.Q * (s.C * s.R * s.S + s.K));
+}
+
+void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const float* w,
+                    const float* bias, float* y, float* workspace, cudaStream_t stream) {
+  using namespace conv_kernels;
+  const Geo g = checked("conv2d_forward", variant, s);
+  float* ws = checked_workspace("conv2d_forward", variant, s, workspace);
+  const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, KPQ = s.K * PQ;
+  if (s.N * KPQ == 0) return;  // y is empty
+  if (variant == 1) {
+    launch_1d(forward_naive, s.N * KPQ, stream, g, x, w, bias, y);
+  } else if (variant == 2) {
+    const int64_t nb = images_per_chunk(s);
+    float* col = ws;
+    float* staged = ws + CRS * nb * PQ;
+    for (int64_t n0 = 0; n0 < s.N; n0 += nb) {
+      const int64_t cnt = std::min(nb, s.N - n0), cols = cnt * PQ;
+      float* yc = y + n0 * KPQ;
+      launch_1d(im2col, CRS * cols, stream, g, x, int(n0), int(cnt), col);
+      if (cnt == 1) {  // [K, P*Q] is already NCHW: the GEMM writes y, onto the bias
+        if (bias) launch_1d(to_nchw, KPQ, stream, g, nullptr, bias, 1, yc);
+        gemm(4, false, false, s.K, cols, CRS, 1.0f, w, CRS, col, cols, bias ? 1.0f : 0.0f, yc,
+             cols, stream);
+      } else {
+        gemm(4, false, false, s.K, cols, CRS, 1.0f, w, CRS, col, cols, 0.0f, staged, cols, stream);
+        launch_1d(to_nchw, cnt * KPQ, stream, g, staged, bias, int(cnt), yc);
+      }
+    }
+  } else {
+    launch(forward_implicit, tile_grid(s.K, s.N * PQ), dim3(tile::kThreads), 0, stream, g, x, w,
+           bias, y);
+  }
+}
+
+void conv2d_backward_data(int variant, const Conv2dShape& s, const float* dy, const float* w,
+                          float* dx, float* workspace, cudaStream_t stream) {
+  using namespace conv_kernels;
+  const Geo g = checked("conv2d_backward_data", variant, s);
+  float* ws = checked_workspace("conv2d_backward_data", variant, s, workspace);
+  const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, HW = s.H * s.W;
+  if (s.N * s.C * HW == 0) return;  // dx is empty
+  if (s.K * PQ == 0) {              // nothing flows back: dx = 0
+    launch_1d(fill_zero, s.N * s.C * HW, stream, s.N * s.C * HW, dx);
+    return;
+  }
+  if (variant == 1) {
+    launch_1d(backward_data_naive, s.N * s.C * HW, stream, g, dy, w, dx);
+  } else if (variant == 2) {
+    const int64_t nb = images_per_chunk(s);
+    float* dcol = ws;
+    float* dyc = ws + CRS * nb * PQ;
+    for (int64_t n0 = 0; n0 < s.N; n0 += nb) {
+      const int64_t cnt = std::min(nb, s.N - n0), cols = cnt * PQ;
+      const float* dyp = dy + n0 * s.K * PQ;  // one image: already [K, P*Q]
+      if (cnt > 1) {
+        launch_1d(gather_dy, s.K * cols, stream, g, dy, int(n0), int(cnt), dyc);
+        dyp = dyc;
+      }
+      // dcol[C*R*S, cols] = W^T * dy: W is stored [K, C*R*S].
+      gemm(4, true, false, CRS, cols, s.K, 1.0f, w, CRS, dyp, cols, 0.0f, dcol, cols, stream);
+      launch_1d(col2im, cnt * s.C * HW, stream, g, dcol, int(n0), int(cnt), dx);
+    }
+  } else {
+    launch(backward_data_implicit, tile_grid(s.C, s.N * HW), dim3(tile::kThreads), 0, stream, g,
+           dy, w, dx);
+  }
+}
+
+void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, const float* dy,
+                            float* dw, float* dbias, float* workspace, cudaStream_t stream) {
+  using namespace conv_kernels;
+  const Geo g = checked("conv2d_backward_weight", variant, s);
+  float* ws = checked_workspace("conv2d_backward_weight", variant, s, workspace);
+  const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S;
+  if (dbias && s.K > 0)
+    launch(bias_grad, dim3(static_cast<unsigned>(s.K)), dim3(kThreads), 0, stream, g, dy, dbias);
+  if (s.K * CRS == 0) return;  // dw is empty
+  if (s.N * PQ == 0) {         // an empty sum
+    launch_1d(fill_zero, s.K * CRS, stream, s.K * CRS, dw);
+    return;
+  }
+  if (variant == 1) {
+    launch_1d(backward_weight_naive, s.K * CRS, stream, g, x, dy, dw);
+  } else if (variant == 2) {
+    const int64_t nb = images_per_chunk(s);
+    float* col = ws;
+    float* dyc = ws + CRS * nb * PQ;
+    for (int64_t n0 = 0; n0 < s.N; n0 += nb) {
+      const int64_t cnt = std::min(nb, s.N - n0), cols = cnt * PQ;
+      launch_1d(im2col, CRS * cols, stream, g, x, int(n0), int(cnt), col);
+      const float* dyp = dy + n0 * s.K * PQ;
+      if (cnt > 1) {
+        launch_1d(gather_dy, s.K * cols, stream, g, dy, int(n0), int(cnt), dyc);
+        dyp = dyc;
+      }
+      // dw[K, C*R*S] (+)= dy[K, cols] * col^T; col is stored [C*R*S, cols].
+      gemm(4, false, true, s.K, CRS, cols, 1.0f, dyp, cols, col, cols, n0 == 0 ? 0.0f : 1.0f, dw,
+           CRS, stream);
+    }
+  } else {
+    launch(backward_weight_implicit, tile_grid(s.K, CRS), dim3(tile::kThreads), 0, stream, g, x,
+           dy, dw);
+  }
+}
 
 }  // namespace anvil::cuda

@@ -22,9 +22,12 @@ namespace anvil::cuda {
 
 // ---- GEMM (gemm.cu) ----
 // Row-major C[M,N] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T;
-// lda/ldb/ldc are the row strides of A, B, C as stored (as cblas). C is not
-// read when beta == 0. Variants 1 naive, 2 coalesced, 3 smem tiled,
-// 4 register-blocked.
+// lda/ldb/ldc are the row strides of A, B, C as stored (as cblas: A is M x K,
+// or K x M when trans_a). C is not read when beta == 0. Variants 1 naive,
+// 2 coalesced, 3 smem tiled, 4 register-blocked (see gemm.cu); all take every
+// transpose combination and stride. Throws std::invalid_argument, naming the
+// argument, for an unknown variant, sizes < 0 or >= 2^31, or an ld smaller
+// than the stored row.
 constexpr int kGemmVariants = 4;
 constexpr int kBestGemm = 4;
 void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -32,8 +35,14 @@ void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
           int64_t ldc, cudaStream_t stream);
 
 // ---- convolution (conv.cu) ----
-// Variants per direction are listed in conv.cu; each writes (overwrites) its
-// output. bias / dbias may be null.
+// As cpu::conv2d_* (cross-correlation, NCHW, P and Q as Conv2dShape::out_size
+// gives them). Each call overwrites its output (y; dx; dw and, when non-null,
+// dbias); bias / dbias may be null. Variants per direction (see conv.cu):
+// 1 naive direct (one thread per output element), 2 explicit im2col/col2im in
+// the workspace, a chunk of images at a time, + GEMM variant 4, 3 implicit
+// GEMM (column tiles gathered straight into shared memory, no workspace).
+// conv2d_workspace_floats covers all three directions of a variant (0 for
+// 1 and 3). Bad shapes or variants throw std::invalid_argument.
 constexpr int kConvVariants = 3;
 constexpr int kBestConv = 3;
 size_t conv2d_workspace_floats(int variant, const Conv2dShape& s);

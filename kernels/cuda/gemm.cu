@@ -1,176 +1,201 @@
-// Single-precision GEMM, row-major: C[M,N] = alpha * A[M,K] * B[K,N] + beta * C.
+// Single-precision GEMM, row-major as cblas_sgemm:
+//   C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C,  op(X) = X or X^T.
+// A is stored M x K with row stride lda (K x M when trans_a), B K x N with
+// row stride ldb (N x K when trans_b), C M x N with row stride ldc.
+//
+// Every kernel is a template on the two transpose flags, and reads its
+// operands through an index function (tile::Strided, gemm_tile.cuh): element
+// (j, k) of an operand is p[k*ld + j] or p[j*ld + k] depending on how it is
+// stored, so a transpose costs nothing but a different address.
 //
 // Four variants, each a step from the one before (run with gemm(variant, ...)):
 //
 // 1 naive      One thread per element of C, threadIdx.x walking down M. Each
-//              thread reads a row of A and a column of B from global memory.
-//              Neighbouring threads of a warp touch addresses K (for A) and N
-//              (for C) floats apart, so every load and store is a separate
-//              memory transaction.
-// 2 coalesced  The same work with threadIdx.x walking along N: a warp now reads
-//              32 consecutive floats of B and writes 32 consecutive floats of
-//              C (one transaction each), and all its threads read the same
-//              element of A (a broadcast).
+//              thread reads a row of op(A) and a column of op(B) from global
+//              memory. Neighbouring threads of a warp touch addresses lda
+//              (for untransposed A) and ldc (for C) floats apart, so most
+//              loads and every store are separate memory transactions.
+// 2 coalesced  The same work with threadIdx.x walking along N: a warp writes
+//              32 consecutive floats of C (one transaction), all its threads
+//              read the same element of op(A) (a broadcast), and it reads 32
+//              consecutive floats of B when B is untransposed. With trans_b
+//              the B reads are ldb apart: a thread-per-output kernel cannot
+//              be coalesced for both C and a transposed B; variant 3 fixes it.
 // 3 tiled      A 32x32 block of threads computes a 32x32 tile of C. It walks K
-//              in steps of 32: the block loads a 32x32 tile of A and one of B
-//              into shared memory (each thread one element of each, coalesced),
+//              in steps of 32: the block stages a 32x32 tile of op(A) and one
+//              of op(B) into shared memory (one element of each per thread),
 //              waits (__syncthreads), and every thread takes its 32
 //              multiply-adds from shared memory. Each global element is now
 //              read by 1/32 as many loads; the second barrier keeps the next
-//              load from overwriting a tile still being read.
+//              load from overwriting a tile still being read. The tiles are
+//              stored [k][j] (j = m for A, n for B) with a row padding of one
+//              float, and filled in whichever order makes a warp read 32
+//              consecutive floats of the matrix as stored (along k for A and
+//              for transposed B, along j otherwise): all four transpose
+//              combinations load coalesced, and the padding keeps the
+//              "column" stores this needs free of bank conflicts.
 // 4 register   256 threads compute a 64x64 tile of C, 4x4 outputs each, held in
-//   blocked    registers. Per step of 16 along K the block stages a 64x16 tile
-//              of A (stored transposed, so that a thread's four A values are
-//              a column read) and a 16x64 tile of B in shared memory. Each
-//              thread then loads 4 values of A and 4 of B into registers and
-//              does 16 multiply-adds with them: four times the arithmetic per
+//   blocked    registers (tile::register_blocked, shared with the implicit-GEMM
+//              convolutions). Per step of 16 along K the block stages a 16x64
+//              tile of op(A) (as [k][m], so a thread's four A values lie in a
+//              row) and a 16x64 tile of op(B) in shared memory, again in the
+//              order that keeps global reads coalesced for each layout (rows
+//              of 16 floats along k, or 64 along m/n). Each thread then loads
+//              4 values of A and 4 of B into registers and does 16
+//              multiply-adds with them: four times the arithmetic per
 //              shared-memory read of variant 3. A thread's rows are ty+16*i
 //              and its columns tx+16*j, so neighbouring threads read
 //              neighbouring shared-memory words (no bank conflicts) and write
 //              neighbouring columns of C.
 //
 // Every variant handles ragged sizes: threads outside C write nothing, and
-// tiles are padded with zeros where they pass the edge of A or B. With
-// beta == 0, C is not read (it may hold garbage, as in BLAS).
+// tiles are padded with zeros where they pass the edge of op(A) or op(B).
+// With beta == 0, C is not read (it may hold garbage or NaN, as in BLAS).
+// Limits: M, N, K below 2^31 (indices are int); addresses are 64-bit.
+#include <string>
+
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm_tile.cuh"
 
 namespace anvil::cuda {
 
 namespace gemm_kernels {
 
-__device__ __forceinline__ float epilogue(float acc, float alpha, float beta, float c) {
-  return beta == 0.0f ? alpha * acc : alpha * acc + beta * c;
+using tile::Strided;
+
+// op(A) as an operand: (m, k) is A[k*lda + m] when transposed.
+template <bool TA>
+using OpA = Strided<TA>;
+// op(B) as an operand: (n, k) is B[k*ldb + n] unless transposed.
+template <bool TB>
+using OpB = Strided<!TB>;
+
+__device__ __forceinline__ void store(float* C, int64_t ldc, int m, int n, float acc,
+                                      float alpha, float beta) {
+  float* c = C + int64_t(m) * ldc + n;
+  *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;  // beta == 0: C not read
 }
 
-__global__ void gemm_naive(int M, int N, int K, float alpha, const float* __restrict__ A,
-                           const float* __restrict__ B, float beta, float* __restrict__ C) {
+template <bool TA, bool TB>
+__global__ void gemm_naive(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b, float beta,
+                           float* __restrict__ C, int64_t ldc) {
   int row = blockIdx.x * blockDim.x + threadIdx.x;
   int col = blockIdx.y * blockDim.y + threadIdx.y;
   if (row >= M || col >= N) return;
   float acc = 0.0f;
-  for (int k = 0; k < K; ++k) acc += A[row * K + k] * B[k * N + col];
-  C[row * N + col] = epilogue(acc, alpha, beta, C[row * N + col]);
+  for (int k = 0; k < K; ++k) acc += a(row, k) * b(col, k);
+  store(C, ldc, row, col, acc, alpha, beta);
 }
 
-__global__ void gemm_coalesced(int M, int N, int K, float alpha, const float* __restrict__ A,
-                               const float* __restrict__ B, float beta, float* __restrict__ C) {
+template <bool TA, bool TB>
+__global__ void gemm_coalesced(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b,
+                               float beta, float* __restrict__ C, int64_t ldc) {
   int col = blockIdx.x * blockDim.x + threadIdx.x;
   int row = blockIdx.y * blockDim.y + threadIdx.y;
   if (row >= M || col >= N) return;
   float acc = 0.0f;
-  for (int k = 0; k < K; ++k) acc += A[row * K + k] * B[k * N + col];
-  C[row * N + col] = epilogue(acc, alpha, beta, C[row * N + col]);
+  for (int k = 0; k < K; ++k) acc += a(row, k) * b(col, k);
+  store(C, ldc, row, col, acc, alpha, beta);
 }
 
 constexpr int kTile = 32;
 
-__global__ void gemm_tiled(int M, int N, int K, float alpha, const float* __restrict__ A,
-                           const float* __restrict__ B, float beta, float* __restrict__ C) {
-  __shared__ float As[kTile][kTile];
-  __shared__ float Bs[kTile][kTile];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int col = blockIdx.x * kTile + tx;
-  const int row = blockIdx.y * kTile + ty;
+template <bool TA, bool TB>
+__global__ void gemm_tiled(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b, float beta,
+                           float* __restrict__ C, int64_t ldc) {
+  __shared__ float As[kTile][kTile + 1];  // As[k][m]
+  __shared__ float Bs[kTile][kTile + 1];  // Bs[k][n]
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kTile + tx;
+  const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
   float acc = 0.0f;
   for (int k0 = 0; k0 < K; k0 += kTile) {
     // Out-of-range threads still load (zeros) and reach both barriers:
     // every thread of the block must.
-    As[ty][tx] = (row < M && k0 + tx < K) ? A[row * K + k0 + tx] : 0.0f;
-    Bs[ty][tx] = (k0 + ty < K && col < N) ? B[(k0 + ty) * N + col] : 0.0f;
+    tile::stage<OpA<TA>::kMajor, kTile, kTile, kTile * kTile>(As, tid, m0, k0, M, K, a);
+    tile::stage<OpB<TB>::kMajor, kTile, kTile, kTile * kTile>(Bs, tid, n0, k0, N, K, b);
     __syncthreads();
-    for (int k = 0; k < kTile; ++k) acc += As[ty][k] * Bs[k][tx];
+    for (int k = 0; k < kTile; ++k) acc += As[k][ty] * Bs[k][tx];
     __syncthreads();
   }
-  if (row < M && col < N) C[row * N + col] = epilogue(acc, alpha, beta, C[row * N + col]);
+  if (m0 + ty < M && n0 + tx < N) store(C, ldc, m0 + ty, n0 + tx, acc, alpha, beta);
 }
 
-constexpr int kBM = 64, kBN = 64, kBK = 16;   // block tile
-constexpr int kTM = 4, kTN = 4;               // outputs per thread
-constexpr int kThreads4 = (kBM / kTM) * (kBN / kTN);  // 256
-constexpr int kRowThreads = kBN / kTN;        // 16 threads across a tile row
+template <bool TA, bool TB>
+__global__ void gemm_register_blocked(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b,
+                                      float beta, float* __restrict__ C, int64_t ldc) {
+  tile::register_blocked(M, N, K, a, b, [&](int m, int n, float acc) {
+    store(C, ldc, m, n, acc, alpha, beta);
+  });
+}
 
-__global__ void gemm_register_blocked(int M, int N, int K, float alpha,
-                                      const float* __restrict__ A, const float* __restrict__ B,
-                                      float beta, float* __restrict__ C) {
-  __shared__ float As[kBK][kBM];  // transposed: As[k][m]
-  __shared__ float Bs[kBK][kBN];
-  const int tid = threadIdx.x;
-  const int tx = tid % kRowThreads, ty = tid / kRowThreads;
-  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
-
-  float acc[kTM][kTN] = {};
-  float a[kTM], b[kTN];
-  for (int k0 = 0; k0 < K; k0 += kBK) {
-    // 1024 elements of each tile, 4 per thread; consecutive threads take
-    // consecutive elements of a row of A (along K) and of B (along N).
-    for (int e = tid; e < kBM * kBK; e += kThreads4) {
-      int r = e / kBK, c = e % kBK;
-      int gm = m0 + r, gk = k0 + c;
-      As[c][r] = (gm < M && gk < K) ? A[gm * K + gk] : 0.0f;
-    }
-    for (int e = tid; e < kBK * kBN; e += kThreads4) {
-      int r = e / kBN, c = e % kBN;
-      int gk = k0 + r, gn = n0 + c;
-      Bs[r][c] = (gk < K && gn < N) ? B[gk * N + gn] : 0.0f;
-    }
-    __syncthreads();
-    for (int k = 0; k < kBK; ++k) {
-      for (int i = 0; i < kTM; ++i) a[i] = As[k][ty + i * (kBM / kTM)];
-      for (int j = 0; j < kTN; ++j) b[j] = Bs[k][tx + j * kRowThreads];
-      for (int i = 0; i < kTM; ++i)
-        for (int j = 0; j < kTN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-    }
-    __syncthreads();
-  }
-  for (int i = 0; i < kTM; ++i) {
-    int row = m0 + ty + i * (kBM / kTM);
-    if (row >= M) continue;
-    for (int j = 0; j < kTN; ++j) {
-      int col = n0 + tx + j * kRowThreads;
-      if (col < N) C[row * N + col] = epilogue(acc[i][j], alpha, beta, C[row * N + col]);
-    }
+template <bool TA, bool TB>
+void run(int variant, int M, int N, int K, float alpha, const float* A, int64_t lda,
+         const float* B, int64_t ldb, float beta, float* C, int64_t ldc, cudaStream_t stream) {
+  auto up = [](int n, int d) { return static_cast<unsigned>((n + d - 1) / d); };
+  const OpA<TA> a{A, lda};
+  const OpB<TB> b{B, ldb};
+  switch (variant) {
+    case 1:
+      launch(gemm_naive<TA, TB>, dim3(up(M, 32), up(N, 32)), dim3(32, 32), 0, stream, M, N, K,
+             alpha, a, b, beta, C, ldc);
+      break;
+    case 2:
+      launch(gemm_coalesced<TA, TB>, dim3(up(N, 32), up(M, 32)), dim3(32, 32), 0, stream, M, N,
+             K, alpha, a, b, beta, C, ldc);
+      break;
+    case 3:
+      launch(gemm_tiled<TA, TB>, dim3(up(N, kTile), up(M, kTile)), dim3(kTile, kTile), 0, stream,
+             M, N, K, alpha, a, b, beta, C, ldc);
+      break;
+    default:  // 4 (checked by the caller)
+      launch(gemm_register_blocked<TA, TB>, dim3(up(N, tile::kBN), up(M, tile::kBM)),
+             dim3(tile::kThreads), 0, stream, M, N, K, alpha, a, b, beta, C, ldc);
+      break;
   }
 }
+
+namespace {
+
+void check_size(const char* name, int64_t v) {
+  if (v < 0 || v > INT32_MAX)
+    throw std::invalid_argument(std::string("cuda::gemm: ") + name + " = " + std::to_string(v) +
+                                " is out of range [0, 2^31)");
+}
+
+void check_ld(const char* name, int64_t ld, int64_t row, const char* what) {
+  if (ld < row)
+    throw std::invalid_argument(std::string("cuda::gemm: ") + name + " = " + std::to_string(ld) +
+                                " is smaller than a row of " + what + " (" +
+                                std::to_string(row) + " floats)");
+}
+
+}  // namespace
 
 }  // namespace gemm_kernels
 
-// Host entry: picks the variant's launch configuration. A, B, C are device
-// pointers; the launch is asynchronous on `stream` (synchronous in the
-// simulator). TEMPORARY: no transposes or strides yet.
+// Host entry: checks the arguments, picks the variant's kernel (one of four
+// instantiations, by the transpose flags) and its launch configuration. A, B,
+// C are device pointers; the launch is asynchronous on `stream` (synchronous
+// in the simulator).
 void gemm(int variant, bool trans_a, bool trans_b, int64_t M64, int64_t N64, int64_t K64,
           float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
           float* C, int64_t ldc, cudaStream_t stream) {
   using namespace gemm_kernels;
-  int M = int(M64), N = int(N64), K = int(K64);
-  if (trans_a || trans_b || lda != K || ldb != N || ldc != N)
-    throw std::invalid_argument("cuda::gemm: transposes and strides not implemented yet");
-  if (M < 0 || N < 0 || K < 0)
-    throw std::invalid_argument("cuda::gemm: negative size " + std::to_string(M) + "x" +
-                                std::to_string(N) + "x" + std::to_string(K));
+  if (variant < 1 || variant > kGemmVariants)
+    throw std::invalid_argument("cuda::gemm: no variant " + std::to_string(variant) +
+                                " (there are 1 to " + std::to_string(kGemmVariants) + ")");
+  check_size("M", M64);
+  check_size("N", N64);
+  check_size("K", K64);
+  check_ld("lda", lda, trans_a ? M64 : K64, trans_a ? "A (stored K x M)" : "A (stored M x K)");
+  check_ld("ldb", ldb, trans_b ? K64 : N64, trans_b ? "B (stored N x K)" : "B (stored K x N)");
+  check_ld("ldc", ldc, N64, "C (M x N)");
+  const int M = int(M64), N = int(N64), K = int(K64);
   if (M == 0 || N == 0) return;
-  auto up = [](int n, int d) { return static_cast<unsigned>((n + d - 1) / d); };
-  switch (variant) {
-    case 1:
-      launch(gemm_naive, dim3(up(M, 32), up(N, 32)), dim3(32, 32), 0, stream, M, N, K, alpha, A,
-             B, beta, C);
-      break;
-    case 2:
-      launch(gemm_coalesced, dim3(up(N, 32), up(M, 32)), dim3(32, 32), 0, stream, M, N, K,
-             alpha, A, B, beta, C);
-      break;
-    case 3:
-      launch(gemm_tiled, dim3(up(N, kTile), up(M, kTile)), dim3(kTile, kTile), 0, stream, M, N,
-             K, alpha, A, B, beta, C);
-      break;
-    case 4:
-      launch(gemm_register_blocked, dim3(up(N, kBN), up(M, kBM)), dim3(kThreads4), 0, stream, M,
-             N, K, alpha, A, B, beta, C);
-      break;
-    default:
-      throw std::invalid_argument("cuda::gemm: no variant " + std::to_string(variant) +
-                                  " (there are 1 to 4)");
-  }
+  auto* entry = trans_a ? (trans_b ? run<true, true> : run<true, false>)
+                         : (trans_b ? run<false, true> : run<false, false>);
+  entry(variant, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, stream);
 }
 
 }  // namespace anvil::cuda

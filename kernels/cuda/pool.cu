@@ -1,19 +1,266 @@
-// STUB: replaced by the real kernels in this session's work.
+// Max and average 2-D pooling over NCHW planes, forward and backward.
+//
+// Forward: one thread per OUTPUT element (n, c, p, q), in a grid-stride loop
+// over the flat N*C*P*Q index with q fastest. A warp therefore writes 32
+// consecutive outputs (coalesced) and reads 32 neighbouring windows of the
+// same input rows: consecutive threads read addresses stride_w apart, and
+// the rows of a window are shared with its neighbours, so the reads mostly
+// hit cache. Each thread scans its window clipped to the real input, in
+// row-major order, exactly as cpu::max_pool2d_forward / avg_pool2d_forward:
+//   max: the first maximum in scan order wins (ties pick the earliest
+//        element), a NaN is taken and ends the scan, padding is -inf (never
+//        chosen); a window wholly in padding gives -inf and argmax -1.
+//        argmax is the flat h*W+w index within the (n, c) plane.
+//   avg: sum of the clipped window in scan order times 1/(kernel_h*kernel_w)
+//        (padding counts as zeros: count_include_pad=True).
+//
+// Backward: one thread per INPUT element (n, c, h, w), a gather. The thread
+// works out which output windows cover its (h, w) (p in [p_lo, p_hi], q in
+// [q_lo, q_hi], at most ceil(kh/sh) * ceil(kw/sw) of them) and sums their
+// gradients: for max only those whose argmax is this element, for avg all of
+// them, times 1/(kh*kw). Why a gather and not a scatter (one thread per
+// output adding into dx with atomicAdd), which would also be correct with
+// overlapping windows (stride < kernel):
+//   - deterministic: float atomics add in whatever order the hardware runs
+//     them, so overlapping windows would give results that vary in the last
+//     bits from run to run; the gather adds in a fixed order, ascending
+//     (p, q), which is also the CPU's order (for max pooling the sums then
+//     match cpu::max_pool2d_backward bit for bit);
+//   - every dx element is written exactly once, coalesced, with no separate
+//     zero-fill pass and no atomic traffic;
+//   - the extra reads are small: dy and argmax are read once per covering
+//     window (once in total when stride >= kernel).
+//
+// Indices: the kernels are templated on the index type, int when every flat
+// index fits in 31 bits (32-bit division and modulo, used to split the flat
+// index, are several times cheaper on a GPU) and int64 otherwise.
 #include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace anvil::cuda {
-namespace {
-[[noreturn]] void todo(const char* name) {
-  throw std::runtime_error(std::string("cuda::") + name + ": not implemented yet");
-}
-}  // namespace
 
-void max_pool2d_forward(const Pool2dShape&, const float*, float*, int64_t*, cudaStream_t) { todo("max_pool2d_forward"); }
-void max_pool2d_backward(const Pool2dShape&, const float*, const int64_t*, float*, cudaStream_t) { todo("max_pool2d_backward"); }
-void avg_pool2d_forward(const Pool2dShape&, const float*, float*, cudaStream_t) { todo("avg_pool2d_forward"); }
-void avg_pool2d_backward(const Pool2dShape&, const float*, float*, cudaStream_t) { todo("avg_pool2d_backward"); }
+namespace pool_kernels {
+
+constexpr int kBlock = 256;
+constexpr int64_t kMaxBlocks = 2048;
+
+template <typename I>
+struct Shape {
+  I H, W, P, Q, kh, kw, sh, sw, ph, pw;
+};
+
+template <typename I>
+Shape<I> narrow(const Pool2dShape& s) {
+  return {static_cast<I>(s.H),        static_cast<I>(s.W),        static_cast<I>(s.P),
+          static_cast<I>(s.Q),        static_cast<I>(s.kernel_h), static_cast<I>(s.kernel_w),
+          static_cast<I>(s.stride_h), static_cast<I>(s.stride_w), static_cast<I>(s.pad_h),
+          static_cast<I>(s.pad_w)};
+}
+
+template <typename I>
+__device__ __forceinline__ I first_index() {
+  return static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+}
+template <typename I>
+__device__ __forceinline__ I grid_stride() {
+  return static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+}
+
+// Floor division for a positive divisor and a numerator of either sign.
+template <typename I>
+__device__ __forceinline__ I floor_div(I a, I b) {
+  const I q = a / b;
+  return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+// The output windows along one axis that cover input position x: those o
+// with o*stride - pad <= x < o*stride - pad + k, clipped to [0, out).
+template <typename I>
+__device__ __forceinline__ void covering(I x, I k, I stride, I pad, I out, I& lo, I& hi) {
+  lo = floor_div<I>(x + pad - k, stride) + 1;
+  if (lo < 0) lo = 0;
+  hi = (x + pad) / stride;  // x + pad >= 0
+  if (hi > out - 1) hi = out - 1;
+}
+
+template <typename I>
+__global__ void max_pool_forward_kernel(I total, Shape<I> s, const float* __restrict__ x,
+                                        float* __restrict__ y, int64_t* __restrict__ argmax) {
+  for (I o = first_index<I>(); o < total; o += grid_stride<I>()) {
+    const I q = o % s.Q;
+    const I t = o / s.Q;
+    const I p = t % s.P;
+    const I plane = t / s.P;
+    const I hs = p * s.sh - s.ph, ws = q * s.sw - s.pw;
+    const I h0 = hs < 0 ? 0 : hs, h1 = hs + s.kh < s.H ? hs + s.kh : s.H;
+    const I w0 = ws < 0 ? 0 : ws, w1 = ws + s.kw < s.W ? ws + s.kw : s.W;
+    const float* xp = x + static_cast<int64_t>(plane) * s.H * s.W;
+    float best = -INFINITY;
+    I arg = -1;
+    if (h0 < h1 && w0 < w1) {
+      arg = h0 * s.W + w0;
+      best = xp[arg];
+      bool done = best != best;  // a NaN first element wins outright
+      for (I h = h0; h < h1 && !done; ++h) {
+        for (I w = w0; w < w1; ++w) {
+          const float v = xp[h * s.W + w];
+          if (v > best || v != v) {
+            best = v;
+            arg = h * s.W + w;
+            if (v != v) {
+              done = true;
+              break;
+            }
+          }
+        }
+      }
+    }
+    y[o] = best;
+    argmax[o] = arg;
+  }
+}
+
+template <typename I>
+__global__ void max_pool_backward_kernel(I total, Shape<I> s, const float* __restrict__ dy,
+                                         const int64_t* __restrict__ argmax,
+                                         float* __restrict__ dx) {
+  for (I i = first_index<I>(); i < total; i += grid_stride<I>()) {
+    const I w = i % s.W;
+    const I t = i / s.W;
+    const I h = t % s.H;
+    const I plane = t / s.H;
+    I p_lo, p_hi, q_lo, q_hi;
+    covering<I>(h, s.kh, s.sh, s.ph, s.P, p_lo, p_hi);
+    covering<I>(w, s.kw, s.sw, s.pw, s.Q, q_lo, q_hi);
+    const int64_t base = static_cast<int64_t>(plane) * s.P * s.Q;
+    const int64_t me = static_cast<int64_t>(h) * s.W + w;
+    float acc = 0.0f;
+    for (I p = p_lo; p <= p_hi; ++p)
+      for (I q = q_lo; q <= q_hi; ++q) {
+        const int64_t j = base + static_cast<int64_t>(p) * s.Q + q;
+        if (argmax[j] == me) acc += dy[j];
+      }
+    dx[i] = acc;
+  }
+}
+
+template <typename I>
+__global__ void avg_pool_forward_kernel(I total, Shape<I> s, float inv,
+                                        const float* __restrict__ x, float* __restrict__ y) {
+  for (I o = first_index<I>(); o < total; o += grid_stride<I>()) {
+    const I q = o % s.Q;
+    const I t = o / s.Q;
+    const I p = t % s.P;
+    const I plane = t / s.P;
+    const I hs = p * s.sh - s.ph, ws = q * s.sw - s.pw;
+    const I h0 = hs < 0 ? 0 : hs, h1 = hs + s.kh < s.H ? hs + s.kh : s.H;
+    const I w0 = ws < 0 ? 0 : ws, w1 = ws + s.kw < s.W ? ws + s.kw : s.W;
+    const float* xp = x + static_cast<int64_t>(plane) * s.H * s.W;
+    float acc = 0.0f;
+    for (I h = h0; h < h1; ++h)
+      for (I w = w0; w < w1; ++w) acc += xp[h * s.W + w];
+    y[o] = acc * inv;
+  }
+}
+
+template <typename I>
+__global__ void avg_pool_backward_kernel(I total, Shape<I> s, float inv,
+                                         const float* __restrict__ dy, float* __restrict__ dx) {
+  for (I i = first_index<I>(); i < total; i += grid_stride<I>()) {
+    const I w = i % s.W;
+    const I t = i / s.W;
+    const I h = t % s.H;
+    const I plane = t / s.H;
+    I p_lo, p_hi, q_lo, q_hi;
+    covering<I>(h, s.kh, s.sh, s.ph, s.P, p_lo, p_hi);
+    covering<I>(w, s.kw, s.sw, s.pw, s.Q, q_lo, q_hi);
+    const float* dyp = dy + static_cast<int64_t>(plane) * s.P * s.Q;
+    float acc = 0.0f;
+    for (I p = p_lo; p <= p_hi; ++p)
+      for (I q = q_lo; q <= q_hi; ++q) acc += dyp[p * s.Q + q] * inv;
+    dx[i] = acc;
+  }
+}
+
+void check_shape(const Pool2dShape& s, const char* who) {
+  if (s.N < 0 || s.C < 0 || s.H < 0 || s.W < 0 || s.P < 0 || s.Q < 0 || s.kernel_h <= 0 ||
+      s.kernel_w <= 0 || s.stride_h <= 0 || s.stride_w <= 0 || s.pad_h < 0 || s.pad_w < 0)
+    throw std::invalid_argument(std::string("cuda::") + who + ": invalid pooling shape");
+}
+
+dim3 grid_for(int64_t total) {
+  const int64_t blocks = (total + kBlock - 1) / kBlock;
+  return dim3(static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks));
+}
+
+// True when every index a kernel forms stays below 2^31: the flat indices
+// (plus one grid stride, at most kMaxBlocks * kBlock = 2^19) and the window
+// arithmetic (p*stride + kernel, h + pad).
+bool fits_int(const Pool2dShape& s) {
+  constexpr int64_t kLimit = INT32_MAX - kMaxBlocks * kBlock;
+  const int64_t planes = s.N * s.C;
+  return planes * s.H * s.W < kLimit && planes * s.P * s.Q < kLimit &&
+         s.P * s.stride_h + s.kernel_h < kLimit && s.Q * s.stride_w + s.kernel_w < kLimit &&
+         s.H + s.pad_h < kLimit && s.W + s.pad_w < kLimit;
+}
+
+}  // namespace pool_kernels
+
+using namespace pool_kernels;
+
+void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y, int64_t* argmax,
+                        cudaStream_t stream) {
+  check_shape(s, "max_pool2d_forward");
+  const int64_t total = s.N * s.C * s.P * s.Q;
+  if (total == 0) return;
+  if (fits_int(s))
+    launch(max_pool_forward_kernel<int>, grid_for(total), dim3(kBlock), 0, stream,
+           static_cast<int>(total), narrow<int>(s), x, y, argmax);
+  else
+    launch(max_pool_forward_kernel<int64_t>, grid_for(total), dim3(kBlock), 0, stream, total,
+           narrow<int64_t>(s), x, y, argmax);
+}
+
+void max_pool2d_backward(const Pool2dShape& s, const float* dy, const int64_t* argmax, float* dx,
+                         cudaStream_t stream) {
+  check_shape(s, "max_pool2d_backward");
+  const int64_t total = s.N * s.C * s.H * s.W;
+  if (total == 0) return;
+  if (fits_int(s))
+    launch(max_pool_backward_kernel<int>, grid_for(total), dim3(kBlock), 0, stream,
+           static_cast<int>(total), narrow<int>(s), dy, argmax, dx);
+  else
+    launch(max_pool_backward_kernel<int64_t>, grid_for(total), dim3(kBlock), 0, stream, total,
+           narrow<int64_t>(s), dy, argmax, dx);
+}
+
+void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y, cudaStream_t stream) {
+  check_shape(s, "avg_pool2d_forward");
+  const int64_t total = s.N * s.C * s.P * s.Q;
+  if (total == 0) return;
+  const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
+  if (fits_int(s))
+    launch(avg_pool_forward_kernel<int>, grid_for(total), dim3(kBlock), 0, stream,
+           static_cast<int>(total), narrow<int>(s), inv, x, y);
+  else
+    launch(avg_pool_forward_kernel<int64_t>, grid_for(total), dim3(kBlock), 0, stream, total,
+           narrow<int64_t>(s), inv, x, y);
+}
+
+void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx, cudaStream_t stream) {
+  check_shape(s, "avg_pool2d_backward");
+  const int64_t total = s.N * s.C * s.H * s.W;
+  if (total == 0) return;
+  const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
+  if (fits_int(s))
+    launch(avg_pool_backward_kernel<int>, grid_for(total), dim3(kBlock), 0, stream,
+           static_cast<int>(total), narrow<int>(s), inv, dy, dx);
+  else
+    launch(avg_pool_backward_kernel<int64_t>, grid_for(total), dim3(kBlock), 0, stream, total,
+           narrow<int64_t>(s), inv, dy, dx);
+}
 
 }  // namespace anvil::cuda

@@ -1,0 +1,204 @@
+// kernels/cuda convolution (conv.cu): every variant of forward, backward-data
+// and backward-weight against cpu::conv2d_* on ragged shapes (strides, pads,
+// non-square windows, chunked batches), with and without bias / dbias;
+// degenerate shapes and argument checks. Runs on the simulator
+// (ANVIL_CUDA=SIM) or on a real GPU when there is one.
+#if defined(ANVIL_CUDA_BACKEND)
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/shapes.h"
+#include "tests/cuda_test_util.h"
+
+namespace {
+
+using Vec = std::vector<float>;
+using anvil::Conv2dShape;
+using cuda_test::DeviceBuffer;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+Conv2dShape make_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t R,
+                       int64_t S, int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
+  Conv2dShape s{N, C, H, W, K, R, S, sh, sw, ph, pw, 0, 0};
+  s.P = Conv2dShape::out_size(H, R, sh, ph);
+  s.Q = Conv2dShape::out_size(W, S, sw, pw);
+  return s;
+}
+
+Conv2dShape make_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t R,
+                       int64_t S, int64_t stride, int64_t pad) {
+  return make_shape(N, C, H, W, K, R, S, stride, stride, pad, pad);
+}
+
+// The shapes every variant is checked on. The (5,12,12,12,4,3,3) one is
+// three images per chunk for variant 2 in the simulator build (a chunk of 3,
+// then a short one of 2).
+std::vector<Conv2dShape> test_shapes() {
+  return {make_shape(1, 1, 5, 5, 1, 3, 3, 1, 0),    make_shape(2, 3, 7, 6, 5, 3, 3, 1, 1),
+          make_shape(2, 4, 9, 9, 6, 5, 5, 2, 2),    make_shape(3, 2, 8, 7, 4, 1, 1, 2, 0),
+          make_shape(1, 20, 12, 12, 50, 5, 5, 1, 0),  // LeNet's conv2, batch 1
+          make_shape(2, 5, 6, 6, 7, 3, 2, 1, 1),    make_shape(2, 3, 9, 8, 4, 3, 2, 2, 1, 0, 1),
+          make_shape(5, 12, 12, 12, 4, 3, 3, 1, 0)};
+}
+
+std::string describe(const Conv2dShape& s) {
+  std::ostringstream o;
+  o << "N" << s.N << " C" << s.C << " H" << s.H << " W" << s.W << " K" << s.K << " R" << s.R
+    << " S" << s.S << " stride " << s.stride_h << "," << s.stride_w << " pad " << s.pad_h << ","
+    << s.pad_w << " -> P" << s.P << " Q" << s.Q;
+  return o.str();
+}
+
+// Within 1e-4 relative to the element and to the output's magnitude.
+void require_close_scaled(const Vec& got, const Vec& want) {
+  float scale = 1e-3f;
+  for (float v : want) scale = std::max(scale, std::fabs(v));
+  cuda_test::require_close(got, want, 1e-4f, 1e-4f * scale);
+}
+
+// A workspace of the size the variant asks for, full of NaN (so that reading
+// workspace nobody wrote shows).
+struct Workspace {
+  DeviceBuffer<float> buf;
+  Workspace(int variant, const Conv2dShape& s)
+      : buf(Vec(anvil::cuda::conv2d_workspace_floats(variant, s), kNaN)) {}
+  float* ptr() { return buf.count ? buf.ptr : nullptr; }
+};
+
+size_t x_size(const Conv2dShape& s) { return size_t(s.N * s.C * s.H * s.W); }
+size_t w_size(const Conv2dShape& s) { return size_t(s.K * s.C * s.R * s.S); }
+size_t y_size(const Conv2dShape& s) { return size_t(s.N * s.K * s.P * s.Q); }
+
+}  // namespace
+
+TEST_CASE("cuda conv: forward, every variant, matches the CPU", "[cuda][conv]") {
+  if (!cuda_test::have_device()) return;
+  for (const Conv2dShape& s : test_shapes()) {
+    const Vec x = cuda_test::random_floats(x_size(s), 11), w = cuda_test::random_floats(w_size(s), 12);
+    const Vec bias = cuda_test::random_floats(size_t(s.K), 13);
+    DeviceBuffer<float> dx(x), dw(w), dbias(bias);
+    for (bool with_bias : {false, true}) {
+      Vec want(y_size(s));
+      anvil::cpu::conv2d_forward(s, x.data(), w.data(), with_bias ? bias.data() : nullptr,
+                                 want.data());
+      for (int variant = 1; variant <= anvil::cuda::kConvVariants; ++variant) {
+        INFO(describe(s) << ", variant " << variant << ", bias " << with_bias);
+        Workspace ws(variant, s);
+        DeviceBuffer<float> dy(Vec(y_size(s), kNaN));  // every element must be written
+        anvil::cuda::conv2d_forward(variant, s, dx.ptr, dw.ptr, with_bias ? dbias.ptr : nullptr,
+                                    dy.ptr, ws.ptr(), nullptr);
+        require_close_scaled(dy.to_host(), want);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda conv: backward-data, every variant, matches the CPU", "[cuda][conv]") {
+  if (!cuda_test::have_device()) return;
+  for (const Conv2dShape& s : test_shapes()) {
+    const Vec g = cuda_test::random_floats(y_size(s), 21), w = cuda_test::random_floats(w_size(s), 22);
+    DeviceBuffer<float> dg(g), dw(w);
+    Vec want(x_size(s), kNaN);
+    anvil::cpu::conv2d_backward_data(s, g.data(), w.data(), want.data());
+    for (int variant = 1; variant <= anvil::cuda::kConvVariants; ++variant) {
+      INFO(describe(s) << ", variant " << variant);
+      Workspace ws(variant, s);
+      DeviceBuffer<float> dx(Vec(x_size(s), kNaN));  // overwritten, not accumulated into
+      anvil::cuda::conv2d_backward_data(variant, s, dg.ptr, dw.ptr, dx.ptr, ws.ptr(), nullptr);
+      require_close_scaled(dx.to_host(), want);
+    }
+  }
+}
+
+TEST_CASE("cuda conv: backward-weight and dbias, every variant, match the CPU", "[cuda][conv]") {
+  if (!cuda_test::have_device()) return;
+  for (const Conv2dShape& s : test_shapes()) {
+    const Vec x = cuda_test::random_floats(x_size(s), 31), g = cuda_test::random_floats(y_size(s), 32);
+    DeviceBuffer<float> dx(x), dg(g);
+    Vec want_w(w_size(s), kNaN), want_b(size_t(s.K), kNaN);
+    anvil::cpu::conv2d_backward_weight(s, x.data(), g.data(), want_w.data(), want_b.data());
+    for (bool with_bias : {false, true}) {
+      for (int variant = 1; variant <= anvil::cuda::kConvVariants; ++variant) {
+        INFO(describe(s) << ", variant " << variant << ", dbias " << with_bias);
+        Workspace ws(variant, s);
+        DeviceBuffer<float> dw(Vec(w_size(s), kNaN)), db(Vec(size_t(s.K), kNaN));
+        anvil::cuda::conv2d_backward_weight(variant, s, dx.ptr, dg.ptr, dw.ptr,
+                                            with_bias ? db.ptr : nullptr, ws.ptr(), nullptr);
+        require_close_scaled(dw.to_host(), want_w);
+        const Vec got_b = db.to_host();
+        if (with_bias) {
+          require_close_scaled(got_b, want_b);
+        } else {
+          for (float v : got_b) REQUIRE(std::isnan(v));  // null dbias: not written
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda conv: degenerate shapes give empty or zero results", "[cuda][conv]") {
+  if (!cuda_test::have_device()) return;
+  // The window does not fit (P = 0): y is empty, dx and dw are zeros, dbias 0.
+  const Conv2dShape s = make_shape(2, 3, 2, 6, 4, 3, 3, 1, 0);
+  REQUIRE(s.P == 0);
+  for (int variant = 1; variant <= anvil::cuda::kConvVariants; ++variant) {
+    INFO("variant " << variant);
+    Workspace ws(variant, s);
+    DeviceBuffer<float> x(Vec(x_size(s), 1.0f)), w(Vec(w_size(s), 1.0f)), y(0);
+    anvil::cuda::conv2d_forward(variant, s, x.ptr, w.ptr, nullptr, y.ptr, ws.ptr(), nullptr);
+    DeviceBuffer<float> dx(Vec(x_size(s), kNaN));
+    anvil::cuda::conv2d_backward_data(variant, s, y.ptr, w.ptr, dx.ptr, ws.ptr(), nullptr);
+    REQUIRE(dx.to_host() == Vec(x_size(s), 0.0f));
+    DeviceBuffer<float> dw(Vec(w_size(s), kNaN)), db(Vec(size_t(s.K), kNaN));
+    anvil::cuda::conv2d_backward_weight(variant, s, x.ptr, y.ptr, dw.ptr, db.ptr, ws.ptr(),
+                                        nullptr);
+    REQUIRE(dw.to_host() == Vec(w_size(s), 0.0f));
+    REQUIRE(db.to_host() == Vec(size_t(s.K), 0.0f));
+  }
+}
+
+TEST_CASE("cuda conv: bad shapes and variants are refused", "[cuda][conv]") {
+  if (!cuda_test::have_device()) return;
+  using anvil::cuda::conv2d_forward;
+  using anvil::cuda::conv2d_workspace_floats;
+  Conv2dShape s = make_shape(1, 2, 5, 5, 3, 3, 3, 1, 0);
+  REQUIRE(conv2d_workspace_floats(1, s) == 0);
+  REQUIRE(conv2d_workspace_floats(3, s) == 0);
+  REQUIRE(conv2d_workspace_floats(2, s) > 0);
+#if defined(ANVIL_CUDA_SIM)
+  // The simulator's 2^15-float column chunk: the batch-5 test shape runs as
+  // chunks of 3 and 2 images (columns [108, 3*100] plus a [4, 3*100] matrix).
+  REQUIRE(conv2d_workspace_floats(2, test_shapes().back()) == 3 * 100 * (108 + 4));
+#endif
+  REQUIRE_THROWS_WITH(conv2d_workspace_floats(4, s), Catch::Contains("no variant 4"));
+  REQUIRE_THROWS_WITH(conv2d_forward(0, s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+                      Catch::Contains("no variant 0"));
+  REQUIRE_THROWS_WITH(conv2d_forward(2, s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+                      Catch::Contains("needs a workspace"));
+  Conv2dShape bad = s;
+  bad.P = 4;
+  REQUIRE_THROWS_WITH(conv2d_forward(1, bad, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+                      Catch::Contains("P = 4"));
+  bad = s;
+  bad.stride_w = 0;
+  REQUIRE_THROWS_WITH(anvil::cuda::conv2d_backward_data(3, bad, nullptr, nullptr, nullptr,
+                                                        nullptr, nullptr),
+                      Catch::Contains("stride_w = 0"));
+  bad = s;
+  bad.N = -1;
+  REQUIRE_THROWS_AS(anvil::cuda::conv2d_backward_weight(1, bad, nullptr, nullptr, nullptr,
+                                                        nullptr, nullptr, nullptr),
+                    std::invalid_argument);
+}
+
+#endif  // ANVIL_CUDA_BACKEND

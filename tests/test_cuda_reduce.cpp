@@ -1,0 +1,136 @@
+// kernels/cuda reductions (reduce.cu): every sum variant against cpu::sum on
+// sizes around the warp, block and grid boundaries, the determinism of the
+// two-pass variant, channel_sum against cpu::channel_sum on ragged shapes,
+// and label_min_max. Runs on the simulator (ANVIL_CUDA=SIM) or on a real GPU.
+#if defined(ANVIL_CUDA_BACKEND)
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "tests/cuda_test_util.h"
+
+namespace {
+
+using Vec = std::vector<float>;
+using cuda_test::DeviceBuffer;
+
+double abs_sum(const Vec& v) {
+  double s = 0.0;
+  for (float x : v) s += std::fabs(x);
+  return s;
+}
+
+// Runs sum(variant) on x and returns out[0]; out starts as garbage, so the
+// variants that need it zeroed must zero it themselves.
+float device_sum(int variant, const Vec& x) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  DeviceBuffer<float> dx(x), out(Vec{12345.0f});
+  DeviceBuffer<float> ws(anvil::cuda::sum_workspace_floats(variant, n));
+  anvil::cuda::sum(variant, n, dx.ptr, out.ptr, ws.count ? ws.ptr : nullptr, nullptr);
+  return out.to_host()[0];
+}
+
+}  // namespace
+
+TEST_CASE("cuda reduce: every sum variant matches cpu::sum", "[cuda][reduce]") {
+  if (!cuda_test::have_device()) return;
+  for (int variant = 1; variant <= anvil::cuda::kSumVariants; ++variant) {
+    for (int64_t n : {0, 1, 31, 33, 1000, 4099, 70000}) {
+      DYNAMIC_SECTION("variant " << variant << ", n " << n) {
+        const Vec x = cuda_test::random_floats(size_t(n), uint32_t(7 + n));
+        const float want = anvil::cpu::sum(n, x.data());
+        const float got = device_sum(variant, x);
+        if (n == 0) {
+          REQUIRE(got == 0.0f);
+        } else {
+          REQUIRE(std::fabs(got - want) <= 1e-5 * abs_sum(x));
+        }
+      }
+    }
+  }
+  SECTION("workspace: only the two-pass variant needs one") {
+    for (int variant = 1; variant <= 3; ++variant)
+      REQUIRE(anvil::cuda::sum_workspace_floats(variant, 70000) == 0);
+    REQUIRE(anvil::cuda::sum_workspace_floats(4, 0) == 0);
+    REQUIRE(anvil::cuda::sum_workspace_floats(4, 1) == 1);
+    REQUIRE(anvil::cuda::sum_workspace_floats(4, 70000) > 1);
+  }
+  SECTION("an unknown variant is refused") {
+    REQUIRE_THROWS_WITH(anvil::cuda::sum(5, 1, nullptr, nullptr, nullptr, nullptr),
+                        Catch::Contains("no variant 5"));
+    REQUIRE_THROWS_AS(anvil::cuda::sum_workspace_floats(0, 1), std::invalid_argument);
+  }
+}
+
+TEST_CASE("cuda reduce: the two-pass sum is bitwise deterministic", "[cuda][reduce]") {
+  if (!cuda_test::have_device()) return;
+  for (int64_t n : {4099, 70000}) {
+    // Values of very different magnitudes, so that any change of order shows.
+    Vec x = cuda_test::random_floats(size_t(n), 99);
+    for (size_t i = 0; i < x.size(); i += 7) x[i] *= 1e4f;
+    const float a = device_sum(4, x), b = device_sum(4, x);
+    uint32_t bits_a, bits_b;
+    std::memcpy(&bits_a, &a, 4);
+    std::memcpy(&bits_b, &b, 4);
+    REQUIRE(bits_a == bits_b);
+    REQUIRE(std::fabs(a - anvil::cpu::sum(n, x.data())) <= 1e-5 * abs_sum(x));
+  }
+}
+
+TEST_CASE("cuda reduce: channel_sum matches cpu::channel_sum on ragged shapes", "[cuda][reduce]") {
+  if (!cuda_test::have_device()) return;
+  struct Shape {
+    int64_t outer, C, inner;
+  };
+  for (Shape s : {Shape{3, 5, 7}, Shape{1, 1, 1}, Shape{2, 64, 1}, Shape{4, 3, 50},
+                  Shape{0, 4, 3}, Shape{33, 2, 17}}) {
+    DYNAMIC_SECTION("outer " << s.outer << ", C " << s.C << ", inner " << s.inner) {
+      const Vec dy = cuda_test::random_floats(size_t(s.outer * s.C * s.inner), 5);
+      Vec want(size_t(s.C));
+      anvil::cpu::channel_sum(s.outer, s.C, s.inner, dy.data(), want.data());
+      DeviceBuffer<float> ddy(dy), ddb(Vec(size_t(s.C), 777.0f));  // overwritten, not added to
+      anvil::cuda::channel_sum(s.outer, s.C, s.inner, ddy.ptr, ddb.ptr, nullptr);
+      const Vec got = ddb.to_host();
+      for (int64_t c = 0; c < s.C; ++c) {
+        double scale = 0.0;
+        for (int64_t o = 0; o < s.outer; ++o)
+          for (int64_t i = 0; i < s.inner; ++i)
+            scale += std::fabs(dy[size_t((o * s.C + c) * s.inner + i)]);
+        INFO("channel " << c);
+        REQUIRE(std::fabs(got[size_t(c)] - want[size_t(c)]) <= 1e-5 * scale + 1e-7);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda reduce: label_min_max", "[cuda][reduce]") {
+  if (!cuda_test::have_device()) return;
+  SECTION("one label") {
+    DeviceBuffer<int64_t> labels(std::vector<int64_t>{42}), out(2);
+    anvil::cuda::label_min_max(1, labels.ptr, out.ptr, nullptr);
+    REQUIRE(out.to_host() == std::vector<int64_t>{42, 42});
+  }
+  SECTION("a batch with the extremes anywhere, beyond 32 bits") {
+    for (int64_t n : {2, 31, 33, 257, 1000}) {
+      std::vector<int64_t> host(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) host[size_t(i)] = (i * 37) % 11 - 3;
+      host[size_t(n * 2 / 3)] = int64_t{-5} << 40;
+      host[size_t(n / 3)] = int64_t{7} << 40;
+      DeviceBuffer<int64_t> labels(host), out(2);
+      anvil::cuda::label_min_max(n, labels.ptr, out.ptr, nullptr);
+      INFO("n " << n);
+      REQUIRE(out.to_host() == std::vector<int64_t>{int64_t{-5} << 40, int64_t{7} << 40});
+    }
+  }
+  SECTION("n = 0 is refused") {
+    REQUIRE_THROWS_AS(anvil::cuda::label_min_max(0, nullptr, nullptr, nullptr),
+                      std::invalid_argument);
+  }
+}
+
+#endif  // ANVIL_CUDA_BACKEND

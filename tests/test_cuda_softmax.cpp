@@ -1,0 +1,114 @@
+// kernels/cuda softmax cross-entropy (softmax_cross_entropy.cu): every
+// forward variant against cpu::softmax_cross_entropy_forward on ragged
+// shapes and on logits of large magnitude (stability), and the backward
+// kernel against the CPU. Runs on the simulator or on a real GPU.
+#if defined(ANVIL_CUDA_BACKEND)
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "tests/cuda_test_util.h"
+
+namespace {
+
+using Vec = std::vector<float>;
+using cuda_test::DeviceBuffer;
+
+struct Shape {
+  int64_t N, C;
+};
+const Shape kShapes[] = {{1, 1}, {1, 10}, {7, 10}, {5, 33}, {3, 100}, {2, 1000}};
+
+std::vector<int64_t> labels_for(int64_t N, int64_t C) {
+  std::vector<int64_t> labels(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) labels[size_t(i)] = (i * 7 + 3) % C;
+  return labels;
+}
+
+// Runs the forward variant and checks loss and probs against the CPU.
+void check_forward(int variant, int64_t N, int64_t C, const Vec& logits) {
+  const std::vector<int64_t> labels = labels_for(N, C);
+  Vec want_loss(static_cast<size_t>(N)), want_probs(size_t(N * C));
+  anvil::cpu::softmax_cross_entropy_forward(N, C, logits.data(), labels.data(), want_loss.data(),
+                                            want_probs.data());
+  DeviceBuffer<float> dlogits(logits), dloss(static_cast<size_t>(N)), dprobs(size_t(N * C));
+  DeviceBuffer<int64_t> dlabels(labels);
+  anvil::cuda::softmax_cross_entropy_forward(variant, N, C, dlogits.ptr, dlabels.ptr, dloss.ptr,
+                                             dprobs.ptr, nullptr);
+  // Probabilities far below 1 carry the absolute error of their row's sum.
+  cuda_test::require_close(dprobs.to_host(), want_probs, 1e-5f, 1e-7f);
+  cuda_test::require_close(dloss.to_host(), want_loss, 1e-5f, 1e-6f);
+}
+
+}  // namespace
+
+TEST_CASE("cuda softmax: every forward variant matches the CPU", "[cuda][softmax]") {
+  if (!cuda_test::have_device()) return;
+  for (int variant = 1; variant <= anvil::cuda::kSoftmaxVariants; ++variant) {
+    for (const Shape& s : kShapes) {
+      DYNAMIC_SECTION("variant " << variant << ", " << s.N << "x" << s.C) {
+        check_forward(variant, s.N, s.C,
+                      cuda_test::random_floats(size_t(s.N * s.C), uint32_t(s.C), -3.0f, 3.0f));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda softmax: large logits neither overflow nor underflow", "[cuda][softmax]") {
+  if (!cuda_test::have_device()) return;
+  for (int variant = 1; variant <= anvil::cuda::kSoftmaxVariants; ++variant) {
+    for (const Shape& s : {Shape{7, 10}, Shape{3, 100}, Shape{2, 1000}}) {
+      DYNAMIC_SECTION("variant " << variant << ", " << s.N << "x" << s.C) {
+        // exp(80) overflows float after a few terms, exp(-80) is subnormal:
+        // only the shift by the row max keeps this finite.
+        Vec logits = cuda_test::random_floats(size_t(s.N * s.C), 3, -80.0f, 80.0f);
+        for (int64_t i = 0; i < s.N; ++i) logits[size_t(i * s.C)] = 88.5f;  // near FLT max's log
+        check_forward(variant, s.N, s.C, logits);
+        // Every row the same large constant: uniform probabilities, loss log C.
+        const Vec flat(size_t(s.N * s.C), -1000.0f);
+        check_forward(variant, s.N, s.C, flat);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda softmax: arguments are checked", "[cuda][softmax]") {
+  if (!cuda_test::have_device()) return;
+  REQUIRE_THROWS_WITH(anvil::cuda::softmax_cross_entropy_forward(4, 1, 1, nullptr, nullptr,
+                                                                 nullptr, nullptr, nullptr),
+                      Catch::Contains("no variant 4"));
+  REQUIRE_THROWS_AS(anvil::cuda::softmax_cross_entropy_forward(1, 1, 0, nullptr, nullptr, nullptr,
+                                                               nullptr, nullptr),
+                    std::invalid_argument);
+  // N == 0 launches nothing.
+  anvil::cuda::softmax_cross_entropy_forward(3, 0, 10, nullptr, nullptr, nullptr, nullptr, nullptr);
+  anvil::cuda::softmax_cross_entropy_backward(0, 10, nullptr, nullptr, nullptr, nullptr, nullptr);
+}
+
+TEST_CASE("cuda softmax: backward matches the CPU", "[cuda][softmax]") {
+  if (!cuda_test::have_device()) return;
+  for (const Shape& s : kShapes) {
+    DYNAMIC_SECTION(s.N << "x" << s.C) {
+      const std::vector<int64_t> labels = labels_for(s.N, s.C);
+      Vec logits = cuda_test::random_floats(size_t(s.N * s.C), 11, -3.0f, 3.0f);
+      Vec loss(size_t(s.N)), probs(size_t(s.N * s.C));
+      anvil::cpu::softmax_cross_entropy_forward(s.N, s.C, logits.data(), labels.data(),
+                                                loss.data(), probs.data());
+      const Vec dloss = cuda_test::random_floats(size_t(s.N), 12, 0.1f, 2.0f);
+      Vec want(size_t(s.N * s.C));
+      anvil::cpu::softmax_cross_entropy_backward(s.N, s.C, probs.data(), labels.data(),
+                                                 dloss.data(), want.data());
+      DeviceBuffer<float> dprobs(probs), ddloss(dloss), dgrad(size_t(s.N * s.C));
+      DeviceBuffer<int64_t> dlabels(labels);
+      anvil::cuda::softmax_cross_entropy_backward(s.N, s.C, dprobs.ptr, dlabels.ptr, ddloss.ptr,
+                                                  dgrad.ptr, nullptr);
+      cuda_test::require_close(dgrad.to_host(), want, 1e-6f, 1e-7f);
+    }
+  }
+}
+
+#endif  // ANVIL_CUDA_BACKEND

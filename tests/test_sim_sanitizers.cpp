@@ -1,0 +1,119 @@
+// The simulator under the sanitizers: a kernel reading past a cudaMalloc
+// block is reported by AddressSanitizer as a heap-buffer-overflow, and a
+// missing __syncthreads by ThreadSanitizer as a data race, each naming the
+// kernel's source line. The broken kernels run in a child process (this test
+// binary, running a hidden test case), since a report ends the process.
+// Only meaningful in the asan and tsan builds; elsewhere the children run the
+// kernels and nothing is expected of them.
+#if defined(ANVIL_CUDA_SIM)
+#include <catch2/catch.hpp>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_compat.h"
+#include "sim_sanitizer_kernels.cu"
+#include "tests/cuda_test_util.h"
+
+using Catch::Matchers::Contains;
+using cuda_test::DeviceBuffer;
+
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kTsan = true;
+#else
+constexpr bool kTsan = false;
+#endif
+
+struct ChildResult {
+  int code = -1;
+  std::string output;
+};
+
+// Runs this test binary on one (hidden) test case; stdout and stderr together.
+ChildResult run_child(const std::string& test_name) {
+  std::string cmd = "/proc/self/exe \"" + test_name + "\" 2>&1";
+  ChildResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+void run_copy_kernel(void (*kernel)(const float*, float*), int threads) {
+  DeviceBuffer<float> in(std::vector<float>(size_t(threads), 1.0f));
+  DeviceBuffer<float> out{size_t(threads)};
+  anvil::cuda::launch(kernel, 1, dim3(threads), 0, nullptr, in.ptr, out.ptr);
+  (void)out.to_host();
+}
+
+}  // namespace
+
+// ---- children: each runs one broken (or correct) kernel ----
+
+TEST_CASE("sim child: read one past the end", "[.][sim-child]") {
+  const int n = 40;
+  DeviceBuffer<float> in(std::vector<float>(n, 1.0f));
+  DeviceBuffer<float> out{size_t(n) + 1};
+  anvil::cuda::launch(sim_test_kernels::read_one_past_the_end, 2, dim3(32), 0, nullptr, in.ptr,
+                      out.ptr, n);
+  (void)out.to_host();
+}
+
+TEST_CASE("sim child: missing syncthreads", "[.][sim-child]") {
+  run_copy_kernel(sim_test_kernels::missing_syncthreads, 64);
+}
+
+TEST_CASE("sim child: with syncthreads", "[.][sim-child]") {
+  run_copy_kernel(sim_test_kernels::with_syncthreads, 64);
+}
+
+// ---- the tests ----
+
+TEST_CASE("sim under ASan: an out-of-bounds read in a kernel is a heap-buffer-overflow",
+          "[sim][sanitizer]") {
+  if (!kAsan) {
+    WARN("not an AddressSanitizer build: the detection is checked by the asan preset");
+    return;
+  }
+  ChildResult r = run_child("sim child: read one past the end");
+  INFO(r.output);
+  CHECK(r.code != 0);
+  CHECK_THAT(r.output, Contains("AddressSanitizer: heap-buffer-overflow"));
+  CHECK_THAT(r.output, Contains("read_one_past_the_end"));
+  CHECK_THAT(r.output, Contains("sim_sanitizer_kernels.cu"));
+  CHECK_THAT(r.output, Contains("0 bytes after 160-byte region"));
+}
+
+TEST_CASE("sim under TSan: a missing __syncthreads is a data race", "[sim][sanitizer]") {
+  if (!kTsan) {
+    WARN("not a ThreadSanitizer build: the detection is checked by the tsan preset");
+    return;
+  }
+  ChildResult broken = run_child("sim child: missing syncthreads");
+  INFO(broken.output);
+  CHECK(broken.code != 0);
+  CHECK_THAT(broken.output, Contains("ThreadSanitizer: data race"));
+  CHECK_THAT(broken.output, Contains("missing_syncthreads"));
+  CHECK_THAT(broken.output, Contains("sim_sanitizer_kernels.cu"));
+  // The same kernel with its barrier is clean: the barrier orders the accesses.
+  ChildResult fixed = run_child("sim child: with syncthreads");
+  INFO(fixed.output);
+  CHECK(fixed.code == 0);
+  CHECK_THAT(fixed.output, !Contains("ThreadSanitizer"));
+}
+
+#endif  // ANVIL_CUDA_SIM
