@@ -77,6 +77,15 @@ class Backend {
                           bool first_step) = 0;
 };
 
+// A tensor [N, C, ...] viewed as [N, C, HW], as the BatchNorm kernels take it.
+struct NchwView {
+  int64_t N, C, HW;
+};
+inline NchwView nchw_view(const Tensor& x) {
+  int64_t N = x.size(0), C = x.size(1);
+  return {N, C, N * C > 0 ? x.numel() / (N * C) : 0};
+}
+
 // The backend for a device; throws a clear error for a device this build
 // cannot run on.
 Backend& backend_for(Device device);

@@ -1,5 +1,7 @@
 // The simulator's CUDA runtime subset: device memory (tracked so that
-// copies can be checked), devices, synchronous streams and error state.
+// copies can be checked), devices, synchronous streams, host-clock events
+// and error state.
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +15,10 @@
 namespace anvil_sim_rt {
 struct CUstream_st {
   int device;
+};
+struct CUevent_st {
+  bool recorded = false;
+  std::chrono::steady_clock::time_point time;
 };
 }  // namespace anvil_sim_rt
 
@@ -28,6 +34,7 @@ struct Registry {
   std::mutex mutex;
   std::map<uintptr_t, Allocation> allocations;
   std::set<cudaStream_t> streams;
+  std::set<cudaEvent_t> events;
   std::map<int, size_t> used;  // bytes allocated per device
 };
 Registry& registry() {
@@ -260,6 +267,52 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   std::lock_guard lock(registry().mutex);
   if (stream != nullptr && registry().streams.count(stream) == 0)
     return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: unknown stream");
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  if (event == nullptr) return fail(cudaErrorInvalidValue, "cudaEventCreate: null pointer");
+  *event = new CUevent_st{};
+  std::lock_guard lock(registry().mutex);
+  registry().events.insert(*event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  std::lock_guard lock(registry().mutex);
+  if (registry().events.erase(event) == 0)
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy: unknown event");
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  std::lock_guard lock(registry().mutex);
+  if (registry().events.count(event) == 0)
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown event");
+  if (stream != nullptr && registry().streams.count(stream) == 0)
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown stream");
+  event->recorded = true;
+  event->time = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  std::lock_guard lock(registry().mutex);
+  if (registry().events.count(event) == 0)
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: unknown event");
+  return cudaSuccess;  // what it follows has already run
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr) return fail(cudaErrorInvalidValue, "cudaEventElapsedTime: null pointer");
+  std::lock_guard lock(registry().mutex);
+  if (registry().events.count(start) == 0 || registry().events.count(end) == 0)
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: unknown event");
+  if (!start->recorded || !end->recorded)
+    return fail(cudaErrorInvalidResourceHandle,
+                "cudaEventElapsedTime: an event has not been recorded");
+  *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
   return cudaSuccess;
 }
 

@@ -29,6 +29,21 @@
 #define ANVIL_SIM_ASAN 1
 #endif
 
+// ThreadSanitizer sees each CUDA thread as a fiber of its own (its fiber API),
+// and switches between them carry no happens-before: only what orders a
+// GPU's threads orders them here. The first switch into a fiber (before the
+// kernel body runs) and the last one out of it synchronise with the
+// launching thread, as a launch and its completion do; __syncthreads is a
+// release by every arriving thread and an acquire by every leaving one. So a
+// block that reads another thread's shared memory without a barrier is a
+// data race. This file itself is compiled without TSan instrumentation in
+// the tsan build (CMake defines ANVIL_SIM_TSAN): the scheduler's bookkeeping
+// is not part of what a kernel does, and instrumented function entries and
+// exits on both sides of a fiber switch would unbalance TSan's shadow stacks.
+#if defined(ANVIL_SIM_TSAN)
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace anvil_sim_rt {
 thread_local constinit uint3 threadIdx;
 thread_local constinit uint3 blockIdx;
@@ -41,8 +56,8 @@ namespace {
 
 namespace ctx = boost::context;
 
-#if defined(ANVIL_SIM_ASAN)
-constexpr size_t kStackBytes = size_t{1} << 20;  // ASan's redzones make frames larger
+#if defined(ANVIL_SIM_ASAN) || defined(ANVIL_SIM_TSAN)
+constexpr size_t kStackBytes = size_t{1} << 20;  // sanitizers make frames larger
 #else
 constexpr size_t kStackBytes = size_t{256} << 10;
 #endif
@@ -80,6 +95,9 @@ struct SimThread {
   void* stack_bottom = nullptr;
   size_t stack_size = 0;
   void* asan_fake_stack = nullptr;
+  void* tsan_fiber = nullptr;  // this CUDA thread as ThreadSanitizer sees it
+  bool started = false;        // has been switched to once (TSan: the synchronising switch)
+  unsigned barriers = 0;       // __syncthreads passed, for the barrier's TSan sync slot
 };
 
 // Hands out pooled stacks and tells the thread where its stack lies (ASan
@@ -137,11 +155,45 @@ inline void asan_finish(void* fake, const void** bottom, size_t* size) {
 #endif
 }
 
+// ---- ThreadSanitizer (no-ops in other builds) ----
+#if defined(ANVIL_SIM_TSAN)
+thread_local void* t_tsan_host = nullptr;  // the launching thread's TSan context
+thread_local char t_barrier_sync[2];       // sync addresses of even and odd barriers
+#endif
+
+// Switches TSan's view to `fiber` (host: null); `sync` orders everything
+// before the switch before everything after it.
+inline void tsan_switch([[maybe_unused]] void* fiber, [[maybe_unused]] bool sync) {
+#if defined(ANVIL_SIM_TSAN)
+  __tsan_switch_to_fiber(fiber ? fiber : t_tsan_host, sync ? 0 : __tsan_switch_to_fiber_no_sync);
+#endif
+}
+inline void tsan_barrier_arrive([[maybe_unused]] SimThread* t) {
+#if defined(ANVIL_SIM_TSAN)
+  __tsan_release(&t_barrier_sync[t->barriers & 1]);
+#endif
+}
+inline void tsan_barrier_leave([[maybe_unused]] SimThread* t) {
+#if defined(ANVIL_SIM_TSAN)
+  // Two alternating addresses: a thread that runs ahead to the next barrier
+  // must not publish its later writes to threads still leaving this one.
+  __tsan_acquire(&t_barrier_sync[t->barriers & 1]);
+#endif
+  ++t->barriers;
+}
+inline void tsan_launch_begin() {
+#if defined(ANVIL_SIM_TSAN)
+  t_tsan_host = __tsan_get_current_fiber();
+#endif
+}
+
 void resume(SimThread& t) {
   t_current = &t;
   threadIdx = t.idx;
   void* fake = nullptr;
   asan_start(&fake, t.stack_bottom, t.stack_size);
+  tsan_switch(t.tsan_fiber, !t.started);
+  t.started = true;
   t.fiber = std::move(t.fiber).resume();
   asan_finish(fake, nullptr, nullptr);
   t_current = nullptr;
@@ -320,6 +372,13 @@ void run_block(void (*body)(void*), void* ctx_ptr, const std::source_location& w
                          [&t, body, ctx_ptr](ctx::fiber&& sink) {
                            asan_finish(nullptr, &t_sched_bottom, &t_sched_size);
                            t.sink = std::move(sink);
+#if defined(ANVIL_SIM_TSAN)
+                           // Back at once: every fiber of the block takes its
+                           // synchronising first switch before any runs the
+                           // kernel, so none inherits another's accesses.
+                           tsan_switch(nullptr, false);
+                           t.sink = std::move(t.sink).resume();
+#endif
                            try {
                              body(ctx_ptr);
                            } catch (const ctx::detail::forced_unwind&) {
@@ -330,9 +389,20 @@ void run_block(void (*body)(void*), void* ctx_ptr, const std::source_location& w
                            }
                            t.done = true;
                            asan_start(nullptr, t_sched_bottom, t_sched_size);
+                           tsan_switch(nullptr, true);  // completion orders the kernel before the host
                            return std::move(t.sink);
                          });
   }
+#if defined(ANVIL_SIM_TSAN)
+  for (auto& t : threads) t.tsan_fiber = __tsan_create_fiber(0);
+  struct DestroyFibers {
+    std::vector<SimThread>& threads;
+    ~DestroyFibers() {
+      for (auto& t : threads) __tsan_destroy_fiber(t.tsan_fiber);
+    }
+  } destroy_fibers{threads};
+  for (auto& t : threads) resume(t);  // the synchronising first switches (see the fiber)
+#endif
 
   // Unwinds the fibers still waiting (they throw BlockAborted), then reports.
   auto abandon = [&](std::exception_ptr error, const std::string& why) {
@@ -386,6 +456,7 @@ void run_block(void (*body)(void*), void* ctx_ptr, const std::source_location& w
 // at is complete.
 void yield_to_scheduler(SimThread* t) {
   asan_start(&t->asan_fake_stack, t_sched_bottom, t_sched_size);
+  tsan_switch(nullptr, false);
   t->sink = std::move(t->sink).resume();
   asan_finish(t->asan_fake_stack, &t_sched_bottom, &t_sched_size);
   if (t_abort) throw BlockAborted{};
@@ -409,6 +480,7 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
 void launch_kernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t,
                    std::source_location where, void (*thread_body)(void*), void* ctx_ptr) {
   check_config(grid, block, shared_bytes, where);
+  tsan_launch_begin();
   gridDim = grid;
   blockDim = block;
   // Blocks run one after another on this thread; running them on a pool of
@@ -445,7 +517,9 @@ void __syncthreads() {
   SimThread* t = t_current;
   if (t == nullptr) throw std::logic_error("__syncthreads called outside a kernel");
   t->wait = Wait::kBarrier;
+  tsan_barrier_arrive(t);
   yield_to_scheduler(t);
+  tsan_barrier_leave(t);
 }
 
 }  // namespace anvil_sim_rt

@@ -13,34 +13,14 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "tests/cuda_test_util.h"
 #include "sim_broken_kernels.cu"
 
 namespace {
 
 using Vec = std::vector<float>;
 
-// A device buffer freed at scope exit (the ASan build checks for leaks).
-struct DeviceBuffer {
-  float* ptr = nullptr;
-  size_t count = 0;
-  explicit DeviceBuffer(size_t n) : count(n) {
-    anvil::cuda::check(cudaMalloc(&ptr, n * sizeof(float)), "cudaMalloc");
-  }
-  explicit DeviceBuffer(const Vec& host) : DeviceBuffer(host.size()) {
-    anvil::cuda::check(
-        cudaMemcpy(ptr, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
-        "cudaMemcpy");
-  }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  Vec to_host() const {
-    Vec v(count);
-    anvil::cuda::check(cudaMemcpy(v.data(), ptr, count * sizeof(float), cudaMemcpyDeviceToHost),
-                       "cudaMemcpy");
-    return v;
-  }
-};
+using DeviceBuffer = cuda_test::DeviceBuffer<float>;
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,12 @@ struct ChildResult {
 
 // Runs this test binary on one (hidden) test case; stdout and stderr together.
 ChildResult run_child(const std::string& test_name) {
-  std::string cmd = "/proc/self/exe \"" + test_name + "\" 2>&1";
+  // The path of this binary, resolved here: in the shell's command line
+  // /proc/self/exe would be the shell.
+  std::error_code ec;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  REQUIRE(!ec);
+  std::string cmd = "'" + self + "' \"" + test_name + "\" 2>&1";
   ChildResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);

@@ -12,32 +12,13 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_compat.h"
+#include "tests/cuda_test_util.h"
 #include "sim_broken_warp_kernels.cu"
 
 namespace {
 
 template <typename T>
-struct Buf {
-  T* ptr = nullptr;
-  size_t count = 0;
-  explicit Buf(size_t n) : count(n) {
-    anvil::cuda::check(cudaMalloc(&ptr, n * sizeof(T)), "cudaMalloc");
-  }
-  explicit Buf(const std::vector<T>& host) : Buf(host.size()) {
-    anvil::cuda::check(
-        cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-        "cudaMemcpy");
-  }
-  ~Buf() { cudaFree(ptr); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  std::vector<T> to_host() const {
-    std::vector<T> v(count);
-    anvil::cuda::check(cudaMemcpy(v.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost),
-                       "cudaMemcpy");
-    return v;
-  }
-};
+using Buf = cuda_test::DeviceBuffer<T>;
 
 std::vector<int> iota_ints(int n) {
   std::vector<int> v(n);

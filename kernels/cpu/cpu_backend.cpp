@@ -112,7 +112,7 @@ class CpuBackend final : public Backend {
                                 float eps, float momentum, const Tensor& running_mean,
                                 const Tensor& running_var, const Tensor& save_mean,
                                 const Tensor& save_invstd, const Tensor& y) override {
-    auto [N, C, HW] = nchw(x);
+    auto [N, C, HW] = nchw_view(x);
     cpu::batch_norm_forward_train(N, C, HW, f(x), f(gamma), f(beta), eps, momentum,
                                   f(running_mean), f(running_var), f(save_mean), f(save_invstd),
                                   f(y));
@@ -120,14 +120,14 @@ class CpuBackend final : public Backend {
   void batch_norm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                const Tensor& running_mean, const Tensor& running_var, float eps,
                                const Tensor& y) override {
-    auto [N, C, HW] = nchw(x);
+    auto [N, C, HW] = nchw_view(x);
     cpu::batch_norm_forward_eval(N, C, HW, f(x), f(gamma), f(beta), f(running_mean),
                                  f(running_var), eps, f(y));
   }
   void batch_norm_backward_train(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                  const Tensor& save_invstd, const Tensor& dy, const Tensor& dx,
                                  const Tensor& dgamma, const Tensor& dbeta) override {
-    auto [N, C, HW] = nchw(x);
+    auto [N, C, HW] = nchw_view(x);
     cpu::batch_norm_backward_train(N, C, HW, f(x), f(gamma), f(save_mean), f(save_invstd),
                                    f(dy), f(dx), f(dgamma), f(dbeta));
   }
@@ -136,15 +136,6 @@ class CpuBackend final : public Backend {
                   float momentum, float weight_decay, bool nesterov, bool first_step) override {
     cpu::sgd_update(param.numel(), f(param), f(grad), f(momentum_buf), lr, momentum,
                     weight_decay, nesterov, first_step);
-  }
-
- private:
-  struct Nchw {
-    int64_t N, C, HW;
-  };
-  static Nchw nchw(const Tensor& x) {
-    int64_t N = x.size(0), C = x.size(1);
-    return {N, C, x.numel() / std::max<int64_t>(1, N * C)};
   }
 };
 

@@ -172,7 +172,7 @@ class CudaBackend final : public Backend {
                                 const Tensor& running_var, const Tensor& save_mean,
                                 const Tensor& save_invstd, const Tensor& y) override {
     activate();
-    auto [N, C, HW] = nchw(x);
+    auto [N, C, HW] = nchw_view(x);
     cuda::batch_norm_forward_train(N, C, HW, f(x), f(gamma), f(beta), eps, momentum,
                                    f(running_mean), f(running_var), f(save_mean),
                                    f(save_invstd), f(y), stream_);
@@ -181,7 +181,7 @@ class CudaBackend final : public Backend {
                                const Tensor& running_mean, const Tensor& running_var, float eps,
                                const Tensor& y) override {
     activate();
-    auto [N, C, HW] = nchw(x);
+    auto [N, C, HW] = nchw_view(x);
     cuda::batch_norm_forward_eval(N, C, HW, f(x), f(gamma), f(beta), f(running_mean),
                                   f(running_var), eps, f(y), stream_);
   }
@@ -189,7 +189,7 @@ class CudaBackend final : public Backend {
                                  const Tensor& save_invstd, const Tensor& dy, const Tensor& dx,
                                  const Tensor& dgamma, const Tensor& dbeta) override {
     activate();
-    auto [N, C, HW] = nchw(x);
+    auto [N, C, HW] = nchw_view(x);
     cuda::batch_norm_backward_train(N, C, HW, f(x), f(gamma), f(save_mean), f(save_invstd),
                                     f(dy), f(dx), f(dgamma), f(dbeta), stream_);
   }
@@ -202,13 +202,6 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  struct Nchw {
-    int64_t N, C, HW;
-  };
-  static Nchw nchw(const Tensor& x) {
-    int64_t N = x.size(0), C = x.size(1);
-    return {N, C, x.numel() / std::max<int64_t>(1, N * C)};
-  }
 
   // Kernels launch on the current device: make it this backend's.
   void activate() { check(cudaSetDevice(device_), "cudaSetDevice"); }
