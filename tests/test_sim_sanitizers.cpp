@@ -101,7 +101,7 @@ TEST_CASE("sim under ASan: an out-of-bounds read in a kernel is a heap-buffer-ov
   CHECK_THAT(r.output, Contains("AddressSanitizer: heap-buffer-overflow"));
   CHECK_THAT(r.output, Contains("read_one_past_the_end"));
   CHECK_THAT(r.output, Contains("sim_sanitizer_kernels.cu"));
-  CHECK_THAT(r.output, Contains("0 bytes after 160-byte region"));
+  CHECK_THAT(r.output, Contains("0 bytes to the right of 160-byte region"));
 }
 
 TEST_CASE("sim under TSan: a missing __syncthreads is a data race", "[sim][sanitizer]") {
