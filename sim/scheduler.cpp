@@ -98,6 +98,7 @@ struct SimThread {
   void* tsan_fiber = nullptr;  // this CUDA thread as ThreadSanitizer sees it
   bool started = false;        // has been switched to once (TSan: the synchronising switch)
   unsigned barriers = 0;       // __syncthreads passed, for the barrier's TSan sync slot
+  unsigned warp_syncs = 0;     // __syncwarp passed, likewise
 };
 
 // Hands out pooled stacks and tells the thread where its stack lies (ASan
@@ -159,6 +160,7 @@ inline void asan_finish(void* fake, const void** bottom, size_t* size) {
 #if defined(ANVIL_SIM_TSAN)
 thread_local void* t_tsan_host = nullptr;  // the launching thread's TSan context
 thread_local char t_barrier_sync[2];       // sync addresses of even and odd barriers
+thread_local char t_warp_sync[32][2];      // the same per warp, for __syncwarp
 #endif
 
 // Switches TSan's view to `fiber` (host: null); `sync` orders everything
@@ -168,19 +170,19 @@ inline void tsan_switch([[maybe_unused]] void* fiber, [[maybe_unused]] bool sync
   __tsan_switch_to_fiber(fiber ? fiber : t_tsan_host, sync ? 0 : __tsan_switch_to_fiber_no_sync);
 #endif
 }
-inline void tsan_barrier_arrive([[maybe_unused]] SimThread* t) {
 #if defined(ANVIL_SIM_TSAN)
-  __tsan_release(&t_barrier_sync[t->barriers & 1]);
-#endif
+// A barrier (__syncthreads, or __syncwarp within a warp) for TSan: every
+// arriving thread releases, every leaving one acquires. Two alternating
+// addresses: a thread that runs ahead to the next barrier must not publish
+// its later writes to threads still leaving this one.
+inline void tsan_barrier_arrive(char (&slots)[2], unsigned count) {
+  __tsan_release(&slots[count & 1]);
 }
-inline void tsan_barrier_leave([[maybe_unused]] SimThread* t) {
-#if defined(ANVIL_SIM_TSAN)
-  // Two alternating addresses: a thread that runs ahead to the next barrier
-  // must not publish its later writes to threads still leaving this one.
-  __tsan_acquire(&t_barrier_sync[t->barriers & 1]);
-#endif
-  ++t->barriers;
+inline void tsan_barrier_leave(char (&slots)[2], unsigned& count) {
+  __tsan_acquire(&slots[count & 1]);
+  ++count;
 }
+#endif
 inline void tsan_launch_begin() {
 #if defined(ANVIL_SIM_TSAN)
   t_tsan_host = __tsan_get_current_fiber();
@@ -473,7 +475,15 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
   t->value = value;
   t->arg = arg;
   t->width = width;
+#if defined(ANVIL_SIM_TSAN)
+  // Only __syncwarp orders memory; a shuffle moves registers.
+  const bool orders_memory = op == WarpOp::kSync;
+  if (orders_memory) tsan_barrier_arrive(t_warp_sync[t->linear / 32], t->warp_syncs);
   yield_to_scheduler(t);
+  if (orders_memory) tsan_barrier_leave(t_warp_sync[t->linear / 32], t->warp_syncs);
+#else
+  yield_to_scheduler(t);
+#endif
   return t->result;
 }
 
@@ -517,9 +527,13 @@ void __syncthreads() {
   SimThread* t = t_current;
   if (t == nullptr) throw std::logic_error("__syncthreads called outside a kernel");
   t->wait = Wait::kBarrier;
-  tsan_barrier_arrive(t);
+#if defined(ANVIL_SIM_TSAN)
+  tsan_barrier_arrive(t_barrier_sync, t->barriers);
   yield_to_scheduler(t);
-  tsan_barrier_leave(t);
+  tsan_barrier_leave(t_barrier_sync, t->barriers);
+#else
+  yield_to_scheduler(t);
+#endif
 }
 
 }  // namespace anvil_sim_rt

@@ -28,4 +28,20 @@ __global__ void with_syncthreads(const float* in, float* out) {
   out[threadIdx.x] = tile[63 - threadIdx.x];
 }
 
+// Broken: lanes of one warp exchange through shared memory with no
+// __syncwarp. (A shuffle would move the value without shared memory.)
+__global__ void missing_syncwarp(const float* in, float* out) {
+  __shared__ float lanes[32];
+  lanes[threadIdx.x] = in[threadIdx.x];
+  out[threadIdx.x] = lanes[31 - threadIdx.x];
+}
+
+// Correct: __syncwarp orders the warp's shared-memory accesses.
+__global__ void with_syncwarp(const float* in, float* out) {
+  __shared__ float lanes[32];
+  lanes[threadIdx.x] = in[threadIdx.x];
+  __syncwarp();
+  out[threadIdx.x] = lanes[31 - threadIdx.x];
+}
+
 }  // namespace sim_test_kernels

@@ -87,6 +87,14 @@ TEST_CASE("sim child: with syncthreads", "[.][sim-child]") {
   run_copy_kernel(sim_test_kernels::with_syncthreads, 64);
 }
 
+TEST_CASE("sim child: missing syncwarp", "[.][sim-child]") {
+  run_copy_kernel(sim_test_kernels::missing_syncwarp, 32);
+}
+
+TEST_CASE("sim child: with syncwarp", "[.][sim-child]") {
+  run_copy_kernel(sim_test_kernels::with_syncwarp, 32);
+}
+
 // ---- the tests ----
 
 TEST_CASE("sim under ASan: an out-of-bounds read in a kernel is a heap-buffer-overflow",
@@ -120,6 +128,15 @@ TEST_CASE("sim under TSan: a missing __syncthreads is a data race", "[sim][sanit
   INFO(fixed.output);
   CHECK(fixed.code == 0);
   CHECK_THAT(fixed.output, !Contains("ThreadSanitizer"));
+  // Within a warp, __syncwarp is what orders shared memory.
+  ChildResult warp = run_child("sim child: missing syncwarp");
+  INFO(warp.output);
+  CHECK(warp.code != 0);
+  CHECK_THAT(warp.output, Contains("ThreadSanitizer: data race") && Contains("missing_syncwarp"));
+  ChildResult warp_fixed = run_child("sim child: with syncwarp");
+  INFO(warp_fixed.output);
+  CHECK(warp_fixed.code == 0);
+  CHECK_THAT(warp_fixed.output, !Contains("ThreadSanitizer"));
 }
 
 #endif  // ANVIL_CUDA_SIM
