@@ -1,4 +1,4 @@
-// Shape descriptors shared by every backend's kernels (CPU now, CUDA later).
+// Shape descriptors shared by every backend's kernels (CPU and CUDA).
 // Plain structs of int64 so one description of a convolution or pooling
 // window serves the op layer, the CPU kernels and the CUDA kernels alike.
 #pragma once
