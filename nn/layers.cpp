@@ -20,6 +20,12 @@ Sequential& Sequential::add(std::shared_ptr<Module> layer) {
   return *this;
 }
 
+Sequential& Sequential::add(const std::string& name, std::shared_ptr<Module> layer) {
+  register_module(name, layer);
+  layers_.push_back(std::move(layer));
+  return *this;
+}
+
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
   for (auto& l : layers_) h = l->forward(h);
@@ -116,6 +122,30 @@ AdaptiveAvgPool2d::AdaptiveAvgPool2d(int64_t output_size) {
   if (output_size != 1)
     throw std::invalid_argument(fmt::format(
         "AdaptiveAvgPool2d: only output_size=1 is supported, got {}", output_size));
+}
+
+Residual::Residual(int64_t in, int64_t out, bool use_1x1conv, int64_t stride, Generator* gen)
+    : conv1(std::make_shared<Conv2d>(in, out, 3, stride, 1, true, gen)),
+      conv2(std::make_shared<Conv2d>(out, out, 3, 1, 1, true, gen)),
+      conv3(use_1x1conv ? std::make_shared<Conv2d>(in, out, 1, stride, 0, true, gen) : nullptr),
+      bn1(std::make_shared<BatchNorm2d>(out)),
+      bn2(std::make_shared<BatchNorm2d>(out)) {
+  if (!use_1x1conv && (in != out || stride != 1))
+    throw std::invalid_argument(fmt::format(
+        "Residual({}, {}, stride {}): an identity shortcut needs equal channels and stride 1; "
+        "use the 1x1 conv shortcut",
+        in, out, stride));
+  register_module("conv1", conv1);
+  register_module("conv2", conv2);
+  if (conv3) register_module("conv3", conv3);
+  register_module("bn1", bn1);
+  register_module("bn2", bn2);
+}
+
+Tensor Residual::forward(const Tensor& x) {
+  Tensor y = relu((*bn1)((*conv1)(x)));
+  y = (*bn2)((*conv2)(y));
+  return relu(add(y, conv3 ? (*conv3)(x) : x));
 }
 
 }  // namespace anvil::nn

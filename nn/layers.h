@@ -2,6 +2,7 @@
 // and buffer names and shapes match PyTorch's, so state dicts interchange.
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/ops.h"
@@ -16,6 +17,9 @@ class Sequential : public Module {
   explicit Sequential(std::vector<std::shared_ptr<Module>> layers);
   // Appends a layer named by its index ("0", "1", ...).
   Sequential& add(std::shared_ptr<Module> layer);
+  // Appends a layer under a given name, as PyTorch's add_module: the d2l
+  // ResNet appends "resnet_block1" ... "fc" after its indexed stem.
+  Sequential& add(const std::string& name, std::shared_ptr<Module> layer);
   Tensor forward(const Tensor& x) override;
   std::string describe() const override { return "Sequential"; }
   size_t size() const { return layers_.size(); }
@@ -90,6 +94,22 @@ class Flatten : public Module {
  public:
   Tensor forward(const Tensor& x) override { return x.flatten(1); }
   std::string describe() const override { return "Flatten(start_dim=1, end_dim=-1)"; }
+};
+
+// d2l's residual block (d2l.Residual, as the seed documents use it):
+//   y = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))
+// conv1 is 3x3 with the block's stride, conv2 3x3; the shortcut is x itself,
+// or with use_1x1conv the 1x1 conv3 (same stride) when the shape changes.
+// Children are registered conv1, conv2, conv3, bn1, bn2 (d2l's order, which
+// fixes the state-dict order); the convs keep their biases as in d2l.
+class Residual : public Module {
+ public:
+  Residual(int64_t in_channels, int64_t out_channels, bool use_1x1conv = false,
+           int64_t stride = 1, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override { return "Residual"; }
+  std::shared_ptr<Conv2d> conv1, conv2, conv3;  // conv3 null without use_1x1conv
+  std::shared_ptr<BatchNorm2d> bn1, bn2;
 };
 
 }  // namespace anvil::nn
