@@ -1,7 +1,8 @@
 // anvil-train: trains an image classifier on Fashion-MNIST and reports
 // accuracy and speed per epoch, in the manner of d2l's train_ch6.
 //
-//   anvil-train --model lenet --epochs 10 --batch-size 256 --lr 0.2
+//   anvil-train --model lenet --recipe seed
+//   anvil-train --model resnet18 --recipe best --checkpoint run.ckpt   # later: --resume run.ckpt
 #include <unistd.h>
 
 #include <cmath>
@@ -16,35 +17,21 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "apps/train_recipes.h"
 #include "core/device.h"
 #include "core/random.h"
 #include "data/dataloader.h"
+#include "data/transforms.h"
 #include "nn/models.h"
 #include "nn/safetensors.h"
+#include "nn/schedule.h"
 #include "nn/train.h"
 
 using namespace anvil;
+using app::Options;
+using app::UsageError;
 
 namespace {
-
-struct Options {
-  std::string model = "lenet";
-  std::string device = "auto";
-  int epochs = 10;
-  int64_t batch_size = 256;
-  double lr = 0.2, momentum = 0, weight_decay = 0;
-  bool nesterov = false;
-  uint64_t seed = 0;
-  std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int64_t limit_train = 0, limit_test = 0;
-  bool no_shuffle = false;
-  std::string init = "seed";
-  std::string init_from, save, metrics;
-};
-
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 Device choose_device(const std::string& text) {
   if (text == "auto") {
@@ -71,8 +58,8 @@ Device choose_device(const std::string& text) {
   return d;
 }
 
-// Checks that a file we will write at the end can be created now, so a bad
-// path fails before training rather than after it.
+// Checks that a file we will write later can be created now, so a bad path
+// fails before training rather than after it.
 void check_writable(const std::string& flag, const std::string& path) {
   if (path.empty()) return;
   std::filesystem::path p(path);
@@ -111,14 +98,96 @@ void print_progress(int64_t done, int64_t total, const train::EpochStats& s) {
             << std::flush;
 }
 
+// The train and test transforms: crop and flip for training only; both
+// resize and normalise alike. Empty (no per-batch work) when nothing is on.
+struct Transforms {
+  data::BatchTransform train, test;
+  std::string summary;  // for the run's header, e.g. "resize 96, normalise (mean 0.286, std 0.353)"
+};
+
+Transforms make_transforms(const Options& o, const data::ImageSet& train_set) {
+  data::TransformOptions test;
+  test.resize = o.resize;
+  test.seed = o.seed;
+  std::vector<std::string> parts;
+  if (o.resize) parts.push_back(fmt::format("resize {}", o.resize));
+  if (o.normalize) {
+    // The training set's statistics, for the test set too (as torchvision
+    // recipes do), so the test images are not looked at before evaluation.
+    data::ChannelStats stats = data::channel_stats(train_set);
+    test.mean = stats.mean;
+    test.std = stats.std;
+    parts.push_back(fmt::format("normalise (mean {:.4f}, std {:.4f})", stats.mean[0], stats.std[0]));
+  }
+  data::TransformOptions train = test;
+  if (o.augment) {
+    train.crop_padding = o.crop_padding;
+    train.horizontal_flip = true;
+    parts.push_back(o.crop_padding ? fmt::format("random crop (padding {}) + flip", o.crop_padding)
+                                   : std::string("flip"));
+  }
+  Transforms t;
+  bool train_work = o.resize || o.normalize || o.augment;
+  bool test_work = o.resize || o.normalize;
+  if (train_work) t.train = data::make_transform(train);
+  if (test_work) t.test = data::make_transform(test);
+  for (auto& p : parts) t.summary += (t.summary.empty() ? "" : ", ") + p;
+  if (t.summary.empty()) t.summary = "none";
+  return t;
+}
+
+std::string schedule_summary(const optim::ScheduleOptions& s) {
+  std::string text = optim::schedule_shape_name(s.shape);
+  if (s.shape == optim::ScheduleShape::Step)
+    text += fmt::format(" (x{} every {} epochs)", s.gamma, s.step_epochs);
+  if (s.shape == optim::ScheduleShape::Cosine) text += fmt::format(" (to {})", s.min_lr);
+  if (s.warmup_epochs)
+    text += fmt::format(", {} warmup epoch(s) from {}x", s.warmup_epochs, s.warmup_start_factor);
+  return text;
+}
+
+// What anvil-train keeps in a checkpoint besides the weights: the settings
+// it was trained with (a resumed run must use the same) and the metrics of
+// the epochs done (so the resumed run's --metrics file is complete).
+struct Resumed {
+  int64_t epochs_done = 0;
+  nlohmann::ordered_json history = nlohmann::ordered_json::array();
+};
+
+Resumed resume_from(const Options& o, nn::Module& model, optim::SGD& optimizer,
+                    int64_t batches_per_epoch) {
+  train::RunState state = train::load_checkpoint(o.resume, model, optimizer);
+  nlohmann::ordered_json saved = state.info.value("settings", nlohmann::ordered_json::object());
+  const nlohmann::ordered_json settings = app::training_settings(o);
+  for (auto& [key, value] : settings.items()) {
+    if (!saved.contains(key))
+      throw nn::CheckpointError(fmt::format("{}: has no setting '{}'", o.resume, key));
+    if (saved[key] != value)
+      throw nn::CheckpointError(fmt::format(
+          "{}: was trained with --{} {}, this run has --{} {}; resume with the flags the run "
+          "started with",
+          o.resume, key, saved[key].dump(), key, value.dump()));
+  }
+  if (state.steps_done != state.epochs_done * batches_per_epoch)
+    throw nn::CheckpointError(fmt::format(
+        "{}: {} steps for {} epochs, but an epoch here has {} batches", o.resume, state.steps_done,
+        state.epochs_done, batches_per_epoch));
+  Resumed r;
+  r.epochs_done = state.epochs_done;
+  r.history = state.info.value("history", nlohmann::ordered_json::array());
+  return r;
+}
+
 int run(const Options& o) {
-  models::Init init;
-  if (o.init == "seed") init = models::Init::Seed;
-  else if (o.init == "kaiming") init = models::Init::Kaiming;
-  else if (o.init == "default") init = models::Init::Default;
-  else throw UsageError(fmt::format("--init: unknown scheme '{}' (seed, kaiming, default)", o.init));
+  models::Init init = app::parse_init(o.init);
+  optim::ScheduleOptions schedule_opts = app::check_settings(o);
+  if (!o.resume.empty() && !o.init_from.empty())
+    throw UsageError("--resume and --init-from both set the weights: give one");
+  if (!o.resume.empty() && !std::filesystem::is_regular_file(o.resume))
+    throw UsageError(fmt::format("--resume {}: no such file", o.resume));
   check_writable("--save", o.save);
   check_writable("--metrics", o.metrics);
+  check_writable("--checkpoint", o.checkpoint);
 
   manual_seed(o.seed);
   std::shared_ptr<nn::Module> model;
@@ -138,60 +207,96 @@ int run(const Options& o) {
       data::load_mnist_split(o.data_dir, true, o.limit_train));
   auto test_set = std::make_shared<const data::ImageSet>(
       data::load_mnist_split(o.data_dir, false, o.limit_test));
-  data::DataLoader train_loader(train_set, o.batch_size, !o.no_shuffle, false, o.seed);
-  data::DataLoader test_loader(test_set, o.batch_size, false, false, o.seed);
+  Transforms transforms = make_transforms(o, *train_set);
+  data::DataLoader train_loader(train_set, o.batch_size, !o.no_shuffle, false, o.seed,
+                                transforms.train);
+  data::DataLoader test_loader(test_set, o.batch_size, false, false, o.seed, transforms.test);
   optim::SGD optimizer(model->parameters(),
                        {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay,
                         .nesterov = o.nesterov});
+  optim::LRSchedule schedule(schedule_opts);
+
+  Resumed resumed;
+  if (!o.resume.empty()) resumed = resume_from(o, *model, optimizer, train_loader.num_batches());
 
   std::ofstream metrics;
   if (!o.metrics.empty()) {
     metrics.open(o.metrics, std::ios::trunc);
     if (!metrics) throw UsageError(fmt::format("--metrics {}: cannot open for writing", o.metrics));
+    for (auto& line : resumed.history) metrics << line.dump() << '\n';
+    metrics << std::flush;
   }
   std::cout << fmt::format("training {} ({} parameters) on {}: {} train / {} test images, "
                            "batch {}, lr {}, {} epochs\n",
                            o.model, model->num_parameters(), device.str(), train_set->count,
                            test_set->count, o.batch_size, o.lr, o.epochs);
+  std::cout << fmt::format(
+      "  recipe {}: init {}, SGD momentum {}{}, weight decay {}, schedule {}, transforms {}\n",
+      o.recipe, o.init, o.momentum, o.nesterov ? " (nesterov)" : "", o.weight_decay,
+      schedule_summary(schedule_opts), transforms.summary);
+  if (!o.resume.empty())
+    std::cout << fmt::format("resumed from {} after epoch {}/{}\n", o.resume,
+                             resumed.epochs_done, o.epochs);
 
+  const int last_epoch =
+      o.stop_after_epoch > 0 ? std::min(o.epochs, o.stop_after_epoch) : o.epochs;
   bool tty = isatty(STDOUT_FILENO);
   double total_seconds = 0;
+  int epochs_run = 0;
   train::EpochStats test;
-  for (int epoch = 1; epoch <= o.epochs; ++epoch) {
-    train::Progress progress;
-    if (tty) progress = print_progress;
-    train::EpochStats tr = train::train_epoch(*model, optimizer, train_loader, device, progress);
+  nlohmann::ordered_json history = resumed.history;
+  for (int epoch = int(resumed.epochs_done) + 1; epoch <= last_epoch; ++epoch) {
+    train::EpochOptions epoch_options;
+    epoch_options.schedule = &schedule;
+    epoch_options.epoch = uint64_t(epoch - 1);  // the loader's epochs count from 0
+    if (tty) epoch_options.progress = print_progress;
+    train::EpochStats tr = train::train_epoch(*model, optimizer, train_loader, device, epoch_options);
     if (tty) std::cout << "\r\033[K";
     test = train::evaluate(*model, test_loader, device);
     total_seconds += tr.seconds;
+    ++epochs_run;
     std::cout << fmt::format(
         "epoch {:>3}/{}: train loss {:.4f}, train acc {:.4f}, test acc {:.4f}, {:.2f} s, "
-        "{:.0f} img/s\n",
+        "{:.0f} img/s, lr {:.4g}\n",
         epoch, o.epochs, tr.loss, tr.accuracy, test.accuracy, tr.seconds,
-        tr.images_per_second())
+        tr.images_per_second(), tr.last_lr)
               << std::flush;
-    if (metrics) {
-      nlohmann::ordered_json line = {{"epoch", epoch},
-                                     {"train_loss", tr.loss},
-                                     {"train_acc", tr.accuracy},
-                                     {"test_loss", test.loss},
-                                     {"test_acc", test.accuracy},
-                                     {"epoch_seconds", tr.seconds},
-                                     {"images_per_second", tr.images_per_second()},
-                                     {"device", device.str()},
-                                     {"model", o.model},
-                                     {"batch_size", o.batch_size},
-                                     {"lr", o.lr}};
-      metrics << line.dump() << '\n' << std::flush;
+    nlohmann::ordered_json line = {{"epoch", epoch},
+                                   {"train_loss", tr.loss},
+                                   {"train_acc", tr.accuracy},
+                                   {"test_loss", test.loss},
+                                   {"test_acc", test.accuracy},
+                                   {"epoch_seconds", tr.seconds},
+                                   {"images_per_second", tr.images_per_second()},
+                                   {"device", device.str()},
+                                   {"model", o.model},
+                                   {"recipe", o.recipe},
+                                   {"batch_size", o.batch_size},
+                                   {"lr", o.lr},
+                                   {"last_lr", tr.last_lr}};
+    if (metrics) metrics << line.dump() << '\n' << std::flush;
+    history.push_back(line);
+    if (!o.checkpoint.empty()) {
+      train::RunState state{.epochs_done = epoch,
+                            .steps_done = int64_t(epoch) * train_loader.num_batches(),
+                            .info = {{"settings", app::training_settings(o)}, {"history", history}}};
+      train::save_checkpoint(o.checkpoint, *model, optimizer, state);
     }
   }
+  if (!o.checkpoint.empty() && epochs_run > 0)
+    std::cout << "checkpoint " << o.checkpoint << " holds epoch " << resumed.epochs_done + epochs_run
+              << '\n';
+  if (last_epoch < o.epochs)
+    std::cout << fmt::format("stopped after epoch {} of {} (--stop-after-epoch){}\n", last_epoch,
+                             o.epochs,
+                             o.checkpoint.empty() ? "" : "; continue with --resume " + o.checkpoint);
   if (!o.save.empty()) {
     nn::save_safetensors(o.save, model->state_dict());
     std::cout << "saved " << o.save << '\n';
   }
-  if (o.epochs > 0)
+  if (epochs_run > 0)
     std::cout << fmt::format("test acc: {:.2f}, {:.1f} sec/epoch on [{}]\n", test.accuracy,
-                             total_seconds / o.epochs, device.str());
+                             total_seconds / epochs_run, device.str());
   return 0;
 }
 
@@ -200,25 +305,41 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"anvil-train: train a classifier on Fashion-MNIST"};
+  app.footer(app::recipes_help());
   // A flag given twice takes its last value, so wrappers can set defaults.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--model", o.model, "Model: lenet")->capture_default_str();
+  app.add_option("--model", o.model, "Model: lenet, resnet18 (28x28), resnet18-96 (96x96)")->capture_default_str();
+  app.add_option("--recipe", o.recipe, "Preset of the training settings: seed or best (see below)")->capture_default_str();
   app.add_option("--device", o.device, "auto (best present), cpu or cuda:N")->capture_default_str();
-  app.add_option("--epochs", o.epochs, "Number of epochs")->capture_default_str()->check(number_at_least(0, true));
-  app.add_option("--batch-size", o.batch_size, "Mini-batch size")->capture_default_str()->check(number_at_least(0, false));
-  app.add_option("--lr", o.lr, "Learning rate")->capture_default_str()->check(number_at_least(0, true));
-  app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str()->check(number_at_least(0, true));
-  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->capture_default_str()->check(number_at_least(0, true));
-  app.add_flag("--nesterov", o.nesterov, "Nesterov momentum");
-  app.add_option("--seed", o.seed, "Seed for initialisation and shuffling")->capture_default_str();
-  app.add_option("--init", o.init, "Weight init: seed (N(0, 0.01)), kaiming, default")->capture_default_str();
+  // The recipe's settings: no default shown, the recipe decides.
+  app.add_option("--epochs", o.epochs, "Number of epochs (recipe)")->check(number_at_least(0, true));
+  app.add_option("--batch-size", o.batch_size, "Mini-batch size (recipe)")->check(number_at_least(0, false));
+  app.add_option("--lr", o.lr, "Peak learning rate (recipe)")->check(number_at_least(0, true));
+  app.add_option("--momentum", o.momentum, "SGD momentum (recipe)")->check(number_at_least(0, true));
+  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay (recipe)")->check(number_at_least(0, true));
+  app.add_flag("--nesterov,!--no-nesterov", o.nesterov, "Nesterov momentum (recipe)");
+  app.add_option("--init", o.init, "Weight init: seed (N(0, 0.01)), kaiming, default (recipe)");
+  app.add_option("--lr-schedule", o.lr_schedule, "constant, step or cosine, per iteration (recipe)");
+  app.add_option("--lr-step-epochs", o.lr_step_epochs, "step: epochs between decays (recipe)");
+  app.add_option("--lr-gamma", o.lr_gamma, "step: decay factor in (0, 1] (recipe)");
+  app.add_option("--lr-min", o.lr_min, "cosine: final learning rate (recipe)");
+  app.add_option("--warmup-epochs", o.warmup_epochs, "Linear warmup epochs before the schedule (recipe)");
+  app.add_option("--warmup-start-factor", o.warmup_start_factor, "Warmup starts at lr * this, in (0, 1] (recipe)");
+  app.add_option("--resize", o.resize, "Bilinear resize to N x N (0 = keep 28x28; recipe)")->check(number_at_least(0, true));
+  app.add_flag("--augment,!--no-augment", o.augment, "Training only: random crop (--crop-padding) + horizontal flip (recipe)");
+  app.add_option("--crop-padding", o.crop_padding, "Zero padding before the random crop, pixels (recipe)")->check(number_at_least(0, true));
+  app.add_flag("--normalize,!--no-normalize", o.normalize, "Normalise with the training set's mean/std (recipe)");
+  app.add_option("--seed", o.seed, "Seed for initialisation, shuffling and augmentation")->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--limit-train", o.limit_train, "Use only the first N training images (0 = all)")->check(number_at_least(0, true));
   app.add_option("--limit-test", o.limit_test, "Use only the first N test images (0 = all)")->check(number_at_least(0, true));
   app.add_flag("--no-shuffle", o.no_shuffle, "Keep the training set in file order");
-  app.add_option("--init-from", o.init_from, "Start from a safetensors checkpoint");
+  app.add_option("--init-from", o.init_from, "Start from a safetensors checkpoint (weights only)");
   app.add_option("--save", o.save, "Write the trained weights as safetensors");
   app.add_option("--metrics", o.metrics, "Write one JSON line per epoch to this file");
+  app.add_option("--checkpoint", o.checkpoint, "After every epoch, write weights, momentum and counters here (atomically)");
+  app.add_option("--resume", o.resume, "Continue the run saved in this checkpoint (same training flags; keeps checkpointing to it)");
+  app.add_option("--stop-after-epoch", o.stop_after_epoch, "End this invocation after epoch N (0 = run all); --resume continues")->check(number_at_least(0, true));
   bool list_devices = false;
   app.add_flag("--list-devices", list_devices, "Print the CUDA devices present and exit");
   try {
@@ -231,7 +352,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    return run(o);
+    // The recipe fills every setting it covers; what the command line gave
+    // explicitly stays.
+    Options settings = app::apply_recipe(o);
+    app::for_each_recipe_flag([&](const char* flag, auto field) {
+      if (app.count(flag) > 0) settings.*field = o.*field;
+    });
+    if (settings.checkpoint.empty()) settings.checkpoint = settings.resume;
+    return run(settings);
   } catch (const std::exception& e) {
     std::cerr << "anvil-train: error: " << e.what() << '\n';
     return dynamic_cast<const UsageError*>(&e) ? 2 : 1;

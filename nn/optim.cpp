@@ -40,6 +40,27 @@ void SGD::step() {
   }
 }
 
+void SGD::load_momentum_buffers(const std::vector<Tensor>& buffers) {
+  if (buffers.size() != params_.size())
+    throw std::invalid_argument(fmt::format("SGD: {} momentum buffers for {} parameters",
+                                            buffers.size(), params_.size()));
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const Tensor& b = buffers[i];
+    if (b.defined() && (b.shape() != params_[i].shape() || b.dtype() != DType::Float32))
+      throw std::invalid_argument(fmt::format(
+          "SGD: momentum buffer {} is {} {}, its parameter is float32 {}", i,
+          dtype_name(b.dtype()), shape_str(b.shape()), shape_str(params_[i].shape())));
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (!buffers[i].defined()) {
+      momentum_[i] = Tensor();
+      continue;
+    }
+    // A copy of our own on the parameter's device: the step updates it in place.
+    momentum_[i] = buffers[i].detach().to(params_[i].device()).clone();
+  }
+}
+
 void SGD::zero_grad() {
   for (auto& p : params_) p.zero_grad();
 }

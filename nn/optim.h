@@ -24,6 +24,15 @@ class SGD {
   void set_lr(double lr) { options_.lr = lr; }
   const SGDOptions& options() const { return options_; }
 
+  // The momentum buffer of each parameter, in parameter order: undefined
+  // until that parameter's first step (or with momentum 0). For checkpoints.
+  const std::vector<Tensor>& momentum_buffers() const { return momentum_; }
+  // Restores buffers saved from momentum_buffers(): one entry per parameter,
+  // each undefined or of its parameter's shape (copied to its device), so
+  // that the next step continues exactly where the saved run left off.
+  // Throws std::invalid_argument, changing nothing, when they do not fit.
+  void load_momentum_buffers(const std::vector<Tensor>& buffers);
+
  private:
   std::vector<Tensor> params_;
   std::vector<Tensor> momentum_;  // undefined until the first step of each parameter

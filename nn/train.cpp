@@ -1,9 +1,14 @@
 #include "nn/train.h"
 
 #include <chrono>
+#include <map>
+#include <string_view>
+
+#include <fmt/format.h>
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "nn/safetensors.h"
 
 namespace anvil::train {
 namespace {
@@ -19,6 +24,37 @@ int64_t count_correct(const Tensor& logits, const std::vector<int64_t>& labels) 
   return correct;
 }
 
+// The one place where batches travel from the loader to the device, for
+// training and evaluation alike: an asynchronous prefetcher replaces this.
+class DeviceBatches {
+ public:
+  DeviceBatches(data::DataLoader& loader, Device device) : loader_(loader), device_(device) {}
+
+  void start_epoch(std::optional<uint64_t> epoch = {}) {
+    if (epoch) loader_.start_epoch(*epoch);
+    else loader_.start_epoch();
+  }
+
+  // The next batch as it came from the loader (`host`) and as tensors on the device.
+  bool next(data::Batch& host, Tensor& images, Tensor& labels) {
+    if (!loader_.next(host)) return false;
+    std::tie(images, labels) = batch_tensors(host, device_);
+    return true;
+  }
+
+ private:
+  data::DataLoader& loader_;
+  Device device_;
+};
+
+void finish(EpochStats& stats, double loss_sum, int64_t correct, Clock::time_point start) {
+  stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (stats.examples) {
+    stats.loss = loss_sum / double(stats.examples);
+    stats.accuracy = double(correct) / double(stats.examples);
+  }
+}
+
 }  // namespace
 
 std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device) {
@@ -29,16 +65,20 @@ std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device) {
 }
 
 EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoader& loader,
-                       Device device, const Progress& progress) {
+                       Device device, const EpochOptions& options) {
   model.train();
-  loader.start_epoch();
+  DeviceBatches batches(loader, device);
+  batches.start_epoch(options.epoch);
   EpochStats stats;
   double loss_sum = 0;
   int64_t correct = 0, done = 0;
   auto start = Clock::now();
   data::Batch batch;
-  while (loader.next(batch)) {
-    auto [x, y] = batch_tensors(batch, device);
+  Tensor x, y;
+  while (batches.next(batch, x, y)) {
+    if (options.schedule)
+      optimizer.set_lr(options.schedule->lr(int64_t(batch.epoch), batch.index,
+                                            loader.num_batches()));
     Tensor logits = model(x);
     Tensor loss = cross_entropy(logits, y);
     optimizer.zero_grad();
@@ -48,45 +88,147 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
     correct += count_correct(logits, batch.labels);
     stats.examples += batch.size;
     ++done;
-    if (progress) {
-      stats.loss = loss_sum / double(stats.examples);
-      stats.accuracy = double(correct) / double(stats.examples);
-      stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      progress(done, loader.num_batches(), stats);
+    if (options.progress) {
+      finish(stats, loss_sum, correct, start);
+      options.progress(done, loader.num_batches(), stats);
     }
   }
-  stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (stats.examples) {
-    stats.loss = loss_sum / double(stats.examples);
-    stats.accuracy = double(correct) / double(stats.examples);
-  }
+  finish(stats, loss_sum, correct, start);
+  stats.last_lr = optimizer.lr();
   return stats;
+}
+
+EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoader& loader,
+                       Device device, const Progress& progress) {
+  EpochOptions options;
+  options.progress = progress;
+  return train_epoch(model, optimizer, loader, device, options);
 }
 
 EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device) {
   bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
-  loader.start_epoch();
+  DeviceBatches batches(loader, device);
+  batches.start_epoch();
   EpochStats stats;
   double loss_sum = 0;
   int64_t correct = 0;
   auto start = Clock::now();
   data::Batch batch;
-  while (loader.next(batch)) {
-    auto [x, y] = batch_tensors(batch, device);
+  Tensor x, y;
+  while (batches.next(batch, x, y)) {
     Tensor logits = model(x);
     loss_sum += cross_entropy(logits, y, Reduction::Sum).item();
     correct += count_correct(logits, batch.labels);
     stats.examples += batch.size;
   }
-  stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (stats.examples) {
-    stats.loss = loss_sum / double(stats.examples);
-    stats.accuracy = double(correct) / double(stats.examples);
-  }
+  finish(stats, loss_sum, correct, start);
   model.train(was_training);
   return stats;
+}
+
+// ---- checkpoints
+
+namespace {
+
+constexpr std::string_view kModelPrefix = "model.";
+constexpr std::string_view kMomentumPrefix = "optimizer.momentum.";
+constexpr const char* kStateKey = "trainer.state";
+constexpr const char* kFormat = "anvil-train-checkpoint";
+constexpr int kVersion = 1;
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw nn::CheckpointError(fmt::format("{}: {}", path, what));
+}
+
+int64_t counter(const std::string& path, const nlohmann::ordered_json& state, const char* key) {
+  auto it = state.find(key);
+  if (it == state.end() || !it->is_number_integer() || it->get<int64_t>() < 0)
+    fail(path, fmt::format("'{}' in {} must be a whole number >= 0", key, kStateKey));
+  return it->get<int64_t>();
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const nn::Module& model, const optim::SGD& optimizer,
+                     const RunState& state) {
+  nn::NamedTensors tensors;
+  for (auto& [key, t] : model.state_dict())
+    tensors.emplace_back(std::string(kModelPrefix) + key, t);
+  nn::NamedTensors params = model.named_parameters();
+  const std::vector<Tensor>& momentum = optimizer.momentum_buffers();
+  if (momentum.size() != params.size())
+    fail(path, fmt::format("the optimizer has {} parameters, the model {}", momentum.size(),
+                           params.size()));
+  for (size_t i = 0; i < params.size(); ++i)
+    if (momentum[i].defined())
+      tensors.emplace_back(std::string(kMomentumPrefix) + params[i].first, momentum[i]);
+  nlohmann::ordered_json json = {{"format", kFormat},
+                                 {"version", kVersion},
+                                 {"epochs_done", state.epochs_done},
+                                 {"steps_done", state.steps_done},
+                                 {"info", state.info}};
+  std::string text = json.dump();
+  tensors.emplace_back(kStateKey, Tensor::from_host(text.data(), {int64_t(text.size())},
+                                                    DType::UInt8));
+  nn::save_safetensors(path, tensors);
+}
+
+RunState load_checkpoint(const std::string& path, nn::Module& model, optim::SGD& optimizer) {
+  nn::NamedTensors file = nn::load_safetensors(path);
+  nn::NamedTensors model_state;
+  std::map<std::string, Tensor> momentum_by_name;
+  const Tensor* state_bytes = nullptr;
+  for (auto& [key, t] : file)
+    if (key == kStateKey) state_bytes = &t;
+  if (!state_bytes)
+    fail(path, fmt::format("no '{}' tensor: not a training checkpoint of anvil-train "
+                           "--checkpoint (a --save file holds the weights only)",
+                           kStateKey));
+  for (auto& [key, t] : file) {
+    if (key.starts_with(kModelPrefix)) model_state.emplace_back(key.substr(kModelPrefix.size()), t);
+    else if (key.starts_with(kMomentumPrefix))
+      momentum_by_name[key.substr(kMomentumPrefix.size())] = t;
+    else if (key != kStateKey)
+      fail(path, fmt::format("unexpected tensor '{}' in a training checkpoint", key));
+  }
+  if (state_bytes->dtype() != DType::UInt8 || state_bytes->dim() != 1)
+    fail(path, fmt::format("'{}' must be 1-D uint8 (JSON text)", kStateKey));
+  const char* text = static_cast<const char*>(state_bytes->raw_data());
+  auto json = nlohmann::ordered_json::parse(text, text + state_bytes->numel(), nullptr,
+                                           /*allow_exceptions=*/false);
+  if (!json.is_object()) fail(path, fmt::format("'{}' is not a JSON object", kStateKey));
+  if (json.value("format", "") != kFormat || json.value("version", 0) != kVersion)
+    fail(path, fmt::format("'{}' is not format '{}' version {}", kStateKey, kFormat, kVersion));
+  RunState state;
+  state.epochs_done = counter(path, json, "epochs_done");
+  state.steps_done = counter(path, json, "steps_done");
+  state.info = json.value("info", nlohmann::ordered_json::object());
+
+  // Everything is checked before anything changes.
+  nn::NamedTensors params = model.named_parameters();
+  if (optimizer.momentum_buffers().size() != params.size())
+    fail(path, fmt::format("the optimizer has {} parameters, the model {}",
+                           optimizer.momentum_buffers().size(), params.size()));
+  std::vector<Tensor> momentum(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = momentum_by_name.find(params[i].first);
+    if (it == momentum_by_name.end()) continue;
+    const Tensor& t = it->second;
+    if (t.dtype() != DType::Float32 || t.shape() != params[i].second.shape())
+      fail(path, fmt::format("'{}{}' is {} {}, the parameter is float32 {}", kMomentumPrefix,
+                             it->first, dtype_name(t.dtype()), shape_str(t.shape()),
+                             shape_str(params[i].second.shape())));
+    momentum[i] = t;
+    momentum_by_name.erase(it);
+  }
+  if (!momentum_by_name.empty())
+    fail(path, fmt::format("'{}{}' is the momentum of no parameter of this model", kMomentumPrefix,
+                           momentum_by_name.begin()->first));
+  nn::load_state_dict(model, model_state, path);  // checks names, shapes, dtypes first
+  optimizer.load_momentum_buffers(momentum);
+  return state;
 }
 
 }  // namespace anvil::train

@@ -1,11 +1,17 @@
 // The classification training loop shared by anvil-train, the benchmarks
-// and the tests: one epoch of SGD over a DataLoader, and evaluation.
+// and the tests: one epoch of SGD over a DataLoader, evaluation, and the
+// checkpoints that let a run stop after any epoch and resume exactly.
 #pragma once
 #include <functional>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "data/dataloader.h"
 #include "nn/module.h"
 #include "nn/optim.h"
+#include "nn/schedule.h"
 
 namespace anvil::train {
 
@@ -14,20 +20,62 @@ struct EpochStats {
   double accuracy = 0;  // fraction classified correctly
   int64_t examples = 0;
   double seconds = 0;
+  double last_lr = 0;   // train_epoch: the learning rate of its last step
   double images_per_second() const { return seconds > 0 ? double(examples) / seconds : 0; }
 };
 
 // Called after each batch with (batches done, total batches, running stats).
 using Progress = std::function<void(int64_t, int64_t, const EpochStats&)>;
 
+struct EpochOptions {
+  Progress progress;
+  // When set, the optimizer's lr is set from it before every step, at the
+  // position (loader epoch, batch index, loader.num_batches()).
+  const optim::LRSchedule* schedule = nullptr;
+  // The loader epoch to run (0-based), e.g. the first one left when resuming;
+  // unset: the loader's next epoch.
+  std::optional<uint64_t> epoch;
+};
+
 // Copies a batch into tensors on `device`: images [N,C,H,W] float, labels [N] int64.
 std::pair<Tensor, Tensor> batch_tensors(const data::Batch& batch, Device device);
 
-// One epoch: loader.start_epoch() must not have been called for it yet.
+// One epoch: the epoch to run must not have been started on the loader yet.
+EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoader& loader,
+                       Device device, const EpochOptions& options);
 EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoader& loader,
                        Device device, const Progress& progress = {});
 
-// Eval mode, no gradients; restores the module's previous mode afterwards.
+// Eval mode (BatchNorm uses its running statistics), no gradients, every
+// example of the loader; restores the module's previous mode afterwards.
 EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device);
+
+// ---- Checkpoints of a run in progress.
+//
+// One safetensors file (so a single atomic rename replaces it whole):
+//   "model.<key>"              the model's state_dict (parameters and buffers)
+//   "optimizer.momentum.<key>" the SGD momentum buffer of parameter <key>,
+//                              for each parameter that has one
+//   "trainer.state"            uint8 bytes of a JSON object:
+//       {"format": "anvil-train-checkpoint", "version": 1,
+//        "epochs_done": E, "steps_done": S, "info": {...}}
+// The optimizer must have been built over model.parameters(), in that order.
+
+struct RunState {
+  int64_t epochs_done = 0;  // complete epochs: the next one to run is this (0-based)
+  int64_t steps_done = 0;   // optimizer steps taken
+  nlohmann::ordered_json info;  // the caller's (anvil-train: its settings and per-epoch metrics)
+};
+
+// Writes atomically (a temporary file renamed over `path`). Throws
+// nn::CheckpointError naming the file.
+void save_checkpoint(const std::string& path, const nn::Module& model, const optim::SGD& optimizer,
+                     const RunState& state);
+
+// Restores the model's state and the optimizer's momentum buffers and
+// returns the counters. Every problem (not a checkpoint, a missing or
+// misshapen tensor, another model) throws nn::CheckpointError naming the file
+// and what is wrong, and then leaves model and optimizer unchanged.
+RunState load_checkpoint(const std::string& path, nn::Module& model, optim::SGD& optimizer);
 
 }  // namespace anvil::train

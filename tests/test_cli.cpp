@@ -1,8 +1,10 @@
 // Tests of the anvil-train command line: every bad flag, device, data
 // directory, data file and checkpoint ends in a one-line error and a non-zero
 // exit (never an abort or a crash), bad output paths fail before any
-// training, and a short real run writes its metrics and a checkpoint that
-// loads back and restarts training.
+// training, a short real run writes its metrics and a checkpoint that
+// loads back and restarts training, recipes fill the settings that flags do
+// not give, and a run stopped after an epoch resumes to the same weights and
+// metrics as one that was never interrupted.
 #include <catch2/catch.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -159,15 +161,21 @@ TEST_CASE("anvil-train --help lists the options and exits 0", "[cli]") {
   CliResult r = run_cli("--help");
   INFO(r.output);
   CHECK(r.code == 0);
-  for (const char* flag : {"--model", "--device", "--epochs", "--batch-size", "--lr",
-                           "--data-dir", "--init-from", "--save", "--metrics"})
+  for (const char* flag :
+       {"--model", "--device", "--epochs", "--batch-size", "--lr", "--data-dir", "--init-from",
+        "--save", "--metrics", "--recipe", "--lr-schedule", "--lr-step-epochs", "--lr-gamma",
+        "--lr-min", "--warmup-epochs", "--resize", "--augment", "--no-augment", "--normalize",
+        "--crop-padding", "--checkpoint", "--resume", "--stop-after-epoch"})
     CHECK_THAT(r.output, Contains(flag));
+  for (const char* model : {"lenet", "resnet18", "resnet18-96"})
+    CHECK_THAT(r.output, Contains(model));
+  CHECK_THAT(r.output, Contains("Recipes"));
 }
 
 TEST_CASE("anvil-train --model nosuch: one error line naming the model", "[cli]") {
   // Default device (auto): the model is checked before the GPU probe, so the
   // error is the only output.
-  CliResult r = expect_failure("--model nosuch", {"nosuch", "lenet"});
+  CliResult r = expect_failure("--model nosuch", {"nosuch", "lenet", "resnet18", "resnet18-96"});
   CHECK(lines_of(r.output).size() == 1);
   CHECK(count_lines_containing(r.output, "error") == 1);
   CHECK(count_lines_containing(r.output, "nosuch") == 1);
@@ -391,4 +399,186 @@ TEST_CASE("anvil-train trains on the last CUDA device", "[cli][cuda]") {
   check_no_crash(r);
   CHECK_THAT(r.output, Contains("sec/epoch on [" + device + "]"));
   CHECK_THAT(r.output, !Contains("no GPU available"));
+}
+
+TEST_CASE("anvil-train rejects bad recipes, schedules and transforms, naming the flag", "[cli]") {
+  // Each is refused before any data is read (the data directory is missing).
+  const std::string nodata = " --device cpu --data-dir /nonexistent";
+  auto one_error = [&](const std::string& args, std::initializer_list<std::string> parts) {
+    CliResult r = expect_failure(args + nodata, parts);
+    CHECK(r.code == 2);
+    CHECK(count_lines_containing(r.output, "error") == 1);
+    CHECK_THAT(r.output, !Contains("/nonexistent"));
+  };
+  one_error("--recipe fast", {"--recipe", "'fast'", "seed, best"});
+  one_error("--lr-schedule linear", {"--lr-schedule", "'linear'", "constant, step, cosine"});
+  one_error("--lr-schedule step --lr-step-epochs 0", {"--lr-step-epochs", "got 0"});
+  one_error("--lr-schedule step --lr-gamma 2", {"--lr-gamma", "2"});
+  one_error("--lr-schedule cosine --lr 0.1 --lr-min 0.5", {"--lr-min", "0.5"});
+  one_error("--warmup-epochs 12 --epochs 10", {"--warmup-epochs", "--epochs 10"});
+  one_error("--warmup-epochs 1 --warmup-start-factor 0", {"--warmup-start-factor"});
+  one_error("--model lenet --resize 96", {"--resize 96", "lenet", "28x28"});
+  one_error("--model resnet18-96 --resize 64", {"--resize 64", "resnet18-96"});
+  one_error("--recipe best --momentum 0", {"--nesterov", "--momentum"});
+  expect_failure("--resize -1", {"--resize"});
+  expect_failure("--crop-padding -2", {"--crop-padding"});
+  expect_failure("--stop-after-epoch -1", {"--stop-after-epoch"});
+  TempDir dir;
+  std::string missing = dir.file("absent.ckpt");
+  one_error("--resume " + quote(missing), {"--resume", missing, "no such file"});
+  std::string ckpt = dir.file("run.ckpt");
+  write_file(ckpt, {1, 2, 3});
+  one_error("--resume " + quote(ckpt) + " --init-from " + quote(ckpt), {"--resume", "--init-from"});
+  one_error("--checkpoint " + quote(dir.file("no/such/dir/run.ckpt")),
+            {"--checkpoint", "no/such/dir"});
+}
+
+TEST_CASE("anvil-train --recipe fills what the flags leave, flags override it", "[cli]") {
+  TempDir dir;
+  write_synthetic_split(dir.path / "data", 64, 32);
+  const std::string data_dir = " --device cpu --data-dir " + quote((dir.path / "data").string());
+  // No training: the header says what the run would do. (The best recipe's
+  // warmup epoch is no error in a run of 0 epochs.)
+  const std::string data = " --epochs 0" + data_dir;
+  SECTION("seed (the default) is the seeds' plain SGD") {
+    CliResult r = run_cli("--model lenet" + data);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    CHECK_THAT(r.output, Contains("batch 256, lr 0.2, 0 epochs"));
+    CHECK_THAT(r.output, Contains("recipe seed: init seed, SGD momentum 0, weight decay 0, "
+                                  "schedule constant, transforms none"));
+  }
+  SECTION("best") {
+    CliResult r = run_cli("--model lenet --recipe best" + data);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    CHECK_THAT(r.output, Contains("batch 128, lr 0.05"));
+    CHECK_THAT(r.output,
+               Contains("init kaiming, SGD momentum 0.9 (nesterov), weight decay 0.0005"));
+    CHECK_THAT(r.output, Contains("schedule cosine (to 0), 1 warmup epoch(s) from 0.1x"));
+    CHECK_THAT(r.output, Contains("transforms normalise (mean 0."));
+  }
+  SECTION("best with overrides: each explicit flag wins, the rest stays") {
+    CliResult r = run_cli("--model lenet --recipe best --lr 0.01 --batch-size 32 --no-nesterov "
+                          "--no-normalize --augment --crop-padding 3 --lr-schedule step "
+                          "--lr-step-epochs 4 --lr-gamma 0.5" + data);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    CHECK_THAT(r.output, Contains("batch 32, lr 0.01"));
+    CHECK_THAT(r.output, Contains("init kaiming, SGD momentum 0.9, weight decay 0.0005"));
+    CHECK_THAT(r.output, Contains("schedule step (x0.5 every 4 epochs), 1 warmup epoch(s)"));
+    CHECK_THAT(r.output, Contains("transforms random crop (padding 3) + flip"));
+    CHECK_THAT(r.output, !Contains("normalise"));
+  }
+  SECTION("seed with overrides") {
+    CliResult r = run_cli("--recipe seed --momentum 0.5 --init kaiming --warmup-epochs 1 "
+                          "--epochs 3 --resize 28" + data_dir);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    CHECK_THAT(r.output, Contains("batch 256, lr 0.2, 3 epochs"));
+    CHECK_THAT(r.output, Contains("init kaiming, SGD momentum 0.5, weight decay 0, schedule "
+                                  "constant, 1 warmup epoch(s) from 0.1x, transforms resize 28"));
+  }
+}
+
+namespace {
+
+// One JSON object per line of a metrics file.
+std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  for (auto& line : lines_of(read_file(path))) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("anvil-train --checkpoint / --resume: 1 + 1 epochs equal 2 straight", "[cli]") {
+  TempDir dir;
+  std::string data_dir = kFashionDir;
+  if (!have_fashion_mnist()) {
+    WARN("Fashion-MNIST not found in " << kFashionDir << "; using synthetic data");
+    write_synthetic_split(dir.path / "data", 512, 128);
+    data_dir = (dir.path / "data").string();
+  }
+  // The best recipe exercises what a resume must restore: momentum buffers,
+  // the cosine schedule's position after a warmup epoch, and the epoch's
+  // shuffling and augmentation.
+  const std::string common = "--device cpu --model lenet --recipe best --augment --epochs 2 "
+                             "--limit-train 512 --limit-test 128 --batch-size 64 --data-dir " +
+                             quote(data_dir);
+  auto run_ok = [&](const std::string& args) {
+    CliResult r = run_cli(common + " " + args);
+    INFO("anvil-train " << common << " " << args << "\nexit " << r.code << ", output:\n"
+                        << r.output);
+    REQUIRE(r.code == 0);
+    check_no_crash(r);
+    return r;
+  };
+  std::string straight = dir.file("straight.safetensors");
+  std::string resumed = dir.file("resumed.safetensors");
+  std::string ckpt = dir.file("run.ckpt");
+  run_ok("--save " + quote(straight) + " --metrics " + quote(dir.file("straight.jsonl")));
+
+  CliResult first = run_ok("--checkpoint " + quote(ckpt) + " --stop-after-epoch 1 --metrics " +
+                           quote(dir.file("resumed.jsonl")));
+  CHECK_THAT(first.output, Contains("epoch   1/2"));
+  CHECK_THAT(first.output, !Contains("epoch   2/2"));
+  CHECK_THAT(first.output, Contains("stopped after epoch 1 of 2"));
+  REQUIRE(fs::exists(ckpt));
+  for (auto& e : fs::directory_iterator(dir.path)) CHECK(e.path().extension() != ".tmp");
+  {
+    // Weights, one momentum buffer per parameter and the counters.
+    auto tensors = nn::load_safetensors(ckpt);
+    int model = 0, momentum = 0, state = 0;
+    for (auto& [name, t] : tensors) {
+      model += name.starts_with("model.");
+      momentum += name.starts_with("optimizer.momentum.");
+      state += name == "trainer.state";
+    }
+    CHECK(model == int(kLeNetKeys.size()));
+    CHECK(momentum == int(kLeNetKeys.size()));
+    CHECK(state == 1);
+  }
+  CliResult second = run_ok("--resume " + quote(ckpt) + " --save " + quote(resumed) +
+                            " --metrics " + quote(dir.file("resumed.jsonl")));
+  CHECK_THAT(second.output, Contains("resumed from " + ckpt + " after epoch 1/2"));
+  CHECK_THAT(second.output, !Contains("epoch   1/2"));
+  CHECK_THAT(second.output, Contains("epoch   2/2"));
+
+  auto a = nn::load_safetensors(straight), b = nn::load_safetensors(resumed);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].first);
+    CHECK(a[i].first == b[i].first);
+    CHECK(a[i].second.to_vector() == b[i].second.to_vector());  // bit for bit
+  }
+  auto ma = read_metrics(dir.file("straight.jsonl")), mb = read_metrics(dir.file("resumed.jsonl"));
+  REQUIRE(ma.size() == 2);
+  REQUIRE(mb.size() == 2);  // the resumed file has the first invocation's epoch too
+  for (size_t i = 0; i < 2; ++i)
+    for (const char* key :
+         {"epoch", "train_loss", "train_acc", "test_loss", "test_acc", "last_lr"}) {
+      INFO("epoch " << i + 1 << ": " << key);
+      CHECK(ma[i][key] == mb[i][key]);
+    }
+  // 8 batches an epoch: the first is the warmup, the second the cosine.
+  CHECK(ma[0]["last_lr"].get<double>() == Approx(0.05 * (0.1 + 0.9 * 7 / 8)));
+  CHECK(ma[1]["last_lr"].get<double>() == Approx(0.05 * (1 + std::cos(M_PI * 7 / 8)) / 2));
+
+  // The checkpoint now holds both epochs: resuming again trains nothing.
+  CliResult done = run_ok("--resume " + quote(ckpt));
+  CHECK_THAT(done.output, Contains("after epoch 2/2"));
+  CHECK_THAT(done.output, !Contains("epoch   2/2:"));
+
+  // A resume with other training flags is refused, naming the file and the flag.
+  CliResult other = expect_failure(common + " --resume " + quote(ckpt) + " --lr 0.01",
+                                   {ckpt, "--lr 0.05", "--lr 0.01"});
+  CHECK(count_lines_containing(other.output, "error") == 1);
+  expect_failure(common + " --resume " + quote(ckpt) + " --epochs 3", {ckpt, "--epochs"});
+  expect_failure(common + " --resume " + quote(ckpt) + " --seed 7", {ckpt, "--seed"});
+  // A weights-only file, or garbage, is not a training checkpoint.
+  expect_failure(common + " --resume " + quote(straight), {straight, "trainer.state"});
+  std::string garbage = dir.file("garbage.ckpt");
+  write_file(garbage, std::vector<uint8_t>(64, 'x'));
+  expect_failure(common + " --resume " + quote(garbage), {garbage});
 }

@@ -1,0 +1,91 @@
+// anvil-train's settings and its --recipe presets.
+//
+// A recipe fills every training setting (epochs, batch, optimizer, schedule,
+// init, data transforms) for the chosen model; each flag given explicitly on
+// the command line then overrides its preset value.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/models.h"
+#include "nn/schedule.h"
+
+namespace anvil::app {
+
+struct Options {
+  std::string model = "lenet";
+  std::string recipe = "seed";
+  std::string device = "auto";
+  // Set by the recipe (the values here are LeNet's seed recipe).
+  int epochs = 10;
+  int64_t batch_size = 256;
+  double lr = 0.2, momentum = 0, weight_decay = 0;
+  bool nesterov = false;
+  std::string init = "seed";
+  std::string lr_schedule = "constant";
+  int64_t lr_step_epochs = 10;
+  double lr_gamma = 0.1, lr_min = 0;
+  int64_t warmup_epochs = 0;
+  double warmup_start_factor = 0.1;
+  int64_t resize = 0;  // 0: the images' own 28x28
+  bool augment = false;
+  int64_t crop_padding = 0;
+  bool normalize = false;
+  // Not part of a recipe.
+  uint64_t seed = 0;
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int64_t limit_train = 0, limit_test = 0;
+  bool no_shuffle = false;
+  std::string init_from, save, metrics, checkpoint, resume;
+  int stop_after_epoch = 0;  // 0: run to --epochs
+};
+
+// Bad input from the user: exit status 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The recipe's settings for `o.model`, in a copy of `o` (other fields kept).
+// Throws UsageError for an unknown --recipe; an unknown --model gets the
+// LeNet values here and is refused later by models::create.
+Options apply_recipe(const Options& o);
+
+// Calls visit(flag, pointer to member) for each setting that a recipe
+// fills, so that the caller can keep the ones given on the command line.
+template <class Visit>
+void for_each_recipe_flag(Visit&& visit) {
+  visit("--epochs", &Options::epochs);
+  visit("--batch-size", &Options::batch_size);
+  visit("--lr", &Options::lr);
+  visit("--momentum", &Options::momentum);
+  visit("--weight-decay", &Options::weight_decay);
+  visit("--nesterov", &Options::nesterov);
+  visit("--init", &Options::init);
+  visit("--lr-schedule", &Options::lr_schedule);
+  visit("--lr-step-epochs", &Options::lr_step_epochs);
+  visit("--lr-gamma", &Options::lr_gamma);
+  visit("--lr-min", &Options::lr_min);
+  visit("--warmup-epochs", &Options::warmup_epochs);
+  visit("--warmup-start-factor", &Options::warmup_start_factor);
+  visit("--resize", &Options::resize);
+  visit("--augment", &Options::augment);
+  visit("--crop-padding", &Options::crop_padding);
+  visit("--normalize", &Options::normalize);
+}
+
+// Checks the settings that no single flag's validator can (model against
+// resize, Nesterov against momentum, the schedule's values) and returns the
+// schedule's options. Throws UsageError naming the flag.
+optim::ScheduleOptions check_settings(const Options& o);
+models::Init parse_init(const std::string& name);
+
+// The settings that determine the weights a run produces, keyed by flag name
+// (without "--"): a resumed run must match its checkpoint's exactly.
+nlohmann::ordered_json training_settings(const Options& o);
+
+// A one-paragraph summary of the presets for --help.
+std::string recipes_help();
+
+}  // namespace anvil::app
