@@ -1,27 +1,44 @@
-// bench_lenet: times LeNet training on Fashion-MNIST in the manner of
+// bench_train: times training on Fashion-MNIST in the manner of
 // `caffe time`, and compares it with PyTorch in the same run.
 //
-//   bench_lenet                      # 5 warm-up + 60 timed batches of 256, 2 threads
-//   bench_lenet --repeats 3          # three timed windows, median and best
-//   bench_lenet --no-torch --threads 1
+//   bench_train                        # LeNet: 5 warm-up + 3 x 60 timed batches of 256, 2 threads
+//   bench_train --model resnet18       # ResNet-18 (28x28): 2 warm-up + 5 timed batches
+//   bench_train --model resnet18-96    # ResNet-18 on inputs resized to 96x96
+//   bench_train --repeats 3            # three timed windows each, median and best
+//   bench_train --no-torch --threads 1
 //
 // What it does:
 //  1. Loads only the training images it needs and holds them in memory as one
-//     float tensor (pixel / 255, as the DataLoader does); every step takes a
-//     zero-copy narrow() of it, so only the training step is timed: forward,
-//     cross-entropy, zero_grad, backward, SGD step and loss.item(), which is
-//     what train::train_epoch does per batch, minus its accuracy bookkeeping.
-//  2. Reports anvil's images/s over --batches batches after --warmup batches
-//     (or over --epochs whole epochs), per repeat.
-//  3. Per-layer breakdown over --breakdown-iters further batches: each layer's
-//     forward is timed by calling the Sequential's layers one by one; each
-//     layer's backward by wrapping the backward functions of the autograd
-//     nodes that layer recorded; what backward() spends outside any node
-//     (leaf-gradient copies and sums, graph bookkeeping) is shown apart, as
-//     are zero_grad and the optimizer step.
-//  4. Unless --no-torch (or torch cannot be imported by --python), runs
-//     bench/lenet_torch.py with the same settings, reads its JSON line and
-//     prints PyTorch's figures beside anvil's and the ratio anvil / pytorch.
+//     float tensor (pixel / 255, as the DataLoader does; resized once up front
+//     for resnet18-96); every step takes a zero-copy narrow() of it, so only
+//     the training step is timed: forward, cross-entropy, zero_grad,
+//     backward, SGD step and loss.item(), which is what train::train_epoch
+//     does per batch, minus its accuracy bookkeeping.
+//  2. Reports anvil's images/s (and the seconds an epoch of 60,000 images
+//     would take) over --batches batches after --warmup batches (or over
+//     --epochs whole epochs), per repeat. The model is models::create(--model)
+//     with the seeds' init; the optimizer is SGD (--lr, --momentum).
+//  3. Per-layer breakdown over --breakdown-iters further batches, one row per
+//     top-level child of the model (LeNet: each layer; ResNet: the stem's
+//     conv, bn and relu, resnet_block1..4, global_avg_pool, fc): each child's
+//     forward is timed by calling the children one by one; each child's
+//     backward by wrapping the backward functions of the autograd nodes that
+//     child recorded. The same node timings are also summed per op kind
+//     (conv, batch_norm, relu, add, ...). What backward() spends outside any
+//     node (leaf-gradient copies and sums, graph bookkeeping) is shown apart,
+//     as are zero_grad and the optimizer step.
+//  4. Unless --no-torch (or torch cannot be imported by --python), starts
+//     bench/train_torch.py --serve with the same settings and alternates
+//     timed windows with it, anvil's and PyTorch's in ABBA order (on a busy
+//     machine the load changes within seconds: only windows taken close
+//     together compare fairly). Prints PyTorch's figures beside anvil's and
+//     the ratio anvil / pytorch: the median over the paired windows.
+//
+// Defaults depend on the model (an explicit flag wins): LeNet runs 5 warm-up
+// + 3 windows of 60 timed batches, a 10-iteration breakdown and lr 0.2 (seed
+// 004's recipe); the ResNets, whose step takes seconds at batch 256 on two
+// cores, 2 warm-up + 1 window of 5 timed batches, a 2-iteration breakdown
+// and lr 0.1 (seed 002). On a busy machine use --repeats 3 or more.
 //
 // Threads: --threads is applied with omp_set_num_threads before any kernel
 // runs. anvil's own loops use OpenMP, and the OpenBLAS it links (the Debian
@@ -29,7 +46,9 @@
 // one flag governs both. PyTorch gets the same number via torch.set_num_threads.
 #include <omp.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -37,6 +56,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -53,6 +73,7 @@
 #include "core/ops.h"
 #include "core/random.h"
 #include "data/idx.h"
+#include "data/transforms.h"
 #include "nn/models.h"
 #include "nn/optim.h"
 
@@ -62,21 +83,41 @@ using json = nlohmann::json;
 
 namespace {
 
+constexpr int64_t kEpochImages = 60000;  // Fashion-MNIST's training set
+
+// -1 in batches, warmup, repeats, breakdown_iters and lr means "the model's default"
+// (resolve_defaults).
 struct Options {
-  int batches = 60;
-  int warmup = 5;
+  std::string model = "lenet";
+  int batches = -1;
+  int warmup = -1;
   int epochs = 0;
-  int repeats = 1;
+  int repeats = -1;
   int64_t batch_size = 256;
   int threads = 2;
-  int breakdown_iters = 10;
-  double lr = 0.2;
+  int breakdown_iters = -1;
+  double lr = -1;
+  double momentum = 0;
   uint64_t seed = 0;
   bool no_torch = false;
   std::string python = "/usr/bin/python3";
   std::string script;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
 };
+
+bool is_resnet(const std::string& model) { return model.starts_with("resnet18"); }
+
+void resolve_defaults(Options& o) {
+  const bool big = is_resnet(o.model);
+  if (o.batches < 0) o.batches = big ? 5 : 60;
+  if (o.warmup < 0) o.warmup = big ? 2 : 5;
+  if (o.repeats < 0) o.repeats = big ? 1 : 3;
+  if (o.breakdown_iters < 0) o.breakdown_iters = big ? 2 : 10;
+  if (o.lr < 0) o.lr = big ? 0.1 : 0.2;
+}
+
+// Input side length the model is trained at.
+int64_t input_size(const std::string& model) { return model == "resnet18-96" ? 96 : 28; }
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -90,11 +131,11 @@ std::string load_average() {
 }
 
 // The script next to this source file: the compile definition when CMake
-// provides it, else relative to the executable (build/<preset>/bench_lenet).
+// provides it, else relative to the executable (build/<preset>/bench_train).
 std::string default_script() {
   namespace fs = std::filesystem;
 #ifdef ANVIL_SOURCE_DIR
-  fs::path p = fs::path(ANVIL_SOURCE_DIR) / "bench" / "lenet_torch.py";
+  fs::path p = fs::path(ANVIL_SOURCE_DIR) / "bench" / "train_torch.py";
   if (fs::exists(p)) return p.string();
 #endif
   std::error_code ec;
@@ -102,11 +143,11 @@ std::string default_script() {
   if (!ec) {
     for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.parent_path();
          dir = dir.parent_path()) {
-      fs::path p = dir / "bench" / "lenet_torch.py";
+      fs::path p = dir / "bench" / "train_torch.py";
       if (fs::exists(p)) return p.string();
     }
   }
-  return "bench/lenet_torch.py";
+  return "bench/train_torch.py";
 }
 
 std::string shell_quote(const std::string& s) {
@@ -133,18 +174,29 @@ std::vector<std::pair<int64_t, int64_t>> batch_slices(int64_t count, int64_t bat
 }
 
 struct Dataset {
-  Tensor images;  // [count, 1, rows, cols] float in [0, 1]
+  Tensor images;  // [count, 1, size, size] float in [0, 1]
   Tensor labels;  // [count] int64
   int64_t count = 0;
 };
 
-Dataset load_train(const std::string& dir, int64_t limit) {
+// pixel / 255, bilinearly resized to size x size when that differs from the
+// files' 28x28 (done once here, so resizing is not part of the timed step).
+Dataset load_train(const std::string& dir, int64_t limit, int64_t size) {
   data::ImageSet set = data::load_mnist_split(dir, true, limit);
   Dataset d;
   d.count = set.count;
-  d.images = Tensor::empty({set.count, 1, set.rows, set.cols});
+  const int64_t plane = set.rows * set.cols;
+  std::vector<float> pixels(set.pixels.size());
+  for (size_t i = 0; i < set.pixels.size(); ++i) pixels[i] = float(set.pixels[i]) / 255.0f;
+  d.images = Tensor::empty({set.count, 1, size, size});
   float* p = d.images.data<float>();
-  for (size_t i = 0; i < set.pixels.size(); ++i) p[i] = float(set.pixels[i]) / 255.0f;
+  if (size == set.rows && size == set.cols) {
+    std::copy(pixels.begin(), pixels.end(), p);
+  } else {
+    data::BilinearResize resize(set.rows, set.cols, size, size);
+    for (int64_t i = 0; i < set.count; ++i)
+      resize.apply(pixels.data() + i * plane, 1, p + i * size * size);
+  }
   d.labels = Tensor::from_vector(set.labels, {set.count});
   return d;
 }
@@ -168,17 +220,44 @@ struct LayerTimes {
 
 struct Breakdown {
   std::vector<LayerTimes> layers;
+  std::map<std::string, double> backward_by_kind;  // seconds, summed over iterations
   double loss_forward = 0, loss_backward = 0, zero_grad = 0, backward_total = 0, step = 0;
   int iterations = 0;
 };
 
-// Replaces node->backward with a version that adds its run time to *slot.
-void time_node(Node* node, double* slot) {
+// The op kind of an autograd node or a PyTorch op name, so both frameworks'
+// backward times can be summed per kind: "Conv2dBackward" and
+// "ConvolutionBackward0" are both "conv". train_torch.py has the same table.
+std::string op_kind(const std::string& name) {
+  std::string n;
+  for (char c : name) n += char(std::tolower(static_cast<unsigned char>(c)));
+  // Linear's weight transpose in PyTorch; a substring test would match anything.
+  if (n == "tbackward0") return "reshape";
+  // First match wins: "addmm" before "add", "batchnorm" before nothing else
+  // that it contains. PyTorch's adaptive_avg_pool2d to 1x1 runs as a mean.
+  static const std::pair<const char*, const char*> table[] = {
+      {"conv", "conv"},         {"batchnorm", "batch_norm"}, {"batch_norm", "batch_norm"},
+      {"relu", "relu"},         {"threshold", "relu"},       {"pool", "pool"},
+      {"mean", "pool"},         {"addmm", "linear"},         {"linear", "linear"},
+      {"mm", "linear"},         {"crossentropy", "loss"},    {"cross_entropy", "loss"},
+      {"softmax", "loss"},      {"nll", "loss"},             {"add", "add"},
+      {"view", "reshape"},      {"reshape", "reshape"},      {"flatten", "reshape"}};
+  for (auto [key, kind] : table)
+    if (n.find(key) != std::string::npos) return kind;
+  return "other";
+}
+
+// Replaces node->backward with a version that adds its run time to *slot and
+// to its op kind's total.
+void time_node(Node* node, double* slot, std::map<std::string, double>& by_kind) {
   BackwardFn inner = std::move(node->backward);
-  node->backward = [inner = std::move(inner), slot](const Tensor& g) {
+  double* kind_slot = &by_kind[op_kind(node->name)];
+  node->backward = [inner = std::move(inner), slot, kind_slot](const Tensor& g) {
     auto t0 = Clock::now();
     std::vector<Tensor> r = inner(g);
-    *slot += seconds_since(t0);
+    const double s = seconds_since(t0);
+    *slot += s;
+    *kind_slot += s;
     return r;
   };
 }
@@ -203,13 +282,34 @@ std::string short_name(const std::string& describe) {
   return describe.substr(0, describe.find('('));
 }
 
+// The names of the top-level children as PyTorch's named_children() gives
+// them ("0", "1", ..., "resnet_block1", "fc"), read off repr(), whose
+// top-level entries are the lines "  (name): ...".
+std::vector<std::string> child_names(const nn::Sequential& net) {
+  std::vector<std::string> names;
+  std::istringstream lines(net.repr());
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("  (", 0) != 0) continue;
+    const size_t close = line.find("): ");
+    if (close != std::string::npos) names.push_back(line.substr(3, close - 3));
+  }
+  return names;
+}
+
 Breakdown breakdown(nn::Sequential& net, optim::SGD& opt, const Tensor& x, const Tensor& y,
                     int iters) {
   Breakdown b;
   b.iterations = iters;
   const size_t n = net.size();
   b.layers.resize(n);
-  for (size_t i = 0; i < n; ++i) b.layers[i].name = short_name(net[i].describe());
+  const std::vector<std::string> names = child_names(net);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string type = short_name(net[i].describe());
+    // Named children (ResNet's stages) by name, indexed layers by type.
+    const bool named = i < names.size() && names.size() == n && names[i] != std::to_string(i);
+    b.layers[i].name = named ? names[i] : type;
+  }
   for (int it = 0; it < iters; ++it) {
     // Only each layer's autograd node is kept, not its output: holding on to
     // outputs the graph does not save would change what the step allocates.
@@ -230,12 +330,12 @@ Breakdown breakdown(nn::Sequential& net, optim::SGD& opt, const Tensor& x, const
     // from layer i's node until layer i-1's.
     std::unordered_set<Node*> seen;
     for (Node* node : nodes_between(loss.grad_fn().get(), node_of[n - 1].get(), seen))
-      time_node(node, &b.loss_backward);
+      time_node(node, &b.loss_backward, b.backward_by_kind);
     for (size_t i = n; i-- > 0;) {
       Node* stop = i > 0 ? node_of[i - 1].get() : nullptr;
       auto nodes = nodes_between(node_of[i].get(), stop, seen);
       if (it == 0) b.layers[i].nodes = int(nodes.size());
-      for (Node* node : nodes) time_node(node, &b.layers[i].backward);
+      for (Node* node : nodes) time_node(node, &b.layers[i].backward, b.backward_by_kind);
     }
     node_of.clear();
 
@@ -260,43 +360,111 @@ bool torch_available(const std::string& python) {
   return std::system(cmd.c_str()) == 0;
 }
 
-// Runs the script and returns its JSON line, or an error message.
-std::optional<json> run_torch(const Options& o, std::string& error) {
-  std::string cmd = fmt::format(
-      "{} {} --threads {} --batch-size {} --warmup {} --batches {} --epochs {} --repeats {} "
-      "--lr {} --seed {} --breakdown {} --data-dir {}",
-      shell_quote(o.python), shell_quote(o.script), o.threads, o.batch_size, o.warmup, o.batches,
-      o.epochs, o.repeats, o.lr, o.seed, o.breakdown_iters, shell_quote(o.data_dir));
-  std::cout << "running: " << cmd << "\n" << std::flush;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) {
-    error = "popen failed";
-    return std::nullopt;
+// PyTorch in a child process: train_torch.py --serve, driven one command
+// at a time over its stdin and stdout, so that its timed windows can
+// alternate with anvil's (on a busy machine the load changes within
+// seconds, and only windows taken close together compare fairly).
+class TorchPeer {
+ public:
+  // Starts the script and waits for its ready line (it loads the data,
+  // builds the model and runs its warm-up first). Null, with error set, on
+  // failure.
+  static std::unique_ptr<TorchPeer> start(const Options& o, std::string& error) {
+    std::string cmd = fmt::format(
+        "exec {} {} --serve --model {} --threads {} --batch-size {} --warmup {} --batches {} "
+        "--epochs {} --repeats {} --lr {} --momentum {} --seed {} --breakdown {} --data-dir {}",
+        shell_quote(o.python), shell_quote(o.script), o.model, o.threads, o.batch_size, o.warmup,
+        o.batches, o.epochs, o.repeats, o.lr, o.momentum, o.seed, o.breakdown_iters,
+        shell_quote(o.data_dir));
+    std::cout << "starting: " << cmd << "\n" << std::flush;
+    int in[2], out[2];  // [0] read end, [1] write end
+    if (pipe(in) != 0) {
+      error = "pipe failed";
+      return nullptr;
+    }
+    if (pipe(out) != 0) {
+      close(in[0]);
+      close(in[1]);
+      error = "pipe failed";
+      return nullptr;
+    }
+    const pid_t pid = fork();
+    if (pid < 0) {
+      for (int fd : {in[0], in[1], out[0], out[1]}) close(fd);
+      error = "fork failed";
+      return nullptr;
+    }
+    if (pid == 0) {  // child: only async-signal-safe calls until exec
+      dup2(in[0], STDIN_FILENO);
+      dup2(out[1], STDOUT_FILENO);
+      for (int fd : {in[0], in[1], out[0], out[1]}) close(fd);
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    auto peer = std::unique_ptr<TorchPeer>(new TorchPeer(pid, fdopen(in[1], "w"), fdopen(out[0], "r")));
+    std::optional<json> ready = peer->read_json(error);
+    if (!ready) return nullptr;
+    peer->info = *ready;
+    return peer;
   }
-  std::string output;
-  std::array<char, 4096> buf;
-  size_t got;
-  while ((got = fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), got);
-  int status = pclose(pipe);
-  if (status != 0) {
-    error = fmt::format("the script exited with status {}", WEXITSTATUS(status));
-    return std::nullopt;
+
+  // Sends one command and returns its JSON answer (nullopt, error set, if
+  // the script failed).
+  std::optional<json> request(const std::string& command, std::string& error) {
+    if (std::fprintf(to_, "%s\n", command.c_str()) < 0 || std::fflush(to_) != 0) {
+      error = "cannot write to the script (it has exited)";
+      return std::nullopt;
+    }
+    std::optional<json> answer = read_json(error);
+    if (answer && answer->contains("error")) {
+      error = (*answer)["error"].get<std::string>();
+      return std::nullopt;
+    }
+    return answer;
   }
-  std::istringstream lines(output);
-  std::string line, last;
-  while (std::getline(lines, line))
-    if (!line.empty() && line.front() == '{') last = line;
-  if (last.empty()) {
-    error = "no JSON line in its output";
-    return std::nullopt;
+
+  ~TorchPeer() {
+    std::fprintf(to_, "quit\n");
+    std::fclose(to_);
+    std::fclose(from_);
+    int status = 0;
+    waitpid(pid_, &status, 0);
   }
-  try {
-    return json::parse(last);
-  } catch (const std::exception& e) {
-    error = fmt::format("cannot parse its JSON: {}", e.what());
-    return std::nullopt;
+
+  json info;  // the ready line: torch version, threads, blas
+
+ private:
+  TorchPeer(pid_t pid, FILE* to, FILE* from) : pid_(pid), to_(to), from_(from) {}
+
+  // The next line that is a JSON object; other output is passed through.
+  std::optional<json> read_json(std::string& error) {
+    char* buf = nullptr;
+    size_t cap = 0;
+    std::optional<json> result;
+    while (getline(&buf, &cap, from_) >= 0) {
+      std::string line(buf);
+      if (line.empty() || line.front() != '{') {
+        std::cout << "pytorch: " << line << std::flush;
+        continue;
+      }
+      try {
+        result = json::parse(line);
+      } catch (const std::exception& e) {
+        error = fmt::format("cannot parse its JSON: {}", e.what());
+      }
+      break;
+    }
+    std::free(buf);
+    if (!result && error.empty()) error = "the script exited without answering";
+    return result;
   }
-}
+
+  pid_t pid_;
+  FILE* to_;
+  FILE* from_;
+};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -305,11 +473,15 @@ double median(std::vector<double> v) {
 }
 
 int run(Options& o) {
+  resolve_defaults(o);
+  std::signal(SIGPIPE, SIG_IGN);  // a PyTorch child that dies must not take the bench with it
   omp_set_num_threads(o.threads);
   if (o.script.empty()) o.script = default_script();
-  std::cout << fmt::format("bench_lenet: LeNet (seed init), SGD lr {}, batch {}, {} thread(s), "
-                           "load average {}\n",
-                           o.lr, o.batch_size, o.threads, load_average());
+  const int64_t size = input_size(o.model);
+  std::cout << fmt::format("bench_train: {} (seed init, {}x{} inputs), SGD lr {} momentum {}, "
+                           "batch {}, {} thread(s), load average {}\n",
+                           o.model, size, size, o.lr, o.momentum, o.batch_size, o.threads,
+                           load_average());
 
   // Only the images the run needs (all of them for --epochs).
   const int64_t need =
@@ -318,7 +490,7 @@ int run(Options& o) {
                       (o.breakdown_iters > 0 ? 1 : 0)) *
                          o.batch_size;
   auto t_load = Clock::now();
-  Dataset d = load_train(o.data_dir, need);
+  Dataset d = load_train(o.data_dir, need, size);
   std::cout << fmt::format("loaded {} training images from {} in {:.2f} s\n", d.count, o.data_dir,
                            seconds_since(t_load));
   auto full = batch_slices(d.count, o.batch_size, true);
@@ -327,9 +499,28 @@ int run(Options& o) {
                                          o.batch_size));
 
   manual_seed(o.seed);
-  auto net = models::lenet(models::Init::Seed);
+  auto model = models::create(o.model, models::Init::Seed);
+  auto net = std::dynamic_pointer_cast<nn::Sequential>(model);
+  if (!net) throw std::runtime_error(o.model + " is not a Sequential; the breakdown needs one");
   net->train();
-  optim::SGD opt(net->parameters(), {.lr = o.lr});
+  optim::SGD opt(net->parameters(), {.lr = o.lr, .momentum = o.momentum});
+
+  // PyTorch starts first (its warm-up then runs alone, as anvil's does).
+  std::unique_ptr<TorchPeer> torch;
+  if (o.no_torch) {
+    std::cout << "pytorch: skipped (--no-torch)\n";
+  } else if (!torch_available(o.python)) {
+    std::cout << fmt::format("pytorch: skipped ({} cannot import torch)\n", o.python);
+  } else {
+    std::string error;
+    torch = TorchPeer::start(o, error);
+    if (!torch) std::cout << "pytorch: failed: " << error << "\n";
+  }
+  const json torch_info = torch ? torch->info : json::object();
+  auto torch_failed = [&](const std::string& error) {
+    std::cout << "pytorch: failed: " << error << "\n";
+    torch.reset();
+  };
 
   size_t k = 0;  // next batch, cycling through the full batches in file order
   auto batch = [&](std::pair<int64_t, int64_t> r) {
@@ -341,10 +532,11 @@ int run(Options& o) {
     train_step(*net, opt, x, y);
   }
 
-  std::vector<double> rates;
-  int64_t images = 0, timed_batches = 0;
-  double loss = 0;
-  for (int r = 0; r < o.repeats; ++r) {
+  // Timed windows, anvil's and PyTorch's in alternating order (ABBA...), so
+  // that a load that drifts over the run favours neither.
+  std::vector<double> rates, torch_rates, pair_ratios;
+  int64_t timed_batches = 0;
+  auto anvil_window = [&](int r) {
     std::vector<std::pair<int64_t, int64_t>> plan;
     if (o.epochs > 0) {
       auto epoch = batch_slices(d.count, o.batch_size, false);
@@ -352,7 +544,8 @@ int run(Options& o) {
     } else {
       for (int i = 0; i < o.batches; ++i) plan.push_back(full[k++ % full.size()]);
     }
-    images = 0;
+    int64_t images = 0;
+    double loss = 0;
     timed_batches = int64_t(plan.size());
     auto t0 = Clock::now();
     for (auto range : plan) {
@@ -362,40 +555,59 @@ int run(Options& o) {
     }
     double s = seconds_since(t0);
     rates.push_back(double(images) / s);
-    std::cout << fmt::format("anvil   repeat {}: {} batches, {} images in {:.3f} s: {:.0f} img/s "
-                             "(loss {:.4f})\n",
-                             r + 1, timed_batches, images, s, rates.back(), loss);
+    std::cout << fmt::format("anvil   window {}: {} batches, {} images in {:.3f} s: {:.1f} img/s "
+                             "(loss {:.4f}, load {})\n",
+                             r + 1, timed_batches, images, s, rates.back(), loss, load_average())
+              << std::flush;
+  };
+  auto torch_window = [&](int r) {
+    if (!torch) return;
+    std::string error;
+    std::optional<json> w = torch->request("window", error);
+    if (!w) return torch_failed(error);
+    torch_rates.push_back((*w)["images_per_second"].get<double>());
+    std::cout << fmt::format("pytorch window {}: {} batches, {} images in {:.3f} s: {:.1f} img/s "
+                             "(loss {:.4f}, load {})\n",
+                             r + 1, (*w)["batches"].get<int64_t>(), (*w)["images"].get<int64_t>(),
+                             (*w)["seconds"].get<double>(), torch_rates.back(),
+                             (*w)["loss"].get<double>(), load_average())
+              << std::flush;
+  };
+  for (int r = 0; r < o.repeats; ++r) {
+    if (r % 2 == 0) {
+      anvil_window(r);
+      torch_window(r);
+    } else {
+      torch_window(r);
+      anvil_window(r);
+    }
+    if (torch && torch_rates.size() == rates.size())
+      pair_ratios.push_back(rates.back() / torch_rates.back());
   }
   const double anvil_rate = median(rates);
   const double anvil_best = *std::max_element(rates.begin(), rates.end());
 
   std::optional<Breakdown> bd;
+  std::optional<json> torch_bd;
   if (o.breakdown_iters > 0) {
     auto [x, y] = batch(full[k++ % full.size()]);
     bd = breakdown(*net, opt, x, y, o.breakdown_iters);
-  }
-
-  // PyTorch, same settings, same run.
-  std::optional<json> torch;
-  if (o.no_torch) {
-    std::cout << "pytorch: skipped (--no-torch)\n";
-  } else if (!torch_available(o.python)) {
-    std::cout << fmt::format("pytorch: skipped ({} cannot import torch)\n", o.python);
-  } else {
-    std::string error;
-    torch = run_torch(o, error);
-    if (!torch) std::cout << "pytorch: failed: " << error << "\n";
+    if (torch) {
+      std::string error;
+      torch_bd = torch->request(fmt::format("breakdown {}", o.breakdown_iters), error);
+      if (!torch_bd) torch_failed(error);
+    }
   }
 
   // ---- report ----
   std::cout << "\n";
   if (bd) {
     const double ms = 1000.0 / bd->iterations;
-    const json* tb = torch && torch->contains("breakdown") ? &(*torch)["breakdown"] : nullptr;
+    const json* tb = torch_bd ? &*torch_bd : nullptr;
     std::cout << fmt::format("per-layer time, ms per batch of {} (mean of {} iterations){}\n",
                              o.batch_size, bd->iterations,
                              tb ? "; pytorch beside it" : "");
-    std::string head = fmt::format("  {:<3} {:<10} {:>9} {:>9} {:>9}", "#", "layer", "fwd", "bwd",
+    std::string head = fmt::format("  {:<3} {:<15} {:>9} {:>9} {:>9}", "#", "layer", "fwd", "bwd",
                                    "total");
     if (tb) head += fmt::format("   | {:>9} {:>9} {:>9} {:>7}", "torch fwd", "torch bwd",
                                 "total", "ratio");
@@ -407,7 +619,7 @@ int run(Options& o) {
       fwd_sum += f;
       node_sum += bw;
       std::string line =
-          fmt::format("  {:<3} {:<10} {:>9.3f} {:>9.3f} {:>9.3f}", i, l.name, f, bw, f + bw);
+          fmt::format("  {:<3} {:<15} {:>9.3f} {:>9.3f} {:>9.3f}", i, l.name, f, bw, f + bw);
       if (tb && i < (*tb)["layers"].size()) {
         double tf = (*tb)["layers"][i]["forward_ms"].get<double>();
         double tbw = (*tb)["layers"][i]["backward_ms"].get<double>();
@@ -420,7 +632,7 @@ int run(Options& o) {
     }
     auto row = [&](const std::string& name, double f, double bw, std::optional<double> tf,
                    std::optional<double> tbw) {
-      std::string line = fmt::format("  {:<14} {:>9.3f} {:>9.3f} {:>9.3f}", name, f, bw, f + bw);
+      std::string line = fmt::format("  {:<19} {:>9.3f} {:>9.3f} {:>9.3f}", name, f, bw, f + bw);
       if (tb && tf && tbw)
         line += fmt::format("   | {:>9.3f} {:>9.3f} {:>9.3f} {:>6.2f}x", *tf, *tbw, *tf + *tbw,
                             (f + bw) / std::max(*tf + *tbw, 1e-9));
@@ -433,7 +645,7 @@ int run(Options& o) {
     const double loss_f = bd->loss_forward * ms, loss_b = bd->loss_backward * ms;
     const double engine = bd->backward_total * ms - node_sum - loss_b;
     row("cross_entropy", loss_f, loss_b, tget("loss_forward_ms"), tget("loss_backward_ms"));
-    std::cout << fmt::format("  {:<14} {:>9} {:>9.3f} {:>9.3f}   (leaf-grad copies/sums, "
+    std::cout << fmt::format("  {:<19} {:>9} {:>9.3f} {:>9.3f}   (leaf-grad copies/sums, "
                              "graph walk)\n",
                              "autograd other", "", engine, engine);
     row("zero_grad", bd->zero_grad * ms, 0, tget("zero_grad_ms"), 0.0);
@@ -443,30 +655,63 @@ int run(Options& o) {
     if (tb)
       ttotal = tf_sum + tbw_sum + *tget("loss_forward_ms") + *tget("loss_backward_ms") +
                *tget("zero_grad_ms") + *tget("step_ms");
-    std::string line = fmt::format("  {:<14} {:>9.3f} {:>9.3f} {:>9.3f}  = {:.0f} img/s", "step total",
+    std::string line = fmt::format("  {:<19} {:>9.3f} {:>9.3f} {:>9.3f}  = {:.1f} img/s", "step total",
                                    fwd_sum + loss_f, bd->backward_total * ms, total,
                                    o.batch_size * 1000.0 / total);
     if (ttotal)
-      line += fmt::format("   | torch {:.3f} ms = {:.0f} img/s", *ttotal,
+      line += fmt::format("   | torch {:.3f} ms = {:.1f} img/s", *ttotal,
                           o.batch_size * 1000.0 / *ttotal);
     std::cout << line << "\n\n";
+
+    // Backward per op kind: anvil's node timings against PyTorch's autograd
+    // functions (from its profiler, one extra iteration), plus PyTorch's
+    // forward per kind for reference.
+    const json* tk = tb && tb->contains("kinds") ? &(*tb)["kinds"] : nullptr;
+    std::cout << fmt::format("backward per op kind, ms per batch{}\n",
+                             tk ? "; pytorch's from its profiler (forward for reference)" : "");
+    std::map<std::string, double> kinds = bd->backward_by_kind;
+    if (tk)
+      for (auto it = tk->begin(); it != tk->end(); ++it) kinds.emplace(it.key(), 0.0);
+    std::string khead = fmt::format("  {:<12} {:>9}", "kind", "anvil bwd");
+    if (tk) khead += fmt::format(" {:>9} {:>7}   {:>9}", "torch bwd", "ratio", "torch fwd");
+    std::cout << khead << "\n";
+    for (auto& [kind, secs] : kinds) {
+      std::string line = fmt::format("  {:<12} {:>9.3f}", kind, secs * ms);
+      if (tk) {
+        double tbk = 0, tfk = 0;
+        if (tk->contains(kind)) {
+          tbk = (*tk)[kind].value("backward_ms", 0.0);
+          tfk = (*tk)[kind].value("forward_ms", 0.0);
+        }
+        line += fmt::format(" {:>9.3f} {:>6.2f}x   {:>9.3f}", tbk,
+                            tbk > 0 ? secs * ms / tbk : 0.0, tfk);
+      }
+      std::cout << line << "\n";
+    }
+    std::cout << "\n";
   }
 
-  std::cout << fmt::format("{:<10} {:>14} {:>14}  {}\n", "framework", "img/s (median)",
-                           "img/s (best)", "details");
-  std::cout << fmt::format("{:<10} {:>14.0f} {:>14.0f}  {} timed batches x {} repeat(s), "
-                           "{} threads\n",
-                           "anvil", anvil_rate, anvil_best, timed_batches, o.repeats, o.threads);
-  if (torch) {
-    double trate = (*torch)["images_per_second"].get<double>();
-    double tbest = torch->value("best_images_per_second", trate);
-    std::cout << fmt::format("{:<10} {:>14.0f} {:>14.0f}  torch {}, {} threads, blas {}\n",
-                             "pytorch", trate, tbest,
-                             torch->value("torch_version", std::string("?")),
-                             torch->value("threads", 0),
-                             torch->value("blas", std::string("?")));
-    std::cout << fmt::format("ratio anvil/pytorch: {:.3f} (median), {:.3f} (best)\n",
-                             anvil_rate / trate, anvil_best / tbest);
+  // An epoch is 60,000 images at the median rate.
+  std::cout << fmt::format("{} training, batch {}:\n", o.model, o.batch_size);
+  std::cout << fmt::format("{:<10} {:>14} {:>14} {:>10}  {}\n", "framework", "img/s (median)",
+                           "img/s (best)", "s/epoch", "details");
+  std::cout << fmt::format("{:<10} {:>14.1f} {:>14.1f} {:>10.1f}  {} timed batches x {} "
+                           "repeat(s), {} threads\n",
+                           "anvil", anvil_rate, anvil_best, kEpochImages / anvil_rate,
+                           timed_batches, o.repeats, o.threads);
+  if (!torch_rates.empty()) {
+    const double trate = median(torch_rates);
+    const double tbest = *std::max_element(torch_rates.begin(), torch_rates.end());
+    std::cout << fmt::format("{:<10} {:>14.1f} {:>14.1f} {:>10.1f}  torch {}, {} threads, "
+                             "blas {}\n",
+                             "pytorch", trate, tbest, kEpochImages / trate,
+                             torch_info.value("torch_version", std::string("?")),
+                             torch_info.value("threads", 0),
+                             torch_info.value("blas", std::string("?")));
+    std::cout << fmt::format("ratio anvil/pytorch: {:.3f} (median of the {} paired windows; "
+                             "per window {:.3f}), {:.3f} (best / best)\n",
+                             median(pair_ratios), pair_ratios.size(),
+                             fmt::join(pair_ratios, ", "), anvil_best / tbest);
   }
   std::cout << fmt::format("load average at the end: {}\n", load_average());
   return 0;
@@ -476,19 +721,21 @@ int run(Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"bench_lenet: time LeNet training on Fashion-MNIST, anvil vs PyTorch"};
-  app.add_option("--batches", o.batches, "Timed batches (per repeat)")
+  CLI::App app{"bench_train: time training on Fashion-MNIST, anvil vs PyTorch"};
+  app.add_option("--model", o.model, "lenet, resnet18 or resnet18-96")
       ->capture_default_str()
+      ->check(CLI::IsMember({"lenet", "resnet18", "resnet18-96"}));
+  app.add_option("--batches", o.batches, "Timed batches per repeat (default: lenet 60, resnet 5)")
       ->check(CLI::Range(1, 1000000));
-  app.add_option("--warmup", o.warmup, "Untimed batches first")
-      ->capture_default_str()
+  app.add_option("--warmup", o.warmup, "Untimed batches first (default: lenet 5, resnet 2)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--epochs", o.epochs,
                  "Time whole epochs over all 60000 images instead of --batches (0 = off)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--repeats", o.repeats, "Timed windows; the median and best are reported")
-      ->capture_default_str()
+  app.add_option("--repeats", o.repeats,
+                 "Timed windows per framework, alternating; the median and best are reported "
+                 "(default: lenet 3, resnet 1)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--batch-size", o.batch_size, "Mini-batch size")
       ->capture_default_str()
@@ -497,14 +744,17 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   app.add_option("--breakdown-iters", o.breakdown_iters,
-                 "Iterations of the per-layer breakdown (0 = none)")
-      ->capture_default_str()
+                 "Iterations of the per-layer breakdown, 0 = none (default: lenet 10, resnet 2)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--lr", o.lr, "SGD learning rate (default: lenet 0.2, resnet 0.1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--momentum", o.momentum, "SGD momentum")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", o.seed, "Initialisation seed")->capture_default_str();
   app.add_flag("--no-torch", o.no_torch, "Do not run the PyTorch comparison");
   app.add_option("--python", o.python, "Python interpreter with torch")->capture_default_str();
-  app.add_option("--script", o.script, "Path of lenet_torch.py (default: next to the sources)");
+  app.add_option("--script", o.script, "Path of train_torch.py (default: next to the sources)");
   app.add_option("--data-dir", o.data_dir, "Directory with the Fashion-MNIST IDX files")
       ->capture_default_str();
   try {
@@ -515,7 +765,7 @@ int main(int argc, char** argv) {
   try {
     return run(o);
   } catch (const std::exception& e) {
-    std::cerr << "bench_lenet: error: " << e.what() << '\n';
+    std::cerr << "bench_train: error: " << e.what() << '\n';
     return 1;
   }
 }

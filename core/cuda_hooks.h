@@ -2,9 +2,11 @@
 // GPUs or the simulator) or by kernels/cuda/cuda_off.cpp in a build without
 // one. Internal to the library: users go through device.h and storage.h.
 #pragma once
+#include <memory>
 #include <string>
 
 #include "core/device.h"
+#include "core/stream.h"
 
 namespace anvil {
 class Backend;
@@ -20,5 +22,13 @@ DeviceProperties properties(int index);   // index already checked
 Backend& backend(int index);              // index already checked
 Allocator& allocator(int index);          // index already checked
 void synchronize(int index);              // index already checked
+
+// Events and the copy stream (core/stream.h). `index` is the CUDA device
+// that runs the copy; dst/src are device or host pointers as their devices say.
+std::unique_ptr<Event::Impl> make_event(int index, bool timing);
+void copy_async(int index, Stream stream, void* dst, Device dst_device, const void* src,
+                Device src_device, size_t bytes);
+// Page-locked host memory (cudaHostAlloc), cached; throws without CUDA devices.
+Allocator& pinned_allocator();
 
 }  // namespace anvil::cuda_hooks

@@ -48,7 +48,8 @@ struct DeviceProperties {
 DeviceProperties device_properties(Device device);
 // Throws "device cuda:N is not available: ..." unless cuda:N exists (cpu passes).
 void check_cuda_device(Device device);
-// Waits until every kernel and copy queued on the device has finished (no-op on cpu).
+// Waits until every kernel and copy queued on the device (its compute and copy
+// streams) has finished (no-op on cpu).
 void synchronize(Device device);
 // One line per device (index, name, memory, compute capability), like
 // nvidia-smi's summary, or one line saying there is none and why.

@@ -94,6 +94,19 @@ Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   data_ = allocator_for(device).allocate(bytes);
 }
 
-Storage::~Storage() { allocator_for(device_).deallocate(data_, bytes_); }
+Allocator& pinned_host_allocator() {
+  if (device_count() == 0)
+    throw std::runtime_error("pinned host memory needs a CUDA device: " + no_gpu_reason());
+  return cuda_hooks::pinned_allocator();
+}
+
+Storage::Storage(size_t bytes, Pinned) : bytes_(bytes), device_(Device::cpu()), pinned_(true) {
+  data_ = pinned_host_allocator().allocate(bytes);
+}
+
+Storage::~Storage() {
+  Allocator& a = pinned_ ? cuda_hooks::pinned_allocator() : allocator_for(device_);
+  a.deallocate(data_, bytes_);
+}
 
 }  // namespace anvil

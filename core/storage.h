@@ -39,9 +39,16 @@ MemoryStats memory_stats(Device device);
 void empty_cache(Device device);
 void reset_peak_memory_stats(Device device);
 
+// Page-locked host memory for fast, asynchronous host-to-device copies
+// (cudaHostAlloc behind a cache). Throws when there is no CUDA device.
+Allocator& pinned_host_allocator();
+
 class Storage {
  public:
   Storage(size_t bytes, Device device);
+  // Host memory from pinned_host_allocator() (device is cpu).
+  struct Pinned {};
+  Storage(size_t bytes, Pinned);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -49,11 +56,13 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  bool pinned() const { return pinned_; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
+  bool pinned_ = false;
 };
 
 }  // namespace anvil

@@ -253,6 +253,24 @@ Tensor Tensor::to(Device target) const {
   return out;
 }
 
+Tensor Tensor::pin_memory() const {
+  check_defined();
+  if (!device().is_cpu())
+    throw std::invalid_argument(
+        fmt::format("pin_memory: the tensor is on {}, only CPU tensors can be pinned",
+                    device().str()));
+  if (is_pinned()) return *this;
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape();
+  impl->dtype = dtype();
+  impl->storage = std::make_shared<Storage>(nbytes(), Storage::Pinned{});
+  Tensor out(std::move(impl));
+  if (nbytes() > 0) std::memcpy(out.raw_data(), raw_data(), nbytes());
+  return out;
+}
+
+bool Tensor::is_pinned() const { return defined() && impl_->storage->pinned(); }
+
 Tensor Tensor::to(DType target) const {
   if (dtype() == target) return *this;
   Tensor host = this->to(Device::cpu());

@@ -84,6 +84,11 @@ class Tensor {
   // Same tensor when already on device, else a copy there.
   Tensor to(Device device) const;
   Tensor to(DType dtype) const;
+  // A copy in page-locked host memory (this tensor must be on the CPU), from
+  // which host-to-device copies run asynchronously (core/stream.h). Throws
+  // when there is no CUDA device, as PyTorch does.
+  Tensor pin_memory() const;
+  bool is_pinned() const;
   // Host copy of the elements as double / as a vector.
   double item() const;
   std::vector<float> to_vector() const;

@@ -8,6 +8,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "data/device_prefetcher.h"
 #include "nn/safetensors.h"
 
 namespace anvil::train {
@@ -24,29 +25,6 @@ int64_t count_correct(const Tensor& logits, const std::vector<int64_t>& labels) 
   return correct;
 }
 
-// The one place where batches travel from the loader to the device, for
-// training and evaluation alike: an asynchronous prefetcher replaces this.
-class DeviceBatches {
- public:
-  DeviceBatches(data::DataLoader& loader, Device device) : loader_(loader), device_(device) {}
-
-  void start_epoch(std::optional<uint64_t> epoch = {}) {
-    if (epoch) loader_.start_epoch(*epoch);
-    else loader_.start_epoch();
-  }
-
-  // The next batch as it came from the loader (`host`) and as tensors on the device.
-  bool next(data::Batch& host, Tensor& images, Tensor& labels) {
-    if (!loader_.next(host)) return false;
-    std::tie(images, labels) = batch_tensors(host, device_);
-    return true;
-  }
-
- private:
-  data::DataLoader& loader_;
-  Device device_;
-};
-
 void finish(EpochStats& stats, double loss_sum, int64_t correct, Clock::time_point start) {
   stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (stats.examples) {
@@ -57,25 +35,23 @@ void finish(EpochStats& stats, double loss_sum, int64_t correct, Clock::time_poi
 
 }  // namespace
 
-std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device) {
-  Tensor x = Tensor::from_host(b.images.data(), {b.size, b.channels, b.rows, b.cols},
-                               DType::Float32, device);
-  Tensor y = Tensor::from_host(b.labels.data(), {b.size}, DType::Int64, device);
-  return {x, y};
-}
-
 EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoader& loader,
                        Device device, const EpochOptions& options) {
   model.train();
-  DeviceBatches batches(loader, device);
-  batches.start_epoch(options.epoch);
+  // Batches reach the device through pinned buffers on the copy stream, the
+  // next one copying while this one computes (data/device_prefetcher.h).
+  data::DevicePrefetcher batches(loader, device);
+  if (options.epoch) batches.start_epoch(*options.epoch);
+  else batches.start_epoch();
   EpochStats stats;
   double loss_sum = 0;
   int64_t correct = 0, done = 0;
   auto start = Clock::now();
-  data::Batch batch;
-  Tensor x, y;
-  while (batches.next(batch, x, y)) {
+  data::DeviceBatch b;
+  while (batches.next(b)) {
+    const data::Batch& batch = b.host;
+    const Tensor& x = b.images;
+    const Tensor& y = b.labels;
     if (options.schedule)
       optimizer.set_lr(options.schedule->lr(int64_t(batch.epoch), batch.index,
                                             loader.num_batches()));
@@ -109,15 +85,17 @@ EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device) 
   bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
-  DeviceBatches batches(loader, device);
+  data::DevicePrefetcher batches(loader, device);
   batches.start_epoch();
   EpochStats stats;
   double loss_sum = 0;
   int64_t correct = 0;
   auto start = Clock::now();
-  data::Batch batch;
-  Tensor x, y;
-  while (batches.next(batch, x, y)) {
+  data::DeviceBatch b;
+  while (batches.next(b)) {
+    const data::Batch& batch = b.host;
+    const Tensor& x = b.images;
+    const Tensor& y = b.labels;
     Tensor logits = model(x);
     loss_sum += cross_entropy(logits, y, Reduction::Sum).item();
     correct += count_correct(logits, batch.labels);

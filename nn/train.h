@@ -37,8 +37,6 @@ struct EpochOptions {
   std::optional<uint64_t> epoch;
 };
 
-// Copies a batch into tensors on `device`: images [N,C,H,W] float, labels [N] int64.
-std::pair<Tensor, Tensor> batch_tensors(const data::Batch& batch, Device device);
 
 // One epoch: the epoch to run must not have been started on the loader yet.
 EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoader& loader,

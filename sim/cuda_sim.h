@@ -1,17 +1,53 @@
 // The CUDA simulator: enough of CUDA C++ and its runtime for the unchanged
 // kernels/cuda/*.cu files to compile with g++ and run on the CPU. Included
 // only through kernels/cuda/cuda_compat.h (never together with the real
-// <cuda_runtime.h>). Each CUDA thread is a fiber; blocks run one after
-// another on the launching thread.
+// <cuda_runtime.h>).
 //
-// Synchronisation: __syncthreads is a block barrier. The warp intrinsics
+// Blocks: each CUDA thread is a fiber; a launch's blocks are handed out, one
+// at a time through an atomic counter, to ANVIL_SIM_WORKERS host threads
+// (default: the hardware's thread count; 1 runs them one after another). The
+// thread that runs the launch is one of the workers, the others are a pool of
+// persistent threads. Each worker runs one block at a time, so its per-thread
+// state (threadIdx, blockIdx, __shared__, dynamic shared memory, the
+// sanitizers' fiber state) is the block's. The first error stops the launch.
+//
+// Streams: each stream is a FIFO of work (launches, async copies and memsets,
+// event records and waits). By default (ANVIL_SIM_STREAMS=deferred) work runs
+// only when a synchronising call needs it, in stream order, on the thread
+// making that call: so work that is not synchronised for is not done yet, as
+// on a GPU. ANVIL_SIM_STREAMS=eager runs each item when it is queued. A
+// kernel's own errors (not its configuration, refused at launch) come back,
+// once, as cudaErrorLaunchFailure from the call that ran it (eager: from the
+// next synchronisation of its stream). What each call runs:
+// - cudaStreamSynchronize(s): s's queue; a wait on an event first runs the
+//   recording stream up to the record. cudaStreamSynchronize(0) runs the
+//   device's legacy default stream and every blocking stream.
+// - cudaEventSynchronize(e): e's stream up to e. cudaEventQuery(e) and
+//   cudaStreamQuery(s) answer cudaErrorNotReady the first time they see
+//   pending work, and run it the next time (so polling loops end).
+// - cudaDeviceSynchronize: every stream of the current device.
+// - cudaMemcpy, cudaMemset (synchronous, on the legacy default stream): the
+//   legacy stream and every blocking stream of the current device and of the
+//   devices whose memory they touch. Non-blocking streams are not waited for.
+// - cudaFree, cudaFreeHost: every stream of every device.
+// - Work on the null stream waits for the work queued before it on the
+//   device's blocking streams, and work queued on those afterwards waits for it.
+// - cudaMemcpyAsync: from pageable host memory the source bytes are copied
+//   when the call is made; to pageable host memory the stream is run and the
+//   copy done before the call returns; to or from pinned memory
+//   (cudaHostAlloc, cudaMallocHost) and device to device it waits in the
+//   queue, so pinned bytes the host changes before that reach the device.
+// An event recorded on a stream with nothing queued is reached at once;
+// otherwise it holds the host's clock when its record item ran.
+//
+// Warps: __syncthreads is a block barrier. The warp intrinsics
 // (__shfl*_sync, __ballot_sync, __any_sync, __all_sync, __syncwarp) are warp
 // barriers: lanes are linear thread id % 32 (id = x + y*bx + z*bx*by), a
 // collective completes when every lane its mask names (of those that exist in
 // the block) waits in the same collective with the same mask, and each lane's
 // result is computed before any of them runs on. A mask naming a lane that has
 // returned or waits at __syncthreads, or lanes of a warp waiting with
-// overlapping different masks, is an error from the launch, not a hang. A
+// overlapping different masks, is an error of the launch, not a hang. A
 // shuffle from a lane that does not take part (outside the mask or the block)
 // yields all-ones bits (NaN for float), as its value is undefined on a GPU.
 // __activemask() is the lanes of the warp that call it in the same scheduling
@@ -26,6 +62,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <source_location>
 #include <string>
 #include <type_traits>
@@ -179,6 +216,7 @@ enum cudaError_t {
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
   cudaErrorLaunchFailure = 719,
 };
 using cudaError = cudaError_t;
@@ -190,6 +228,14 @@ enum cudaMemcpyKind {
   cudaMemcpyDeviceToDevice = 3,
   cudaMemcpyDefault = 4,
 };
+
+// Flags, with CUDA's values. Pinned memory is usable by every device here.
+constexpr unsigned cudaHostAllocDefault = 0x00;
+constexpr unsigned cudaHostAllocPortable = 0x01;
+constexpr unsigned cudaStreamDefault = 0x00;      // ordered with the legacy default stream
+constexpr unsigned cudaStreamNonBlocking = 0x01;  // not ordered with it
+constexpr unsigned cudaEventDefault = 0x00;
+constexpr unsigned cudaEventDisableTiming = 0x02;  // no cudaEventElapsedTime
 
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
@@ -209,6 +255,9 @@ struct cudaDeviceProp {
   int minor;
 };
 
+// For cudaErrorLaunchFailure the text also names the failed kernel (its
+// launch's file:line and what went wrong): the most recent such failure on
+// the calling thread. Other codes give CUDA's text.
 const char* cudaGetErrorString(cudaError_t error);
 const char* cudaGetErrorName(cudaError_t error);
 cudaError_t cudaGetLastError();
@@ -219,27 +268,38 @@ cudaError_t cudaMalloc(T** ptr, size_t bytes) {
   return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
 }
 cudaError_t cudaFree(void* ptr);
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int flags);
+template <typename T>
+cudaError_t cudaHostAlloc(T** ptr, size_t bytes, unsigned int flags) {
+  return cudaHostAlloc(reinterpret_cast<void**>(ptr), bytes, flags);
+}
+cudaError_t cudaMallocHost(void** ptr, size_t bytes);
+template <typename T>
+cudaError_t cudaMallocHost(T** ptr, size_t bytes) {
+  return cudaMallocHost(reinterpret_cast<void**>(ptr), bytes);
+}
+cudaError_t cudaFreeHost(void* ptr);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream = nullptr);
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes);
-// Launches and copies are synchronous in the simulator, so the async form
-// does the work at once.
-inline cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t = nullptr) {
-  return cudaMemset(ptr, value, bytes);
-}
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream = nullptr);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
+// Work still queued on a destroyed stream runs at the next synchronisation
+// of its device, as a GPU finishes it.
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
-// Events hold the host's steady clock at cudaEventRecord (work on a stream is
-// done by the time the call that queued it returns, so the clock is the
-// simulator's time, not a GPU's). Elapsed time needs both events recorded.
+cudaError_t cudaStreamQuery(cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags = 0);
 cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
@@ -252,12 +312,25 @@ using namespace anvil_sim_rt;  // kernels expect CUDA's names in the global name
 
 namespace anvil::sim {
 
-// The launch behind anvil::cuda::launch: checks the configuration, then runs
-// every block (each CUDA thread a fiber) and returns when all have finished.
-// Throws std::runtime_error naming `where` on a bad configuration, a
-// divergent __syncthreads or an exception thrown by a CUDA thread.
+// One launch's kernel and its arguments, converted once as a launch copies
+// them to the device (see cuda_compat.h). The stream queue owns it until the
+// launch has run, so the arguments outlive the call that launched it.
+struct KernelCall {
+  virtual ~KernelCall() = default;
+  // The kernel's body for one CUDA thread: called by every thread of every
+  // block, from several worker threads at once.
+  virtual void run_thread() const = 0;
+};
+
+// The launch behind anvil::cuda::launch: checks the configuration and queues
+// the launch on `stream` (null: the current device's legacy default stream).
+// Throws std::runtime_error naming `where` on a bad configuration or an
+// unknown stream. Errors while the kernel runs (a divergent __syncthreads, a
+// misused warp collective, an exception thrown by a CUDA thread) are returned
+// as cudaErrorLaunchFailure by the synchronising call that ran it, with the
+// detail in last_error_detail() and cudaGetErrorString.
 void launch_kernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-                   std::source_location where, void (*thread_body)(void*), void* ctx);
+                   std::source_location where, std::unique_ptr<KernelCall> call);
 
 // The running block's dynamic shared memory: exactly the launch's bytes,
 // filled with NaN bytes (0xFF) before the block starts.
@@ -266,6 +339,17 @@ void* dynamic_shared_bytes();
 // The readable detail of the most recent failed runtime call on this thread
 // (kept after cudaGetLastError resets the code; "" if none yet).
 std::string last_error_detail();
+
+// Worker threads that run a launch's blocks (ANVIL_SIM_WORKERS sets the
+// first value; at least 1). For tests and tools; takes effect at the next launch.
+void set_workers(unsigned count);
+unsigned workers();
+
+// When queued work runs (ANVIL_SIM_STREAMS=deferred|eager sets the first
+// value). Switching leaves queued work queued: it runs at the next sync.
+enum class StreamMode { kDeferred, kEager };
+void set_stream_mode(StreamMode mode);
+StreamMode stream_mode();
 
 // Limits the launch enforces (a compute-capability 8.x/9.x device's).
 constexpr unsigned kMaxThreadsPerBlock = 1024;

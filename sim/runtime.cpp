@@ -1,26 +1,16 @@
-// The simulator's CUDA runtime subset: device memory (tracked so that
-// copies can be checked), devices, synchronous streams, host-clock events
-// and error state.
-#include <chrono>
+// The simulator's CUDA runtime subset, the parts without streams: device and
+// pinned host memory (tracked, so that copies can be checked and pinned
+// memory told from pageable), devices, and the per-thread error state.
+// Streams, events, copies and memsets are in sim/streams.cpp.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <set>
 #include <string>
 
-#include "sim/cuda_sim.h"
-
-namespace anvil_sim_rt {
-struct CUstream_st {
-  int device;
-};
-struct CUevent_st {
-  bool recorded = false;
-  std::chrono::steady_clock::time_point time;
-};
-}  // namespace anvil_sim_rt
+#include "sim/sim_internal.h"
 
 namespace {
 
@@ -29,28 +19,26 @@ struct Allocation {
   int device;
 };
 
-// Every live cudaMalloc block by base address; streams by handle.
+// Every live cudaMalloc block and pinned host block by base address. Leaked
+// on purpose: tensors in static objects are freed after static destructors
+// would have destroyed it.
 struct Registry {
   std::mutex mutex;
   std::map<uintptr_t, Allocation> allocations;
-  std::set<cudaStream_t> streams;
-  std::set<cudaEvent_t> events;
-  std::map<int, size_t> used;  // bytes allocated per device
+  std::map<uintptr_t, size_t> pinned;  // cudaHostAlloc blocks and their sizes
+  std::map<int, size_t> used;          // bytes allocated per device
 };
 Registry& registry() {
-  static Registry r;
-  return r;
+  static auto* r = new Registry();
+  return *r;
 }
 
 thread_local cudaError_t t_last_error = cudaSuccess;
 thread_local std::string t_last_detail;
+thread_local std::string t_launch_failure_text;  // cudaGetErrorString(cudaErrorLaunchFailure)
 thread_local int t_device = 0;
 
-cudaError_t fail(cudaError_t err, std::string detail) {
-  t_last_error = err;
-  t_last_detail = std::move(detail);
-  return err;
-}
+using anvil::sim::detail::fail;
 
 int device_count() {
   const char* env = std::getenv("ANVIL_SIM_DEVICES");
@@ -95,22 +83,21 @@ const char* kind_name(cudaMemcpyKind k) {
 }
 
 // Checks one side of a copy: is `p` of the kind `want_device` says, and does
-// [p, p+bytes) stay inside its allocation?
-cudaError_t check_side(const char* what, const void* p, size_t bytes, bool want_device,
-                       cudaMemcpyKind kind) {
+// [p, p+bytes) stay inside its allocation? Caller holds the registry mutex.
+cudaError_t check_side(const char* api, const char* what, const void* p, size_t bytes,
+                       bool want_device, cudaMemcpyKind kind) {
   bool overrun = false;
   uintptr_t base = 0;
   const Allocation* a = find(p, bytes, overrun, base);
   if ((a != nullptr) != want_device) {
     return fail(cudaErrorInvalidValue,
-                std::string("cudaMemcpy: ") + what + " is " + (a ? "device" : "host") +
+                std::string(api) + ": " + what + " is " + (a ? "device" : "host") +
                     " memory but the kind is " + kind_name(kind));
   }
   if (a != nullptr && overrun) {
     return fail(cudaErrorInvalidValue,
-                std::string("cudaMemcpy: ") + what + " range of " + std::to_string(bytes) +
-                    " bytes at offset " +
-                    std::to_string(reinterpret_cast<uintptr_t>(p) - base) +
+                std::string(api) + ": " + what + " range of " + std::to_string(bytes) +
+                    " bytes at offset " + std::to_string(reinterpret_cast<uintptr_t>(p) - base) +
                     " overruns its allocation of " + std::to_string(a->bytes) + " bytes");
   }
   return cudaSuccess;
@@ -131,6 +118,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
   }
   return "cudaErrorUnknown";
@@ -147,7 +135,11 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchFailure:
+      // Names the kernel, so that anvil::cuda::check's exception does.
+      return t_launch_failure_text.empty() ? "unspecified launch failure"
+                                           : t_launch_failure_text.c_str();
   }
   return "unknown error";
 }
@@ -184,59 +176,62 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 
 cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  {
+    std::lock_guard lock(registry().mutex);
+    if (registry().allocations.count(reinterpret_cast<uintptr_t>(ptr)) == 0)
+      return fail(cudaErrorInvalidValue,
+                  "cudaFree: pointer is not the start of a cudaMalloc block");
+  }
+  // cudaFree synchronises: queued work may still use the block (on any
+  // device: a peer copy reads another device's memory).
+  const cudaError_t queued = anvil::sim::detail::drain_all_devices();
   std::lock_guard lock(registry().mutex);
   auto it = registry().allocations.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == registry().allocations.end())
+  if (it == registry().allocations.end())  // freed by another thread meanwhile
     return fail(cudaErrorInvalidValue, "cudaFree: pointer is not the start of a cudaMalloc block");
   registry().used[it->second.device] -= it->second.bytes;
   registry().allocations.erase(it);
   std::free(ptr);
+  return queued;
+}
+
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int flags) {
+  if (ptr == nullptr) return fail(cudaErrorInvalidValue, "cudaHostAlloc: null result pointer");
+  *ptr = nullptr;
+  if ((flags & ~cudaHostAllocPortable) != 0)
+    return fail(cudaErrorInvalidValue,
+                "cudaHostAlloc: flags " + std::to_string(flags) + " are not supported");
+  // Page-aligned as pinned pages are, exactly the bytes asked for (ASan).
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, bytes == 0 ? 1 : bytes) != 0)
+    return fail(cudaErrorMemoryAllocation, "cudaHostAlloc: out of host memory");
+  std::lock_guard lock(registry().mutex);
+  registry().pinned[reinterpret_cast<uintptr_t>(p)] = bytes;
+  *ptr = p;
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  if (bytes == 0) return cudaSuccess;
-  if (dst == nullptr || src == nullptr)
-    return fail(cudaErrorInvalidValue, "cudaMemcpy: null pointer");
-  std::lock_guard lock(registry().mutex);
-  if (kind == cudaMemcpyDefault) {
-    bool overrun = false;
-    uintptr_t base = 0;
-    bool dst_dev = find(dst, bytes, overrun, base) != nullptr;
-    bool src_dev = find(src, bytes, overrun, base) != nullptr;
-    kind = static_cast<cudaMemcpyKind>((src_dev ? 2 : 0) + (dst_dev ? 1 : 0));
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
+  return cudaHostAlloc(ptr, bytes, cudaHostAllocDefault);
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  {
+    std::lock_guard lock(registry().mutex);
+    if (registry().pinned.count(reinterpret_cast<uintptr_t>(ptr)) == 0)
+      return fail(cudaErrorInvalidValue,
+                  "cudaFreeHost: pointer is not the start of a cudaHostAlloc block");
   }
-  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDeviceToDevice)
-    return fail(cudaErrorInvalidMemcpyDirection, "cudaMemcpy: unknown cudaMemcpyKind");
-  bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-  bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-  if (cudaError_t e = check_side("source", src, bytes, src_dev, kind); e != cudaSuccess) return e;
-  if (cudaError_t e = check_side("destination", dst, bytes, dst_dev, kind); e != cudaSuccess)
-    return e;
-  std::memmove(dst, src, bytes);
-  return cudaSuccess;
-}
-
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);  // streams are synchronous in this simulator
-}
-
-cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
-  if (bytes == 0) return cudaSuccess;
+  // Like cudaFree, it waits for the devices: a queued copy may use the block.
+  const cudaError_t queued = anvil::sim::detail::drain_all_devices();
   std::lock_guard lock(registry().mutex);
-  bool overrun = false;
-  uintptr_t base = 0;
-  if (find(ptr, bytes, overrun, base) == nullptr)
-    return fail(cudaErrorInvalidValue, "cudaMemset: pointer is not device memory");
-  if (overrun)
-    return fail(cudaErrorInvalidValue, "cudaMemset: " + std::to_string(bytes) +
-                                           " bytes overrun the allocation");
-  std::memset(ptr, value, bytes);
-  return cudaSuccess;
+  if (registry().pinned.erase(reinterpret_cast<uintptr_t>(ptr)) == 0)
+    return fail(cudaErrorInvalidValue,
+                "cudaFreeHost: pointer is not the start of a cudaHostAlloc block");
+  std::free(ptr);
+  return queued;
 }
-
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (free_bytes == nullptr || total_bytes == nullptr)
@@ -244,75 +239,6 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   std::lock_guard lock(registry().mutex);
   *total_bytes = device_memory();
   *free_bytes = device_memory() - registry().used[t_device];
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamCreate(cudaStream_t* stream) {
-  if (stream == nullptr) return fail(cudaErrorInvalidValue, "cudaStreamCreate: null pointer");
-  *stream = new CUstream_st{t_device};
-  std::lock_guard lock(registry().mutex);
-  registry().streams.insert(*stream);
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  std::lock_guard lock(registry().mutex);
-  if (registry().streams.erase(stream) == 0)
-    return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: unknown stream");
-  delete stream;
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  std::lock_guard lock(registry().mutex);
-  if (stream != nullptr && registry().streams.count(stream) == 0)
-    return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: unknown stream");
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventCreate(cudaEvent_t* event) {
-  if (event == nullptr) return fail(cudaErrorInvalidValue, "cudaEventCreate: null pointer");
-  *event = new CUevent_st{};
-  std::lock_guard lock(registry().mutex);
-  registry().events.insert(*event);
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  std::lock_guard lock(registry().mutex);
-  if (registry().events.erase(event) == 0)
-    return fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy: unknown event");
-  delete event;
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  std::lock_guard lock(registry().mutex);
-  if (registry().events.count(event) == 0)
-    return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown event");
-  if (stream != nullptr && registry().streams.count(stream) == 0)
-    return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown stream");
-  event->recorded = true;
-  event->time = std::chrono::steady_clock::now();
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  std::lock_guard lock(registry().mutex);
-  if (registry().events.count(event) == 0)
-    return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: unknown event");
-  return cudaSuccess;  // what it follows has already run
-}
-
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  if (ms == nullptr) return fail(cudaErrorInvalidValue, "cudaEventElapsedTime: null pointer");
-  std::lock_guard lock(registry().mutex);
-  if (registry().events.count(start) == 0 || registry().events.count(end) == 0)
-    return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: unknown event");
-  if (!start->recorded || !end->recorded)
-    return fail(cudaErrorInvalidResourceHandle,
-                "cudaEventElapsedTime: an event has not been recorded");
-  *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
   return cudaSuccess;
 }
 
@@ -364,5 +290,68 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 }  // namespace anvil_sim_rt
 
 namespace anvil::sim {
+
 std::string last_error_detail() { return t_last_detail; }
+
+cudaError_t detail::fail(cudaError_t err, std::string detail) {
+  t_last_error = err;
+  t_last_detail = std::move(detail);
+  if (err == cudaErrorLaunchFailure)
+    t_launch_failure_text = "unspecified launch failure (" + t_last_detail + ")";
+  return err;
+}
+
+int detail::current_device() { return t_device; }
+
+int detail::device_of(const void* p) {
+  std::lock_guard lock(registry().mutex);
+  bool overrun = false;
+  uintptr_t base = 0;
+  const Allocation* a = find(p, 1, overrun, base);
+  return a ? a->device : -1;
+}
+
+bool detail::is_pinned(const void* p, size_t bytes) {
+  std::lock_guard lock(registry().mutex);
+  auto& pinned = registry().pinned;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = pinned.upper_bound(a);
+  if (it == pinned.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + std::max<size_t>(it->second, 1);
+}
+
+cudaError_t detail::check_copy(const char* api, void* dst, const void* src, size_t bytes,
+                               cudaMemcpyKind& kind) {
+  if (dst == nullptr || src == nullptr)
+    return fail(cudaErrorInvalidValue, std::string(api) + ": null pointer");
+  std::lock_guard lock(registry().mutex);
+  if (kind == cudaMemcpyDefault) {
+    bool overrun = false;
+    uintptr_t base = 0;
+    const bool dst_dev = find(dst, bytes, overrun, base) != nullptr;
+    const bool src_dev = find(src, bytes, overrun, base) != nullptr;
+    kind = static_cast<cudaMemcpyKind>((src_dev ? 2 : 0) + (dst_dev ? 1 : 0));
+  }
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDeviceToDevice)
+    return fail(cudaErrorInvalidMemcpyDirection, std::string(api) + ": unknown cudaMemcpyKind");
+  const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  if (cudaError_t e = check_side(api, "source", src, bytes, src_dev, kind); e != cudaSuccess)
+    return e;
+  return check_side(api, "destination", dst, bytes, dst_dev, kind);
+}
+
+cudaError_t detail::check_memset(const char* api, void* p, size_t bytes) {
+  std::lock_guard lock(registry().mutex);
+  bool overrun = false;
+  uintptr_t base = 0;
+  if (find(p, bytes, overrun, base) == nullptr)
+    return fail(cudaErrorInvalidValue, std::string(api) + ": pointer is not device memory");
+  if (overrun)
+    return fail(cudaErrorInvalidValue,
+                std::string(api) + ": " + std::to_string(bytes) + " bytes overrun the allocation");
+  return cudaSuccess;
+}
+
 }  // namespace anvil::sim

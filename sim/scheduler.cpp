@@ -6,22 +6,33 @@
 // is left, the block barrier (released when every live fiber waits there).
 // Fibers switch in tens of nanoseconds without a syscall, which is what
 // makes a 1024-thread block with a barrier per tile affordable on a CPU.
+//
+// A launch's blocks are shared by worker threads: the thread running the
+// launch and up to ANVIL_SIM_WORKERS-1 persistent pool threads take block
+// numbers from an atomic counter until none is left or one block has failed.
+// Everything a block needs (threadIdx & co., dynamic shared memory, the fiber
+// stacks, the sanitizers' view of the host thread) is thread_local, set by
+// each worker when it joins the launch.
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <boost/context/fiber.hpp>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "sim/cuda_sim.h"
+#include "sim/sim_internal.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -40,6 +51,10 @@
 // the tsan build (CMake defines ANVIL_SIM_TSAN): the scheduler's bookkeeping
 // is not part of what a kernel does, and instrumented function entries and
 // exits on both sides of a fiber switch would unbalance TSan's shadow stacks.
+// Workers are real threads: a launch's blocks on different workers are not
+// ordered with each other (the block counter is invisible to TSan), only with
+// the launch through the pool's mutex, so two blocks writing one global
+// element without atomics is a data race, as it is on a GPU.
 #if defined(ANVIL_SIM_TSAN)
 #include <sanitizer/tsan_interface.h>
 #endif
@@ -201,19 +216,22 @@ void resume(SimThread& t) {
   t_current = nullptr;
 }
 
-std::string where_text(const std::source_location& where) {
-  return std::string("kernel launch at ") + where.file_name() + ":" + std::to_string(where.line());
-}
-
 std::string dims_text(dim3 d) {
   char text[48];  // not string concatenation: GCC 12 warns falsely (-Wrestrict) on "(" + s
   std::snprintf(text, sizeof text, "(%u,%u,%u)", d.x, d.y, d.z);
   return text;
 }
 
-void check_config(dim3 grid, dim3 block, size_t shared_bytes, const std::source_location& where) {
+}  // namespace
+
+std::string detail::launch_site(const std::source_location& where) {
+  return std::string("kernel launch at ") + where.file_name() + ":" + std::to_string(where.line());
+}
+
+void detail::check_launch_config(dim3 grid, dim3 block, size_t shared_bytes,
+                                 const std::source_location& where) {
   auto refuse = [&](const std::string& why) {
-    throw std::runtime_error(where_text(where) + ": invalid configuration: " + why);
+    throw std::runtime_error(detail::launch_site(where) + ": invalid configuration: " + why);
   };
   unsigned long long threads = 1ull * block.x * block.y * block.z;
   if (block.x == 0 || block.y == 0 || block.z == 0) refuse("block " + dims_text(block) + " is empty");
@@ -229,6 +247,8 @@ void check_config(dim3 grid, dim3 block, size_t shared_bytes, const std::source_
     refuse(std::to_string(shared_bytes) + " bytes of dynamic shared memory, the limit is " +
            std::to_string(kMaxDynamicShared));
 }
+
+namespace {
 
 std::string block_text() { return dims_text(dim3(blockIdx.x, blockIdx.y, blockIdx.z)); }
 
@@ -361,7 +381,23 @@ std::string resolve_warps(SimThread* threads, size_t n) {
   return {};
 }
 
-void run_block(void (*body)(void*), void* ctx_ptr, const std::source_location& where) {
+// What a CUDA thread's exception says, with where it was thrown from.
+std::string thread_error_text(const SimThread& t, const std::exception_ptr& error,
+                              const std::source_location& where) {
+  std::string what = "an exception that is not a std::exception";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  return detail::launch_site(where) + ": block " + block_text() + ", thread " +
+         dims_text(dim3(t.idx.x, t.idx.y, t.idx.z)) + " threw: " + what;
+}
+
+// Runs the block blockIdx of the launch on this thread; throws
+// std::runtime_error (naming the launch) if it fails.
+void run_block(const KernelCall& call, const std::source_location& where) {
   const dim3 b = blockDim;
   const size_t n = size_t{b.x} * b.y * b.z;
   std::vector<SimThread> threads(n);
@@ -371,7 +407,7 @@ void run_block(void (*body)(void*), void* ctx_ptr, const std::source_location& w
     t.idx = uint3{static_cast<unsigned>(i % b.x), static_cast<unsigned>(i / b.x % b.y),
                   static_cast<unsigned>(i / (size_t{b.x} * b.y))};
     t.fiber = ctx::fiber(std::allocator_arg, PooledStack{&t},
-                         [&t, body, ctx_ptr](ctx::fiber&& sink) {
+                         [&t, &call](ctx::fiber&& sink) {
                            asan_finish(nullptr, &t_sched_bottom, &t_sched_size);
                            t.sink = std::move(sink);
 #if defined(ANVIL_SIM_TSAN)
@@ -382,7 +418,7 @@ void run_block(void (*body)(void*), void* ctx_ptr, const std::source_location& w
                            t.sink = std::move(t.sink).resume();
 #endif
                            try {
-                             body(ctx_ptr);
+                             call.run_thread();
                            } catch (const ctx::detail::forced_unwind&) {
                              throw;  // Boost.Context's own unwinding must pass
                            } catch (const BlockAborted&) {
@@ -407,13 +443,12 @@ void run_block(void (*body)(void*), void* ctx_ptr, const std::source_location& w
 #endif
 
   // Unwinds the fibers still waiting (they throw BlockAborted), then reports.
-  auto abandon = [&](std::exception_ptr error, const std::string& why) {
+  auto abandon = [&](const std::string& why) {
     t_abort = true;
     for (auto& t : threads)
       if (!t.done) resume(t);
     t_abort = false;
-    if (error) std::rethrow_exception(error);
-    throw std::runtime_error(where_text(where) + ": " + why);
+    throw std::runtime_error(why);
   };
 
   for (;;) {
@@ -424,22 +459,19 @@ void run_block(void (*body)(void*), void* ctx_ptr, const std::source_location& w
       resume(t);
     }
     size_t at_barrier = 0, at_warp = 0, done = 0;
-    std::exception_ptr error;
+    const SimThread* failed = nullptr;
     for (auto& t : threads) {
       done += t.done;
       if (!t.done) {
         at_barrier += t.wait == Wait::kBarrier;
         at_warp += t.wait == Wait::kWarp;
       }
-      if (t.error && !error) error = t.error;
+      if (t.error && !failed) failed = &t;
     }
-    if (error) {
-      if (at_barrier + at_warp == 0) std::rethrow_exception(error);
-      abandon(error, "");
-    }
+    if (failed) abandon(thread_error_text(*failed, failed->error, where));
     if (at_warp > 0) {
       std::string why = resolve_warps(threads.data(), n);
-      if (!why.empty()) abandon(nullptr, why);
+      if (!why.empty()) abandon(detail::launch_site(where) + ": " + why);
       continue;
     }
     if (at_barrier == 0) return;  // every thread has returned
@@ -447,10 +479,9 @@ void run_block(void (*body)(void*), void* ctx_ptr, const std::source_location& w
       for (auto& t : threads) t.runnable = true;
       continue;
     }
-    abandon(nullptr, "divergent __syncthreads in block " + block_text() + ": " +
-                         std::to_string(at_barrier) + " of " + std::to_string(n) +
-                         " threads wait at the barrier, " + std::to_string(done) +
-                         " have returned");
+    abandon(detail::launch_site(where) + ": divergent __syncthreads in block " + block_text() +
+            ": " + std::to_string(at_barrier) + " of " + std::to_string(n) +
+            " threads wait at the barrier, " + std::to_string(done) + " have returned");
   }
 }
 
@@ -462,6 +493,131 @@ void yield_to_scheduler(SimThread* t) {
   t->sink = std::move(t->sink).resume();
   asan_finish(t->asan_fake_stack, &t_sched_bottom, &t_sched_size);
   if (t_abort) throw BlockAborted{};
+}
+
+// ---- workers ----
+
+std::atomic<unsigned>& worker_setting() {
+  static std::atomic<unsigned> count = [] {
+    const char* env = std::getenv("ANVIL_SIM_WORKERS");
+    long n = env && *env ? std::strtol(env, nullptr, 10)
+                         : static_cast<long>(std::thread::hardware_concurrency());
+    return static_cast<unsigned>(std::clamp(n, 1L, 1024L));
+  }();
+  return count;
+}
+
+// One launch as its workers share it. Block numbers run x fastest, then y,
+// then z: with one worker, the order blocks always ran in.
+struct LaunchJob {
+  explicit LaunchJob(const detail::KernelLaunch& l) : launch(l) {}
+  const detail::KernelLaunch& launch;
+  uint64_t blocks = 0;
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
+  std::string error;  // the first failure's message
+
+  // Takes blocks until none is left or one (on any worker) has failed.
+  void work() {
+    tsan_launch_begin();
+    gridDim = launch.grid;
+    blockDim = launch.block;
+    const dim3 g = launch.grid;
+    const size_t shared_bytes = launch.shared_bytes;
+    while (!failed.load(std::memory_order_relaxed)) {
+      const uint64_t b = next.fetch_add(1, std::memory_order_relaxed);
+      if (b >= blocks) return;
+      blockIdx = uint3{static_cast<unsigned>(b % g.x), static_cast<unsigned>(b / g.x % g.y),
+                       static_cast<unsigned>(b / (uint64_t{g.x} * g.y))};
+      try {
+        // Exact size so that ASan sees overflows; NaN bytes expose reads
+        // of shared memory no thread has written.
+        std::unique_ptr<void, void (*)(void*)> smem(
+            shared_bytes ? std::malloc(shared_bytes) : nullptr, std::free);
+        if (shared_bytes && !smem) throw std::bad_alloc();
+        if (shared_bytes) std::memset(smem.get(), 0xFF, shared_bytes);
+        t_dynamic_shared = smem.get();
+        run_block(*launch.call, launch.where);
+        t_dynamic_shared = nullptr;
+      } catch (const std::exception& e) {
+        t_dynamic_shared = nullptr;
+        record(e.what());
+      } catch (...) {
+        t_dynamic_shared = nullptr;
+        record((detail::launch_site(launch.where) + ": unknown error in block " + block_text())
+                   .c_str());
+      }
+    }
+  }
+
+  void record(const char* what) {
+    std::lock_guard lock(error_mutex);
+    if (error.empty()) error = what;
+    failed.store(true, std::memory_order_relaxed);
+  }
+};
+
+// Persistent helper threads, started on demand and never stopped (a launch
+// may come from a static destructor; a pool destroyed before it would hang
+// it). A launch opens a job with some seats, wakes the helpers, works on it
+// itself, then closes it and waits only for the helpers that took a seat: a
+// helper that wakes after the blocks are gone finds the job closed and costs
+// the launch nothing.
+class WorkerPool {
+ public:
+  void run(LaunchJob& job, unsigned helpers) {
+    // Launches are run by one host thread at a time (the streams serialise
+    // them); should two meet anyway, the second runs alone rather than wait.
+    std::unique_lock serial(running_, std::try_to_lock);
+    if (!serial.owns_lock()) return job.work();
+    {
+      std::lock_guard lock(mutex_);
+      for (; started_ < helpers; ++started_) std::thread([this] { serve(); }).detach();
+      job_ = &job;
+      seats_ = helpers;
+      ++generation_;
+    }
+    // One wake-up per seat: on a many-core host most helpers sleep through
+    // a small launch.
+    for (unsigned i = 0; i < helpers; ++i) wake_.notify_one();
+    job.work();
+    std::unique_lock lock(mutex_);
+    job_ = nullptr;
+    seats_ = 0;
+    done_.wait(lock, [this] { return active_ == 0; });
+  }
+
+ private:
+  void serve() {
+    uint64_t joined = 0;  // the last job this helper took part in
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return job_ != nullptr && seats_ > 0 && generation_ != joined; });
+      joined = generation_;
+      --seats_;
+      ++active_;
+      LaunchJob* job = job_;
+      lock.unlock();
+      job->work();
+      lock.lock();
+      if (--active_ == 0) done_.notify_all();
+    }
+  }
+
+  std::mutex running_;  // held by the launch using the pool
+  std::mutex mutex_;    // everything below
+  std::condition_variable wake_, done_;
+  unsigned started_ = 0;
+  LaunchJob* job_ = nullptr;  // the open job, if any
+  unsigned seats_ = 0;        // helpers that may still join it
+  unsigned active_ = 0;       // helpers working on a job
+  uint64_t generation_ = 0;   // counts jobs, so that no helper joins one twice
+};
+
+WorkerPool& pool() {
+  static auto* p = new WorkerPool();  // leaked on purpose: see WorkerPool
+  return *p;
 }
 
 }  // namespace
@@ -487,34 +643,21 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
   return t->result;
 }
 
-void launch_kernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t,
-                   std::source_location where, void (*thread_body)(void*), void* ctx_ptr) {
-  check_config(grid, block, shared_bytes, where);
-  tsan_launch_begin();
-  gridDim = grid;
-  blockDim = block;
-  // Blocks run one after another on this thread; running them on a pool of
-  // workers only needs this loop split (every piece of state is thread_local).
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        blockIdx = uint3{x, y, z};
-        // Exact size so that ASan sees overflows; NaN bytes expose reads
-        // of shared memory no thread has written.
-        std::unique_ptr<void, void (*)(void*)> smem(
-            shared_bytes ? std::malloc(shared_bytes) : nullptr, std::free);
-        if (shared_bytes && !smem) throw std::bad_alloc();
-        if (shared_bytes) std::memset(smem.get(), 0xFF, shared_bytes);
-        t_dynamic_shared = smem.get();
-        try {
-          run_block(thread_body, ctx_ptr, where);
-        } catch (...) {
-          t_dynamic_shared = nullptr;
-          throw;
-        }
-        t_dynamic_shared = nullptr;
-      }
+void detail::run_kernel(const detail::KernelLaunch& launch) {
+  LaunchJob job(launch);
+  const dim3 g = launch.grid;
+  job.blocks = uint64_t{g.x} * g.y * g.z;
+  const uint64_t helpers = std::min<uint64_t>(workers() - 1, job.blocks - 1);
+  if (helpers == 0) {
+    job.work();  // one worker: blocks in order on this thread, no pool involved
+  } else {
+    pool().run(job, static_cast<unsigned>(helpers));
+  }
+  if (!job.error.empty()) throw std::runtime_error(job.error);
 }
+
+void set_workers(unsigned count) { worker_setting().store(std::max(count, 1u)); }
+unsigned workers() { return worker_setting().load(); }
 
 void* dynamic_shared_bytes() { return t_dynamic_shared; }
 

@@ -1,4 +1,4 @@
-// Kernels for tests/test_sim_sanitizers.cpp, two broken on purpose: the
+// Kernels for tests/test_sim_sanitizers.cpp, some broken on purpose: the
 // sanitizer builds must catch them. Kept out of kernels/cuda (never built by
 // nvcc).
 #include "kernels/cuda/cuda_compat.h"
@@ -42,6 +42,29 @@ __global__ void with_syncwarp(const float* in, float* out) {
   lanes[threadIdx.x] = in[threadIdx.x];
   __syncwarp();
   out[threadIdx.x] = lanes[31 - threadIdx.x];
+}
+
+// Each block counts itself in and waits (polling a relaxed atomic, which
+// orders nothing) until every block of the grid has come: so the blocks run
+// at the same time, on different worker threads.
+__device__ void wait_for_all_blocks(int* arrived) {
+  atomicAdd(arrived, 1);
+  const int all = static_cast<int>(gridDim.x);
+  for (long poll = 0; poll < (1L << 40) && atomicAdd(arrived, 0) < all; ++poll) {
+  }
+}
+
+// Broken: two blocks write one global element without an atomic.
+// ThreadSanitizer must report a data race between the worker threads.
+__global__ void blocks_write_one_element(int* arrived, float* out) {
+  wait_for_all_blocks(arrived);
+  out[0] = static_cast<float>(blockIdx.x);
+}
+
+// Correct: the same with atomicAdd, which must not be reported.
+__global__ void blocks_add_atomically(int* arrived, float* out) {
+  wait_for_all_blocks(arrived);
+  atomicAdd(out, 1.0f);
 }
 
 }  // namespace sim_test_kernels

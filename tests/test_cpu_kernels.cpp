@@ -1,14 +1,18 @@
 // CPU kernels against naive double-precision references written here, on
 // ragged shapes (odd sizes, stride 2, padding, non-square kernels, N = 1 and
 // N > 1, C = 1 and C = 3) and on sizes large enough to take the OpenMP and
-// multi-chunk paths. Output buffers are pre-filled with NaN so a kernel that
+// multi-chunk paths; convolution also at several thread counts, since its
+// kernels choose how to split the work from the count. Output buffers are pre-filled with NaN so a kernel that
 // fails to overwrite every element is caught.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <omp.h>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -155,6 +159,64 @@ TEST_CASE("gemm matches reference in all transpose combos", "[cpu][gemm]") {
   }
 }
 
+namespace {
+
+// Runs forward (with and without bias), backward-data and backward-weight
+// (with and without dbias) of shape s against double-precision direct
+// sums. floor_frac: see expect_close (Winograd's transforms round more
+// than a direct sum; its errors are about 1e-5 of the output's scale).
+void check_conv(const Conv2dShape& s, uint32_t seed, double floor_frac = 1e-5) {
+  const size_t nx = s.N * s.C * s.H * s.W, nw = s.K * s.C * s.R * s.S, ny = s.N * s.K * s.P * s.Q;
+  const Vec x = random_vec(nx, 100 + seed), w = random_vec(nw, 200 + seed),
+            bias = random_vec(s.K, 300 + seed), dy = random_vec(ny, 400 + seed);
+  DVec y_ref(ny, 0.0), dx_ref(nx, 0.0), dw_ref(nw, 0.0), db_ref(s.K, 0.0);
+  for_each_tap(s, [&](int64_t yi, int64_t wi, int64_t xi) {
+    y_ref[yi] += static_cast<double>(x[xi]) * w[wi];
+    dx_ref[xi] += static_cast<double>(dy[yi]) * w[wi];
+    dw_ref[wi] += static_cast<double>(dy[yi]) * x[xi];
+  });
+  const int64_t PQ = s.P * s.Q;
+  for (size_t i = 0; i < ny; ++i) db_ref[(i / PQ) % s.K] += dy[i];
+
+  Vec y(ny, kNaN);
+  cpu::conv2d_forward(s, x.data(), w.data(), nullptr, y.data());
+  expect_close(y, y_ref, 1e-4, floor_frac);
+  DVec yb_ref(y_ref);
+  for (size_t i = 0; i < ny; ++i) yb_ref[i] += bias[(i / PQ) % s.K];
+  std::fill(y.begin(), y.end(), kNaN);
+  cpu::conv2d_forward(s, x.data(), w.data(), bias.data(), y.data());
+  expect_close(y, yb_ref, 1e-4, floor_frac);
+
+  Vec dx(nx, kNaN);
+  cpu::conv2d_backward_data(s, dy.data(), w.data(), dx.data());
+  expect_close(dx, dx_ref, 1e-4, floor_frac);
+
+  Vec dw(nw, kNaN), db(s.K, kNaN);
+  cpu::conv2d_backward_weight(s, x.data(), dy.data(), dw.data(), db.data());
+  expect_close(dw, dw_ref, 1e-4, floor_frac);
+  expect_close(db, db_ref);
+  std::fill(dw.begin(), dw.end(), kNaN);
+  cpu::conv2d_backward_weight(s, x.data(), dy.data(), dw.data(), nullptr);
+  expect_close(dw, dw_ref, 1e-4, floor_frac);
+}
+
+std::string describe(const Conv2dShape& s) {
+  std::ostringstream o;
+  o << "N" << s.N << " C" << s.C << " " << s.H << "x" << s.W << " K" << s.K << " " << s.R << "x"
+    << s.S << " s" << s.stride_h << s.stride_w << " p" << s.pad_h << s.pad_w;
+  return o.str();
+}
+
+// Sets the OpenMP thread count for a scope (the kernels pick their
+// threading from it), restoring the previous one after.
+struct ThreadCount {
+  int saved;
+  explicit ThreadCount(int n) : saved(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ThreadCount() { omp_set_num_threads(saved); }
+};
+
+}  // namespace
+
 TEST_CASE("conv2d forward and backward match the direct loops", "[cpu][conv]") {
   const std::vector<Conv2dShape> shapes = {
       conv_shape(1, 1, 7, 9, 2, 3, 3, 1, 1, 0, 0),
@@ -170,45 +232,58 @@ TEST_CASE("conv2d forward and backward match the direct loops", "[cpu][conv]") {
       conv_shape(5, 3, 12, 17, 13, 3, 2, 2, 1, 1, 1),
       conv_shape(1, 2, 9, 12, 7, 4, 4, 1, 1, 2, 0),
       conv_shape(3, 1, 10, 8, 9, 5, 1, 1, 1, 0, 0),
+      conv_shape(7, 24, 9, 9, 20, 1, 1, 2, 2, 0, 0),    // ResNet's 1x1 stride-2 shortcut
+      conv_shape(6, 16, 10, 9, 24, 3, 3, 2, 2, 1, 1),   // ResNet's strided 3x3
   };
   for (size_t si = 0; si < shapes.size(); ++si) {
-    const Conv2dShape& s = shapes[si];
-    DYNAMIC_SECTION("shape " << si << ": N" << s.N << " C" << s.C << " " << s.H << "x" << s.W
-                             << " K" << s.K << " " << s.R << "x" << s.S << " s" << s.stride_h
-                             << s.stride_w << " p" << s.pad_h << s.pad_w) {
-      const size_t nx = s.N * s.C * s.H * s.W, nw = s.K * s.C * s.R * s.S,
-                   ny = s.N * s.K * s.P * s.Q;
-      const Vec x = random_vec(nx, 100 + si), w = random_vec(nw, 200 + si),
-                bias = random_vec(s.K, 300 + si), dy = random_vec(ny, 400 + si);
-      DVec y_ref(ny, 0.0), dx_ref(nx, 0.0), dw_ref(nw, 0.0), db_ref(s.K, 0.0);
-      for_each_tap(s, [&](int64_t yi, int64_t wi, int64_t xi) {
-        y_ref[yi] += static_cast<double>(x[xi]) * w[wi];
-        dx_ref[xi] += static_cast<double>(dy[yi]) * w[wi];
-        dw_ref[wi] += static_cast<double>(dy[yi]) * x[xi];
-      });
-      const int64_t PQ = s.P * s.Q;
-      for (size_t i = 0; i < ny; ++i) db_ref[(i / PQ) % s.K] += dy[i];
+    DYNAMIC_SECTION("shape " << si << ": " << describe(shapes[si])) {
+      check_conv(shapes[si], static_cast<uint32_t>(si));
+    }
+  }
+}
 
-      Vec y(ny, kNaN);
-      cpu::conv2d_forward(s, x.data(), w.data(), nullptr, y.data());
-      expect_close(y, y_ref);
-      DVec yb_ref(y_ref);
-      for (size_t i = 0; i < ny; ++i) yb_ref[i] += bias[(i / PQ) % s.K];
-      std::fill(y.begin(), y.end(), kNaN);
-      cpu::conv2d_forward(s, x.data(), w.data(), bias.data(), y.data());
-      expect_close(y, yb_ref);
+// 3x3 stride-1 layers with 16+ channels each way take the Winograd F(4x4,
+// 3x3) kernels (kernels/cpu/conv_winograd.cpp): partial edge tiles (sizes
+// not multiples of 4), every padding 0-2 and unequal ones, channel counts
+// that are not multiples of the 8 lanes, one tile per image (ResNet's 4x4
+// planes), and batches large enough for each threading form: threads
+// taking whole chunks (many tiles), threads sharing each chunk (few tiles,
+// N = 1 included), and, for backward-weight, partial sums per group (small
+// weights) or per transform position (large weights: 36*K*C*groups > 2^22).
+TEST_CASE("conv2d Winograd path matches the direct loops", "[cpu][conv][winograd]") {
+  const std::vector<Conv2dShape> shapes = {
+      conv_shape(3, 16, 9, 11, 17, 3, 3, 1, 1, 1, 1),   // ragged tiles, K % 8 != 0
+      conv_shape(2, 19, 10, 13, 16, 3, 3, 1, 1, 0, 0),  // pad 0: backward-data pads by 2
+      conv_shape(2, 16, 7, 6, 21, 3, 3, 1, 1, 2, 2),    // pad 2: backward-data pads by 0
+      conv_shape(2, 17, 8, 9, 16, 3, 3, 1, 1, 1, 0),    // unequal paddings
+      conv_shape(1, 24, 4, 4, 32, 3, 3, 1, 1, 1, 1),    // one tile, one image
+      conv_shape(40, 16, 14, 14, 16, 3, 3, 1, 1, 1, 1), // 640 tiles: chunks per thread
+      conv_shape(2, 176, 6, 5, 168, 3, 3, 1, 1, 1, 1),  // large weights: per-xi partial sums
+  };
+  for (int threads : {1, 2, 3}) {
+    ThreadCount tc(threads);
+    for (size_t si = 0; si < shapes.size(); ++si) {
+      DYNAMIC_SECTION(threads << " threads, shape " << si << ": " << describe(shapes[si])) {
+        check_conv(shapes[si], static_cast<uint32_t>(50 + si), 5e-5);
+      }
+    }
+  }
+}
 
-      Vec dx(nx, kNaN);
-      cpu::conv2d_backward_data(s, dy.data(), w.data(), dx.data());
-      expect_close(dx, dx_ref);
-
-      Vec dw(nw, kNaN), db(s.K, kNaN);
-      cpu::conv2d_backward_weight(s, x.data(), dy.data(), dw.data(), db.data());
-      expect_close(dw, dw_ref);
-      expect_close(db, db_ref);
-      std::fill(dw.begin(), dw.end(), kNaN);
-      cpu::conv2d_backward_weight(s, x.data(), dy.data(), dw.data(), nullptr);
-      expect_close(dw, dw_ref);
+// The im2col path with chunks shared out to threads (several images per
+// thread) and run in turn (fewer images than threads), at several counts.
+TEST_CASE("conv2d im2col path agrees at any thread count", "[cpu][conv]") {
+  const std::vector<Conv2dShape> shapes = {
+      conv_shape(11, 5, 9, 8, 7, 3, 3, 2, 2, 1, 1),
+      conv_shape(2, 6, 7, 7, 9, 3, 2, 1, 1, 1, 0),
+      conv_shape(13, 24, 6, 6, 40, 3, 3, 2, 2, 1, 1),
+  };
+  for (int threads : {1, 3, 4}) {
+    ThreadCount tc(threads);
+    for (size_t si = 0; si < shapes.size(); ++si) {
+      DYNAMIC_SECTION(threads << " threads, shape " << si << ": " << describe(shapes[si])) {
+        check_conv(shapes[si], static_cast<uint32_t>(80 + si));
+      }
     }
   }
 }

@@ -1,7 +1,8 @@
 // The simulator under the sanitizers: a kernel reading past a cudaMalloc
 // block is reported by AddressSanitizer as a heap-buffer-overflow, and a
-// missing __syncthreads by ThreadSanitizer as a data race, each naming the
-// kernel's source line. The broken kernels run in a child process (this test
+// missing __syncthreads, or two blocks on different workers writing one
+// element, by ThreadSanitizer as a data race, each naming the kernel's
+// source line. The broken kernels run in a child process (this test
 // binary, running a hidden test case), since a report ends the process.
 // Only meaningful in the asan and tsan builds; elsewhere the children run the
 // kernels and nothing is expected of them.
@@ -66,6 +67,15 @@ void run_copy_kernel(void (*kernel)(const float*, float*), int threads) {
   (void)out.to_host();
 }
 
+// Two blocks that wait for each other, so they run on two workers at once.
+void run_two_meeting_blocks(void (*kernel)(int*, float*)) {
+  anvil::sim::set_workers(2);
+  DeviceBuffer<int> arrived(std::vector<int>{0});
+  DeviceBuffer<float> out(std::vector<float>{0.0f});
+  anvil::cuda::launch(kernel, 2, dim3(1), 0, nullptr, arrived.ptr, out.ptr);
+  (void)out.to_host();
+}
+
 }  // namespace
 
 // ---- children: each runs one broken (or correct) kernel ----
@@ -93,6 +103,14 @@ TEST_CASE("sim child: missing syncwarp", "[.][sim-child]") {
 
 TEST_CASE("sim child: with syncwarp", "[.][sim-child]") {
   run_copy_kernel(sim_test_kernels::with_syncwarp, 32);
+}
+
+TEST_CASE("sim child: blocks write one element", "[.][sim-child]") {
+  run_two_meeting_blocks(sim_test_kernels::blocks_write_one_element);
+}
+
+TEST_CASE("sim child: blocks add atomically", "[.][sim-child]") {
+  run_two_meeting_blocks(sim_test_kernels::blocks_add_atomically);
 }
 
 // ---- the tests ----
@@ -137,6 +155,25 @@ TEST_CASE("sim under TSan: a missing __syncthreads is a data race", "[sim][sanit
   INFO(warp_fixed.output);
   CHECK(warp_fixed.code == 0);
   CHECK_THAT(warp_fixed.output, !Contains("ThreadSanitizer"));
+}
+
+TEST_CASE("sim under TSan: two blocks writing one element without atomics is a data race",
+          "[sim][sanitizer]") {
+  if (!kTsan) {
+    WARN("not a ThreadSanitizer build: the detection is checked by the tsan preset");
+    return;
+  }
+  // The blocks run on two worker threads, which only the launch orders.
+  ChildResult broken = run_child("sim child: blocks write one element");
+  INFO(broken.output);
+  CHECK(broken.code != 0);
+  CHECK_THAT(broken.output, Contains("ThreadSanitizer: data race") &&
+                                Contains("blocks_write_one_element") &&
+                                Contains("sim_sanitizer_kernels.cu"));
+  ChildResult atomic = run_child("sim child: blocks add atomically");
+  INFO(atomic.output);
+  CHECK(atomic.code == 0);
+  CHECK_THAT(atomic.output, !Contains("ThreadSanitizer"));
 }
 
 #endif  // ANVIL_CUDA_SIM

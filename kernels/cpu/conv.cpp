@@ -1,26 +1,49 @@
-// 2-D convolution (cross-correlation) via im2col + one large GEMM per chunk.
-// The batch is processed in chunks of whole images sized so the column
-// buffer stays around a few MB (L2/L3 friendly) while the GEMM's N dimension
-// (images * P * Q) stays large: per-image GEMMs with N = P*Q (81 for LeNet's
-// conv2) leave OpenBLAS starved. Columns are laid out [C*R*S, images*P*Q];
-// the GEMM result [K, images*P*Q] is scattered back to NCHW (with the bias
-// folded into that copy). im2col (split over column rows), col2im (split
-// over input channels), gather and scatter run under OpenMP on disjoint
-// outputs, so no atomics; the GEMMs run outside any parallel region
-// (OpenBLAS threads them itself).
+// 2-D convolution (cross-correlation) via im2col + GEMM over chunks of whole
+// images. Columns are laid out [C*R*S, images*P*Q], so one GEMM covers a
+// chunk and its N dimension (images * P * Q) stays large even for small
+// planes (16 for ResNet's last stage, 81 for LeNet's conv2); the GEMM result
+// [K, images*P*Q] is scattered back to NCHW (with the bias folded into that
+// copy).
+//
+// How the work is split (split_batch): with several threads and at least as
+// many chunks as threads, one OpenMP region per call hands whole chunks to
+// the threads (dynamic schedule), and each thread does im2col, a
+// single-threaded GEMM (OpenBLAS runs on one thread inside a parallel
+// region) and the scatter / col2im for its images in its own scratch space.
+// A call then has one synchronisation point instead of three per chunk (the
+// threaded im2col, the threaded GEMM, the threaded scatter), which matters
+// because on a busy machine each barrier can wait out a whole scheduler time
+// slice of a descheduled thread; the dynamic schedule lets a thread that
+// runs take the chunks of one that does not. With fewer images than threads
+// (one large image, say) the chunks run one after another instead, each
+// step threaded on its own, as before.
+// Backward-weight sums over images: chunks are dealt round-robin to a fixed
+// number of groups (2 per thread), each group accumulates its own partial
+// dw with beta = 1, and the partials are added in group order, so the result
+// is the same on every run with the same thread count.
+//
 // Layers with a tiny reduction (C*R*S <= 32, stride_w 1, e.g. LeNet's
 // conv1) take the direct kernels in conv_direct.cpp for forward and
 // backward-weight instead, where im2col + GEMM would be memory bound.
-// Scratch slots used: 0 (columns), 1 (GEMM output / gathered dy) and, in
-// the direct kernels, 2 (padded image, per thread).
+// 3x3 stride-1 layers with 16+ channels each way (ResNet's) take the
+// Winograd kernels in conv_winograd.cpp in all three directions: 4x fewer
+// multiplications. ANVIL_CPU_CONV=im2col in the environment turns that off
+// (read once), to compare the two or to rule Winograd out when debugging.
+// Scratch slots used: 0 (columns), 1 (GEMM output / gathered dy), 2 (in the
+// direct kernels, padded image, per thread) and 3 (backward-weight's
+// partial sums, on the calling thread).
 #include <algorithm>
 #include <cstring>
 #include <vector>
+#include <omp.h>
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
 
+#include <cstdlib>
+
 #include "kernels/cpu/conv_direct.h"
+#include "kernels/cpu/conv_winograd.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
 
@@ -134,12 +157,12 @@ ANVIL_NO_MEMCPY_IDIOM void im2col_row(const Conv2dShape& s, const Range& pr, con
   }
 }
 
-// im2col for images [n0, n0+cnt): col is [C*R*S, cnt*P*Q]. Threads split
-// the C*R*S rows, each written front to back.
+// im2col for images [n0, n0+cnt): col is [C*R*S, cnt*P*Q]. When `threaded`,
+// threads split the C*R*S rows, each written front to back.
 void im2col_chunk(const Conv2dShape& s, const TapRanges& tr, const float* x, int64_t n0,
-                  int64_t cnt, float* col) {
+                  int64_t cnt, float* col, bool threaded) {
   const int64_t RS = s.R * s.S, rows = s.C * RS, cols = cnt * s.P * s.Q;
-#pragma omp parallel for schedule(static) if (rows * cols >= detail::kMinParallel)
+#pragma omp parallel for schedule(static) if (threaded && rows * cols >= detail::kMinParallel)
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t c = i / RS, r = (i % RS) / s.S, t = i % s.S;
     im2col_row(s, tr.rows[r], tr.cols[t], x, n0, cnt, c, r, t, col + i * cols);
@@ -147,14 +170,15 @@ void im2col_chunk(const Conv2dShape& s, const TapRanges& tr, const float* x, int
 }
 
 // Inverse of im2col_chunk: overwrites dx for images [n0, n0+cnt) with the
-// sum of every column entry that maps onto each pixel. Threads split the
-// channels (disjoint dx planes, no atomics); within a channel each column
-// row is read front to back while the cnt small dx planes stay in cache.
+// sum of every column entry that maps onto each pixel. When `threaded`,
+// threads split the channels (disjoint dx planes, no atomics); within a
+// channel each column row is read front to back while the cnt small dx
+// planes stay in cache.
 void col2im_chunk(const Conv2dShape& s, const TapRanges& tr, const float* col, int64_t n0,
-                  int64_t cnt, float* dx) {
+                  int64_t cnt, float* dx, bool threaded) {
   const int64_t P = s.P, Q = s.Q, W = s.W, HW = s.H * W, CHW = s.C * HW, PQ = P * Q;
   const int64_t RS = s.R * s.S, cols = cnt * PQ;
-#pragma omp parallel for schedule(static) if (s.C * RS * cols >= detail::kMinParallel)
+#pragma omp parallel for schedule(static) if (threaded && s.C * RS * cols >= detail::kMinParallel)
   for (int64_t c = 0; c < s.C; ++c) {
     for (int64_t n = 0; n < cnt; ++n) {
       float* dxp = dx + (n0 + n) * CHW + c * HW;
@@ -185,79 +209,149 @@ void col2im_chunk(const Conv2dShape& s, const TapRanges& tr, const float* col, i
 }
 
 // Copies dy for images [n0, n0+cnt) from NCHW into [K, cnt*P*Q].
-void gather_dy(const Conv2dShape& s, const float* dy, int64_t n0, int64_t cnt, float* out) {
+void gather_dy(const Conv2dShape& s, const float* dy, int64_t n0, int64_t cnt, float* out,
+               bool threaded) {
   const int64_t PQ = s.P * s.Q, cols = cnt * PQ, rows = cnt * s.K;
-#pragma omp parallel for schedule(static) if (rows * PQ >= detail::kMinParallel)
+#pragma omp parallel for schedule(static) if (threaded && rows * PQ >= detail::kMinParallel)
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t n = i / s.K, k = i % s.K;
     std::memcpy(out + k * cols + n * PQ, dy + ((n0 + n) * s.K + k) * PQ, PQ * sizeof(float));
   }
 }
 
-}  // namespace
+bool use_winograd(const Conv2dShape& s) {
+  static const bool allowed = [] {
+    const char* v = std::getenv("ANVIL_CPU_CONV");
+    return v == nullptr || std::strcmp(v, "im2col") != 0;
+  }();
+  return allowed && detail::conv_winograd_suits(s);
+}
 
-void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                    float* y) {
-  const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, KPQ = s.K * PQ;
-  if (s.N <= 0 || KPQ <= 0) return;
-  if (detail::conv_direct_suits(s)) return detail::conv2d_forward_direct(s, x, w, bias, y);
-  const int64_t nb = images_per_chunk(s);
-  const TapRanges taps(s);
-  float* col = scratch(static_cast<size_t>(CRS * nb * PQ), 0);
-  float* staged = nb > 1 ? scratch(static_cast<size_t>(KPQ * nb), 1) : nullptr;
-  for (int64_t n0 = 0; n0 < s.N; n0 += nb) {
-    const int64_t cnt = std::min(nb, s.N - n0), cols = cnt * PQ;
-    im2col_chunk(s, taps, x, n0, cnt, col);
-    // A single image's GEMM result is already in NCHW order: write it in place.
-    float* out = cnt == 1 ? y + n0 * KPQ : staged;
-    gemm(false, false, s.K, cols, CRS, 1.0f, w, CRS, col, cols, 0.0f, out, cols);
-    const int64_t rows = cnt * s.K;
-#pragma omp parallel for schedule(static) if (rows * PQ >= detail::kMinParallel)
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t n = i / s.K, k = i % s.K;
-      const float b = bias ? bias[k] : 0.0f;
-      const float* src = out + k * cols + n * PQ;
-      float* dst = y + ((n0 + n) * s.K + k) * PQ;
-      if (src == dst) {
-        if (bias)
+// How a call divides the batch: chunks of nb images (the last may be short).
+// by_image: the chunks are shared out to the threads of one parallel region
+// (each chunk's work single-threaded); otherwise they run in turn, each step
+// threaded inside.
+struct Split {
+  int64_t nb, chunks;
+  bool by_image;
+  int threads;
+};
+
+Split split_batch(const Conv2dShape& s) {
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  int64_t nb = images_per_chunk(s);
+  if (threads > 1 && s.N >= threads) {
+    // At least two chunks per thread (when there are images for them), so
+    // the dynamic schedule can even out threads that run at different speeds.
+    nb = std::min(nb, std::max<int64_t>(1, ceil_div(s.N, 2 * int64_t{threads})));
+  }
+  const int64_t chunks = ceil_div(s.N, nb);
+  return {nb, chunks, threads > 1 && chunks >= threads, threads};
+}
+
+// y for images [n0, n0+cnt): im2col, one GEMM into a staging buffer, then
+// the scatter to NCHW with the bias.
+void forward_chunk(const Conv2dShape& s, const TapRanges& taps, const float* x, const float* w,
+                   const float* bias, float* y, int64_t n0, int64_t cnt, bool threaded) {
+  const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, KPQ = s.K * PQ, cols = cnt * PQ;
+  float* col = scratch(static_cast<size_t>(CRS * cols), 0);
+  im2col_chunk(s, taps, x, n0, cnt, col, threaded);
+  // A single image's GEMM result is already in NCHW order: write it in place.
+  float* out = cnt == 1 ? y + n0 * KPQ : scratch(static_cast<size_t>(s.K * cols), 1);
+  gemm(false, false, s.K, cols, CRS, 1.0f, w, CRS, col, cols, 0.0f, out, cols);
+  const int64_t rows = cnt * s.K;
+#pragma omp parallel for schedule(static) if (threaded && rows * PQ >= detail::kMinParallel)
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t n = i / s.K, k = i % s.K;
+    const float b = bias ? bias[k] : 0.0f;
+    const float* src = out + k * cols + n * PQ;
+    float* dst = y + ((n0 + n) * s.K + k) * PQ;
+    if (src == dst) {
+      if (bias)
 #pragma omp simd
-          for (int64_t j = 0; j < PQ; ++j) dst[j] += b;
-      } else {
+        for (int64_t j = 0; j < PQ; ++j) dst[j] += b;
+    } else {
 #pragma omp simd
-        for (int64_t j = 0; j < PQ; ++j) dst[j] = src[j] + b;
-      }
+      for (int64_t j = 0; j < PQ; ++j) dst[j] = src[j] + b;
     }
   }
 }
 
+// dx for images [n0, n0+cnt): dcol = W^T * dy, then col2im.
+void backward_data_chunk(const Conv2dShape& s, const TapRanges& taps, const float* dy,
+                         const float* w, float* dx, int64_t n0, int64_t cnt, bool threaded) {
+  const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, cols = cnt * PQ;
+  float* dcol = scratch(static_cast<size_t>(CRS * cols), 0);
+  const float* g = dy + n0 * s.K * PQ;
+  if (cnt > 1) {
+    float* dyc = scratch(static_cast<size_t>(s.K * cols), 1);
+    gather_dy(s, dy, n0, cnt, dyc, threaded);
+    g = dyc;
+  }
+  gemm(true, false, CRS, cols, s.K, 1.0f, w, CRS, g, cols, 0.0f, dcol, cols);
+  col2im_chunk(s, taps, dcol, n0, cnt, dx, threaded);
+}
+
+// acc (+)= dy * col^T for images [n0, n0+cnt); overwrites acc when !accumulate.
+void backward_weight_chunk(const Conv2dShape& s, const TapRanges& taps, const float* x,
+                           const float* dy, float* acc, int64_t n0, int64_t cnt, bool accumulate,
+                           bool threaded) {
+  const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, cols = cnt * PQ;
+  float* col = scratch(static_cast<size_t>(CRS * cols), 0);
+  im2col_chunk(s, taps, x, n0, cnt, col, threaded);
+  const float* g = dy + n0 * s.K * PQ;
+  if (cnt > 1) {
+    float* dyc = scratch(static_cast<size_t>(s.K * cols), 1);
+    gather_dy(s, dy, n0, cnt, dyc, threaded);
+    g = dyc;
+  }
+  gemm(false, true, s.K, CRS, cols, 1.0f, g, cols, col, cols, accumulate ? 1.0f : 0.0f, acc, CRS);
+}
+
+}  // namespace
+
+void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                    float* y) {
+  if (s.N <= 0 || s.K * s.P * s.Q <= 0) return;
+  if (detail::conv_direct_suits(s)) return detail::conv2d_forward_direct(s, x, w, bias, y);
+  if (use_winograd(s)) return detail::conv2d_forward_winograd(s, x, w, bias, y);
+  const Split sp = split_batch(s);
+  const TapRanges taps(s);
+  if (sp.by_image) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t c = 0; c < sp.chunks; ++c)
+      forward_chunk(s, taps, x, w, bias, y, c * sp.nb, std::min(sp.nb, s.N - c * sp.nb), false);
+    return;
+  }
+  for (int64_t n0 = 0; n0 < s.N; n0 += sp.nb)
+    forward_chunk(s, taps, x, w, bias, y, n0, std::min(sp.nb, s.N - n0), true);
+}
+
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx) {
-  const int64_t PQ = s.P * s.Q, RS = s.R * s.S, CRS = s.C * RS, HW = s.H * s.W;
+  const int64_t PQ = s.P * s.Q, HW = s.H * s.W;
   if (s.N <= 0 || s.C * HW <= 0) return;
   if (PQ <= 0 || s.K <= 0) {
     std::fill(dx, dx + s.N * s.C * HW, 0.0f);
     return;
   }
-  const int64_t nb = images_per_chunk(s);
+  if (use_winograd(s)) return detail::conv2d_backward_data_winograd(s, dy, w, dx);
+  const Split sp = split_batch(s);
   const TapRanges taps(s);
-  float* dcol = scratch(static_cast<size_t>(CRS * nb * PQ), 0);
-  float* dyc = nb > 1 ? scratch(static_cast<size_t>(s.K * PQ * nb), 1) : nullptr;
-  for (int64_t n0 = 0; n0 < s.N; n0 += nb) {
-    const int64_t cnt = std::min(nb, s.N - n0), cols = cnt * PQ;
-    const float* g = dy + n0 * s.K * PQ;
-    if (cnt > 1) {
-      gather_dy(s, dy, n0, cnt, dyc);
-      g = dyc;
-    }
-    gemm(true, false, CRS, cols, s.K, 1.0f, w, CRS, g, cols, 0.0f, dcol, cols);
-    col2im_chunk(s, taps, dcol, n0, cnt, dx);
+  if (sp.by_image) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t c = 0; c < sp.chunks; ++c)
+      backward_data_chunk(s, taps, dy, w, dx, c * sp.nb, std::min(sp.nb, s.N - c * sp.nb), false);
+    return;
   }
+  for (int64_t n0 = 0; n0 < s.N; n0 += sp.nb)
+    backward_data_chunk(s, taps, dy, w, dx, n0, std::min(sp.nb, s.N - n0), true);
 }
 
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
                             float* dbias) {
-  const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S;
+  const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, KCRS = s.K * CRS;
   if (s.N <= 0 || PQ <= 0) {
-    std::fill(dw, dw + s.K * CRS, 0.0f);
+    std::fill(dw, dw + KCRS, 0.0f);
     if (dbias) std::fill(dbias, dbias + s.K, 0.0f);
     return;
   }
@@ -266,19 +360,42 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
     if (dbias) channel_sum(s.N, s.K, PQ, dy, dbias);
     return;
   }
-  const int64_t nb = images_per_chunk(s);
+  if (use_winograd(s)) {
+    detail::conv2d_backward_weight_winograd(s, x, dy, dw);
+    if (dbias) channel_sum(s.N, s.K, PQ, dy, dbias);
+    return;
+  }
+  const Split sp = split_batch(s);
   const TapRanges taps(s);
-  float* col = scratch(static_cast<size_t>(CRS * nb * PQ), 0);
-  float* dyc = nb > 1 ? scratch(static_cast<size_t>(s.K * PQ * nb), 1) : nullptr;
-  for (int64_t n0 = 0; n0 < s.N; n0 += nb) {
-    const int64_t cnt = std::min(nb, s.N - n0), cols = cnt * PQ;
-    im2col_chunk(s, taps, x, n0, cnt, col);
-    const float* g = dy + n0 * s.K * PQ;
-    if (cnt > 1) {
-      gather_dy(s, dy, n0, cnt, dyc);
-      g = dyc;
+  if (!sp.by_image) {
+    for (int64_t n0 = 0; n0 < s.N; n0 += sp.nb)
+      backward_weight_chunk(s, taps, x, dy, dw, n0, std::min(sp.nb, s.N - n0), n0 > 0, true);
+  } else {
+    // Group g owns chunks g, g + groups, ...; group 0 accumulates straight
+    // into dw, the others into partials that are then added in group order.
+    const int64_t groups = std::min<int64_t>(sp.chunks, 2 * int64_t{sp.threads});
+    float* partial = scratch(static_cast<size_t>((groups - 1) * KCRS), 3);
+#pragma omp parallel
+    {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t g = 0; g < groups; ++g) {
+        float* acc = g == 0 ? dw : partial + (g - 1) * KCRS;
+        for (int64_t c = g; c < sp.chunks; c += groups)
+          backward_weight_chunk(s, taps, x, dy, acc, c * sp.nb, std::min(sp.nb, s.N - c * sp.nb),
+                                c != g, false);
+      }
+      // Row blocks of dw, each summed over the partials in group order.
+      constexpr int64_t kBlock = 4096;
+#pragma omp for schedule(static)
+      for (int64_t b = 0; b < ceil_div(KCRS, kBlock); ++b) {
+        const int64_t lo = b * kBlock, hi = std::min(KCRS, lo + kBlock);
+        for (int64_t g = 1; g < groups; ++g) {
+          const float* src = partial + (g - 1) * KCRS;
+#pragma omp simd
+          for (int64_t i = lo; i < hi; ++i) dw[i] += src[i];
+        }
+      }
     }
-    gemm(false, true, s.K, CRS, cols, 1.0f, g, cols, col, cols, n0 == 0 ? 0.0f : 1.0f, dw, CRS);
   }
   if (dbias) channel_sum(s.N, s.K, PQ, dy, dbias);
 }

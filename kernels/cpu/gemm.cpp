@@ -8,7 +8,7 @@
 // been seen once; contents are NOT preserved across calls or growth.
 //
 // Slot use by the kernels in this directory (callers holding a scratch slot
-// across a kernel call must not use these): conv2d_* use slots 0, 1 and 2.
+// across a kernel call must not use these): conv2d_* use slots 0-3.
 #include <cblas.h>
 
 #include <climits>

@@ -11,7 +11,9 @@
 //
 // Reuse is safe without events because every kernel of a device runs on its
 // one compute stream: work queued before a free precedes work queued after
-// the block is handed out again.
+// the block is handed out again. The copy stream keeps that promise too:
+// each copy issued to it first waits for the compute stream's queued work
+// (cuda_stream.cpp).
 #include <fmt/format.h>
 
 #include <map>

@@ -34,8 +34,10 @@ class CudaBackend final : public Backend {
     check(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), bytes, kind, stream_),
           "cudaMemcpyAsync");
     // A host destination must hold the data on return; a pageable host
-    // source has been staged by the time cudaMemcpyAsync returns.
-    if (dst.device().is_cpu() || kind == cudaMemcpyDefault) wait();
+    // source has been staged by the time cudaMemcpyAsync returns, but a
+    // pinned one is read only when the copy runs: the caller may change it
+    // as soon as this returns.
+    if (dst.device().is_cpu() || kind == cudaMemcpyDefault || src.is_pinned()) wait();
   }
 
   void fill(const Tensor& dst, double value) override {

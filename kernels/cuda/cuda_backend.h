@@ -15,7 +15,8 @@ std::unique_ptr<Allocator> make_caching_allocator(int device);
 // (cuda_backend.cpp).
 std::unique_ptr<Backend> make_backend(int device, cudaStream_t stream);
 
-// The device's compute stream (created with the device's state).
+// The device's compute stream and copy stream (created with the device's state).
 cudaStream_t compute_stream(int device);
+cudaStream_t copy_stream(int device);
 
 }  // namespace anvil::cuda

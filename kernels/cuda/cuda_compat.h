@@ -4,6 +4,7 @@
 // anvil::cuda::launch and never writes <<<>>>, which g++ cannot parse.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <source_location>
 #include <stdexcept>
 #include <string>
@@ -55,15 +56,17 @@ void launch(void (*kernel)(KArgs...), GridArg grid, dim3 block, size_t shared_by
 #else
   // Arguments are converted once, as the launch would copy them to the
   // device; every CUDA thread then gets its own copies, as its parameters.
-  struct Call {
+  // The call lives on the heap and the stream queue owns it: the launch may
+  // run after this function has returned (deferred streams).
+  struct Call final : anvil::sim::KernelCall {
     void (*kernel)(KArgs...);
     std::tuple<KArgs...> params;
-  } call{kernel, std::tuple<KArgs...>(std::forward<Args>(args)...)};
-  auto body = [](void* p) {
-    auto* c = static_cast<Call*>(p);
-    std::apply(c->kernel, c->params);
+    Call(void (*k)(KArgs...), std::tuple<KArgs...>&& p) : kernel(k), params(std::move(p)) {}
+    void run_thread() const override { std::apply(kernel, params); }
   };
-  anvil::sim::launch_kernel(grid.dims, block, shared_bytes, stream, grid.where, body, &call);
+  anvil::sim::launch_kernel(
+      grid.dims, block, shared_bytes, stream, grid.where,
+      std::make_unique<Call>(kernel, std::tuple<KArgs...>(std::forward<Args>(args)...)));
 #endif
 }
 

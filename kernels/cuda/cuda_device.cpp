@@ -44,7 +44,8 @@ const Probe& probe() {
 struct DeviceState {
   std::once_flag once;
   std::unique_ptr<Allocator> allocator;
-  cudaStream_t stream = nullptr;
+  cudaStream_t stream = nullptr;       // kernels and ordinary copies
+  cudaStream_t copy_stream = nullptr;  // asynchronous copies that overlap compute
   std::unique_ptr<Backend> backend;
 };
 
@@ -61,6 +62,7 @@ DeviceState& state(int index) {
     check(cudaSetDevice(index), "cudaSetDevice");
     s.allocator = make_caching_allocator(index);
     check(cudaStreamCreate(&s.stream), "cudaStreamCreate");
+    check(cudaStreamCreate(&s.copy_stream), "cudaStreamCreate");
     s.backend = make_backend(index, s.stream);
   });
   return s;
@@ -69,6 +71,7 @@ DeviceState& state(int index) {
 }  // namespace
 
 cudaStream_t compute_stream(int device) { return state(device).stream; }
+cudaStream_t copy_stream(int device) { return state(device).copy_stream; }
 
 }  // namespace anvil::cuda
 
@@ -103,9 +106,10 @@ Backend& backend(int index) { return *cuda::state(index).backend; }
 Allocator& allocator(int index) { return *cuda::state(index).allocator; }
 
 void synchronize(int index) {
-  cudaStream_t stream = cuda::state(index).stream;
+  const cuda::DeviceState& s = cuda::state(index);
   cuda::check(cudaSetDevice(index), "cudaSetDevice");
-  cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  cuda::check(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+  cuda::check(cudaStreamSynchronize(s.copy_stream), "cudaStreamSynchronize");
 }
 
 }  // namespace anvil::cuda_hooks

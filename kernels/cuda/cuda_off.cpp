@@ -22,5 +22,8 @@ DeviceProperties properties(int) { unreachable(); }
 Backend& backend(int) { unreachable(); }
 Allocator& allocator(int) { unreachable(); }
 void synchronize(int) { unreachable(); }
+std::unique_ptr<Event::Impl> make_event(int, bool) { unreachable(); }
+void copy_async(int, Stream, void*, Device, const void*, Device, size_t) { unreachable(); }
+Allocator& pinned_allocator() { unreachable(); }
 
 }  // namespace anvil::cuda_hooks

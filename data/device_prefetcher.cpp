@@ -1,0 +1,84 @@
+#include "data/device_prefetcher.h"
+
+#include <cstring>
+
+namespace anvil::data {
+namespace {
+
+// A pinned tensor of `shape` for the slot, reusing the old one when it fits.
+Tensor pinned_buffer(Tensor& slot, const Shape& shape, DType dtype) {
+  if (!slot.defined() || slot.shape() != shape)
+    slot = Tensor::empty(shape, dtype).pin_memory();
+  return slot;
+}
+
+}  // namespace
+
+DevicePrefetcher::DevicePrefetcher(DataLoader& loader, Device device)
+    : loader_(loader), device_(device) {
+  check_cuda_device(device);
+}
+
+DevicePrefetcher::~DevicePrefetcher() {
+  // Queued copies still read the pinned buffers: let them finish first.
+  for (auto& s : staging_)
+    if (s.copied) {
+      try {
+        s.copied->synchronize();
+      } catch (...) {
+        // A failing device cannot be helped here; the destructor must not throw.
+      }
+    }
+}
+
+void DevicePrefetcher::start_epoch() {
+  loader_.start_epoch();
+  has_pending_ = false;
+  issue();
+}
+
+void DevicePrefetcher::start_epoch(uint64_t epoch) {
+  loader_.start_epoch(epoch);
+  has_pending_ = false;
+  issue();
+}
+
+void DevicePrefetcher::issue() {
+  has_pending_ = loader_.next(pending_.host);
+  if (!has_pending_) return;
+  const Batch& b = pending_.host;
+  const Shape image_shape{b.size, b.channels, b.rows, b.cols};
+  if (device_.is_cpu()) {
+    pending_.images = Tensor::from_host(b.images.data(), image_shape, DType::Float32);
+    pending_.labels = Tensor::from_host(b.labels.data(), {b.size}, DType::Int64);
+    return;
+  }
+  Staging& slot = staging_[size_t(next_slot_)];
+  next_slot_ ^= 1;
+  // The copy issued from this slot two batches ago must have read it.
+  if (slot.copied) slot.copied->synchronize();
+  Tensor host_images = pinned_buffer(slot.images, image_shape, DType::Float32);
+  Tensor host_labels = pinned_buffer(slot.labels, {b.size}, DType::Int64);
+  std::memcpy(host_images.raw_data(), b.images.data(), host_images.nbytes());
+  std::memcpy(host_labels.raw_data(), b.labels.data(), host_labels.nbytes());
+  pending_.images = Tensor::empty(image_shape, DType::Float32, device_);
+  pending_.labels = Tensor::empty({b.size}, DType::Int64, device_);
+  copy_async(pending_.images, host_images, Stream::Copy);
+  copy_async(pending_.labels, host_labels, Stream::Copy);
+  if (!slot.copied) slot.copied = std::make_unique<Event>(device_, /*timing=*/false);
+  slot.copied->record(Stream::Copy);
+}
+
+bool DevicePrefetcher::next(DeviceBatch& out) {
+  if (!has_pending_) return false;
+  if (!device_.is_cpu()) {
+    // Kernels the caller issues from now on read the copied batch.
+    Staging& slot = staging_[size_t(next_slot_ ^ 1)];
+    slot.copied->wait(Stream::Compute);
+  }
+  std::swap(out, pending_);
+  issue();
+  return true;
+}
+
+}  // namespace anvil::data

@@ -1,0 +1,600 @@
+// The simulator's streams and events, and every runtime call that queues work
+// or waits for it (see the top of sim/cuda_sim.h for what each one runs).
+//
+// A stream is a FIFO of work items numbered from 1. An event names the item
+// that recorded it last (stream, number); a wait on an event is an item that,
+// when it runs, first runs the recording stream up to that number. Every wait
+// names an item queued before the wait itself (cudaStreamWaitEvent uses the
+// record made before the call), so running a wait never needs work that is
+// queued after it, and nothing can wait in a cycle.
+//
+// Work runs on the thread of the call that needs it, one such thread at a
+// time (`running`); queueing only takes the short `mutex`, so another host
+// thread can queue while work runs. Lock order: running, then mutex.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sim/sim_internal.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using anvil::sim::detail::fail;
+
+enum class WorkKind : unsigned char { kKernel, kCopy, kMemset, kRecord, kWait };
+
+struct Work {
+  uint64_t seq = 0;  // its place in the stream, from 1
+  WorkKind kind = WorkKind::kKernel;
+  std::unique_ptr<anvil::sim::detail::KernelLaunch> kernel;
+  // kCopy, kMemset
+  void* dst = nullptr;
+  const void* src = nullptr;          // null when the source bytes were staged
+  std::vector<unsigned char> staged;  // a pageable source, copied when queued
+  size_t bytes = 0;
+  int value = 0;
+  // kRecord: the event; kWait: run `other` up to item `until`
+  std::shared_ptr<CUevent_st> event;
+  std::shared_ptr<CUstream_st> other;
+  uint64_t until = 0;
+};
+
+}  // namespace
+
+namespace anvil_sim_rt {
+
+struct CUstream_st {
+  int device = 0;
+  bool blocking = true;   // cudaStreamDefault: ordered with the legacy default stream
+  bool legacy = false;    // the device's legacy default stream (handle 0)
+  bool destroyed = false; // its handle is gone; kept until its queue has run
+  std::deque<Work> queue;
+  uint64_t queued = 0;     // the last item queued
+  uint64_t completed = 0;  // the last item run
+  bool running = false;    // an item of it is running
+  uint64_t not_ready_told = 0;  // cudaStreamQuery answered "not ready" with this much queued
+  std::string eager_error;      // eager mode: a failure of work run when queued, for the next sync
+};
+
+struct CUevent_st {
+  bool timing = true;
+  std::shared_ptr<CUstream_st> stream;  // where the latest record was queued (null: never)
+  uint64_t seq = 0;                     // the latest record's item
+  Clock::time_point time;               // when that record ran
+  bool not_ready_told = false;          // cudaEventQuery answered "not ready" for that record
+};
+
+}  // namespace anvil_sim_rt
+
+namespace {
+
+using StreamPtr = std::shared_ptr<CUstream_st>;
+
+struct Registry {
+  std::mutex running;  // held while queued work runs
+  std::mutex mutex;    // everything below, and the streams' and events' fields
+  std::map<cudaStream_t, StreamPtr> streams;  // live handles
+  std::map<cudaEvent_t, std::shared_ptr<CUevent_st>> events;
+  // Per device: its legacy stream first, then every stream that has a handle
+  // or still has work, in creation order (the order device syncs run them).
+  std::map<int, std::vector<StreamPtr>> by_device;
+};
+// Leaked on purpose, like the memory registry: queued work may be synchronised
+// for by a static destructor.
+Registry& reg() {
+  static auto* r = new Registry();
+  return *r;
+}
+
+std::atomic<anvil::sim::StreamMode>& mode_setting() {
+  static std::atomic<anvil::sim::StreamMode> mode = [] {
+    const char* env = std::getenv("ANVIL_SIM_STREAMS");
+    return env && std::string(env) == "eager" ? anvil::sim::StreamMode::kEager
+                                              : anvil::sim::StreamMode::kDeferred;
+  }();
+  return mode;
+}
+bool eager() { return mode_setting().load() == anvil::sim::StreamMode::kEager; }
+
+// The first failure among the work one call runs.
+struct Outcome {
+  std::string error;
+  void note(std::string what) {
+    if (error.empty()) error = std::move(what);
+  }
+  cudaError_t result() const {
+    return error.empty() ? cudaSuccess : fail(cudaErrorLaunchFailure, error);
+  }
+};
+
+// ---- queueing (caller holds reg().mutex) ----
+
+std::vector<StreamPtr>& device_streams(int device) {
+  auto& list = reg().by_device[device];
+  if (list.empty()) {
+    auto legacy = std::make_shared<CUstream_st>();
+    legacy->device = device;
+    legacy->legacy = true;
+    list.push_back(std::move(legacy));
+  }
+  return list;
+}
+
+// The stream a handle names (0: the current device's legacy stream), or null.
+StreamPtr resolve(cudaStream_t handle) {
+  if (handle == nullptr) return device_streams(anvil::sim::detail::current_device()).front();
+  auto it = reg().streams.find(handle);
+  return it == reg().streams.end() ? nullptr : it->second;
+}
+
+bool pending(const CUstream_st& s) { return s.queued > s.completed; }
+
+uint64_t push_item(CUstream_st& s, Work w) {
+  w.seq = ++s.queued;
+  s.queue.push_back(std::move(w));
+  return s.queued;
+}
+
+Work wait_item(const StreamPtr& other) {
+  Work w;
+  w.kind = WorkKind::kWait;
+  w.other = other;
+  w.until = other->queued;
+  return w;
+}
+
+// Queues w on s behind the legacy default stream's implicit waits: work on
+// the legacy stream waits for the work queued so far on the device's blocking
+// streams, and work on a blocking stream for the legacy stream's.
+uint64_t push(CUstream_st& s, Work w) {
+  auto& list = device_streams(s.device);
+  if (s.legacy) {
+    for (auto& other : list)
+      if (!other->legacy && other->blocking && pending(*other)) push_item(s, wait_item(other));
+  } else if (s.blocking && pending(*list.front())) {
+    push_item(s, wait_item(list.front()));
+  }
+  return push_item(s, std::move(w));
+}
+
+// Forgets destroyed streams whose work has all run.
+void prune(int device) {
+  auto& list = reg().by_device[device];
+  std::erase_if(list, [](const StreamPtr& s) { return s->destroyed && !pending(*s); });
+}
+
+// ---- running (caller holds reg().running) ----
+
+void run_until(CUstream_st& s, uint64_t until, Outcome& out);
+
+void execute(CUstream_st& s, Work& w, Outcome& out) {
+  try {
+    switch (w.kind) {
+      case WorkKind::kKernel: anvil::sim::detail::run_kernel(*w.kernel); break;
+      case WorkKind::kCopy: std::memmove(w.dst, w.src ? w.src : w.staged.data(), w.bytes); break;
+      case WorkKind::kMemset: std::memset(w.dst, w.value, w.bytes); break;
+      case WorkKind::kRecord: {
+        std::lock_guard lock(reg().mutex);
+        // An event re-recorded since keeps the time of its latest record only.
+        if (w.event->stream.get() == &s && w.event->seq == w.seq) w.event->time = Clock::now();
+        break;
+      }
+      case WorkKind::kWait: run_until(*w.other, w.until, out); break;
+    }
+  } catch (const std::exception& e) {
+    out.note(e.what());
+  }
+}
+
+void run_until(CUstream_st& s, uint64_t until, Outcome& out) {
+  for (;;) {
+    Work w;
+    {
+      std::lock_guard lock(reg().mutex);
+      if (s.completed >= until || s.queue.empty()) return;
+      // Only a wait can reach a stream that is mid-item, and every wait names
+      // work queued before it (see the top of the file), which has run.
+      if (s.running) throw std::logic_error("sim streams: a wait names work queued after it");
+      w = std::move(s.queue.front());
+      s.queue.pop_front();
+      s.running = true;
+    }
+    execute(s, w, out);
+    std::lock_guard lock(reg().mutex);
+    s.completed = w.seq;
+    s.running = false;
+  }
+}
+
+using Targets = std::vector<std::pair<StreamPtr, uint64_t>>;  // run each up to its item
+
+// Runs the targets (the call's synchronisation) and returns the first failure
+// among the work it ran and the targets' failures from eager runs.
+cudaError_t synchronise(const Targets& targets) {
+  Outcome out;
+  {
+    std::lock_guard running(reg().running);
+    for (const auto& [s, until] : targets) run_until(*s, until, out);
+    std::lock_guard lock(reg().mutex);
+    for (const auto& [s, until] : targets) {
+      if (!s->eager_error.empty()) out.note(std::exchange(s->eager_error, {}));
+      if (s->destroyed) prune(s->device);
+    }
+  }
+  return out.result();
+}
+
+// Eager mode: runs s up to the item just queued; a failure waits for the
+// next synchronisation of s.
+void run_eagerly(const StreamPtr& s, uint64_t seq) {
+  Outcome out;
+  std::lock_guard running(reg().running);
+  run_until(*s, seq, out);
+  std::lock_guard lock(reg().mutex);
+  if (!out.error.empty() && s->eager_error.empty()) s->eager_error = out.error;
+}
+
+// Everything queued on a device's streams: all of them, or (`legacy_only`)
+// the legacy stream and the blocking streams. Caller holds reg().mutex.
+void add_device(Targets& targets, int device, bool legacy_only) {
+  for (const auto& s : device_streams(device))
+    if (!legacy_only || s->legacy || s->blocking) targets.emplace_back(s, s->queued);
+}
+
+// A synchronous call on the legacy stream: waits for the legacy and blocking
+// streams of the current device and of the devices the pointers belong to.
+cudaError_t synchronise_legacy(std::initializer_list<const void*> pointers) {
+  std::vector<int> devices{anvil::sim::detail::current_device()};
+  for (const void* p : pointers) {
+    const int d = p ? anvil::sim::detail::device_of(p) : -1;
+    if (d >= 0 && std::find(devices.begin(), devices.end(), d) == devices.end())
+      devices.push_back(d);
+  }
+  Targets targets;
+  {
+    std::lock_guard lock(reg().mutex);
+    for (int d : devices) add_device(targets, d, true);
+  }
+  return synchronise(targets);
+}
+
+// Queues w on the stream `handle` names; in eager mode runs it at once.
+// Returns the stream and the item's number (null stream: unknown handle).
+std::pair<StreamPtr, uint64_t> enqueue(cudaStream_t handle, Work w) {
+  StreamPtr s;
+  uint64_t seq = 0;
+  {
+    std::lock_guard lock(reg().mutex);
+    s = resolve(handle);
+    if (!s) return {nullptr, 0};
+    seq = push(*s, std::move(w));
+  }
+  if (eager()) run_eagerly(s, seq);
+  return {s, seq};
+}
+
+cudaError_t unknown_stream(const char* api) {
+  return fail(cudaErrorInvalidResourceHandle, std::string(api) + ": unknown stream");
+}
+
+std::shared_ptr<CUevent_st> find_event(cudaEvent_t e) {  // caller holds reg().mutex
+  auto it = reg().events.find(e);
+  return it == reg().events.end() ? nullptr : it->second;
+}
+
+cudaError_t unknown_event(const char* api) {
+  return fail(cudaErrorInvalidResourceHandle, std::string(api) + ": unknown event");
+}
+
+}  // namespace
+
+// ---- kernel launches and the implicit synchronisations ----
+
+namespace anvil::sim {
+
+void launch_kernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                   std::source_location where, std::unique_ptr<KernelCall> call) {
+  detail::check_launch_config(grid, block, shared_bytes, where);
+  Work w;
+  w.kind = WorkKind::kKernel;
+  w.kernel = std::make_unique<detail::KernelLaunch>(
+      detail::KernelLaunch{grid, block, shared_bytes, where, std::move(call)});
+  if (!enqueue(stream, std::move(w)).first)
+    throw std::runtime_error(detail::launch_site(where) +
+                             ": invalid resource handle: unknown stream");
+}
+
+cudaError_t detail::drain_all_devices() {
+  Targets targets;
+  {
+    std::lock_guard lock(reg().mutex);
+    for (auto& [device, list] : reg().by_device) add_device(targets, device, false);
+  }
+  return synchronise(targets);
+}
+
+void set_stream_mode(StreamMode mode) { mode_setting().store(mode); }
+StreamMode stream_mode() { return mode_setting().load(); }
+
+}  // namespace anvil::sim
+
+namespace anvil_sim_rt {
+
+// ---- copies and memsets ----
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  if (cudaError_t e = anvil::sim::detail::check_copy("cudaMemcpy", dst, src, bytes, kind);
+      e != cudaSuccess)
+    return e;
+  if (cudaError_t e = synchronise_legacy({dst, src}); e != cudaSuccess) return e;
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  using namespace anvil::sim::detail;
+  if (bytes == 0) return cudaSuccess;
+  if (cudaError_t e = check_copy("cudaMemcpyAsync", dst, src, bytes, kind); e != cudaSuccess)
+    return e;
+  const bool src_host = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost;
+  const bool dst_host = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost;
+  Work w;
+  w.kind = WorkKind::kCopy;
+  w.dst = dst;
+  w.bytes = bytes;
+  // CUDA stages a pageable source before returning: the caller may reuse it.
+  if (src_host && !is_pinned(src, bytes)) {
+    const auto* p = static_cast<const unsigned char*>(src);
+    w.staged.assign(p, p + bytes);
+  } else {
+    w.src = src;
+  }
+  // And a pageable destination holds the bytes when the call returns.
+  const bool wait_here = dst_host && !is_pinned(dst, bytes);
+  auto [s, seq] = enqueue(stream, std::move(w));
+  if (!s) return unknown_stream("cudaMemcpyAsync");
+  return wait_here ? synchronise(Targets{{s, seq}}) : cudaSuccess;
+}
+
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  if (cudaError_t e = anvil::sim::detail::check_memset("cudaMemset", ptr, bytes); e != cudaSuccess)
+    return e;
+  if (cudaError_t e = synchronise_legacy({ptr}); e != cudaSuccess) return e;
+  std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return cudaSuccess;
+  if (cudaError_t e = anvil::sim::detail::check_memset("cudaMemsetAsync", ptr, bytes);
+      e != cudaSuccess)
+    return e;
+  Work w;
+  w.kind = WorkKind::kMemset;
+  w.dst = ptr;
+  w.bytes = bytes;
+  w.value = value;
+  return enqueue(stream, std::move(w)).first ? cudaSuccess : unknown_stream("cudaMemsetAsync");
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  Targets targets;
+  {
+    std::lock_guard lock(reg().mutex);
+    add_device(targets, anvil::sim::detail::current_device(), false);
+  }
+  return synchronise(targets);
+}
+
+// ---- streams ----
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  if (stream == nullptr) return fail(cudaErrorInvalidValue, "cudaStreamCreate: null pointer");
+  if ((flags & ~cudaStreamNonBlocking) != 0)
+    return fail(cudaErrorInvalidValue,
+                "cudaStreamCreateWithFlags: unknown flags " + std::to_string(flags));
+  auto s = std::make_shared<CUstream_st>();
+  s->device = anvil::sim::detail::current_device();
+  s->blocking = (flags & cudaStreamNonBlocking) == 0;
+  std::lock_guard lock(reg().mutex);
+  device_streams(s->device).push_back(s);
+  reg().streams[s.get()] = s;
+  *stream = s.get();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  std::lock_guard lock(reg().mutex);
+  auto it = reg().streams.find(stream);
+  if (it == reg().streams.end()) return unknown_stream("cudaStreamDestroy");
+  it->second->destroyed = true;
+  const int device = it->second->device;
+  reg().streams.erase(it);
+  prune(device);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  Targets targets;
+  {
+    std::lock_guard lock(reg().mutex);
+    StreamPtr s = resolve(stream);
+    if (!s) return unknown_stream("cudaStreamSynchronize");
+    if (s->legacy)
+      add_device(targets, s->device, true);  // the legacy stream waits for the blocking ones
+    else
+      targets.emplace_back(s, s->queued);
+  }
+  return synchronise(targets);
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  Targets targets;
+  {
+    std::lock_guard lock(reg().mutex);
+    StreamPtr s = resolve(stream);
+    if (!s) return unknown_stream("cudaStreamQuery");
+    if (s->legacy)
+      add_device(targets, s->device, true);
+    else
+      targets.emplace_back(s, s->queued);
+    uint64_t queued = 0;  // a fingerprint of the work the answer is about
+    bool busy = false;
+    for (const auto& [t, until] : targets) {
+      queued += t->queued;
+      busy = busy || pending(*t);
+    }
+    // Not ready once for the same work, then run it: a polling loop ends.
+    if (busy && s->not_ready_told != queued) {
+      s->not_ready_told = queued;
+      return cudaErrorNotReady;
+    }
+  }
+  return synchronise(targets);
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  if (flags != 0)
+    return fail(cudaErrorInvalidValue, "cudaStreamWaitEvent: flags must be 0");
+  StreamPtr s;
+  uint64_t seq = 0;
+  {
+    std::lock_guard lock(reg().mutex);
+    auto e = find_event(event);
+    if (!e) return unknown_event("cudaStreamWaitEvent");
+    s = resolve(stream);
+    if (!s) return unknown_stream("cudaStreamWaitEvent");
+    // Never recorded, already reached, or on the same stream: nothing to wait for.
+    if (!e->stream || e->stream == s || e->stream->completed >= e->seq) return cudaSuccess;
+    Work w;
+    w.kind = WorkKind::kWait;
+    w.other = e->stream;
+    w.until = e->seq;
+    seq = push(*s, std::move(w));
+  }
+  if (eager()) run_eagerly(s, seq);
+  return cudaSuccess;
+}
+
+// ---- events ----
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  return cudaEventCreateWithFlags(event, cudaEventDefault);
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  if (event == nullptr) return fail(cudaErrorInvalidValue, "cudaEventCreate: null pointer");
+  if ((flags & ~cudaEventDisableTiming) != 0)
+    return fail(cudaErrorInvalidValue,
+                "cudaEventCreateWithFlags: unknown flags " + std::to_string(flags));
+  auto e = std::make_shared<CUevent_st>();
+  e->timing = (flags & cudaEventDisableTiming) == 0;
+  std::lock_guard lock(reg().mutex);
+  reg().events[e.get()] = e;
+  *event = e.get();
+  return cudaSuccess;
+}
+
+// A record still queued keeps the event's state alive; a wait needs only the
+// stream and item it names.
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  std::lock_guard lock(reg().mutex);
+  if (reg().events.erase(event) == 0) return unknown_event("cudaEventDestroy");
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  StreamPtr s;
+  uint64_t seq = 0;
+  {
+    std::lock_guard lock(reg().mutex);
+    auto e = find_event(event);
+    if (!e) return unknown_event("cudaEventRecord");
+    s = resolve(stream);
+    if (!s) return unknown_stream("cudaEventRecord");
+    Work w;
+    w.kind = WorkKind::kRecord;
+    w.event = e;
+    seq = push(*s, std::move(w));
+    e->stream = s;
+    e->seq = seq;
+    e->not_ready_told = false;
+    // A record with nothing before it is reached at once, as on an idle GPU:
+    // it is a point in the stream, not work.
+    if (s->queue.size() == 1 && !s->running) {
+      s->queue.pop_front();
+      s->completed = seq;
+      e->time = Clock::now();
+      return cudaSuccess;
+    }
+  }
+  if (eager()) run_eagerly(s, seq);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  Targets targets;
+  {
+    std::lock_guard lock(reg().mutex);
+    auto e = find_event(event);
+    if (!e) return unknown_event("cudaEventSynchronize");
+    if (!e->stream) return cudaSuccess;  // never recorded: nothing to wait for
+    targets.emplace_back(e->stream, e->seq);
+  }
+  return synchronise(targets);
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  Targets targets;
+  {
+    std::lock_guard lock(reg().mutex);
+    auto e = find_event(event);
+    if (!e) return unknown_event("cudaEventQuery");
+    if (!e->stream) return cudaSuccess;
+    // Not ready once for the same record, then run up to it: a polling loop ends.
+    if (e->stream->completed < e->seq && !e->not_ready_told) {
+      e->not_ready_told = true;
+      return cudaErrorNotReady;
+    }
+    targets.emplace_back(e->stream, e->seq);
+  }
+  return synchronise(targets);
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr) return fail(cudaErrorInvalidValue, "cudaEventElapsedTime: null pointer");
+  std::lock_guard lock(reg().mutex);
+  auto a = find_event(start), b = find_event(end);
+  if (!a || !b) return unknown_event("cudaEventElapsedTime");
+  if (!a->timing || !b->timing)
+    return fail(cudaErrorInvalidResourceHandle,
+                "cudaEventElapsedTime: an event was created with cudaEventDisableTiming");
+  if (!a->stream || !b->stream)
+    return fail(cudaErrorInvalidResourceHandle,
+                "cudaEventElapsedTime: an event has not been recorded");
+  if (a->stream->completed < a->seq || b->stream->completed < b->seq)
+    return cudaErrorNotReady;  // as cudaEventQuery: not an error to remember
+  *ms = std::chrono::duration<float, std::milli>(b->time - a->time).count();
+  return cudaSuccess;
+}
+
+}  // namespace anvil_sim_rt
