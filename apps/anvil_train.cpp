@@ -5,12 +5,14 @@
 //   anvil-train --model resnet18 --recipe best --checkpoint run.ckpt   # later: --resume run.ckpt
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 
 #include <CLI/CLI.hpp>
@@ -96,6 +98,22 @@ void print_progress(int64_t done, int64_t total, const train::EpochStats& s) {
   std::cout << fmt::format("\r  [{}] {}/{} loss {:.4f} acc {:.3f} {:.0f} img/s", bar, done, total,
                            s.loss, s.accuracy, s.images_per_second())
             << std::flush;
+}
+
+// Progress for a log file (stdout not a terminal): no bar redrawn in place,
+// one plain line a minute at most, so a ResNet epoch of a quarter of an
+// hour on a CPU shows it is alive while a LeNet epoch prints nothing extra.
+train::Progress log_progress() {
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>(
+      std::chrono::steady_clock::now());
+  return [last](int64_t done, int64_t total, const train::EpochStats& s) {
+    const auto now = std::chrono::steady_clock::now();
+    if (done == total || now - *last < std::chrono::seconds(60)) return;
+    *last = now;
+    std::cout << fmt::format("  batch {}/{}: loss {:.4f}, acc {:.3f}, {:.0f} img/s\n", done,
+                             total, s.loss, s.accuracy, s.images_per_second())
+              << std::flush;
+  };
 }
 
 // The train and test transforms: crop and flip for training only; both
@@ -237,6 +255,7 @@ int run(const Options& o) {
   if (!o.resume.empty())
     std::cout << fmt::format("resumed from {} after epoch {}/{}\n", o.resume,
                              resumed.epochs_done, o.epochs);
+  std::cout << std::flush;
 
   const int last_epoch =
       o.stop_after_epoch > 0 ? std::min(o.epochs, o.stop_after_epoch) : o.epochs;
@@ -249,7 +268,7 @@ int run(const Options& o) {
     train::EpochOptions epoch_options;
     epoch_options.schedule = &schedule;
     epoch_options.epoch = uint64_t(epoch - 1);  // the loader's epochs count from 0
-    if (tty) epoch_options.progress = print_progress;
+    epoch_options.progress = tty ? train::Progress(print_progress) : log_progress();
     train::EpochStats tr = train::train_epoch(*model, optimizer, train_loader, device, epoch_options);
     if (tty) std::cout << "\r\033[K";
     test = train::evaluate(*model, test_loader, device);

@@ -696,7 +696,7 @@ int run(Options& o) {
   std::cout << fmt::format("{:<10} {:>14} {:>14} {:>10}  {}\n", "framework", "img/s (median)",
                            "img/s (best)", "s/epoch", "details");
   std::cout << fmt::format("{:<10} {:>14.1f} {:>14.1f} {:>10.1f}  {} timed batches x {} "
-                           "repeat(s), {} threads\n",
+                           "window(s), {} threads\n",
                            "anvil", anvil_rate, anvil_best, kEpochImages / anvil_rate,
                            timed_batches, o.repeats, o.threads);
   if (!torch_rates.empty()) {

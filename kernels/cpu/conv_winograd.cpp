@@ -39,10 +39,10 @@
 // on one chunk at a time: the transforms split over channels and the 36
 // GEMMs over xi, with a barrier between the phases. Backward-weight sums
 // over tiles: with small weights, chunks are dealt to a fixed number of
-// groups (2 per thread) that keep partial dU and are added in group order;
+// groups (2-8 per thread) that keep partial dU and are added in group order;
 // with large weights the xi-split form accumulates each dU[xi] over chunks
 // in order. Either way the result is the same on every run with the same
-// thread count.
+// thread count (the number of groups depends on it).
 // Scratch slots: 0 (V), 1 (M or dM), 2 (padded planes, per thread), 3 (U or
 // dU, on the calling thread).
 #include "kernels/cpu/conv_winograd.h"
@@ -295,6 +295,29 @@ inline void scatter_full_blocks(const Lanes* y, float bias, float* const p[kL],
 
 // ---------------------------------------------------------------- per channel
 
+// dst[Hp][Wp] = zeros with src's rows x cols (rows ld apart) placed at
+// (top, left). Inline loops rather than fill + memcpy per row: the rows are
+// 4-28 floats, where the calls cost more than the copies. GCC's loop
+// distribution would turn the loops back into those calls.
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) void copy_padded(
+    const float* src, int64_t ld, int64_t rows, int64_t cols, int64_t top, int64_t left,
+    int64_t Hp, int64_t Wp, float* dst) {
+  for (int64_t i = 0; i < Hp; ++i) {
+    float* d = dst + i * Wp;
+    const int64_t h = i - top;
+    if (h < 0 || h >= rows) {
+#pragma omp simd
+      for (int64_t j = 0; j < Wp; ++j) d[j] = 0.0f;
+      continue;
+    }
+    const float* s = src + h * ld;
+    for (int64_t j = 0; j < left; ++j) d[j] = 0.0f;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) d[left + j] = s[j];
+    for (int64_t j = left + cols; j < Wp; ++j) d[j] = 0.0f;
+  }
+}
+
 // V[c][xi][t] (v points at V[c][0][0], xi rows ldv apart) for the tiles of
 // images [n0, n0+cnt) of channel c of in. planes: plane_floats(g, cnt).
 void input_channel(const Geom& g, const float* in, int64_t n0, int64_t cnt, int64_t c,
@@ -303,11 +326,9 @@ void input_channel(const Geom& g, const float* in, int64_t n0, int64_t cnt, int6
   for (int64_t n = 0; n < cnt; ++n) {
     float* dst = planes + n * plane;
     const float* src = in + ((n0 + n) * g.Ci + c) * HW;
-    std::fill(dst, dst + plane, 0.0f);
     // Input rows/cols beyond the padded plane (possible with pad 0) belong to no tile.
     const int64_t rows = std::min(g.H, g.Hp - g.ph), cols = std::min(g.W, g.Wp - g.pw);
-    for (int64_t h = 0; h < rows; ++h)
-      std::memcpy(dst + (h + g.ph) * g.Wp + g.pw, src + h * g.W, cols * sizeof(float));
+    copy_padded(src, g.W, rows, cols, g.ph, g.pw, g.Hp, g.Wp, dst);
   }
   std::fill(planes + cnt * plane, planes + cnt * plane + kL, 0.0f);  // over-read slack
   const int64_t T = cnt * g.tpi;
@@ -335,8 +356,7 @@ void grad_channel(const Geom& g, const float* dy, int64_t n0, int64_t cnt, int64
   for (int64_t n = 0; n < cnt; ++n) {
     float* dst = planes + n * plane;
     const float* src = dy + ((n0 + n) * g.Co + k) * PQ;
-    std::fill(dst, dst + plane, 0.0f);
-    for (int64_t p = 0; p < g.P; ++p) std::memcpy(dst + p * Q4, src + p * g.Q, g.Q * sizeof(float));
+    copy_padded(src, g.Q, g.P, g.Q, 0, 0, P4, Q4, dst);
   }
   float* zero_tile = planes + cnt * plane;
   std::fill(zero_tile, zero_tile + kM * Q4, 0.0f);
@@ -547,11 +567,13 @@ void conv2d_backward_weight_winograd(const Conv2dShape& s, const float* x, const
   const Geom g = make_geom(s.N, s.C, s.H, s.W, s.K, s.pad_h, s.pad_w);
   const int64_t K = s.K, C = s.C, KC = K * C;
   const int threads = available_threads();
-  const int64_t groups_max = 2 * int64_t{threads};
-  if (chunks_per_thread(g, threads) && kXi * KC * groups_max <= kGroupPartialFloats) {
-    // Chunks dealt round-robin to groups; each group sums its own dU.
+  if (chunks_per_thread(g, threads) && kXi * KC * 2 * threads <= kGroupPartialFloats) {
+    // Chunks dealt round-robin to groups; each group sums its own dU. 2 to
+    // 8 groups per thread, as many as the partials' budget allows: more
+    // groups even out threads that run at different speeds.
     const int64_t nb = private_chunk_images(g, threads), chunks = ceil_div(g.N, nb);
-    const int64_t groups = std::min(chunks, groups_max);
+    const int64_t fit = kGroupPartialFloats / (kXi * KC);
+    const int64_t groups = std::min(chunks, std::clamp<int64_t>(fit, 2 * threads, 8 * threads));
     float* dU = scratch(static_cast<size_t>(groups * kXi * KC), 3);
 #pragma omp parallel if (threads > 1)
     {
