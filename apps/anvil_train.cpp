@@ -14,6 +14,8 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -172,10 +174,16 @@ struct Resumed {
   nlohmann::ordered_json history = nlohmann::ordered_json::array();
 };
 
+// The run's settings and counters are checked before any tensor is read into
+// the model, so resuming with another --model (or --lr, ...) names the flag
+// rather than a tensor.
 Resumed resume_from(const Options& o, nn::Module& model, optim::SGD& optimizer,
                     int64_t batches_per_epoch) {
-  train::RunState state = train::load_checkpoint(o.resume, model, optimizer);
-  nlohmann::ordered_json saved = state.info.value("settings", nlohmann::ordered_json::object());
+  train::RunState state = train::read_run_state(o.resume);
+  const nlohmann::ordered_json saved =
+      state.info.value("settings", nlohmann::ordered_json::object());
+  if (!saved.is_object())
+    throw nn::CheckpointError(fmt::format("{}: its 'settings' are not a JSON object", o.resume));
   const nlohmann::ordered_json settings = app::training_settings(o);
   for (auto& [key, value] : settings.items()) {
     if (!saved.contains(key))
@@ -193,7 +201,34 @@ Resumed resume_from(const Options& o, nn::Module& model, optim::SGD& optimizer,
   Resumed r;
   r.epochs_done = state.epochs_done;
   r.history = state.info.value("history", nlohmann::ordered_json::array());
+  if (!r.history.is_array() || int64_t(r.history.size()) != state.epochs_done)
+    throw nn::CheckpointError(fmt::format(
+        "{}: its 'history' must be a list of one entry per epoch done ({})", o.resume,
+        state.epochs_done));
+  state = train::load_checkpoint(o.resume, model, optimizer);
   return r;
+}
+
+// The files a run writes must be distinct: --save onto the checkpoint, say,
+// would leave a weights-only file where the resumable run was.
+void check_distinct_outputs(const Options& o) {
+  std::vector<std::pair<const char*, std::string>> outputs = {
+      {"--save", o.save}, {"--metrics", o.metrics}, {"--checkpoint", o.checkpoint}};
+  for (size_t i = 0; i < outputs.size(); ++i)
+    for (size_t j = i + 1; j < outputs.size(); ++j) {
+      auto& [flag_a, a] = outputs[i];
+      auto& [flag_b, b] = outputs[j];
+      if (a.empty() || b.empty()) continue;
+      std::error_code ec;
+      if (std::filesystem::weakly_canonical(a, ec) == std::filesystem::weakly_canonical(b, ec))
+        throw UsageError(fmt::format("{} and {} name the same file '{}'; give each its own",
+                                     flag_a, flag_b, a));
+    }
+  // A new run must not overwrite another run's checkpoint after its first epoch.
+  if (!o.checkpoint.empty() && o.resume.empty() && std::filesystem::exists(o.checkpoint))
+    throw UsageError(fmt::format("--checkpoint {}: exists; continue that run with --resume {}, "
+                                 "or remove the file or choose another to start afresh",
+                                 o.checkpoint, o.checkpoint));
 }
 
 int run(const Options& o) {
@@ -206,6 +241,7 @@ int run(const Options& o) {
   check_writable("--save", o.save);
   check_writable("--metrics", o.metrics);
   check_writable("--checkpoint", o.checkpoint);
+  check_distinct_outputs(o);
 
   manual_seed(o.seed);
   std::shared_ptr<nn::Module> model;
@@ -305,7 +341,10 @@ int run(const Options& o) {
   if (!o.checkpoint.empty() && epochs_run > 0)
     std::cout << "checkpoint " << o.checkpoint << " holds epoch " << resumed.epochs_done + epochs_run
               << '\n';
-  if (last_epoch < o.epochs)
+  if (epochs_run == 0 && resumed.epochs_done >= last_epoch && resumed.epochs_done > 0)
+    std::cout << fmt::format("nothing to train: {} already holds epoch {} of {}\n", o.resume,
+                             resumed.epochs_done, o.epochs);
+  else if (last_epoch < o.epochs)
     std::cout << fmt::format("stopped after epoch {} of {} (--stop-after-epoch){}\n", last_epoch,
                              o.epochs,
                              o.checkpoint.empty() ? "" : "; continue with --resume " + o.checkpoint);
@@ -378,6 +417,9 @@ int main(int argc, char** argv) {
       if (app.count(flag) > 0) settings.*field = o.*field;
     });
     if (settings.checkpoint.empty()) settings.checkpoint = settings.resume;
+    if (app.count("--crop-padding") > 0 && !settings.augment)
+      throw UsageError(fmt::format("--crop-padding {}: has no effect without --augment",
+                                   settings.crop_padding));
     return run(settings);
   } catch (const std::exception& e) {
     std::cerr << "anvil-train: error: " << e.what() << '\n';

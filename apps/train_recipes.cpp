@@ -1,5 +1,8 @@
 #include "apps/train_recipes.h"
 
+#include <cmath>
+#include <type_traits>
+
 #include <fmt/format.h>
 
 namespace anvil::app {
@@ -110,6 +113,19 @@ optim::ScheduleOptions check_settings(const Options& o) {
     throw UsageError(fmt::format("--nesterov needs --momentum > 0 (it is {}); give --no-nesterov "
                                  "or a momentum",
                                  o.momentum));
+  for_each_recipe_flag([&](const char* flag, auto field) {
+    if constexpr (std::is_floating_point_v<std::decay_t<decltype(o.*field)>>)
+      if (!std::isfinite(o.*field))
+        throw UsageError(fmt::format("{}: expected a finite number, got {}", flag, o.*field));
+  });
+  constexpr int64_t kMaxResize = 1024;  // 60,000 such images are 250 GB as floats
+  if (o.resize > kMaxResize)
+    throw UsageError(fmt::format("--resize {}: at most {}", o.resize, kMaxResize));
+  const int64_t side = o.resize ? o.resize : 28;
+  if (o.augment && o.crop_padding >= side)
+    throw UsageError(fmt::format("--crop-padding {}: less than the image size ({}) is needed; "
+                                 "more would crop mostly padding",
+                                 o.crop_padding, side));
   if (o.model == "lenet" && o.resize != 0 && o.resize != 28)
     throw UsageError(fmt::format("--resize {}: lenet takes 28x28 images (its Linear(800, 128) "
                                  "fixes the size); use a resnet18 model for other sizes",

@@ -1,6 +1,11 @@
 #include "nn/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <bit>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -61,29 +66,56 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors) {
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
 
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(path, fmt::format("cannot open '{}' for writing", tmp));
+  // A temporary file of its own next to path (two runs saving to one path do
+  // not share it), flushed to the disk before the rename and the directory
+  // after it: an interrupted save, even by a power cut, leaves either the old
+  // file or the new one, never a mix. Removed on any failure.
+  std::string tmp = path + ".tmp.XXXXXX";
+  int fd = mkstemp(tmp.data());
+  if (fd < 0)
+    fail(path, fmt::format("cannot create a temporary file next to it: {}", std::strerror(errno)));
+  auto write_all = [&](const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      ssize_t w = ::write(fd, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0)
+        fail(path, fmt::format("write failed ({}); the previous file, if any, is unchanged",
+                               std::strerror(errno)));
+      p += w;
+      n -= size_t(w);
+    }
+  };
+  try {
+    if (fchmod(fd, 0644) != 0)
+      fail(path, fmt::format("cannot set the permissions of '{}': {}", tmp, std::strerror(errno)));
     uint64_t n = text.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(text.data(), std::streamsize(text.size()));
+    write_all(&n, 8);
+    write_all(text.data(), text.size());
     for (auto& [name, t] : tensors) {
       Tensor host = t.detach().to(Device::cpu());
-      out.write(static_cast<const char*>(host.raw_data()), std::streamsize(host.nbytes()));
+      write_all(host.raw_data(), host.nbytes());
     }
-    out.flush();
-    if (!out) {
-      out.close();
-      std::remove(tmp.c_str());
-      fail(path, "write failed (disk full?); the previous file, if any, is unchanged");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
+    if (fsync(fd) != 0)
+      fail(path, fmt::format("fsync failed ({}); the previous file, if any, is unchanged",
+                             std::strerror(errno)));
+    int closed = ::close(fd);
+    fd = -1;
+    if (closed != 0) fail(path, fmt::format("close failed: {}", std::strerror(errno)));
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) fail(path, fmt::format("cannot replace the file: {}", ec.message()));
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
     std::remove(tmp.c_str());
-    fail(path, fmt::format("cannot replace the file: {}", ec.message()));
+    throw;
+  }
+  // The rename is durable once the directory is on the disk too.
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir_fd >= 0) {
+    (void)fsync(dir_fd);  // best effort: some filesystems refuse fsync on directories
+    ::close(dir_fd);
   }
 }
 
@@ -155,7 +187,7 @@ NamedTensors load_safetensors(const std::string& path) {
   return out;
 }
 
-void load_state_dict(Module& module, const NamedTensors& state, const std::string& source) {
+void check_state_dict(const Module& module, const NamedTensors& state, const std::string& source) {
   std::map<std::string, Tensor> given(state.begin(), state.end());
   NamedTensors own = module.state_dict();
   std::vector<std::string> missing;
@@ -174,7 +206,6 @@ void load_state_dict(Module& module, const NamedTensors& state, const std::strin
     msg.pop_back();
     throw CheckpointError(msg);
   }
-  // Check everything before changing anything: a bad file leaves the model as it was.
   for (auto& [name, t] : own) {
     const Tensor& src = given.at(name);
     if (src.shape() != t.shape() || src.dtype() != t.dtype())
@@ -183,8 +214,14 @@ void load_state_dict(Module& module, const NamedTensors& state, const std::strin
           dtype_name(src.dtype()), shape_str(src.shape()), dtype_name(t.dtype()),
           shape_str(t.shape())));
   }
+}
+
+void load_state_dict(Module& module, const NamedTensors& state, const std::string& source) {
+  // Check everything before changing anything: a bad file leaves the model as it was.
+  check_state_dict(module, state, source);
+  std::map<std::string, Tensor> given(state.begin(), state.end());
   NoGradGuard no_grad;
-  for (auto& [name, t] : own) t.detach().copy_(given.at(name));
+  for (auto& [name, t] : module.state_dict()) t.detach().copy_(given.at(name));
 }
 
 }  // namespace anvil::nn

@@ -23,5 +23,9 @@ NamedTensors load_safetensors(const std::string& path);
 // shape and dtype must match exactly (PyTorch's strict=True); the error
 // names the offending tensor. `source` names the origin in messages.
 void load_state_dict(Module& module, const NamedTensors& state, const std::string& source);
+// The checks load_state_dict makes before it copies anything: the same names
+// as module.state_dict(), each of the same shape and dtype. Throws
+// CheckpointError naming `source` and the tensor.
+void check_state_dict(const Module& module, const NamedTensors& state, const std::string& source);
 
 }  // namespace anvil::nn

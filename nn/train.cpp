@@ -153,10 +153,10 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
   nn::save_safetensors(path, tensors);
 }
 
-RunState load_checkpoint(const std::string& path, nn::Module& model, optim::SGD& optimizer) {
-  nn::NamedTensors file = nn::load_safetensors(path);
-  nn::NamedTensors model_state;
-  std::map<std::string, Tensor> momentum_by_name;
+namespace {
+
+// The trainer.state tensor of a loaded checkpoint file, parsed and checked.
+RunState parse_run_state(const std::string& path, const nn::NamedTensors& file) {
   const Tensor* state_bytes = nullptr;
   for (auto& [key, t] : file)
     if (key == kStateKey) state_bytes = &t;
@@ -164,6 +164,37 @@ RunState load_checkpoint(const std::string& path, nn::Module& model, optim::SGD&
     fail(path, fmt::format("no '{}' tensor: not a training checkpoint of anvil-train "
                            "--checkpoint (a --save file holds the weights only)",
                            kStateKey));
+  if (state_bytes->dtype() != DType::UInt8 || state_bytes->dim() != 1)
+    fail(path, fmt::format("'{}' must be 1-D uint8 (JSON text)", kStateKey));
+  const char* text = static_cast<const char*>(state_bytes->raw_data());
+  auto json = nlohmann::ordered_json::parse(text, text + state_bytes->numel(), nullptr,
+                                           /*allow_exceptions=*/false);
+  if (!json.is_object()) fail(path, fmt::format("'{}' is not a JSON object", kStateKey));
+  auto format = json.find("format");
+  auto version = json.find("version");
+  if (format == json.end() || !format->is_string() || *format != kFormat ||
+      version == json.end() || !version->is_number_integer() || *version != kVersion)
+    fail(path, fmt::format("'{}' is not format '{}' version {}", kStateKey, kFormat, kVersion));
+  RunState state;
+  state.epochs_done = counter(path, json, "epochs_done");
+  state.steps_done = counter(path, json, "steps_done");
+  state.info = json.value("info", nlohmann::ordered_json::object());
+  if (state.info.is_null()) state.info = nlohmann::ordered_json::object();  // RunState's default
+  if (!state.info.is_object()) fail(path, fmt::format("'info' in {} must be an object", kStateKey));
+  return state;
+}
+
+}  // namespace
+
+RunState read_run_state(const std::string& path) {
+  return parse_run_state(path, nn::load_safetensors(path));
+}
+
+RunState load_checkpoint(const std::string& path, nn::Module& model, optim::SGD& optimizer) {
+  nn::NamedTensors file = nn::load_safetensors(path);
+  RunState state = parse_run_state(path, file);
+  nn::NamedTensors model_state;
+  std::map<std::string, Tensor> momentum_by_name;
   for (auto& [key, t] : file) {
     if (key.starts_with(kModelPrefix)) model_state.emplace_back(key.substr(kModelPrefix.size()), t);
     else if (key.starts_with(kMomentumPrefix))
@@ -171,20 +202,10 @@ RunState load_checkpoint(const std::string& path, nn::Module& model, optim::SGD&
     else if (key != kStateKey)
       fail(path, fmt::format("unexpected tensor '{}' in a training checkpoint", key));
   }
-  if (state_bytes->dtype() != DType::UInt8 || state_bytes->dim() != 1)
-    fail(path, fmt::format("'{}' must be 1-D uint8 (JSON text)", kStateKey));
-  const char* text = static_cast<const char*>(state_bytes->raw_data());
-  auto json = nlohmann::ordered_json::parse(text, text + state_bytes->numel(), nullptr,
-                                           /*allow_exceptions=*/false);
-  if (!json.is_object()) fail(path, fmt::format("'{}' is not a JSON object", kStateKey));
-  if (json.value("format", "") != kFormat || json.value("version", 0) != kVersion)
-    fail(path, fmt::format("'{}' is not format '{}' version {}", kStateKey, kFormat, kVersion));
-  RunState state;
-  state.epochs_done = counter(path, json, "epochs_done");
-  state.steps_done = counter(path, json, "steps_done");
-  state.info = json.value("info", nlohmann::ordered_json::object());
 
-  // Everything is checked before anything changes.
+  // Everything is checked before anything changes: the model's tensors
+  // first (another model's checkpoint is named as such), then the momentum.
+  nn::check_state_dict(model, model_state, path);
   nn::NamedTensors params = model.named_parameters();
   if (optimizer.momentum_buffers().size() != params.size())
     fail(path, fmt::format("the optimizer has {} parameters, the model {}",
@@ -192,7 +213,19 @@ RunState load_checkpoint(const std::string& path, nn::Module& model, optim::SGD&
   std::vector<Tensor> momentum(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     auto it = momentum_by_name.find(params[i].first);
-    if (it == momentum_by_name.end()) continue;
+    if (it == momentum_by_name.end()) {
+      // After a step with momentum every parameter has a buffer (the models
+      // here give each one a gradient): a missing one means an edited file,
+      // and resuming without it would silently change the run.
+      if (optimizer.options().momentum > 0 && state.steps_done > 0)
+        fail(path, fmt::format("no '{}{}': a run with momentum {} saves one buffer per parameter "
+                               "after its first step",
+                               kMomentumPrefix, params[i].first, optimizer.options().momentum));
+      continue;
+    }
+    if (optimizer.options().momentum == 0)
+      fail(path, fmt::format("'{}{}' is a momentum buffer, but this optimizer has momentum 0",
+                             kMomentumPrefix, it->first));
     const Tensor& t = it->second;
     if (t.dtype() != DType::Float32 || t.shape() != params[i].second.shape())
       fail(path, fmt::format("'{}{}' is {} {}, the parameter is float32 {}", kMomentumPrefix,
@@ -204,7 +237,7 @@ RunState load_checkpoint(const std::string& path, nn::Module& model, optim::SGD&
   if (!momentum_by_name.empty())
     fail(path, fmt::format("'{}{}' is the momentum of no parameter of this model", kMomentumPrefix,
                            momentum_by_name.begin()->first));
-  nn::load_state_dict(model, model_state, path);  // checks names, shapes, dtypes first
+  nn::load_state_dict(model, model_state, path);
   optimizer.load_momentum_buffers(momentum);
   return state;
 }

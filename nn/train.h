@@ -76,4 +76,8 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
 // and what is wrong, and then leaves model and optimizer unchanged.
 RunState load_checkpoint(const std::string& path, nn::Module& model, optim::SGD& optimizer);
 
+// Only the counters and info of a checkpoint, checked as load_checkpoint
+// does, touching no model: for checking a run's settings before its tensors.
+RunState read_run_state(const std::string& path);
+
 }  // namespace anvil::train

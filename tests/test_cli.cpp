@@ -341,7 +341,7 @@ TEST_CASE("anvil-train trains, writes metrics and a checkpoint, and restarts fro
   bool moved = false;
   for (float v : b) moved |= v != 0.0f;
   CHECK(moved);
-  for (auto& e : fs::directory_iterator(dir.path)) CHECK(e.path().extension() != ".tmp");
+  CHECK(dir.temporaries() == 0);
   CHECK(fs::exists(metrics));
 
   // Restart from the checkpoint; with no epochs the saved weights are the loaded ones.
@@ -431,6 +431,21 @@ TEST_CASE("anvil-train rejects bad recipes, schedules and transforms, naming the
   one_error("--resume " + quote(ckpt) + " --init-from " + quote(ckpt), {"--resume", "--init-from"});
   one_error("--checkpoint " + quote(dir.file("no/such/dir/run.ckpt")),
             {"--checkpoint", "no/such/dir"});
+  // Outputs that would overwrite one another, or another run's checkpoint.
+  one_error("--checkpoint " + quote(ckpt), {"--checkpoint", ckpt, "exists", "--resume"});
+  std::string out = dir.file("out.safetensors");
+  one_error("--save " + quote(out) + " --checkpoint " + quote(out),
+            {"--save", "--checkpoint", "same file"});
+  one_error("--metrics " + quote(out) + " --save " + quote(dir.path.string() + "/./out.safetensors"),
+            {"--save", "--metrics", "same file"});
+  // Transforms that cannot be what was meant.
+  one_error("--crop-padding 2", {"--crop-padding", "--augment"});
+  one_error("--augment --crop-padding 28", {"--crop-padding 28", "image size (28)"});
+  one_error("--model resnet18 --augment --resize 32 --crop-padding 40",
+            {"--crop-padding 40", "(32)"});
+  one_error("--model resnet18 --resize 5000", {"--resize 5000", "1024"});
+  one_error("--lr-min nan", {"--lr-min", "finite", "nan"});
+  one_error("--warmup-start-factor inf", {"--warmup-start-factor", "finite"});
 }
 
 TEST_CASE("anvil-train --recipe fills what the flags leave, flags override it", "[cli]") {
@@ -525,7 +540,7 @@ TEST_CASE("anvil-train --checkpoint / --resume: 1 + 1 epochs equal 2 straight", 
   CHECK_THAT(first.output, !Contains("epoch   2/2"));
   CHECK_THAT(first.output, Contains("stopped after epoch 1 of 2"));
   REQUIRE(fs::exists(ckpt));
-  for (auto& e : fs::directory_iterator(dir.path)) CHECK(e.path().extension() != ".tmp");
+  CHECK(dir.temporaries() == 0);
   {
     // Weights, one momentum buffer per parameter and the counters.
     auto tensors = nn::load_safetensors(ckpt);
@@ -576,6 +591,16 @@ TEST_CASE("anvil-train --checkpoint / --resume: 1 + 1 epochs equal 2 straight", 
   CHECK(count_lines_containing(other.output, "error") == 1);
   expect_failure(common + " --resume " + quote(ckpt) + " --epochs 3", {ckpt, "--epochs"});
   expect_failure(common + " --resume " + quote(ckpt) + " --seed 7", {ckpt, "--seed"});
+  // Another model is named as such, not as a list of mismatched tensors.
+  std::string resnet = common;
+  resnet.replace(resnet.find("--model lenet"), 13, "--model resnet18");
+  CliResult model = expect_failure(resnet + " --resume " + quote(ckpt),
+                                   {ckpt, "--model \"lenet\"", "--model \"resnet18\""});
+  CHECK_THAT(model.output, !Contains("weight"));
+  // Resuming onto --save would replace the checkpoint with weights only.
+  expect_failure(common + " --resume " + quote(ckpt) + " --save " + quote(ckpt),
+                 {"--save", "--checkpoint", "same file"});
+  CHECK(nn::load_safetensors(ckpt).size() > kLeNetKeys.size());  // still the whole checkpoint
   // A weights-only file, or garbage, is not a training checkpoint.
   expect_failure(common + " --resume " + quote(straight), {straight, "trainer.state"});
   std::string garbage = dir.file("garbage.ckpt");

@@ -60,12 +60,8 @@ TEST_CASE("safetensors round trip of a LeNet state dict is exact", "[nn][safeten
   nn::save_safetensors(again, loaded);
   CHECK(read_bytes(path) == read_bytes(again));
   // No temporary left behind.
-  int files = 0;
-  for (auto& e : fs::directory_iterator(dir.path)) {
-    ++files;
-    CHECK(e.path().extension() != ".tmp");
-  }
-  CHECK(files == 2);
+  CHECK(dir.temporaries() == 0);
+  CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 2);
 }
 
 TEST_CASE("safetensors round trip of mixed dtypes, scalars and empty tensors",
@@ -294,7 +290,7 @@ TEST_CASE("save_safetensors is atomic", "[nn][safetensors]") {
       CHECK_THAT(std::string(e.what()), Contains(path));
     }
     CHECK_FALSE(fs::exists(path));
-    CHECK_FALSE(fs::exists(path + ".tmp"));
+    CHECK(dir.temporaries() == 0);
     CHECK_FALSE(fs::exists(dir.file("missing")));
   }
   SECTION("saving over a checkpoint replaces it completely") {
@@ -311,6 +307,20 @@ TEST_CASE("save_safetensors is atomic", "[nn][safetensors]") {
     for (auto& e : fs::directory_iterator(dir.path))
       CHECK(e.path().filename().string() == "model.safetensors");
   }
+  SECTION("a rename that fails after the write removes the temporary file") {
+    // The path is a directory: the data is written, the rename over it fails.
+    std::string path = dir.file("a_directory");
+    fs::create_directories(path);
+    try {
+      nn::save_safetensors(path, net->state_dict());
+      FAIL("save_safetensors did not throw");
+    } catch (const nn::CheckpointError& e) {
+      CHECK_THAT(std::string(e.what()), Contains(path));
+      CHECK_THAT(std::string(e.what()), Contains("cannot replace"));
+    }
+    CHECK(fs::is_directory(path));
+    CHECK(dir.temporaries() == 0);
+  }
   SECTION("duplicate names are refused and leave the old file") {
     std::string path = dir.file("dup.safetensors");
     Tensor a = Tensor::ones({1});
@@ -318,7 +328,7 @@ TEST_CASE("save_safetensors is atomic", "[nn][safetensors]") {
     std::string before = read_bytes(path);
     CHECK_THROWS_WITH(nn::save_safetensors(path, {{"a", a}, {"a", a}}), Contains("'a'"));
     CHECK(read_bytes(path) == before);
-    CHECK_FALSE(fs::exists(path + ".tmp"));
+    CHECK(dir.temporaries() == 0);
   }
 }
 

@@ -203,5 +203,41 @@ TEST_CASE("A bad run checkpoint is refused, naming the file, and changes nothing
     nn::save_safetensors(path, tensors);
     expect_refused(path, {"anvil-train-checkpoint"});
   }
+  SECTION("a missing momentum buffer after steps with momentum") {
+    nn::NamedTensors tensors;
+    for (auto& [name, t] : nn::load_safetensors(good))
+      if (name != "optimizer.momentum.3.bias") tensors.emplace_back(name, t);
+    std::string path = dir.file("stripped.ckpt");
+    nn::save_safetensors(path, tensors);
+    expect_refused(path, {"optimizer.momentum.3.bias", "momentum 0.9"});
+  }
+  SECTION("momentum buffers for an optimizer without momentum") {
+    Run plain(3);
+    plain.sgd = std::make_unique<optim::SGD>(plain.model->parameters(),
+                                             optim::SGDOptions{.lr = 0.05});
+    try {
+      train::load_checkpoint(good, *plain.model, *plain.sgd);
+      FAIL("loaded");
+    } catch (const nn::CheckpointError& e) {
+      CHECK_THAT(e.what(), Contains(good));
+      CHECK_THAT(e.what(), Contains("momentum 0"));
+    }
+  }
+  SECTION("state fields of the wrong JSON type") {
+    for (const std::string text :
+         {R"({"format": 5, "version": 1, "epochs_done": 1, "steps_done": 2})",
+          R"({"format": "anvil-train-checkpoint", "version": "1", "epochs_done": 1, "steps_done": 2})",
+          R"({"format": "anvil-train-checkpoint", "version": 1, "epochs_done": 1, "steps_done": 2, "info": []})"}) {
+      INFO(text);
+      auto tensors = nn::load_safetensors(good);
+      for (auto& [name, t] : tensors)
+        if (name == "trainer.state")
+          t = Tensor::from_host(text.data(), {int64_t(text.size())}, DType::UInt8);
+      std::string path = dir.file("typed.ckpt");
+      nn::save_safetensors(path, tensors);
+      expect_refused(path, {"trainer.state"});
+      CHECK_THROWS_AS(train::read_run_state(path), nn::CheckpointError);
+    }
+  }
   SECTION("a missing file") { expect_refused(dir.file("absent.ckpt"), {}); }
 }

@@ -36,6 +36,14 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   std::string file(const std::string& name) const { return (path / name).string(); }
+  // Temporary files a save left behind (save_safetensors names them
+  // "<file>.tmp.XXXXXX"): none after a save, failed or not.
+  int temporaries() const {
+    int n = 0;
+    for (auto& e : std::filesystem::directory_iterator(path))
+      n += e.path().filename().string().find(".tmp") != std::string::npos;
+    return n;
+  }
 };
 
 // Whole file as bytes; empty when it cannot be opened.
