@@ -209,6 +209,16 @@ Resumed resume_from(const Options& o, nn::Module& model, optim::SGD& optimizer,
   return r;
 }
 
+// Whether two paths name one file (through ".", "..", symbolic links),
+// falling back to the absolute paths' text when they cannot be resolved.
+bool same_file_path(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ea, eb;
+  fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+  if (ea || eb) return fs::absolute(a).lexically_normal() == fs::absolute(b).lexically_normal();
+  return ca == cb;
+}
+
 // The files a run writes must be distinct: --save onto the checkpoint, say,
 // would leave a weights-only file where the resumable run was.
 void check_distinct_outputs(const Options& o) {
@@ -219,8 +229,7 @@ void check_distinct_outputs(const Options& o) {
       auto& [flag_a, a] = outputs[i];
       auto& [flag_b, b] = outputs[j];
       if (a.empty() || b.empty()) continue;
-      std::error_code ec;
-      if (std::filesystem::weakly_canonical(a, ec) == std::filesystem::weakly_canonical(b, ec))
+      if (same_file_path(a, b))
         throw UsageError(fmt::format("{} and {} name the same file '{}'; give each its own",
                                      flag_a, flag_b, a));
     }
