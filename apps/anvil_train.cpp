@@ -205,7 +205,7 @@ Resumed resume_from(const Options& o, nn::Module& model, optim::SGD& optimizer,
     throw nn::CheckpointError(fmt::format(
         "{}: its 'history' must be a list of one entry per epoch done ({})", o.resume,
         state.epochs_done));
-  state = train::load_checkpoint(o.resume, model, optimizer);
+  train::load_checkpoint(o.resume, model, optimizer);  // the tensors, checked before any is copied
   return r;
 }
 
@@ -350,7 +350,7 @@ int run(const Options& o) {
   if (!o.checkpoint.empty() && epochs_run > 0)
     std::cout << "checkpoint " << o.checkpoint << " holds epoch " << resumed.epochs_done + epochs_run
               << '\n';
-  if (epochs_run == 0 && resumed.epochs_done >= last_epoch && resumed.epochs_done > 0)
+  if (resumed.epochs_done > 0 && resumed.epochs_done >= last_epoch)
     std::cout << fmt::format("nothing to train: {} already holds epoch {} of {}\n", o.resume,
                              resumed.epochs_done, o.epochs);
   else if (last_epoch < o.epochs)
