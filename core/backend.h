@@ -19,6 +19,8 @@ class Backend {
   // (or within the device); fill writes one value everywhere, in dst's dtype.
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
   virtual void fill(const Tensor& dst, double value) = 0;
+  // dst += value over an int64 tensor (counters), without a round trip to the host.
+  virtual void add_scalar_int64(const Tensor& dst, int64_t value) = 0;
 
   // y = a*op(A)*op(B) + beta*y over 2-D float tensors (row-major).
   virtual void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,

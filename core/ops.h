@@ -51,4 +51,9 @@ Tensor mean(const Tensor& x);
 // Row-wise argmax of a 2-D tensor, as int64 [N] on the host.
 Tensor argmax_rows(const Tensor& x);
 
+// counter += value in place, on the counter's own device (no autograd): for
+// int64 counters such as BatchNorm's num_batches_tracked, so that counting a
+// step on a GPU does not wait for the device.
+void add_int64_(const Tensor& counter, int64_t value);
+
 }  // namespace anvil

@@ -289,4 +289,11 @@ Tensor argmax_rows(const Tensor& x) {
   return out;
 }
 
+void add_int64_(const Tensor& counter, int64_t value) {
+  if (counter.dtype() != DType::Int64)
+    throw std::invalid_argument(
+        fmt::format("add_int64_: counter must be int64, got {}", dtype_name(counter.dtype())));
+  backend(counter).add_scalar_int64(counter, value);
+}
+
 }  // namespace anvil

@@ -89,12 +89,9 @@ BatchNorm2d::BatchNorm2d(int64_t n, double eps_, double momentum_)
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
-  if (training_) {
-    // A host-side counter; it lives with the module's other buffers.
-    Tensor host = num_batches_tracked.to(Device::cpu());
-    host.data<int64_t>()[0] += 1;
-    if (!num_batches_tracked.device().is_cpu()) num_batches_tracked.copy_(host);
-  }
+  // Counted on the buffer's own device: reading it back would make every
+  // training-mode BatchNorm wait for the GPU.
+  if (training_) add_int64_(num_batches_tracked, 1);
   return batch_norm(x, weight, bias, running_mean, running_var, training_, momentum, eps);
 }
 

@@ -1,7 +1,7 @@
 // The CUDA backend through the op layer: every op, forward and backward
 // (through autograd), on cuda:0 against the CPU backend on ragged shapes;
-// LeNet training steps on cuda:0 against the CPU; copies between cpu, cuda:0
-// and cuda:1; cross-device errors; the caching allocator's figures and its
+// BatchNorm's batch counter on the device; LeNet training steps on cuda:0
+// against the CPU; copies between cpu, cuda:0 and cuda:1; cross-device errors; the caching allocator's figures and its
 // out-of-memory message. Runs on the simulator (ANVIL_CUDA=SIM) or a real GPU.
 #if defined(ANVIL_CUDA_BACKEND)
 #include <catch2/catch.hpp>
@@ -16,6 +16,7 @@
 #include "core/random.h"
 #include "core/storage.h"
 #include "core/tensor.h"
+#include "nn/layers.h"
 #include "nn/models.h"
 #include "nn/optim.h"
 #include "tests/cuda_test_util.h"
@@ -179,6 +180,27 @@ TEST_CASE("cuda ops: batch norm and cross-entropy match the CPU", "[cuda][ops]")
     CHECK_THROWS_WITH(cross_entropy(logits.to(kGpu), bad.to(kGpu)),
                       Contains("label 10 out of range"));
   }
+}
+
+TEST_CASE("cuda: BatchNorm2d counts its batches on the buffer's device", "[cuda][nn]") {
+  if (!cuda_test::have_device()) return;
+  nn::BatchNorm2d bn(3);
+  bn.to(kGpu);
+  REQUIRE(bn.num_batches_tracked.device() == kGpu);
+  // A value that needs more than 32 bits, as a loaded checkpoint might hold.
+  const int64_t start = (int64_t(1) << 36) + 5;
+  bn.num_batches_tracked.copy_(Tensor::from_vector(std::vector<int64_t>{start}, {}));
+  Tensor x = uniform({2, 3, 4, 4}, 60).to(kGpu);
+  bn(x);
+  bn(x);
+  bn.eval();
+  bn(x);  // eval does not count
+  bn.train();
+  bn(x);
+  CHECK(bn.num_batches_tracked.device() == kGpu);
+  CHECK(bn.num_batches_tracked.to_int_vector() == std::vector<int64_t>{start + 3});
+  CHECK_THROWS_WITH(add_int64_(bn.running_mean, 1),
+                    Contains("add_int64_: counter must be int64, got float32"));
 }
 
 TEST_CASE("cuda: LeNet SGD steps on cuda:0 give the CPU's losses and weights", "[cuda][nn]") {

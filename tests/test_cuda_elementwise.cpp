@@ -1,6 +1,6 @@
 // kernels/cuda elementwise kernels (elementwise.cu) against the CPU kernels:
 // ragged sizes (0, 1, 7, 1000, 4097), in-place use (the output aliasing an
-// input), relu at exactly 0 and NaN, fill of every dtype, the per-channel
+// input), relu at exactly 0 and NaN, fill of every dtype, the int64 add, the per-channel
 // bias. Every device buffer is 3 elements longer than n and the tail holds a
 // sentinel, so a kernel writing past n shows. Runs on the simulator
 // (ANVIL_CUDA=SIM) or on a real GPU when there is one.
@@ -185,6 +185,22 @@ TEST_CASE("cuda fill writes exactly n elements of each dtype", "[cuda][elementwi
       REQUIRE(d.to_host() == want);
     }
   }
+}
+
+TEST_CASE("cuda add_scalar adds to exactly n int64 elements, all 64 bits", "[cuda][elementwise]") {
+  if (!cuda_test::have_device()) return;
+  for (int64_t n : kSizes) {
+    INFO("n = " << n);
+    const size_t len = size_t(n) + kTail;
+    std::vector<int64_t> start(len), want(len);
+    for (size_t i = 0; i < len; ++i) start[i] = (int64_t(1) << 40) * int64_t(i % 5) - int64_t(i);
+    for (size_t i = 0; i < len; ++i) want[i] = start[i] + (i < size_t(n) ? (int64_t(3) << 33) : 0);
+    DeviceBuffer<int64_t> d(start);
+    anvil::cuda::add_scalar(n, int64_t(3) << 33, d.ptr, nullptr);
+    REQUIRE(d.to_host() == want);
+  }
+  CHECK_THROWS_WITH(anvil::cuda::add_scalar(-1, 1, nullptr, nullptr),
+                    Catch::Contains("add_scalar"));
 }
 
 TEST_CASE("cuda add_channel_bias matches the CPU on ragged shapes, in place too",

@@ -29,6 +29,11 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void add_scalar_int64(const Tensor& dst, int64_t value) override {
+    int64_t* y = dst.data<int64_t>();
+    for (int64_t i = 0; i < dst.numel(); ++i) y[i] += value;
+  }
+
   void gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tensor& b, float beta,
             const Tensor& y) override {
     int64_t M = y.size(0), N = y.size(1);

@@ -53,6 +53,11 @@ class CudaBackend final : public Backend {
     }
   }
 
+  void add_scalar_int64(const Tensor& dst, int64_t value) override {
+    activate();
+    cuda::add_scalar(dst.numel(), value, dst.data<int64_t>(), stream_);
+  }
+
   void gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tensor& b, float beta,
             const Tensor& y) override {
     activate();

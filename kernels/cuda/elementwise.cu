@@ -1,5 +1,5 @@
 // Elementwise kernels: relu forward/backward, add, mul, axpy, scale, fill
-// (float, int64, uint8) and the per-channel bias add.
+// (float, int64, uint8), an int64 counter increment and the per-channel bias add.
 //
 // Thread -> data mapping: one flat index space [0, n), walked by a
 // grid-stride loop. Thread t of block b starts at element b*blockDim + t and
@@ -89,6 +89,12 @@ __global__ void fill_kernel(int64_t n, T value, T* y) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = value;
 }
 
+// y += value over int64: counters such as BatchNorm's num_batches_tracked,
+// advanced on the device so that no step waits on a device-to-host read.
+__global__ void add_scalar_kernel(int64_t n, int64_t value, int64_t* y) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] += value;
+}
+
 // y[outer, C, inner] = x + bias[C]: the same flat walk over all
 // outer*C*inner elements (coalesced in x and y); the channel of element i is
 // (i / inner) % C, and bias (C floats) stays in cache. Index is int when the
@@ -160,6 +166,12 @@ void fill(int64_t n, uint8_t value, uint8_t* y, cudaStream_t stream) {
   check_n(n, "fill");
   if (n == 0) return;
   launch(fill_kernel<uint8_t>, grid_for(n), dim3(kBlock), 0, stream, n, value, y);
+}
+
+void add_scalar(int64_t n, int64_t value, int64_t* y, cudaStream_t stream) {
+  check_n(n, "add_scalar");
+  if (n == 0) return;
+  launch(add_scalar_kernel, grid_for(n), dim3(kBlock), 0, stream, n, value, y);
 }
 
 void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, const float* bias,
