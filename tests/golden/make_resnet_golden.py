@@ -4,11 +4,8 @@ PyTorch's answers for the two ResNet-18 variants of the seed documents.
 
 Run with Debian's python3-torch (CPU):  /usr/bin/python3 tests/golden/make_resnet_golden.py
 
-The modules below are the seeds' PyTorch code, re-typed: d2l's Residual
-(conv1, conv2, optional conv3, bn1, bn2; y = relu(bn2(conv2(relu(bn1(conv1(x)))))
-+ shortcut)) in both its forms, the explicit-channel one of d2l 0.17 that seeds
-002/004 use and the Lazy one of d2l 1.0 that seed 000's 96x96 variant uses, so
-that the state-dict names below are what PyTorch itself produces.
+The modules are the seeds' PyTorch code, re-typed in seed_models.py, so that
+the state-dict names below are what PyTorch itself produces.
 
 Contents:
   state_dicts   {model: [[name, shape, dtype], ...]} of resnet18(10) and
@@ -35,103 +32,13 @@ import math
 import os
 
 import torch
-from torch import nn
 from torch.nn import functional as F
+
+from seed_models import d2l_v0, resnet18, resnet18_96
 
 torch.set_default_dtype(torch.float32)
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "resnet_golden.json")
-
-
-# ---------------------------------------------------------------- the seeds' modules
-
-class d2l_v0:  # noqa: N801  a namespace, so that print(model) says "Residual"
-    class Residual(nn.Module):
-        """d2l 0.17's Residual, as seeds 002 and 004 call it."""
-
-        def __init__(self, input_channels, num_channels, use_1x1conv=False, strides=1):
-            super().__init__()
-            self.conv1 = nn.Conv2d(input_channels, num_channels, kernel_size=3, padding=1,
-                                   stride=strides)
-            self.conv2 = nn.Conv2d(num_channels, num_channels, kernel_size=3, padding=1)
-            self.conv3 = (nn.Conv2d(input_channels, num_channels, kernel_size=1,
-                                    stride=strides) if use_1x1conv else None)
-            self.bn1 = nn.BatchNorm2d(num_channels)
-            self.bn2 = nn.BatchNorm2d(num_channels)
-
-        def forward(self, X):
-            Y = F.relu(self.bn1(self.conv1(X)))
-            Y = self.bn2(self.conv2(Y))
-            if self.conv3:
-                X = self.conv3(X)
-            Y += X
-            return F.relu(Y)
-
-
-class d2l_v1:  # noqa: N801
-    class Residual(nn.Module):
-        """d2l 1.0's Residual (input channels inferred), as seed 000 calls it."""
-
-        def __init__(self, num_channels, use_1x1conv=False, strides=1):
-            super().__init__()
-            self.conv1 = nn.LazyConv2d(num_channels, kernel_size=3, padding=1, stride=strides)
-            self.conv2 = nn.LazyConv2d(num_channels, kernel_size=3, padding=1)
-            self.conv3 = (nn.LazyConv2d(num_channels, kernel_size=1, stride=strides)
-                          if use_1x1conv else None)
-            self.bn1 = nn.LazyBatchNorm2d()
-            self.bn2 = nn.LazyBatchNorm2d()
-
-        forward = d2l_v0.Residual.forward
-
-
-def resnet18(num_classes, in_channels=1, widths=(64, 128, 256, 512)):
-    """Seeds 002/004 (d2l's 'slightly modified ResNet-18'); widths added for tests."""
-    def resnet_block(in_channels, out_channels, num_residuals, first_block=False):
-        blk = []
-        for i in range(num_residuals):
-            if i == 0 and not first_block:
-                blk.append(d2l_v0.Residual(in_channels, out_channels, use_1x1conv=True,
-                                          strides=2))
-            else:
-                blk.append(d2l_v0.Residual(out_channels, out_channels))
-        return nn.Sequential(*blk)
-
-    w1, w2, w3, w4 = widths
-    net = nn.Sequential(
-        nn.Conv2d(in_channels, w1, kernel_size=3, stride=1, padding=1),
-        nn.BatchNorm2d(w1),
-        nn.ReLU())
-    net.add_module("resnet_block1", resnet_block(w1, w1, 2, first_block=True))
-    net.add_module("resnet_block2", resnet_block(w1, w2, 2))
-    net.add_module("resnet_block3", resnet_block(w2, w3, 2))
-    net.add_module("resnet_block4", resnet_block(w3, w4, 2))
-    net.add_module("global_avg_pool", nn.AdaptiveAvgPool2d((1, 1)))
-    net.add_module("fc", nn.Sequential(nn.Flatten(), nn.Linear(w4, num_classes)))
-    return net
-
-
-def resnet18_96(num_classes, in_channels=1):
-    """Seed 000's ResNet-18 for Fashion-MNIST resized to 96x96 (7x7 stem, max pool)."""
-    def resnet_block(in_channels, out_channels, num_residuals, first_block=False):
-        blk = []
-        for i in range(num_residuals):
-            if i == 0 and not first_block:
-                blk.append(d2l_v1.Residual(out_channels, use_1x1conv=True, strides=2))
-            else:
-                blk.append(d2l_v1.Residual(out_channels))
-        return blk
-
-    net = nn.Sequential(
-        nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3),
-        nn.BatchNorm2d(64), nn.ReLU(),
-        nn.MaxPool2d(kernel_size=3, stride=2, padding=1))
-    net.add_module("resnet_block1", nn.Sequential(*resnet_block(64, 64, 2, first_block=True)))
-    net.add_module("resnet_block2", nn.Sequential(*resnet_block(64, 128, 2)))
-    net.add_module("resnet_block3", nn.Sequential(*resnet_block(128, 256, 2)))
-    net.add_module("resnet_block4", nn.Sequential(*resnet_block(256, 512, 2)))
-    net.add_module("global_avg_pool", nn.AdaptiveAvgPool2d((1, 1)))
-    net.add_module("fc", nn.Sequential(nn.Flatten(), nn.Linear(512, num_classes)))
-    return net
 
 
 # ---------------------------------------------------------------- deterministic values

@@ -1,0 +1,119 @@
+#!/usr/bin/python3
+"""PyTorch evaluates an anvil model on the Fashion-MNIST test set: an independent
+check of anvil-train's test accuracy, and proof that its files load into the
+seeds' PyTorch modules with load_state_dict(strict=True).
+
+    /usr/bin/python3 scripts/torch_eval.py FILE [--model lenet|resnet18|resnet18-96]
+                                                [--resize N] [--normalize]
+
+FILE is what anvil-train writes: a --save weights file, or a --checkpoint file,
+whose "model." tensors are the weights and whose trainer.state holds the run's
+settings (model, resize, normalize) and its per-epoch history, so that nothing
+but FILE is needed and the script reports anvil's own figure beside PyTorch's.
+Inputs are prepared as anvil-train prepares test images: pixels / 255,
+bilinear resize (F.interpolate, align_corners=False), then normalisation with
+the mean and (population) std of the images the run trained on.
+
+Reads safetensors with struct + json: no package beyond Debian's python3-torch.
+"""
+import argparse
+import gzip
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "golden"))
+from seed_models import lenet, resnet18, resnet18_96  # noqa: E402
+
+MODELS = {"lenet": lenet, "resnet18": resnet18, "resnet18-96": resnet18_96}
+DTYPES = {"F32": torch.float32, "I64": torch.int64, "U8": torch.uint8}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    tensors = {}
+    for key, v in header.items():
+        if key == "__metadata__":
+            continue
+        begin, end = v["data_offsets"]
+        tensors[key] = torch.frombuffer(bytearray(data[begin:end]),
+                                        dtype=DTYPES[v["dtype"]]).reshape(v["shape"])
+    return tensors
+
+
+def read_idx(directory, name, offset):
+    with gzip.open(os.path.join(directory, name)) as f:
+        return np.frombuffer(f.read()[offset:], np.uint8)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("file")
+    ap.add_argument("--model", choices=sorted(MODELS), help="default: the checkpoint's, else lenet")
+    ap.add_argument("--resize", type=int, help="default: the checkpoint's, else 0 (keep 28x28)")
+    ap.add_argument("--normalize", action="store_true", default=None,
+                    help="default: the checkpoint's, else off")
+    ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    args = ap.parse_args()
+
+    tensors = read_safetensors(args.file)
+    settings, history = {}, []
+    if "trainer.state" in tensors:  # an anvil-train --checkpoint file
+        state = json.loads(tensors.pop("trainer.state").numpy().tobytes().decode())
+        settings = state["info"].get("settings", {})
+        history = state["info"].get("history", [])
+        tensors = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    model = args.model or settings.get("model", "lenet")
+    resize = args.resize if args.resize is not None else settings.get("resize", 0)
+    normalize = args.normalize if args.normalize is not None else settings.get("normalize", False)
+    if model == "resnet18-96":
+        resize = 96
+
+    net = MODELS[model](10)
+    net.load_state_dict(tensors, strict=True)
+    net.eval()
+
+    x = read_idx(args.data_dir, "t10k-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
+    y = read_idx(args.data_dir, "t10k-labels-idx1-ubyte.gz", 8)
+    mean = std = None
+    if normalize:
+        # The statistics of the images the run trained on (--limit-train: the first N).
+        train = read_idx(args.data_dir, "train-images-idx3-ubyte.gz", 16)
+        limit = settings.get("limit-train", 0)
+        if limit:
+            train = train[:limit * 28 * 28]
+        train = train.astype(np.float64) / 255
+        mean, std = train.mean(), train.std()
+    correct = 0
+    with torch.no_grad():
+        for begin in range(0, len(y), 500):
+            batch = torch.tensor(x[begin:begin + 500], dtype=torch.float32) / 255
+            if resize:
+                batch = F.interpolate(batch, size=(resize, resize), mode="bilinear",
+                                      align_corners=False, antialias=False)
+            if normalize:
+                batch = (batch - mean) / std
+            pred = net(batch).argmax(1).numpy()
+            correct += int((pred == y[begin:begin + 500]).sum())
+    what = f"{model}, resize {resize or 'none'}, normalize {'on' if normalize else 'off'}"
+    if normalize:
+        what += f" (mean {mean:.4f}, std {std:.4f})"
+    print(f"{args.file}: {what}; loaded with strict=True")
+    print(f"PyTorch {torch.__version__} test accuracy: {correct / len(y):.4f} ({correct}/{len(y)})")
+    if history:
+        last = history[-1]
+        print(f"anvil-train's test accuracy after epoch {last['epoch']}: {last['test_acc']:.4f}")
+
+
+if __name__ == "__main__":
+    main()
