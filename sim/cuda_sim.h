@@ -351,6 +351,14 @@ enum class StreamMode { kDeferred, kEager };
 void set_stream_mode(StreamMode mode);
 StreamMode stream_mode();
 
+// How many blocking calls so far (cudaDeviceSynchronize, cudaStreamSynchronize,
+// cudaEventSynchronize, cudaMemcpy, cudaMemset, cudaMemcpyAsync into pageable
+// host memory) found device work still queued, so that on a GPU the host would
+// wait and the device then idle until the host issued more. Counted in the
+// deferred stream mode (the default; eager mode runs work as it is queued).
+// Tests use it to keep such waits out of the training step.
+uint64_t host_waits();
+
 // Limits the launch enforces (a compute-capability 8.x/9.x device's).
 constexpr unsigned kMaxThreadsPerBlock = 1024;
 constexpr size_t kMaxDynamicShared = 48 * 1024;

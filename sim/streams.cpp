@@ -108,6 +108,9 @@ std::atomic<anvil::sim::StreamMode>& mode_setting() {
 }
 bool eager() { return mode_setting().load() == anvil::sim::StreamMode::kEager; }
 
+// Blocking calls that found device work still to run (anvil::sim::host_waits).
+std::atomic<uint64_t> host_wait_count{0};
+
 // The first failure among the work one call runs.
 struct Outcome {
   std::string error;
@@ -220,12 +223,24 @@ void run_until(CUstream_st& s, uint64_t until, Outcome& out) {
 
 using Targets = std::vector<std::pair<StreamPtr, uint64_t>>;  // run each up to its item
 
+// Whether the calling runtime function blocks the host on a GPU (a query
+// does not: in the simulator it runs the work it asks about, a GPU would not wait).
+enum class HostBlocks { kNo, kYes };
+
 // Runs the targets (the call's synchronisation) and returns the first failure
-// among the work it ran and the targets' failures from eager runs.
-cudaError_t synchronise(const Targets& targets) {
+// among the work it ran and the targets' failures from eager runs. A blocking
+// call that finds work still queued is counted: on a GPU the host would wait
+// for that work and the device would then sit idle until the host issued more.
+cudaError_t synchronise(const Targets& targets, HostBlocks blocks = HostBlocks::kNo) {
   Outcome out;
   {
     std::lock_guard running(reg().running);
+    if (blocks == HostBlocks::kYes) {
+      std::lock_guard lock(reg().mutex);
+      if (std::any_of(targets.begin(), targets.end(),
+                      [](const auto& t) { return t.second > t.first->completed; }))
+        host_wait_count.fetch_add(1, std::memory_order_relaxed);
+    }
     for (const auto& [s, until] : targets) run_until(*s, until, out);
     std::lock_guard lock(reg().mutex);
     for (const auto& [s, until] : targets) {
@@ -267,7 +282,7 @@ cudaError_t synchronise_legacy(std::initializer_list<const void*> pointers) {
     std::lock_guard lock(reg().mutex);
     for (int d : devices) add_device(targets, d, true);
   }
-  return synchronise(targets);
+  return synchronise(targets, HostBlocks::kYes);
 }
 
 // Queues w on the stream `handle` names; in eager mode runs it at once.
@@ -328,6 +343,8 @@ cudaError_t detail::drain_all_devices() {
 void set_stream_mode(StreamMode mode) { mode_setting().store(mode); }
 StreamMode stream_mode() { return mode_setting().load(); }
 
+uint64_t host_waits() { return host_wait_count.load(std::memory_order_relaxed); }
+
 }  // namespace anvil::sim
 
 namespace anvil_sim_rt {
@@ -367,7 +384,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   const bool wait_here = dst_host && !is_pinned(dst, bytes);
   auto [s, seq] = enqueue(stream, std::move(w));
   if (!s) return unknown_stream("cudaMemcpyAsync");
-  return wait_here ? synchronise(Targets{{s, seq}}) : cudaSuccess;
+  return wait_here ? synchronise(Targets{{s, seq}}, HostBlocks::kYes) : cudaSuccess;
 }
 
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
@@ -398,7 +415,7 @@ cudaError_t cudaDeviceSynchronize() {
     std::lock_guard lock(reg().mutex);
     add_device(targets, anvil::sim::detail::current_device(), false);
   }
-  return synchronise(targets);
+  return synchronise(targets, HostBlocks::kYes);
 }
 
 // ---- streams ----
@@ -444,7 +461,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     else
       targets.emplace_back(s, s->queued);
   }
-  return synchronise(targets);
+  return synchronise(targets, HostBlocks::kYes);
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
@@ -560,7 +577,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     if (!e->stream) return cudaSuccess;  // never recorded: nothing to wait for
     targets.emplace_back(e->stream, e->seq);
   }
-  return synchronise(targets);
+  return synchronise(targets, HostBlocks::kYes);
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {

@@ -518,4 +518,45 @@ TEST_CASE("cuda: a tiny ResNet-18 forward, backward and SGD step on cuda:0 match
     cuda_test::require_close(sg[i].second.to_vector(), sc[i].second.to_vector(), 1e-4f, 1e-5f);
   }
 }
+
+#if defined(ANVIL_CUDA_SIM)
+// Each time the host waits for the GPU, the GPU's queue runs dry and the next
+// kernels start only after the host has issued them. A training step should
+// wait a fixed few times, however deep the model: a wait per layer (as when
+// BatchNorm read its batch counter back to the host) would show here as a
+// count that grows with the depth. The simulator counts the waits.
+TEST_CASE("cuda: a training step waits for the device as often for ResNet-18 as for LeNet",
+          "[cuda][nn][resnet]") {
+  if (!cuda_test::have_device()) return;
+  const Device gpu = Device::cuda(0);
+  // Host waits of one step (forward, cross-entropy, backward, SGD with
+  // momentum) after a first step that has created the momentum buffers.
+  auto step_waits = [&](nn::Module& net, const Tensor& x, const Tensor& labels) {
+    net.to(gpu);
+    optim::SGD sgd(net.parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
+    uint64_t waits = 0;
+    for (int step = 0; step < 2; ++step) {
+      const uint64_t before = anvil::sim::host_waits();
+      Tensor loss = cross_entropy(net(x.to(gpu)), labels.to(gpu));
+      sgd.zero_grad();
+      loss.backward();
+      sgd.step();
+      waits = anvil::sim::host_waits() - before;
+    }
+    return waits;
+  };
+  Tensor labels = Tensor::from_vector(std::vector<int64_t>{2, 0}, {2});
+  auto resnet = models::resnet18({.widths = {2, 4, 4, 4}, .num_classes = 3}, models::Init::Default);
+  fill_deterministic(*resnet, 72);
+  const uint64_t resnet_waits = step_waits(*resnet, det_tensor({2, 1, 8, 8}, 73, 0, 1), labels);
+  auto lenet = models::lenet(models::Init::Default);
+  fill_deterministic(*lenet, 74);
+  const uint64_t lenet_waits = step_waits(*lenet, det_tensor({2, 1, 28, 28}, 75, 0, 1), labels);
+  CHECK(resnet_waits == lenet_waits);
+  // The three the op layer has today, all in cross_entropy: the label range
+  // check, the mean of the per-example losses and, in backward, the incoming
+  // gradient read back to scale the softmax gradient.
+  CHECK(resnet_waits == 3);
+}
+#endif
 #endif
