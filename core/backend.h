@@ -51,7 +51,13 @@ class Backend {
                                 const Tensor& bias, const Tensor& y) = 0;
   virtual void channel_sum(int64_t outer, int64_t C, int64_t inner, const Tensor& dy,
                            const Tensor& db) = 0;
-  virtual double sum(const Tensor& x) = 0;
+  // out[0] = scale * sum of x, written on the device: out is a one-element
+  // float tensor on x's device, so that nothing waits for the result.
+  virtual void sum(const Tensor& x, double scale, const Tensor& out) = 0;
+  // y[i] = alpha * scalar[0] for every element of y (scalar: one float on y's
+  // device, not overlapping y): a loss's incoming gradient spread over the
+  // batch without reading it back to the host.
+  virtual void broadcast_scalar(const Tensor& scalar, float alpha, const Tensor& y) = 0;
 
   virtual void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
                                              const Tensor& loss, const Tensor& probs) = 0;

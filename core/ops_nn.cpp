@@ -229,18 +229,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduc
   Tensor probs = like(logits);
   be.softmax_cross_entropy_forward(logits, labels, loss, probs);
   Tensor out = loss;
+  // The mean's 1/N (nan for an empty batch, as in PyTorch) and its gradient
+  // stay on the device: nothing here waits for the GPU.
+  const double scale = reduction == Reduction::Mean ? 1.0 / double(N) : 1.0;
   if (reduction != Reduction::None) {
-    double total = be.sum(loss);
-    if (reduction == Reduction::Mean) total /= double(N);  // nan for an empty batch
-    out = Tensor::full({}, total, DType::Float32, logits.device());
+    out = Tensor::empty({}, DType::Float32, logits.device());
+    be.sum(loss, scale, out);
   }
   if (any_requires_grad({&logits})) {
     record(out, "CrossEntropyBackward", {&logits}, [=](const Tensor& g) {
       Tensor dloss = g;
       if (reduction != Reduction::None) {
-        double v = g.item();
-        if (reduction == Reduction::Mean) v /= double(N);
-        dloss = Tensor::full({N}, v, DType::Float32, g.device());
+        dloss = Tensor::empty({N}, DType::Float32, g.device());
+        backend(g).broadcast_scalar(g, static_cast<float>(scale), dloss);
       }
       Tensor dlogits = like(probs);
       backend(g).softmax_cross_entropy_backward(probs, labels, dloss, dlogits);
@@ -254,14 +255,16 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduc
 
 static Tensor reduce_all(const char* op, const Tensor& x, bool average) {
   check_float(op, "input", x);
-  double total = backend(x).sum(x);
-  double n = double(x.numel());  // mean of nothing is nan, as in PyTorch
-  Tensor y = Tensor::full({}, average ? total / n : total, DType::Float32, x.device());
+  // Result and gradient stay on the device. The mean of nothing is nan, as in PyTorch.
+  const double scale = average ? 1.0 / double(x.numel()) : 1.0;
+  Tensor y = Tensor::empty({}, DType::Float32, x.device());
+  backend(x).sum(x, scale, y);
   if (any_requires_grad({&x})) {
     Shape x_shape = x.shape();
     record(y, average ? "MeanBackward" : "SumBackward", {&x}, [=](const Tensor& g) {
-      double v = g.item();
-      return Grads{Tensor::full(x_shape, average ? v / n : v, DType::Float32, g.device())};
+      Tensor dx = Tensor::empty(x_shape, DType::Float32, g.device());
+      backend(g).broadcast_scalar(g, static_cast<float>(scale), dx);
+      return Grads{dx};
     });
   }
   return y;

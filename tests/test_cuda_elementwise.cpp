@@ -1,6 +1,6 @@
 // kernels/cuda elementwise kernels (elementwise.cu) against the CPU kernels:
 // ragged sizes (0, 1, 7, 1000, 4097), in-place use (the output aliasing an
-// input), relu at exactly 0 and NaN, fill of every dtype, the int64 add, the per-channel
+// input), relu at exactly 0 and NaN, fill of every dtype, the int64 add, the scalar broadcast, the per-channel
 // bias. Every device buffer is 3 elements longer than n and the tail holds a
 // sentinel, so a kernel writing past n shows. Runs on the simulator
 // (ANVIL_CUDA=SIM) or on a real GPU when there is one.
@@ -201,6 +201,22 @@ TEST_CASE("cuda add_scalar adds to exactly n int64 elements, all 64 bits", "[cud
   }
   CHECK_THROWS_WITH(anvil::cuda::add_scalar(-1, 1, nullptr, nullptr),
                     Catch::Contains("add_scalar"));
+}
+
+TEST_CASE("cuda broadcast_scalar writes alpha * x[0] to exactly n elements", "[cuda][elementwise]") {
+  if (!cuda_test::have_device()) return;
+  for (int64_t n : kSizes) {
+    INFO("n = " << n);
+    const size_t len = size_t(n) + kTail;
+    Vec want(len, kSentinel);
+    for (int64_t i = 0; i < n; ++i) want[size_t(i)] = 0.25f * -6.5f;
+    DeviceBuffer<float> x(Vec{-6.5f, 99.0f});  // only x[0] is read
+    DeviceBuffer<float> d(Vec(len, kSentinel));
+    anvil::cuda::broadcast_scalar(n, 0.25f, x.ptr, d.ptr, nullptr);
+    require_match(d.to_host(), want, 0.0f, 0.0f);
+  }
+  CHECK_THROWS_WITH(anvil::cuda::broadcast_scalar(-1, 1.0f, nullptr, nullptr, nullptr),
+                    Catch::Contains("broadcast_scalar"));
 }
 
 TEST_CASE("cuda add_channel_bias matches the CPU on ragged shapes, in place too",

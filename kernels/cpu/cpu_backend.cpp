@@ -95,7 +95,12 @@ class CpuBackend final : public Backend {
                    const Tensor& db) override {
     cpu::channel_sum(outer, C, inner, f(dy), f(db));
   }
-  double sum(const Tensor& x) override { return cpu::sum(x.numel(), f(x)); }
+  void sum(const Tensor& x, double scale, const Tensor& out) override {
+    f(out)[0] = static_cast<float>(double(cpu::sum(x.numel(), f(x))) * scale);
+  }
+  void broadcast_scalar(const Tensor& scalar, float alpha, const Tensor& y) override {
+    cpu::fill(y.numel(), alpha * f(scalar)[0], f(y));
+  }
 
   void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
                                      const Tensor& loss, const Tensor& probs) override {

@@ -139,15 +139,15 @@ class CudaBackend final : public Backend {
     activate();
     cuda::channel_sum(outer, C, inner, f(dy), f(db), stream_);
   }
-  double sum(const Tensor& x) override {
+  void sum(const Tensor& x, double scale, const Tensor& out) override {
     activate();
-    Tensor ws = workspace(sum_workspace_floats(kBestSum, x.numel()) + 1);
-    cuda::sum(kBestSum, x.numel(), f(x), f(ws), f(ws) + 1, stream_);
-    float out = 0;
-    check(cudaMemcpyAsync(&out, f(ws), sizeof out, cudaMemcpyDeviceToHost, stream_),
-          "cudaMemcpyAsync");
-    wait();
-    return out;
+    Tensor ws = workspace(sum_workspace_floats(kBestSum, x.numel()));
+    cuda::sum(kBestSum, x.numel(), f(x), f(out), f(ws), stream_);
+    if (scale != 1.0) cuda::scale(1, static_cast<float>(scale), f(out), f(out), stream_);
+  }
+  void broadcast_scalar(const Tensor& scalar, float alpha, const Tensor& y) override {
+    activate();
+    cuda::broadcast_scalar(y.numel(), alpha, f(scalar), f(y), stream_);
   }
 
   void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,

@@ -76,6 +76,8 @@ void fill(int64_t n, int64_t value, int64_t* y, cudaStream_t stream);
 void fill(int64_t n, uint8_t value, uint8_t* y, cudaStream_t stream);
 // y += value (int64 counters)
 void add_scalar(int64_t n, int64_t value, int64_t* y, cudaStream_t stream);
+// y[i] = alpha * x[0] for i < n (x: one float of device memory, outside y)
+void broadcast_scalar(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream);
 // y[outer, C, inner] = x + bias[C]
 void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, const float* bias,
                       float* y, cudaStream_t stream);

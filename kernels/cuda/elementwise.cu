@@ -1,5 +1,6 @@
 // Elementwise kernels: relu forward/backward, add, mul, axpy, scale, fill
-// (float, int64, uint8), an int64 counter increment and the per-channel bias add.
+// (float, int64, uint8), an int64 counter increment, a device scalar spread
+// over a tensor and the per-channel bias add.
 //
 // Thread -> data mapping: one flat index space [0, n), walked by a
 // grid-stride loop. Thread t of block b starts at element b*blockDim + t and
@@ -95,6 +96,15 @@ __global__ void add_scalar_kernel(int64_t n, int64_t value, int64_t* y) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] += value;
 }
 
+// y = alpha * x[0]: a scalar that lives on the device (a loss's incoming
+// gradient) spread over y with no round trip to the host. Every thread reads
+// x[0] (one cached load); x must not lie inside y, or a thread could read it
+// after another has overwritten it.
+__global__ void broadcast_scalar_kernel(int64_t n, float alpha, const float* x, float* y) {
+  const float value = alpha * x[0];
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = value;
+}
+
 // y[outer, C, inner] = x + bias[C]: the same flat walk over all
 // outer*C*inner elements (coalesced in x and y); the channel of element i is
 // (i / inner) % C, and bias (C floats) stays in cache. Index is int when the
@@ -172,6 +182,12 @@ void add_scalar(int64_t n, int64_t value, int64_t* y, cudaStream_t stream) {
   check_n(n, "add_scalar");
   if (n == 0) return;
   launch(add_scalar_kernel, grid_for(n), dim3(kBlock), 0, stream, n, value, y);
+}
+
+void broadcast_scalar(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream) {
+  check_n(n, "broadcast_scalar");
+  if (n == 0) return;
+  launch(broadcast_scalar_kernel, grid_for(n), dim3(kBlock), 0, stream, n, alpha, x, y);
 }
 
 void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, const float* bias,
