@@ -92,14 +92,24 @@ CLI::Validator number_at_least(double min, bool inclusive) {
       inclusive ? "NONNEGATIVE" : "POSITIVE");
 }
 
-void print_progress(int64_t done, int64_t total, const train::EpochStats& s) {
-  constexpr int kWidth = 30;
-  int filled = int(kWidth * done / std::max<int64_t>(total, 1));
-  std::string bar(size_t(filled), '#');
-  bar.resize(kWidth, '.');
-  std::cout << fmt::format("\r  [{}] {}/{} loss {:.4f} acc {:.3f} {:.0f} img/s", bar, done, total,
-                           s.loss, s.accuracy, s.images_per_second())
-            << std::flush;
+// Progress on a terminal: a bar redrawn in place, at most five times a
+// second (reading the running figures waits for the device, see
+// train::EpochProgress), and always for the last batch.
+train::Progress bar_progress() {
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>();
+  return [last](const train::EpochProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (p.done != p.total && now - *last < std::chrono::milliseconds(200)) return;
+    *last = now;
+    constexpr int kWidth = 30;
+    int filled = int(kWidth * p.done / std::max<int64_t>(p.total, 1));
+    std::string bar(size_t(filled), '#');
+    bar.resize(kWidth, '.');
+    const train::EpochStats s = p.stats();
+    std::cout << fmt::format("\r  [{}] {}/{} loss {:.4f} acc {:.3f} {:.0f} img/s", bar, p.done,
+                             p.total, s.loss, s.accuracy, s.images_per_second())
+              << std::flush;
+  };
 }
 
 // Progress for a log file (stdout not a terminal): no bar redrawn in place,
@@ -108,12 +118,13 @@ void print_progress(int64_t done, int64_t total, const train::EpochStats& s) {
 train::Progress log_progress() {
   auto last = std::make_shared<std::chrono::steady_clock::time_point>(
       std::chrono::steady_clock::now());
-  return [last](int64_t done, int64_t total, const train::EpochStats& s) {
+  return [last](const train::EpochProgress& p) {
     const auto now = std::chrono::steady_clock::now();
-    if (done == total || now - *last < std::chrono::seconds(60)) return;
+    if (p.done == p.total || now - *last < std::chrono::seconds(60)) return;
     *last = now;
-    std::cout << fmt::format("  batch {}/{}: loss {:.4f}, acc {:.3f}, {:.0f} img/s\n", done,
-                             total, s.loss, s.accuracy, s.images_per_second())
+    const train::EpochStats s = p.stats();
+    std::cout << fmt::format("  batch {}/{}: loss {:.4f}, acc {:.3f}, {:.0f} img/s\n", p.done,
+                             p.total, s.loss, s.accuracy, s.images_per_second())
               << std::flush;
   };
 }
@@ -313,7 +324,7 @@ int run(const Options& o) {
     train::EpochOptions epoch_options;
     epoch_options.schedule = &schedule;
     epoch_options.epoch = uint64_t(epoch - 1);  // the loader's epochs count from 0
-    epoch_options.progress = tty ? train::Progress(print_progress) : log_progress();
+    epoch_options.progress = tty ? bar_progress() : log_progress();
     train::EpochStats tr = train::train_epoch(*model, optimizer, train_loader, device, epoch_options);
     if (tty) std::cout << "\r\033[K";
     test = train::evaluate(*model, test_loader, device);

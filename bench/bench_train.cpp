@@ -12,8 +12,9 @@
 //     float tensor (pixel / 255, as the DataLoader does; resized once up front
 //     for resnet18-96); every step takes a zero-copy narrow() of it, so only
 //     the training step is timed: forward, cross-entropy, zero_grad,
-//     backward, SGD step and loss.item(), which is what train::train_epoch
-//     does per batch, minus its accuracy bookkeeping.
+//     backward, SGD step and loss.item(): train::train_epoch's step, except
+//     that it adds the loss and the correct predictions to running totals
+//     instead of reading the loss (on the CPU the two cost the same).
 //  2. Reports anvil's images/s (and the seconds an epoch of 60,000 images
 //     would take) over --batches batches after --warmup batches (or over
 //     --epochs whole epochs), per repeat. The model is models::create(--model)

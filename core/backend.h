@@ -63,6 +63,11 @@ class Backend {
                                              const Tensor& loss, const Tensor& probs) = 0;
   virtual void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
                                               const Tensor& dloss, const Tensor& dlogits) = 0;
+  // counter[0] (int64, on the logits' device) += the rows of logits[N, C]
+  // whose first largest logit is at their label: a batch's correct
+  // predictions, added up on the device.
+  virtual void count_correct(const Tensor& logits, const Tensor& labels,
+                             const Tensor& counter) = 0;
   // Smallest and largest label, for range checks (labels are int64, numel >= 1).
   virtual std::pair<int64_t, int64_t> label_range(const Tensor& labels) = 0;
 

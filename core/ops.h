@@ -56,4 +56,12 @@ Tensor argmax_rows(const Tensor& x);
 // step on a GPU does not wait for the device.
 void add_int64_(const Tensor& counter, int64_t value);
 
+// Running totals of a training loop, kept on the device so that adding a
+// batch's figures does not wait for it (no autograd):
+// total += alpha * x, for float tensors of one shape (e.g. a loss scalar);
+void add_scaled_(const Tensor& total, const Tensor& x, double alpha);
+// counter (an int64 scalar) += the rows of logits[N, C] whose prediction (the
+// first largest logit) equals labels[N] (int64).
+void count_correct_(const Tensor& counter, const Tensor& logits, const Tensor& labels);
+
 }  // namespace anvil

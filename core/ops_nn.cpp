@@ -207,16 +207,25 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 
 // ---------------------------------------------------------------- losses
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction) {
-  check_float("cross_entropy", "logits", logits);
-  check_same_device("cross_entropy", {&logits, &labels});
+namespace {
+
+// A classifier's outputs: float32 logits [N, C] and int64 labels [N].
+void check_logits_and_labels(const char* op, const Tensor& logits, const Tensor& labels) {
+  check_float(op, "logits", logits);
   if (logits.dim() != 2)
-    throw std::invalid_argument(fmt::format("cross_entropy: logits must be [N, C], got {}",
-                                            shape_str(logits.shape())));
-  if (labels.dtype() != DType::Int64 || labels.shape() != Shape{logits.size(0)})
     throw std::invalid_argument(
-        fmt::format("cross_entropy: labels must be int64 [{}], got {} {}", logits.size(0),
-                    dtype_name(labels.dtype()), shape_str(labels.shape())));
+        fmt::format("{}: logits must be [N, C], got {}", op, shape_str(logits.shape())));
+  if (labels.dtype() != DType::Int64 || labels.shape() != Shape{logits.size(0)})
+    throw std::invalid_argument(fmt::format("{}: labels must be int64 [{}], got {} {}", op,
+                                            logits.size(0), dtype_name(labels.dtype()),
+                                            shape_str(labels.shape())));
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction) {
+  check_same_device("cross_entropy", {&logits, &labels});
+  check_logits_and_labels("cross_entropy", logits, labels);
   int64_t N = logits.size(0), C = logits.size(1);
   Backend& be = backend(logits);
   if (N > 0) {
@@ -297,6 +306,30 @@ void add_int64_(const Tensor& counter, int64_t value) {
     throw std::invalid_argument(
         fmt::format("add_int64_: counter must be int64, got {}", dtype_name(counter.dtype())));
   backend(counter).add_scalar_int64(counter, value);
+}
+
+void add_scaled_(const Tensor& total, const Tensor& x, double alpha) {
+  check_float("add_scaled_", "total", total);
+  check_float("add_scaled_", "x", x);
+  check_same_device("add_scaled_", {&total, &x});
+  if (total.shape() != x.shape())
+    throw std::invalid_argument(fmt::format("add_scaled_: total is {} but x is {}",
+                                            shape_str(total.shape()), shape_str(x.shape())));
+  backend(total).axpy(static_cast<float>(alpha), x, total);
+}
+
+void count_correct_(const Tensor& counter, const Tensor& logits, const Tensor& labels) {
+  check_same_device("count_correct_", {&counter, &logits, &labels});
+  check_logits_and_labels("count_correct_", logits, labels);
+  if (logits.size(1) < 1)
+    throw std::invalid_argument(fmt::format("count_correct_: logits {} have no classes",
+                                            shape_str(logits.shape())));
+  if (!counter.defined()) throw std::invalid_argument("count_correct_: counter is undefined");
+  if (counter.dtype() != DType::Int64 || counter.numel() != 1)
+    throw std::invalid_argument(fmt::format("count_correct_: counter must be one int64, got {} {}",
+                                            dtype_name(counter.dtype()),
+                                            shape_str(counter.shape())));
+  backend(logits).count_correct(logits, labels, counter);
 }
 
 }  // namespace anvil

@@ -16,22 +16,40 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Compares on the host with the batch's own labels: no copy back from the device.
-int64_t count_correct(const Tensor& logits, const std::vector<int64_t>& labels) {
-  Tensor pred = argmax_rows(logits);
-  const int64_t* p = pred.data<int64_t>();
-  int64_t correct = 0;
-  for (size_t i = 0; i < labels.size(); ++i) correct += p[i] == labels[i];
-  return correct;
-}
+// The loss sum and correct count of an epoch so far, added up on the
+// batches' device: a step adds to them without waiting for the device, and
+// only stats() reads them back.
+class RunningTotals {
+ public:
+  explicit RunningTotals(Device device)
+      : loss_sum_(Tensor::zeros({}, DType::Float32, device)),
+        correct_(Tensor::zeros({}, DType::Int64, device)),
+        start_(Clock::now()) {}
 
-void finish(EpochStats& stats, double loss_sum, int64_t correct, Clock::time_point start) {
-  stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (stats.examples) {
-    stats.loss = loss_sum / double(stats.examples);
-    stats.accuracy = double(correct) / double(stats.examples);
+  // loss: the batch's loss as a scalar, weight times it is added (the batch
+  // size for a mean loss, 1 for a summed one).
+  void add(const Tensor& loss, double weight, const Tensor& logits, const Tensor& labels) {
+    add_scaled_(loss_sum_, loss.detach(), weight);
+    count_correct_(correct_, logits.detach(), labels);
+    examples_ += logits.size(0);
   }
-}
+
+  EpochStats stats() const {
+    EpochStats s;
+    s.examples = examples_;
+    s.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    if (examples_) {
+      s.loss = loss_sum_.item() / double(examples_);
+      s.accuracy = double(correct_.to(Device::cpu()).data<int64_t>()[0]) / double(examples_);
+    }
+    return s;
+  }
+
+ private:
+  Tensor loss_sum_, correct_;  // float32 and int64 scalars on the device
+  int64_t examples_ = 0;
+  Clock::time_point start_;
+};
 
 }  // namespace
 
@@ -43,10 +61,8 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
   data::DevicePrefetcher batches(loader, device);
   if (options.epoch) batches.start_epoch(*options.epoch);
   else batches.start_epoch();
-  EpochStats stats;
-  double loss_sum = 0;
-  int64_t correct = 0, done = 0;
-  auto start = Clock::now();
+  RunningTotals totals(device);
+  int64_t done = 0;
   data::DeviceBatch b;
   while (batches.next(b)) {
     const data::Batch& batch = b.host;
@@ -60,16 +76,14 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
     optimizer.zero_grad();
     loss.backward();
     optimizer.step();
-    loss_sum += loss.item() * double(batch.size);
-    correct += count_correct(logits, batch.labels);
-    stats.examples += batch.size;
+    totals.add(loss, double(batch.size), logits, y);
     ++done;
-    if (options.progress) {
-      finish(stats, loss_sum, correct, start);
-      options.progress(done, loader.num_batches(), stats);
-    }
+    if (options.progress)
+      options.progress({.done = done,
+                        .total = loader.num_batches(),
+                        .stats = [&totals] { return totals.stats(); }});
   }
-  finish(stats, loss_sum, correct, start);
+  EpochStats stats = totals.stats();
   stats.last_lr = optimizer.lr();
   return stats;
 }
@@ -87,21 +101,13 @@ EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device) 
   NoGradGuard no_grad;
   data::DevicePrefetcher batches(loader, device);
   batches.start_epoch();
-  EpochStats stats;
-  double loss_sum = 0;
-  int64_t correct = 0;
-  auto start = Clock::now();
+  RunningTotals totals(device);
   data::DeviceBatch b;
   while (batches.next(b)) {
-    const data::Batch& batch = b.host;
-    const Tensor& x = b.images;
-    const Tensor& y = b.labels;
-    Tensor logits = model(x);
-    loss_sum += cross_entropy(logits, y, Reduction::Sum).item();
-    correct += count_correct(logits, batch.labels);
-    stats.examples += batch.size;
+    Tensor logits = model(b.images);
+    totals.add(cross_entropy(logits, b.labels, Reduction::Sum), 1.0, logits, b.labels);
   }
-  finish(stats, loss_sum, correct, start);
+  EpochStats stats = totals.stats();
   model.train(was_training);
   return stats;
 }

@@ -24,8 +24,17 @@ struct EpochStats {
   double images_per_second() const { return seconds > 0 ? double(examples) / seconds : 0; }
 };
 
-// Called after each batch with (batches done, total batches, running stats).
-using Progress = std::function<void(int64_t, int64_t, const EpochStats&)>;
+// What a Progress callback is given after each batch. The running loss and
+// accuracy are summed on the batches' device; stats() reads them back, which
+// waits for the device, so a callback should call it only when it shows them
+// (a GPU that is waited for after every step idles while the host issues the
+// next one).
+struct EpochProgress {
+  int64_t done = 0;   // batches done
+  int64_t total = 0;  // batches in the epoch
+  std::function<EpochStats()> stats;
+};
+using Progress = std::function<void(const EpochProgress&)>;
 
 struct EpochOptions {
   Progress progress;

@@ -193,6 +193,9 @@ inline int atomicAdd(int* p, int v) {
 inline unsigned atomicAdd(unsigned* p, unsigned v) {
   return std::atomic_ref<unsigned>(*p).fetch_add(v, std::memory_order_relaxed);
 }
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  return std::atomic_ref<unsigned long long>(*p).fetch_add(v, std::memory_order_relaxed);
+}
 inline int atomicMax(int* p, int v) {
   std::atomic_ref<int> a(*p);
   int old = a.load(std::memory_order_relaxed);

@@ -203,6 +203,43 @@ TEST_CASE("cuda: BatchNorm2d counts its batches on the buffer's device", "[cuda]
                     Contains("add_int64_: counter must be int64, got float32"));
 }
 
+// The running totals of train::train_epoch: a loss sum and a correct count
+// that stay on the device from batch to batch.
+TEST_CASE("cuda ops: add_scaled_ and count_correct_ keep totals on the device as on the CPU",
+          "[cuda][ops]") {
+  if (!cuda_test::have_device()) return;
+  Tensor logits = uniform({37, 10}, 61);
+  std::vector<int64_t> label_values(37);
+  for (size_t i = 0; i < label_values.size(); ++i) label_values[i] = int64_t(i * 3 % 10);
+  Tensor labels = Tensor::from_vector(label_values, {37});
+  Tensor pred = argmax_rows(logits);
+  int64_t want = 0;
+  for (size_t i = 0; i < label_values.size(); ++i)
+    want += pred.to_int_vector()[i] == label_values[i];
+  REQUIRE(want > 0);  // uniform logits: about one row in ten
+  for (Device d : {Device::cpu(), kGpu}) {
+    DYNAMIC_SECTION(d.str()) {
+      Tensor counter = Tensor::from_vector(std::vector<int64_t>{(int64_t(1) << 36) + 1}, {}).to(d);
+      Tensor total = Tensor::full({}, 0.5).to(d);
+      for (int batch = 0; batch < 3; ++batch) {
+        count_correct_(counter, logits.to(d), labels.to(d));
+        add_scaled_(total, sum(logits.to(d)), 37.0);
+      }
+      CHECK(counter.device() == d);
+      CHECK(counter.to_int_vector() == std::vector<int64_t>{(int64_t(1) << 36) + 1 + 3 * want});
+      CHECK(total.item() == Approx(0.5 + 3 * 37 * sum(logits).item()).epsilon(1e-5));
+      CHECK_THROWS_WITH(count_correct_(total, logits.to(d), labels.to(d)),
+                        Contains("count_correct_: counter must be one int64, got float32"));
+      CHECK_THROWS_WITH(count_correct_(counter, logits.to(d), labels.to(d).reshape({37, 1})),
+                        Contains("labels must be int64 [37]"));
+      CHECK_THROWS_WITH(add_scaled_(total, logits.to(d), 1.0),
+                        Contains("add_scaled_: total is [] but x is [37, 10]"));
+    }
+  }
+  CHECK_THROWS_WITH(count_correct_(Tensor::zeros({}, DType::Int64), logits.to(kGpu), labels),
+                    Contains("count_correct_: expected all tensors on the same device"));
+}
+
 TEST_CASE("cuda: LeNet SGD steps on cuda:0 give the CPU's losses and weights", "[cuda][nn]") {
   if (!cuda_test::have_device()) return;
   Generator gen_cpu(7), gen_gpu(7);

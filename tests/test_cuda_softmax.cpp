@@ -1,7 +1,9 @@
 // kernels/cuda softmax cross-entropy (softmax_cross_entropy.cu): every
 // forward variant against cpu::softmax_cross_entropy_forward on ragged
 // shapes and on logits of large magnitude (stability), and the backward
-// kernel against the CPU. Runs on the simulator or on a real GPU.
+// kernel against the CPU, and count_correct (a batch's correct predictions,
+// counted on the device) against cpu::count_correct. Runs on the simulator
+// or on a real GPU.
 #if defined(ANVIL_CUDA_BACKEND)
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -108,6 +110,57 @@ TEST_CASE("cuda softmax: backward matches the CPU", "[cuda][softmax]") {
                                                   dgrad.ptr, nullptr);
       cuda_test::require_close(dgrad.to_host(), want, 1e-6f, 1e-7f);
     }
+  }
+}
+
+// Logits on a coarse grid of values, so that many rows hold their maximum
+// twice or more and the first-maximum rule decides.
+Vec tied_logits(int64_t N, int64_t C, uint32_t seed) {
+  Vec x = cuda_test::random_floats(size_t(N * C), seed, -2.0f, 2.0f);
+  for (float& v : x) v = std::round(v);
+  return x;
+}
+
+TEST_CASE("cuda softmax: count_correct counts what the CPU counts", "[cuda][softmax]") {
+  if (!cuda_test::have_device()) return;
+  SECTION("ties go to the first maximum, on both") {
+    const Vec logits = {1, 3, 3,   // argmax 1
+                        5, 5, 5,   // argmax 0
+                        -1, -2, 0};  // argmax 2
+    const std::vector<int64_t> labels = {1, 0, 1};
+    CHECK(anvil::cpu::count_correct(3, 3, logits.data(), labels.data()) == 2);
+    DeviceBuffer<float> dlogits(logits);
+    DeviceBuffer<int64_t> dlabels(labels), counter(std::vector<int64_t>{0});
+    anvil::cuda::count_correct(3, 3, dlogits.ptr, dlabels.ptr, counter.ptr, nullptr);
+    CHECK(counter.to_host() == std::vector<int64_t>{2});
+  }
+  // Past one block, past the 1024-block grid (rows the grid-stride loop
+  // reaches), and rows not a multiple of a warp.
+  const Shape shapes[] = {{1, 1}, {1, 10}, {7, 10}, {5, 33}, {300, 3}, {1000, 10},
+                          {1024 * 256 + 77, 2}};
+  for (const Shape& s : shapes) {
+    DYNAMIC_SECTION(s.N << "x" << s.C) {
+      const Vec logits = tied_logits(s.N, s.C, uint32_t(s.N + s.C));
+      const std::vector<int64_t> labels = labels_for(s.N, s.C);
+      const int64_t want = anvil::cpu::count_correct(s.N, s.C, logits.data(), labels.data());
+      if (s.N >= 300) {  // the case is not trivial: some right, some wrong
+        CHECK(want > 0);
+        CHECK(want < s.N);
+      }
+      // The counter adds to what it holds: a value past 32 bits.
+      const int64_t start = (int64_t(1) << 40) + 3;
+      DeviceBuffer<float> dlogits(logits);
+      DeviceBuffer<int64_t> dlabels(labels), counter(std::vector<int64_t>{start});
+      anvil::cuda::count_correct(s.N, s.C, dlogits.ptr, dlabels.ptr, counter.ptr, nullptr);
+      anvil::cuda::count_correct(s.N, s.C, dlogits.ptr, dlabels.ptr, counter.ptr, nullptr);
+      CHECK(counter.to_host() == std::vector<int64_t>{start + 2 * want});
+    }
+  }
+  SECTION("bad shapes are refused, N == 0 counts nothing") {
+    REQUIRE_THROWS_WITH(
+        anvil::cuda::count_correct(2, 0, nullptr, nullptr, nullptr, nullptr),
+        Catch::Contains("count_correct"));
+    anvil::cuda::count_correct(0, 10, nullptr, nullptr, nullptr, nullptr);
   }
 }
 

@@ -2,7 +2,9 @@
 // anvil-train --checkpoint / --resume: the schedule sets the rate of every
 // step, a checkpoint restores weights and momentum exactly (so 1 + 1 epochs
 // equal 2), and a bad checkpoint is refused, naming the file, without
-// touching the model or the optimizer. Synthetic images: no dataset needed.
+// touching the model or the optimizer. On a simulated GPU, an epoch's
+// running totals stay on the device: a step waits for it once, not once per
+// figure. Synthetic images: no dataset needed.
 #include <catch2/catch.hpp>
 
 #include <memory>
@@ -17,6 +19,9 @@
 #include "nn/schedule.h"
 #include "nn/train.h"
 #include "tests/test_util.h"
+#if defined(ANVIL_CUDA_SIM)
+#include "tests/cuda_test_util.h"
+#endif
 
 using namespace anvil;
 using anvil::testing::TempDir;
@@ -88,7 +93,7 @@ TEST_CASE("train_epoch sets the optimizer's rate from the schedule at every step
   std::vector<double> seen;
   train::EpochOptions options;
   options.schedule = &schedule;
-  options.progress = [&](int64_t, int64_t, const train::EpochStats&) {
+  options.progress = [&](const train::EpochProgress&) {
     seen.push_back(run.sgd->lr());
   };
   for (uint64_t e = 0; e < 3; ++e) {
@@ -241,3 +246,50 @@ TEST_CASE("A bad run checkpoint is refused, naming the file, and changes nothing
   }
   SECTION("a missing file") { expect_refused(dir.file("absent.ckpt"), {}); }
 }
+
+#if defined(ANVIL_CUDA_SIM)
+// train_epoch adds each batch's loss and correct predictions to totals kept
+// on the device and reads them once, at the end. The waits left in a step are
+// cross_entropy's label check (see test_resnet.cpp), one per step; the
+// simulator counts them (anvil::sim::host_waits). A progress callback that
+// reads the figures after every batch adds at least one wait a batch (each
+// copy to the host is one), which this test shows, so it can tell the two
+// apart: before the totals moved to the device, a step waited 3 times.
+TEST_CASE("cuda: train_epoch waits for the device once a step and gives the CPU's figures",
+          "[train][cuda]") {
+  if (!cuda_test::have_device()) return;
+  struct Outcome {
+    train::EpochStats stats;
+    uint64_t waits = 0;
+  };
+  auto epoch_on = [](Device device, int64_t batches, bool read_every_batch) {
+    auto set = synthetic_set(batches * 4);
+    data::DataLoader loader(set, 4, true, false, 3);
+    Generator gen(5);
+    auto model = models::lenet(models::Init::Kaiming, &gen);
+    model->to(device);
+    optim::SGD sgd(model->parameters(), {.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
+    train::EpochOptions options;
+    int64_t read = 0;
+    if (read_every_batch)
+      options.progress = [&](const train::EpochProgress& p) { read += p.stats().examples > 0; };
+    Outcome out;
+    const uint64_t before = anvil::sim::host_waits();
+    out.stats = train::train_epoch(*model, sgd, loader, device, options);
+    out.waits = anvil::sim::host_waits() - before;
+    if (read_every_batch) CHECK(read == batches);
+    return out;
+  };
+  const Device gpu = Device::cuda(0);
+  const Outcome four = epoch_on(gpu, 4, false), eight = epoch_on(gpu, 8, false);
+  CHECK(eight.waits - four.waits == 4);
+  const Outcome eight_read = epoch_on(gpu, 8, true);
+  CHECK(eight_read.waits - eight.waits >= 8);
+
+  const Outcome cpu = epoch_on(Device::cpu(), 8, false);
+  CHECK(eight.stats.examples == 32);
+  CHECK(eight.stats.loss == Approx(cpu.stats.loss).epsilon(1e-4));
+  CHECK(eight.stats.accuracy == cpu.stats.accuracy);
+  CHECK(eight_read.stats.loss == eight.stats.loss);
+}
+#endif

@@ -112,6 +112,11 @@ class CpuBackend final : public Backend {
     cpu::softmax_cross_entropy_backward(probs.size(0), probs.size(1), f(probs), i64(labels),
                                         f(dloss), f(dlogits));
   }
+  void count_correct(const Tensor& logits, const Tensor& labels,
+                     const Tensor& counter) override {
+    *counter.data<int64_t>() +=
+        cpu::count_correct(logits.size(0), logits.size(1), f(logits), i64(labels));
+  }
   std::pair<int64_t, int64_t> label_range(const Tensor& labels) override {
     const int64_t* p = i64(labels);
     auto [lo, hi] = std::minmax_element(p, p + labels.numel());

@@ -59,6 +59,10 @@ void softmax_cross_entropy_forward(int64_t N, int64_t C, const float* logits,
 // dlogits[i] = (probs[i] - onehot(label[i])) * dloss[i]
 void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
                                     const int64_t* labels, const float* dloss, float* dlogits);
+// The number of rows i of logits[N,C] whose prediction equals labels[i]; the
+// prediction is the column of the row's largest logit, the first one on a tie
+// (strict > from column 0, as cuda::count_correct).
+int64_t count_correct(int64_t N, int64_t C, const float* logits, const int64_t* labels);
 
 // BatchNorm over x[N,C,HW] per channel.
 // Training: computes batch mean and biased variance, writes save_mean and

@@ -3,6 +3,8 @@
 // normaliser is accumulated in double, so loss = log(sum exp(x - max)) +
 // max - x[label] loses no precision even for large logits. Rows are
 // independent, so OpenMP splits rows when the batch is large enough.
+// count_correct, beside them, scores a batch's predictions for the epoch's
+// accuracy.
 #include <cmath>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -41,6 +43,17 @@ void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
     for (int64_t j = 0; j < C; ++j) d[j] = pr[j] * g;
     d[labels[i]] = (pr[labels[i]] - 1.0f) * g;
   }
+}
+
+int64_t count_correct(int64_t N, int64_t C, const float* logits, const int64_t* labels) {
+  int64_t correct = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = logits + i * C;
+    int64_t best = 0;
+    for (int64_t j = 1; j < C; ++j) best = x[j] > x[best] ? j : best;
+    correct += best == labels[i];
+  }
+  return correct;
 }
 
 }  // namespace anvil::cpu

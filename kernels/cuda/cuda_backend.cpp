@@ -162,6 +162,12 @@ class CudaBackend final : public Backend {
     cuda::softmax_cross_entropy_backward(probs.size(0), probs.size(1), f(probs), i64(labels),
                                          f(dloss), f(dlogits), stream_);
   }
+  void count_correct(const Tensor& logits, const Tensor& labels,
+                     const Tensor& counter) override {
+    activate();
+    cuda::count_correct(logits.size(0), logits.size(1), f(logits), i64(labels),
+                        static_cast<int64_t*>(counter.raw_data()), stream_);
+  }
   std::pair<int64_t, int64_t> label_range(const Tensor& labels) override {
     activate();
     Tensor out = Tensor::empty({2}, DType::Int64, labels.device());

@@ -109,6 +109,11 @@ void softmax_cross_entropy_forward(int variant, int64_t N, int64_t C, const floa
 void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
                                     const int64_t* labels, const float* dloss, float* dlogits,
                                     cudaStream_t stream);
+// counter[0] += the number of rows of logits[N, C] whose first largest logit
+// is at column labels[i], as cpu::count_correct (counter: one int64 of
+// device memory, not zeroed here, so batches add up on the device).
+void count_correct(int64_t N, int64_t C, const float* logits, const int64_t* labels,
+                   int64_t* counter, cudaStream_t stream);
 
 // ---- BatchNorm (batch_norm.cu) ----
 // As cpu::batch_norm_*, over x[N, C, HW] per channel; running_* may be null.
