@@ -32,7 +32,7 @@ struct EpochStats {
 struct EpochProgress {
   int64_t done = 0;   // batches done
   int64_t total = 0;  // batches in the epoch
-  std::function<EpochStats()> stats;
+  std::function<EpochStats()> stats;  // callable during the callback only
 };
 using Progress = std::function<void(const EpochProgress&)>;
 
