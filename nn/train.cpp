@@ -40,7 +40,7 @@ class RunningTotals {
     s.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
     if (examples_) {
       s.loss = loss_sum_.item() / double(examples_);
-      s.accuracy = double(correct_.to(Device::cpu()).data<int64_t>()[0]) / double(examples_);
+      s.accuracy = correct_.item() / double(examples_);
     }
     return s;
   }
