@@ -5,6 +5,7 @@ seeds' PyTorch modules with load_state_dict(strict=True).
 
     /usr/bin/python3 scripts/torch_eval.py FILE [--model lenet|resnet18|resnet18-96]
                                                 [--resize N] [--normalize]
+                                                [--bn-recalibrate N]
 
 FILE is what anvil-train writes: a --save weights file, or a --checkpoint file,
 whose "model." tensors are the weights and whose trainer.state holds the run's
@@ -13,6 +14,13 @@ but FILE is needed and the script reports anvil's own figure beside PyTorch's.
 Inputs are prepared as anvil-train prepares test images: pixels / 255,
 bilinear resize (F.interpolate, align_corners=False), then normalisation with
 the mean and (population) std of the images the run trained on.
+
+--bn-recalibrate N is a diagnostic for models with BatchNorm: before evaluating,
+it replaces the running mean and variance of every BatchNorm layer with their
+plain average over N batches of 256 training images (shuffled with seed 0,
+without augmentation), the weights untouched, as torch.optim.swa_utils.update_bn
+does. If accuracy then rises, the stored running statistics, which average
+the last few dozen training steps, lag behind the final weights.
 
 Reads safetensors with struct + json: no package beyond Debian's python3-torch.
 """
@@ -56,6 +64,25 @@ def read_idx(directory, name, offset):
         return np.frombuffer(f.read()[offset:], np.uint8)
 
 
+def recalibrate_batch_norm(net, train, prepare, batches, batch_size=256):
+    if batches < 0:
+        sys.exit(f"--bn-recalibrate: {batches} batches: must be >= 0")
+    norms = [m for m in net.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        sys.exit("--bn-recalibrate: the model has no BatchNorm layer")
+    if batches * batch_size > len(train):
+        sys.exit(f"--bn-recalibrate: {batches} batches of {batch_size} need "
+                 f"{batches * batch_size} training images, there are {len(train)}")
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a plain (cumulative) average over the batches
+    order = np.random.default_rng(0).permutation(len(train))
+    net.train()
+    with torch.no_grad():
+        for b in range(batches):
+            net(prepare(train[order[b * batch_size:(b + 1) * batch_size]]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("file")
@@ -63,6 +90,8 @@ def main():
     ap.add_argument("--resize", type=int, help="default: the checkpoint's, else 0 (keep 28x28)")
     ap.add_argument("--normalize", action="store_true", default=None,
                     help="default: the checkpoint's, else off")
+    ap.add_argument("--bn-recalibrate", type=int, default=0, metavar="N",
+                    help="re-estimate BatchNorm running statistics over N training batches first")
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     args = ap.parse_args()
 
@@ -81,34 +110,46 @@ def main():
 
     net = MODELS[model](10)
     net.load_state_dict(tensors, strict=True)
-    net.eval()
 
-    x = read_idx(args.data_dir, "t10k-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
-    y = read_idx(args.data_dir, "t10k-labels-idx1-ubyte.gz", 8)
     mean = std = None
-    if normalize:
-        # The statistics of the images the run trained on (--limit-train: the first N).
-        train = read_idx(args.data_dir, "train-images-idx3-ubyte.gz", 16)
+    train = None
+    if normalize or args.bn_recalibrate:
+        # The images the run trained on (--limit-train: the first N).
+        train = read_idx(args.data_dir, "train-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
         limit = settings.get("limit-train", 0)
         if limit:
-            train = train[:limit * 28 * 28]
-        train = train.astype(np.float64) / 255
-        mean, std = train.mean(), train.std()
+            train = train[:limit]
+    if normalize:
+        pixels = train.astype(np.float64) / 255
+        mean, std = pixels.mean(), pixels.std()
+
+    def prepare(images):
+        batch = torch.tensor(images, dtype=torch.float32) / 255
+        if resize:
+            batch = F.interpolate(batch, size=(resize, resize), mode="bilinear",
+                                  align_corners=False, antialias=False)
+        if normalize:
+            batch = (batch - mean) / std
+        return batch
+
+    if args.bn_recalibrate != 0:
+        recalibrate_batch_norm(net, train, prepare, args.bn_recalibrate)
+
+    net.eval()
+    x = read_idx(args.data_dir, "t10k-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
+    y = read_idx(args.data_dir, "t10k-labels-idx1-ubyte.gz", 8)
     correct = 0
     with torch.no_grad():
         for begin in range(0, len(y), 500):
-            batch = torch.tensor(x[begin:begin + 500], dtype=torch.float32) / 255
-            if resize:
-                batch = F.interpolate(batch, size=(resize, resize), mode="bilinear",
-                                      align_corners=False, antialias=False)
-            if normalize:
-                batch = (batch - mean) / std
-            pred = net(batch).argmax(1).numpy()
+            pred = net(prepare(x[begin:begin + 500])).argmax(1).numpy()
             correct += int((pred == y[begin:begin + 500]).sum())
     what = f"{model}, resize {resize or 'none'}, normalize {'on' if normalize else 'off'}"
     if normalize:
         what += f" (mean {mean:.4f}, std {std:.4f})"
     print(f"{args.file}: {what}; loaded with strict=True")
+    if args.bn_recalibrate:
+        print(f"BatchNorm running statistics re-estimated over {args.bn_recalibrate} batches "
+              f"of 256 training images")
     print(f"PyTorch {torch.__version__} test accuracy: {correct / len(y):.4f} ({correct}/{len(y)})")
     if history:
         last = history[-1]
