@@ -26,6 +26,7 @@
 #include "core/random.h"
 #include "data/dataloader.h"
 #include "data/transforms.h"
+#include "nn/layers.h"
 #include "nn/models.h"
 #include "nn/safetensors.h"
 #include "nn/schedule.h"
@@ -251,6 +252,15 @@ void check_distinct_outputs(const Options& o) {
                                  o.checkpoint, o.checkpoint));
 }
 
+// --bn-recalibrate needs a model with BatchNorm layers.
+void check_bn_recalibrate(const Options& o, nn::Module& model) {
+  if (o.bn_recalibrate <= 0) return;
+  for (nn::Module* m : model.modules())
+    if (dynamic_cast<nn::BatchNorm2d*>(m)) return;
+  throw UsageError(fmt::format("--bn-recalibrate {}: model {} has no BatchNorm layers",
+                               o.bn_recalibrate, o.model));
+}
+
 int run(const Options& o) {
   models::Init init = app::parse_init(o.init);
   optim::ScheduleOptions schedule_opts = app::check_settings(o);
@@ -270,6 +280,7 @@ int run(const Options& o) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(fmt::format("--model: {}", e.what()));
   }
+  check_bn_recalibrate(o, *model);
   // After the cheap checks of the other flags, so that a mistyped --model
   // reports only its own error (not also the GPU probe's "no GPU" note).
   Device device = choose_device(o.device);
@@ -285,6 +296,14 @@ int run(const Options& o) {
   data::DataLoader train_loader(train_set, o.batch_size, !o.no_shuffle, false, o.seed,
                                 transforms.train);
   data::DataLoader test_loader(test_set, o.batch_size, false, false, o.seed, transforms.test);
+  // --bn-recalibrate: the first batches of the epoch just trained, in the
+  // same order but without augmentation (the inputs evaluation sees).
+  data::DataLoader recalibration_loader(train_set, o.batch_size, !o.no_shuffle, false, o.seed,
+                                        transforms.test);
+  if (o.bn_recalibrate > recalibration_loader.num_batches())
+    throw UsageError(fmt::format(
+        "--bn-recalibrate {}: more than the {} training batches of {} images in an epoch",
+        o.bn_recalibrate, recalibration_loader.num_batches(), o.batch_size));
   optim::SGD optimizer(model->parameters(),
                        {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay,
                         .nesterov = o.nesterov});
@@ -308,6 +327,10 @@ int run(const Options& o) {
       "  recipe {}: init {}, SGD momentum {}{}, weight decay {}, schedule {}, transforms {}\n",
       o.recipe, o.init, o.momentum, o.nesterov ? " (nesterov)" : "", o.weight_decay,
       schedule_summary(schedule_opts), transforms.summary);
+  if (o.bn_recalibrate > 0)
+    std::cout << fmt::format("  BatchNorm statistics re-estimated over {} training batches before "
+                             "each evaluation\n",
+                             o.bn_recalibrate);
   if (!o.resume.empty())
     std::cout << fmt::format("resumed from {} after epoch {}/{}\n", o.resume,
                              resumed.epochs_done, o.epochs);
@@ -327,6 +350,9 @@ int run(const Options& o) {
     epoch_options.progress = tty ? bar_progress() : log_progress();
     train::EpochStats tr = train::train_epoch(*model, optimizer, train_loader, device, epoch_options);
     if (tty) std::cout << "\r\033[K";
+    if (o.bn_recalibrate > 0)
+      train::recalibrate_batch_norm(*model, recalibration_loader, device, o.bn_recalibrate,
+                                    uint64_t(epoch - 1));
     test = train::evaluate(*model, test_loader, device);
     total_seconds += tr.seconds;
     ++epochs_run;
@@ -349,6 +375,7 @@ int run(const Options& o) {
                                    {"batch_size", o.batch_size},
                                    {"lr", o.lr},
                                    {"last_lr", tr.last_lr}};
+    if (o.bn_recalibrate > 0) line["bn_recalibrate"] = o.bn_recalibrate;
     if (metrics) metrics << line.dump() << '\n' << std::flush;
     history.push_back(line);
     if (!o.checkpoint.empty()) {
@@ -417,6 +444,7 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", o.metrics, "Write one JSON line per epoch to this file");
   app.add_option("--checkpoint", o.checkpoint, "After every epoch, write weights, momentum and counters here (atomically)");
   app.add_option("--resume", o.resume, "Continue the run saved in this checkpoint (same training flags; keeps checkpointing to it)");
+  app.add_option("--bn-recalibrate", o.bn_recalibrate, "Before each evaluation, re-estimate BatchNorm running statistics over N training batches (0 = keep the running averages)")->check(number_at_least(0, true));
   app.add_option("--stop-after-epoch", o.stop_after_epoch, "End this invocation after epoch N (0 = run all); --resume continues")->check(number_at_least(0, true));
   bool list_devices = false;
   app.add_flag("--list-devices", list_devices, "Print the CUDA devices present and exit");

@@ -40,6 +40,10 @@ struct Options {
   bool no_shuffle = false;
   std::string init_from, save, metrics, checkpoint, resume;
   int stop_after_epoch = 0;  // 0: run to --epochs
+  // > 0: BatchNorm running statistics re-estimated over this many training
+  // batches before each evaluation (train::recalibrate_batch_norm). It changes
+  // what evaluation sees, not the weights, so it is not a training setting.
+  int64_t bn_recalibrate = 0;
 };
 
 // Bad input from the user: exit status 2.

@@ -1,5 +1,7 @@
 #include "nn/module.h"
 
+#include <algorithm>
+
 #include "core/autograd.h"
 
 namespace anvil::nn {
@@ -61,6 +63,15 @@ int64_t Module::num_parameters() const {
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, child] : children_) child->train(on);
+}
+
+std::vector<Module*> Module::modules() {
+  std::vector<Module*> out{this};
+  for (auto& [name, child] : children_)
+    for (Module* m : child->modules())
+      // A module registered under two names is listed once, as in PyTorch.
+      if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
+  return out;
 }
 
 void Module::to(Device device) {

@@ -36,6 +36,9 @@ class Module {
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
+  // This module and every descendant, depth first, each once, this one first
+  // (PyTorch's modules()); e.g. to find the BatchNorm layers with dynamic_cast.
+  std::vector<Module*> modules();
   // Moves every parameter and buffer to device (parameters stay leaves
   // that require grad). Build optimizers after moving, as in PyTorch.
   void to(Device device);

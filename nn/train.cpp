@@ -2,13 +2,16 @@
 
 #include <chrono>
 #include <map>
+#include <stdexcept>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "data/device_prefetcher.h"
+#include "nn/layers.h"
 #include "nn/safetensors.h"
 
 namespace anvil::train {
@@ -110,6 +113,43 @@ EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device) 
   EpochStats stats = totals.stats();
   model.train(was_training);
   return stats;
+}
+
+int64_t recalibrate_batch_norm(nn::Module& model, data::DataLoader& loader, Device device,
+                               int64_t batches, std::optional<uint64_t> epoch) {
+  std::vector<nn::BatchNorm2d*> layers;
+  for (nn::Module* m : model.modules())
+    if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(m)) layers.push_back(bn);
+  if (layers.empty())
+    throw std::invalid_argument("recalibrate_batch_norm: the model has no BatchNorm layers");
+  if (batches < 1 || batches > loader.num_batches())
+    throw std::invalid_argument(
+        fmt::format("recalibrate_batch_norm: batches must be in 1..{} (the loader's batches per "
+                    "epoch), got {}",
+                    loader.num_batches(), batches));
+  const bool was_training = model.is_training();
+  std::vector<double> momenta;
+  NoGradGuard no_grad;
+  for (nn::BatchNorm2d* bn : layers) {
+    momenta.push_back(bn->momentum);
+    bn->running_mean.copy_(Tensor::zeros(bn->running_mean.shape(), DType::Float32, device));
+    bn->running_var.copy_(Tensor::ones(bn->running_var.shape(), DType::Float32, device));
+    bn->num_batches_tracked.copy_(Tensor::zeros({}, DType::Int64, device));
+  }
+  model.train();
+  data::DevicePrefetcher prefetcher(loader, device);
+  if (epoch) prefetcher.start_epoch(*epoch);
+  else prefetcher.start_epoch();
+  data::DeviceBatch b;
+  // With momentum 1/k at the k-th batch, running = running + (batch - running) / k:
+  // the running statistics are exactly the mean of the k batches' statistics.
+  for (int64_t k = 1; k <= batches && prefetcher.next(b); ++k) {
+    for (nn::BatchNorm2d* bn : layers) bn->momentum = 1.0 / double(k);
+    model(b.images);
+  }
+  for (size_t i = 0; i < layers.size(); ++i) layers[i]->momentum = momenta[i];
+  model.train(was_training);
+  return int64_t(layers.size());
 }
 
 // ---- checkpoints

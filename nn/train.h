@@ -57,6 +57,20 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
 // example of the loader; restores the module's previous mode afterwards.
 EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device);
 
+// Re-estimates every BatchNorm layer's running mean and variance from
+// scratch as a plain average over the first `batches` batches of the
+// loader's epoch `epoch` (0-based; unset: its next epoch), run forward in
+// train mode without gradients; as torch.optim.swa_utils.update_bn. The
+// running averages BatchNorm keeps while training (momentum 0.1) follow the
+// last few dozen steps; at a high learning rate the weights move too far in
+// those steps for them to fit the final weights, and evaluation in eval mode
+// then suffers. Parameters are not touched; num_batches_tracked ends at
+// `batches`; the module's mode and each layer's momentum are restored.
+// Returns the number of BatchNorm layers. Throws std::invalid_argument when
+// the model has none, or `batches` is not in 1..loader.num_batches().
+int64_t recalibrate_batch_norm(nn::Module& model, data::DataLoader& loader, Device device,
+                               int64_t batches, std::optional<uint64_t> epoch = std::nullopt);
+
 // ---- Checkpoints of a run in progress.
 //
 // One safetensors file (so a single atomic rename replaces it whole):

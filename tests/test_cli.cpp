@@ -444,6 +444,8 @@ TEST_CASE("anvil-train rejects bad recipes, schedules and transforms, naming the
   one_error("--model resnet18 --augment --resize 32 --crop-padding 40",
             {"--crop-padding 40", "(32)"});
   one_error("--model resnet18 --resize 5000", {"--resize 5000", "1024"});
+  one_error("--model lenet --bn-recalibrate 5", {"--bn-recalibrate 5", "lenet", "no BatchNorm"});
+  expect_failure("--bn-recalibrate -1", {"--bn-recalibrate"});
   one_error("--lr-min nan", {"--lr-min", "finite", "nan"});
   one_error("--warmup-start-factor inf", {"--warmup-start-factor", "finite"});
 }
@@ -606,4 +608,35 @@ TEST_CASE("anvil-train --checkpoint / --resume: 1 + 1 epochs equal 2 straight", 
   std::string garbage = dir.file("garbage.ckpt");
   write_file(garbage, std::vector<uint8_t>(64, 'x'));
   expect_failure(common + " --resume " + quote(garbage), {garbage});
+}
+
+TEST_CASE("anvil-train --bn-recalibrate re-estimates BatchNorm statistics before evaluating",
+          "[cli]") {
+  TempDir dir;
+  write_synthetic_split(dir.path / "data", 32, 16);
+  const std::string common = "--device cpu --model resnet18 --epochs 1 --batch-size 16 --data-dir " +
+                             quote((dir.path / "data").string());
+  // Two training batches an epoch: three is more than there are.
+  CliResult too_many = expect_failure(common + " --bn-recalibrate 3",
+                                      {"--bn-recalibrate 3", "2 training batches of 16"});
+  CHECK(too_many.code == 2);
+
+  std::string weights = dir.file("resnet.safetensors");
+  std::string metrics = dir.file("metrics.jsonl");
+  CliResult r = run_cli(common + " --bn-recalibrate 1 --save " + quote(weights) + " --metrics " +
+                        quote(metrics));
+  INFO("exit " << r.code << ", output:\n" << r.output);
+  REQUIRE(r.code == 0);
+  check_no_crash(r);
+  CHECK_THAT(r.output, Contains("re-estimated over 1 training batches before each evaluation"));
+  auto m = nlohmann::json::parse(lines_of(read_file(metrics)).at(0));
+  CHECK(m["bn_recalibrate"] == 1);
+  // Training took two steps; the statistics were then rebuilt from one batch.
+  int batch_norms = 0;
+  for (auto& [name, t] : nn::load_safetensors(weights))
+    if (name.ends_with("num_batches_tracked")) {
+      ++batch_norms;
+      CHECK(t.to_int_vector() == std::vector<int64_t>{1});
+    }
+  CHECK(batch_norms == 17);
 }
