@@ -298,12 +298,15 @@ int run(const Options& o) {
   data::DataLoader test_loader(test_set, o.batch_size, false, false, o.seed, transforms.test);
   // --bn-recalibrate: the first batches of the epoch just trained, in the
   // same order but without augmentation (the inputs evaluation sees).
-  data::DataLoader recalibration_loader(train_set, o.batch_size, !o.no_shuffle, false, o.seed,
-                                        transforms.test);
-  if (o.bn_recalibrate > recalibration_loader.num_batches())
-    throw UsageError(fmt::format(
-        "--bn-recalibrate {}: more than the {} training batches of {} images in an epoch",
-        o.bn_recalibrate, recalibration_loader.num_batches(), o.batch_size));
+  std::optional<data::DataLoader> recalibration_loader;
+  if (o.bn_recalibrate > 0) {
+    recalibration_loader.emplace(train_set, o.batch_size, !o.no_shuffle, false, o.seed,
+                                 transforms.test);
+    if (o.bn_recalibrate > recalibration_loader->num_batches())
+      throw UsageError(fmt::format(
+          "--bn-recalibrate {}: more than the {} training batches of {} images in an epoch",
+          o.bn_recalibrate, recalibration_loader->num_batches(), o.batch_size));
+  }
   optim::SGD optimizer(model->parameters(),
                        {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay,
                         .nesterov = o.nesterov});
@@ -350,8 +353,8 @@ int run(const Options& o) {
     epoch_options.progress = tty ? bar_progress() : log_progress();
     train::EpochStats tr = train::train_epoch(*model, optimizer, train_loader, device, epoch_options);
     if (tty) std::cout << "\r\033[K";
-    if (o.bn_recalibrate > 0)
-      train::recalibrate_batch_norm(*model, recalibration_loader, device, o.bn_recalibrate,
+    if (recalibration_loader)
+      train::recalibrate_batch_norm(*model, *recalibration_loader, device, o.bn_recalibrate,
                                     uint64_t(epoch - 1));
     test = train::evaluate(*model, test_loader, device);
     total_seconds += tr.seconds;
