@@ -631,6 +631,21 @@ TEST_CASE("anvil-train --bn-recalibrate re-estimates BatchNorm statistics before
   CHECK_THAT(r.output, Contains("re-estimated over 1 training batches before each evaluation"));
   auto m = nlohmann::json::parse(lines_of(read_file(metrics)).at(0));
   CHECK(m["bn_recalibrate"] == 1);
+  // Evaluated twice: with the running statistics training left, exactly as
+  // a run without the flag evaluates, then with the re-estimated ones.
+  CHECK_THAT(r.output, Contains("(running statistics: "));
+  std::string plain_metrics = dir.file("plain.jsonl");
+  CliResult plain = run_cli(common + " --metrics " + quote(plain_metrics));
+  REQUIRE(plain.code == 0);
+  CHECK_THAT(plain.output, !Contains("running statistics"));
+  auto p = nlohmann::json::parse(lines_of(read_file(plain_metrics)).at(0));
+  CHECK_FALSE(p.contains("test_acc_running_stats"));
+  CHECK(m["test_loss_running_stats"].get<double>() == p["test_loss"].get<double>());
+  CHECK(m["test_acc_running_stats"].get<double>() == p["test_acc"].get<double>());
+  CHECK(m["train_loss"].get<double>() == p["train_loss"].get<double>());
+  // After two steps from N(0, 0.01) weights the running averages are still
+  // near their start (mean 0, variance 1): far from the batches' statistics.
+  CHECK(m["test_loss"].get<double>() != m["test_loss_running_stats"].get<double>());
   // Training took two steps; the statistics were then rebuilt from one batch.
   int batch_norms = 0;
   for (auto& [name, t] : nn::load_safetensors(weights))
