@@ -327,9 +327,10 @@ int run(const Options& o) {
                            o.model, model->num_parameters(), device.str(), train_set->count,
                            test_set->count, o.batch_size, o.lr, o.epochs);
   std::cout << fmt::format(
-      "  recipe {}: init {}, SGD momentum {}{}, weight decay {}, schedule {}, transforms {}\n",
+      "  recipe {}: init {}, SGD momentum {}{}, weight decay {}, schedule {}, transforms {}{}\n",
       o.recipe, o.init, o.momentum, o.nesterov ? " (nesterov)" : "", o.weight_decay,
-      schedule_summary(schedule_opts), transforms.summary);
+      schedule_summary(schedule_opts), transforms.summary,
+      o.label_smoothing > 0 ? fmt::format(", label smoothing {}", o.label_smoothing) : "");
   if (o.bn_recalibrate > 0)
     std::cout << fmt::format("  BatchNorm statistics re-estimated over {} training batches before "
                              "each evaluation\n",
@@ -351,6 +352,7 @@ int run(const Options& o) {
     epoch_options.schedule = &schedule;
     epoch_options.epoch = uint64_t(epoch - 1);  // the loader's epochs count from 0
     epoch_options.progress = tty ? bar_progress() : log_progress();
+    epoch_options.label_smoothing = o.label_smoothing;
     train::EpochStats tr = train::train_epoch(*model, optimizer, train_loader, device, epoch_options);
     if (tty) std::cout << "\r\033[K";
     // With --bn-recalibrate the model is evaluated twice: first with the
@@ -450,6 +452,7 @@ int main(int argc, char** argv) {
   app.add_flag("--augment,!--no-augment", o.augment, "Training only: random crop (--crop-padding) + horizontal flip (recipe)");
   app.add_option("--crop-padding", o.crop_padding, "Zero padding before the random crop, pixels (recipe)")->check(number_at_least(0, true));
   app.add_flag("--normalize,!--no-normalize", o.normalize, "Normalise with the training set's mean/std (recipe)");
+  app.add_option("--label-smoothing", o.label_smoothing, "Training loss: cross-entropy against (1 - e) onehot + e / classes, e in [0, 1] (recipe)")->check(number_at_least(0, true));
   app.add_option("--seed", o.seed, "Seed for initialisation, shuffling and augmentation")->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--limit-train", o.limit_train, "Use only the first N training images (0 = all)")->check(number_at_least(0, true));

@@ -34,6 +34,7 @@ Options seed_recipe(const std::string& model) {
   r.augment = false;
   r.crop_padding = 0;
   r.normalize = false;
+  r.label_smoothing = 0;
   return r;
 }
 
@@ -82,6 +83,7 @@ Options best_recipe(const std::string& model) {
   r.augment = resnet;
   r.crop_padding = model == "resnet18-96" ? 7 : 2;
   r.normalize = true;
+  r.label_smoothing = 0;
   return r;
 }
 
@@ -118,6 +120,8 @@ optim::ScheduleOptions check_settings(const Options& o) {
       if (!std::isfinite(o.*field))
         throw UsageError(fmt::format("{}: expected a finite number, got {}", flag, o.*field));
   });
+  if (o.label_smoothing > 1)
+    throw UsageError(fmt::format("--label-smoothing {}: must be in [0, 1]", o.label_smoothing));
   constexpr int64_t kMaxResize = 1024;  // 60,000 such images are 250 GB as floats
   if (o.resize > kMaxResize)
     throw UsageError(fmt::format("--resize {}: at most {}", o.resize, kMaxResize));

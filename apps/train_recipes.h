@@ -33,6 +33,7 @@ struct Options {
   bool augment = false;
   int64_t crop_padding = 0;
   bool normalize = false;
+  double label_smoothing = 0;  // the training loss's (cross_entropy); 0: plain
   // Not part of a recipe.
   uint64_t seed = 0;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
@@ -77,6 +78,7 @@ void for_each_recipe_flag(Visit&& visit) {
   visit("--augment", &Options::augment);
   visit("--crop-padding", &Options::crop_padding);
   visit("--normalize", &Options::normalize);
+  visit("--label-smoothing", &Options::label_smoothing);
 }
 
 // Checks the settings that no single flag's validator can (model against

@@ -59,10 +59,13 @@ class Backend {
   // batch without reading it back to the host.
   virtual void broadcast_scalar(const Tensor& scalar, float alpha, const Tensor& y) = 0;
 
+  // Against the target (1 - label_smoothing) onehot(label) + label_smoothing / C.
   virtual void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
-                                             const Tensor& loss, const Tensor& probs) = 0;
+                                             float label_smoothing, const Tensor& loss,
+                                             const Tensor& probs) = 0;
   virtual void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
-                                              const Tensor& dloss, const Tensor& dlogits) = 0;
+                                              float label_smoothing, const Tensor& dloss,
+                                              const Tensor& dlogits) = 0;
   // counter[0] (int64, on the logits' device) += the rows of logits[N, C]
   // whose first largest logit is at their label: a batch's correct
   // predictions, added up on the device.

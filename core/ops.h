@@ -40,9 +40,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
 
 enum class Reduction { None, Mean, Sum };
 // Fused log-softmax + negative log-likelihood over logits[N,C] and int64
-// labels[N] in [0, C) (checked).
+// labels[N] in [0, C) (checked). label_smoothing e in [0, 1] (checked), as
+// PyTorch's CrossEntropyLoss(label_smoothing=e): the target of row i is
+// (1 - e) onehot(labels[i]) + e / C, so the loss is
+// (1 - e) * nll + e * mean_j(-log_softmax(logits)[i, j]).
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels,
-                     Reduction reduction = Reduction::Mean);
+                     Reduction reduction = Reduction::Mean, double label_smoothing = 0.0);
 
 // Reductions to a scalar (shape []).
 Tensor sum(const Tensor& x);

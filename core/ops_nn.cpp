@@ -223,9 +223,14 @@ void check_logits_and_labels(const char* op, const Tensor& logits, const Tensor&
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction,
+                     double label_smoothing) {
   check_same_device("cross_entropy", {&logits, &labels});
   check_logits_and_labels("cross_entropy", logits, labels);
+  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))  // also rejects nan
+    throw std::invalid_argument(fmt::format(
+        "cross_entropy: label_smoothing must be in [0, 1], got {}", label_smoothing));
+  const float smoothing = static_cast<float>(label_smoothing);
   int64_t N = logits.size(0), C = logits.size(1);
   Backend& be = backend(logits);
   if (N > 0) {
@@ -236,7 +241,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduc
   }
   Tensor loss = Tensor::empty({N}, DType::Float32, logits.device());
   Tensor probs = like(logits);
-  be.softmax_cross_entropy_forward(logits, labels, loss, probs);
+  be.softmax_cross_entropy_forward(logits, labels, smoothing, loss, probs);
   Tensor out = loss;
   // The mean's 1/N (nan for an empty batch, as in PyTorch) and its gradient
   // stay on the device: nothing here waits for the GPU.
@@ -253,7 +258,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduc
         backend(g).broadcast_scalar(g, static_cast<float>(scale), dloss);
       }
       Tensor dlogits = like(probs);
-      backend(g).softmax_cross_entropy_backward(probs, labels, dloss, dlogits);
+      backend(g).softmax_cross_entropy_backward(probs, labels, smoothing, dloss, dlogits);
       return Grads{dlogits};
     });
   }

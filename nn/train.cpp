@@ -75,7 +75,7 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
       optimizer.set_lr(options.schedule->lr(int64_t(batch.epoch), batch.index,
                                             loader.num_batches()));
     Tensor logits = model(x);
-    Tensor loss = cross_entropy(logits, y);
+    Tensor loss = cross_entropy(logits, y, Reduction::Mean, options.label_smoothing);
     optimizer.zero_grad();
     loss.backward();
     optimizer.step();

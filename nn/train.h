@@ -44,6 +44,10 @@ struct EpochOptions {
   // The loader epoch to run (0-based), e.g. the first one left when resuming;
   // unset: the loader's next epoch.
   std::optional<uint64_t> epoch;
+  // The training loss's label smoothing (cross_entropy, core/ops.h); the
+  // epoch's reported loss is that smoothed loss. evaluate() always reports
+  // the plain cross-entropy.
+  double label_smoothing = 0.0;
 };
 
 

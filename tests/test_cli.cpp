@@ -165,7 +165,8 @@ TEST_CASE("anvil-train --help lists the options and exits 0", "[cli]") {
        {"--model", "--device", "--epochs", "--batch-size", "--lr", "--data-dir", "--init-from",
         "--save", "--metrics", "--recipe", "--lr-schedule", "--lr-step-epochs", "--lr-gamma",
         "--lr-min", "--warmup-epochs", "--resize", "--augment", "--no-augment", "--normalize",
-        "--crop-padding", "--checkpoint", "--resume", "--stop-after-epoch"})
+        "--crop-padding", "--label-smoothing", "--checkpoint", "--resume", "--stop-after-epoch",
+        "--bn-recalibrate"})
     CHECK_THAT(r.output, Contains(flag));
   for (const char* model : {"lenet", "resnet18", "resnet18-96"})
     CHECK_THAT(r.output, Contains(model));
@@ -446,6 +447,8 @@ TEST_CASE("anvil-train rejects bad recipes, schedules and transforms, naming the
   one_error("--model resnet18 --resize 5000", {"--resize 5000", "1024"});
   one_error("--model lenet --bn-recalibrate 5", {"--bn-recalibrate 5", "lenet", "no BatchNorm"});
   expect_failure("--bn-recalibrate -1", {"--bn-recalibrate"});
+  one_error("--label-smoothing 1.5", {"--label-smoothing 1.5", "[0, 1]"});
+  expect_failure("--label-smoothing -0.1", {"--label-smoothing"});
   one_error("--lr-min nan", {"--lr-min", "finite", "nan"});
   one_error("--warmup-start-factor inf", {"--warmup-start-factor", "finite"});
 }
@@ -608,6 +611,35 @@ TEST_CASE("anvil-train --checkpoint / --resume: 1 + 1 epochs equal 2 straight", 
   std::string garbage = dir.file("garbage.ckpt");
   write_file(garbage, std::vector<uint8_t>(64, 'x'));
   expect_failure(common + " --resume " + quote(garbage), {garbage});
+}
+
+TEST_CASE("anvil-train --label-smoothing trains against smoothed targets", "[cli]") {
+  TempDir dir;
+  write_synthetic_split(dir.path / "data", 64, 32);
+  const std::string common = "--device cpu --model lenet --epochs 1 --batch-size 16 --data-dir " +
+                             quote((dir.path / "data").string());
+  auto metrics_of = [&](const std::string& args, const std::string& file) {
+    CliResult r = run_cli(common + " --metrics " + quote(file) + " " + args);
+    INFO("exit " << r.code << ", output:\n" << r.output);
+    REQUIRE(r.code == 0);
+    const bool shown = r.output.find(", label smoothing ") != std::string::npos;
+    CHECK(shown == (args.find("--label-smoothing 0.") != std::string::npos));
+    return nlohmann::json::parse(lines_of(read_file(file)).at(0));
+  };
+  auto plain = metrics_of("", dir.file("plain.jsonl"));
+  auto smoothed = metrics_of("--label-smoothing 0.2", dir.file("smoothed.jsonl"));
+  // From the same weights, the smoothed loss of the first batches is another
+  // number, and the steps it takes lead elsewhere.
+  CHECK(smoothed["train_loss"].get<double>() != plain["train_loss"].get<double>());
+  CHECK(smoothed["test_loss"].get<double>() != plain["test_loss"].get<double>());
+  auto zero = metrics_of("--label-smoothing 0", dir.file("zero.jsonl"));
+  CHECK(zero["train_loss"].get<double>() == plain["train_loss"].get<double>());
+  // A run is resumed only with the smoothing it was trained with.
+  std::string ckpt = dir.file("run.ckpt");
+  REQUIRE(run_cli(common + " --label-smoothing 0.2 --epochs 2 --stop-after-epoch 1 --checkpoint " +
+                  quote(ckpt)).code == 0);
+  expect_failure(common + " --epochs 2 --resume " + quote(ckpt),
+                 {ckpt, "--label-smoothing 0.2", "--label-smoothing 0.0"});
 }
 
 TEST_CASE("anvil-train --bn-recalibrate re-estimates BatchNorm statistics before evaluating",

@@ -471,16 +471,18 @@ TEST_CASE("softmax cross-entropy", "[cpu][softmax]") {
   struct Dims {
     int64_t N, C;
   };
-  for (const Dims d : {Dims{1, 1}, Dims{5, 7}, Dims{3, 10}, Dims{1000, 37}}) {
-    DYNAMIC_SECTION("N " << d.N << " C " << d.C) {
+  // Label smoothing e: the target is (1 - e) onehot + e / C (e = 1: uniform).
+  for (const Dims d : {Dims{1, 1}, Dims{5, 7}, Dims{3, 10}, Dims{1000, 37}})
+  for (const float smoothing : {0.0f, 0.1f, 1.0f}) {
+    DYNAMIC_SECTION("N " << d.N << " C " << d.C << " label smoothing " << smoothing) {
       // Large logits: a naive exp would overflow.
       const Vec logits = random_vec(d.N * d.C, 1100, -90.0f, 120.0f);
       std::vector<int64_t> labels(d.N);
       for (int64_t i = 0; i < d.N; ++i) labels[i] = (i * 7 + 3) % d.C;
       const Vec dloss = random_vec(d.N, 1101, 0.5f, 2.0f);
       Vec loss(d.N, kNaN), probs(d.N * d.C, kNaN), dlogits(d.N * d.C, kNaN);
-      cpu::softmax_cross_entropy_forward(d.N, d.C, logits.data(), labels.data(), loss.data(),
-                                         probs.data());
+      cpu::softmax_cross_entropy_forward(d.N, d.C, logits.data(), labels.data(), smoothing,
+                                         loss.data(), probs.data());
       DVec loss_ref(d.N), probs_ref(d.N * d.C), dl_ref(d.N * d.C);
       for (int64_t i = 0; i < d.N; ++i) {
         const float* x = &logits[i * d.C];
@@ -488,11 +490,14 @@ TEST_CASE("softmax cross-entropy", "[cpu][softmax]") {
         double se = 0.0;
         for (int64_t j = 0; j < d.C; ++j) se += std::exp(x[j] - mx);
         const double lse = mx + std::log(se);
-        loss_ref[i] = lse - x[labels[i]];
+        // -sum_j q_j log p_j, written straight from the definition.
+        loss_ref[i] = 0.0;
         double row = 0.0;
         for (int64_t j = 0; j < d.C; ++j) {
+          const double q = (1.0 - smoothing) * (j == labels[i]) + double(smoothing) / d.C;
+          loss_ref[i] -= q * (x[j] - lse);
           probs_ref[i * d.C + j] = std::exp(x[j] - lse);
-          dl_ref[i * d.C + j] = (probs_ref[i * d.C + j] - (j == labels[i])) * dloss[i];
+          dl_ref[i * d.C + j] = (probs_ref[i * d.C + j] - q) * dloss[i];
           row += probs[i * d.C + j];
         }
         CHECK(row == Approx(1.0).epsilon(1e-5));
@@ -503,8 +508,8 @@ TEST_CASE("softmax cross-entropy", "[cpu][softmax]") {
         CHECK(loss[0] == 0.0f);  // a single class costs nothing
       }
       expect_close(probs, probs_ref, 1e-4, 1e-6);
-      cpu::softmax_cross_entropy_backward(d.N, d.C, probs.data(), labels.data(), dloss.data(),
-                                          dlogits.data());
+      cpu::softmax_cross_entropy_backward(d.N, d.C, probs.data(), labels.data(), smoothing,
+                                          dloss.data(), dlogits.data());
       if (d.C > 1) {
         expect_close(dlogits, dl_ref, 1e-4, 1e-6);
       } else {

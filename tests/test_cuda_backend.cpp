@@ -172,10 +172,12 @@ TEST_CASE("cuda ops: batch norm and cross-entropy match the CPU", "[cuda][ops]")
   SECTION("cross_entropy, each reduction") {
     Tensor logits = uniform({7, 10}, 43, -4, 4);
     Tensor labels = Tensor::from_vector(std::vector<int64_t>{0, 9, 3, 3, 5, 1, 8}, {7});
-    for (Reduction red : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
-      compare_op("cross_entropy", [&](auto& in) { return cross_entropy(in[0], in[1], red); },
-                 {logits, labels}, {true, false});
-    }
+    for (Reduction red : {Reduction::Mean, Reduction::Sum, Reduction::None})
+      for (double smoothing : {0.0, 0.1}) {
+        compare_op("cross_entropy",
+                   [&](auto& in) { return cross_entropy(in[0], in[1], red, smoothing); },
+                   {logits, labels}, {true, false});
+      }
     Tensor bad = Tensor::from_vector(std::vector<int64_t>{0, 10, 3, 3, 5, 1, 8}, {7});
     CHECK_THROWS_WITH(cross_entropy(logits.to(kGpu), bad.to(kGpu)),
                       Contains("label 10 out of range"));

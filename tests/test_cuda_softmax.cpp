@@ -1,7 +1,7 @@
 // kernels/cuda softmax cross-entropy (softmax_cross_entropy.cu): every
 // forward variant against cpu::softmax_cross_entropy_forward on ragged
 // shapes and on logits of large magnitude (stability), and the backward
-// kernel against the CPU, and count_correct (a batch's correct predictions,
+// kernel against the CPU, each with and without label smoothing, and count_correct (a batch's correct predictions,
 // counted on the device) against cpu::count_correct. Runs on the simulator
 // or on a real GPU.
 #if defined(ANVIL_CUDA_BACKEND)
@@ -31,16 +31,19 @@ std::vector<int64_t> labels_for(int64_t N, int64_t C) {
   return labels;
 }
 
+// Label smoothing 0 (plain cross-entropy) and PyTorch recipes' 0.1.
+const float kSmoothings[] = {0.0f, 0.1f};
+
 // Runs the forward variant and checks loss and probs against the CPU.
-void check_forward(int variant, int64_t N, int64_t C, const Vec& logits) {
+void check_forward(int variant, int64_t N, int64_t C, const Vec& logits, float smoothing) {
   const std::vector<int64_t> labels = labels_for(N, C);
   Vec want_loss(static_cast<size_t>(N)), want_probs(size_t(N * C));
-  anvil::cpu::softmax_cross_entropy_forward(N, C, logits.data(), labels.data(), want_loss.data(),
-                                            want_probs.data());
+  anvil::cpu::softmax_cross_entropy_forward(N, C, logits.data(), labels.data(), smoothing,
+                                            want_loss.data(), want_probs.data());
   DeviceBuffer<float> dlogits(logits), dloss(static_cast<size_t>(N)), dprobs(size_t(N * C));
   DeviceBuffer<int64_t> dlabels(labels);
-  anvil::cuda::softmax_cross_entropy_forward(variant, N, C, dlogits.ptr, dlabels.ptr, dloss.ptr,
-                                             dprobs.ptr, nullptr);
+  anvil::cuda::softmax_cross_entropy_forward(variant, N, C, dlogits.ptr, dlabels.ptr, smoothing,
+                                             dloss.ptr, dprobs.ptr, nullptr);
   // Probabilities far below 1 carry the absolute error of their row's sum.
   cuda_test::require_close(dprobs.to_host(), want_probs, 1e-5f, 1e-7f);
   cuda_test::require_close(dloss.to_host(), want_loss, 1e-5f, 1e-6f);
@@ -52,9 +55,13 @@ TEST_CASE("cuda softmax: every forward variant matches the CPU", "[cuda][softmax
   if (!cuda_test::have_device()) return;
   for (int variant = 1; variant <= anvil::cuda::kSoftmaxVariants; ++variant) {
     for (const Shape& s : kShapes) {
-      DYNAMIC_SECTION("variant " << variant << ", " << s.N << "x" << s.C) {
-        check_forward(variant, s.N, s.C,
-                      cuda_test::random_floats(size_t(s.N * s.C), uint32_t(s.C), -3.0f, 3.0f));
+      for (const float smoothing : kSmoothings) {
+        DYNAMIC_SECTION("variant " << variant << ", " << s.N << "x" << s.C
+                                   << ", label smoothing " << smoothing) {
+          check_forward(variant, s.N, s.C,
+                        cuda_test::random_floats(size_t(s.N * s.C), uint32_t(s.C), -3.0f, 3.0f),
+                        smoothing);
+        }
       }
     }
   }
@@ -69,10 +76,12 @@ TEST_CASE("cuda softmax: large logits neither overflow nor underflow", "[cuda][s
         // only the shift by the row max keeps this finite.
         Vec logits = cuda_test::random_floats(size_t(s.N * s.C), 3, -80.0f, 80.0f);
         for (int64_t i = 0; i < s.N; ++i) logits[size_t(i * s.C)] = 88.5f;  // near FLT max's log
-        check_forward(variant, s.N, s.C, logits);
         // Every row the same large constant: uniform probabilities, loss log C.
         const Vec flat(size_t(s.N * s.C), -1000.0f);
-        check_forward(variant, s.N, s.C, flat);
+        for (const float smoothing : kSmoothings) {
+          check_forward(variant, s.N, s.C, logits, smoothing);
+          check_forward(variant, s.N, s.C, flat, smoothing);
+        }
       }
     }
   }
@@ -80,34 +89,37 @@ TEST_CASE("cuda softmax: large logits neither overflow nor underflow", "[cuda][s
 
 TEST_CASE("cuda softmax: arguments are checked", "[cuda][softmax]") {
   if (!cuda_test::have_device()) return;
-  REQUIRE_THROWS_WITH(anvil::cuda::softmax_cross_entropy_forward(4, 1, 1, nullptr, nullptr,
+  REQUIRE_THROWS_WITH(anvil::cuda::softmax_cross_entropy_forward(4, 1, 1, nullptr, nullptr, 0.0f,
                                                                  nullptr, nullptr, nullptr),
                       Catch::Contains("no variant 4"));
-  REQUIRE_THROWS_AS(anvil::cuda::softmax_cross_entropy_forward(1, 1, 0, nullptr, nullptr, nullptr,
-                                                               nullptr, nullptr),
+  REQUIRE_THROWS_AS(anvil::cuda::softmax_cross_entropy_forward(1, 1, 0, nullptr, nullptr, 0.0f,
+                                                               nullptr, nullptr, nullptr),
                     std::invalid_argument);
   // N == 0 launches nothing.
-  anvil::cuda::softmax_cross_entropy_forward(3, 0, 10, nullptr, nullptr, nullptr, nullptr, nullptr);
-  anvil::cuda::softmax_cross_entropy_backward(0, 10, nullptr, nullptr, nullptr, nullptr, nullptr);
+  anvil::cuda::softmax_cross_entropy_forward(3, 0, 10, nullptr, nullptr, 0.0f, nullptr, nullptr,
+                                             nullptr);
+  anvil::cuda::softmax_cross_entropy_backward(0, 10, nullptr, nullptr, 0.0f, nullptr, nullptr,
+                                              nullptr);
 }
 
 TEST_CASE("cuda softmax: backward matches the CPU", "[cuda][softmax]") {
   if (!cuda_test::have_device()) return;
-  for (const Shape& s : kShapes) {
-    DYNAMIC_SECTION(s.N << "x" << s.C) {
+  for (const Shape& s : kShapes)
+  for (const float smoothing : kSmoothings) {
+    DYNAMIC_SECTION(s.N << "x" << s.C << ", label smoothing " << smoothing) {
       const std::vector<int64_t> labels = labels_for(s.N, s.C);
       Vec logits = cuda_test::random_floats(size_t(s.N * s.C), 11, -3.0f, 3.0f);
       Vec loss(size_t(s.N)), probs(size_t(s.N * s.C));
-      anvil::cpu::softmax_cross_entropy_forward(s.N, s.C, logits.data(), labels.data(),
+      anvil::cpu::softmax_cross_entropy_forward(s.N, s.C, logits.data(), labels.data(), smoothing,
                                                 loss.data(), probs.data());
       const Vec dloss = cuda_test::random_floats(size_t(s.N), 12, 0.1f, 2.0f);
       Vec want(size_t(s.N * s.C));
-      anvil::cpu::softmax_cross_entropy_backward(s.N, s.C, probs.data(), labels.data(),
+      anvil::cpu::softmax_cross_entropy_backward(s.N, s.C, probs.data(), labels.data(), smoothing,
                                                  dloss.data(), want.data());
       DeviceBuffer<float> dprobs(probs), ddloss(dloss), dgrad(size_t(s.N * s.C));
       DeviceBuffer<int64_t> dlabels(labels);
-      anvil::cuda::softmax_cross_entropy_backward(s.N, s.C, dprobs.ptr, dlabels.ptr, ddloss.ptr,
-                                                  dgrad.ptr, nullptr);
+      anvil::cuda::softmax_cross_entropy_backward(s.N, s.C, dprobs.ptr, dlabels.ptr, smoothing,
+                                                  ddloss.ptr, dgrad.ptr, nullptr);
       cuda_test::require_close(dgrad.to_host(), want, 1e-6f, 1e-7f);
     }
   }

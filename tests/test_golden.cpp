@@ -161,7 +161,8 @@ TEST_CASE("golden: cross_entropy vs PyTorch", "[golden]") {
       Reduction r = red == "mean" ? Reduction::Mean : red == "sum" ? Reduction::Sum : Reduction::None;
       Tensor logits = float_tensor(c.at("inputs").at("logits"), true);
       Tensor labels = int_tensor(c.at("inputs").at("labels"));
-      Tensor y = cross_entropy(logits, labels, r);
+      const double smoothing = c.at("params").value("label_smoothing", 0.0);
+      Tensor y = cross_entropy(logits, labels, r, smoothing);
       expect_matches(y, c.at("outputs").at("y"), "output");
       expect_grads(y, c, {{"logits", logits}});
     }

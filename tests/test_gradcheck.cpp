@@ -422,10 +422,14 @@ TEST_CASE("gradcheck: cross_entropy", "[gradcheck][ops]") {
                       {5, 10, {9, 0, 5, 5, 1}}};
   for (Reduction red : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
     const char* name = red == Reduction::Mean ? "mean" : red == Reduction::Sum ? "sum" : "none";
-    for (const CE& c : cases) {
-      DYNAMIC_SECTION(name << " logits [" << c.n << ", " << c.c << "]") {
+    for (const CE& c : cases)
+    for (const double smoothing : {0.0, 0.25, 1.0}) {
+      DYNAMIC_SECTION(name << " logits [" << c.n << ", " << c.c << "], label smoothing "
+                           << smoothing) {
         Tensor labels = int_labels(c.labels);
-        auto f = [labels, red](const Inputs& in) { return cross_entropy(in[0], labels, red); };
+        auto f = [labels, red, smoothing](const Inputs& in) {
+          return cross_entropy(in[0], labels, red, smoothing);
+        };
         expect_ok(run(f, {uniform_tensor({c.n, c.c}, 71, -3, 3)}));
       }
     }

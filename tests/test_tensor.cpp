@@ -151,5 +151,9 @@ TEST_CASE("shape errors name the op and both shapes", "[tensor][errors]") {
                     Contains("label 3") && Contains("3 classes"));
   CHECK_THROWS_WITH(cross_entropy(a, Tensor::from_vector(std::vector<int64_t>{-1, 0}, {2})),
                     Contains("label -1"));
+  const Tensor two_labels = Tensor::from_vector(std::vector<int64_t>{0, 2}, {2});
+  for (double bad : {-0.1, 1.5, std::nan("")})
+    CHECK_THROWS_WITH(cross_entropy(a, two_labels, Reduction::Mean, bad),
+                      Contains("cross_entropy") && Contains("label_smoothing must be in [0, 1]"));
   CHECK_THROWS_WITH(max_pool2d(Tensor::zeros({1, 1, 2, 2}), 3), Contains("larger"));
 }

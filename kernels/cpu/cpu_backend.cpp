@@ -103,14 +103,16 @@ class CpuBackend final : public Backend {
   }
 
   void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
-                                     const Tensor& loss, const Tensor& probs) override {
+                                     float label_smoothing, const Tensor& loss,
+                                     const Tensor& probs) override {
     cpu::softmax_cross_entropy_forward(logits.size(0), logits.size(1), f(logits), i64(labels),
-                                       f(loss), f(probs));
+                                       label_smoothing, f(loss), f(probs));
   }
   void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
-                                      const Tensor& dloss, const Tensor& dlogits) override {
+                                      float label_smoothing, const Tensor& dloss,
+                                      const Tensor& dlogits) override {
     cpu::softmax_cross_entropy_backward(probs.size(0), probs.size(1), f(probs), i64(labels),
-                                        f(dloss), f(dlogits));
+                                        label_smoothing, f(dloss), f(dlogits));
   }
   void count_correct(const Tensor& logits, const Tensor& labels,
                      const Tensor& counter) override {

@@ -52,13 +52,18 @@ void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, c
 void channel_sum(int64_t outer, int64_t C, int64_t inner, const float* dy, float* db);
 float sum(int64_t n, const float* x);  // pairwise / blocked, accumulated in double
 
-// Fused softmax + cross-entropy over logits[N,C], labels in [0,C) (checked by the caller).
-// loss[i] = logsumexp(logits[i]) - logits[i, label[i]]; probs = softmax(logits).
+// Fused softmax + cross-entropy over logits[N,C], labels in [0,C) (checked by
+// the caller), against the smoothed target q[i] = (1 - e) onehot(label[i]) + e / C
+// (e = label_smoothing in [0, 1]; 0: plain cross-entropy):
+// loss[i] = logsumexp(logits[i]) - (1 - e) logits[i, label[i]] - (e / C) sum_j logits[i, j];
+// probs = softmax(logits).
 void softmax_cross_entropy_forward(int64_t N, int64_t C, const float* logits,
-                                   const int64_t* labels, float* loss, float* probs);
-// dlogits[i] = (probs[i] - onehot(label[i])) * dloss[i]
+                                   const int64_t* labels, float label_smoothing, float* loss,
+                                   float* probs);
+// dlogits[i] = (probs[i] - q[i]) * dloss[i]
 void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
-                                    const int64_t* labels, const float* dloss, float* dlogits);
+                                    const int64_t* labels, float label_smoothing,
+                                    const float* dloss, float* dlogits);
 // The number of rows i of logits[N,C] whose prediction equals labels[i]; the
 // prediction is the column of the row's largest logit, the first one on a tie
 // (strict > from column 0, as cuda::count_correct).

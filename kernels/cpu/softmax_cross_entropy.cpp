@@ -3,6 +3,13 @@
 // normaliser is accumulated in double, so loss = log(sum exp(x - max)) +
 // max - x[label] loses no precision even for large logits. Rows are
 // independent, so OpenMP splits rows when the batch is large enough.
+//
+// Label smoothing e (PyTorch's CrossEntropyLoss(label_smoothing=e)) trains
+// against the target q = (1 - e) * onehot(label) + e / C rather than the
+// one-hot row, so the loss is -sum_j q_j log p_j, which with q summing to 1
+// and log p_j = x_j - max - log(total) is
+//   loss = log(total) + (1 - e) (max - x[label]) + (e / C) sum_j (max - x_j),
+// and its gradient p - q. e = 0 is the plain cross-entropy.
 // count_correct, beside them, scores a batch's predictions for the epoch's
 // accuracy.
 #include <cmath>
@@ -13,35 +20,43 @@
 namespace anvil::cpu {
 
 void softmax_cross_entropy_forward(int64_t N, int64_t C, const float* logits,
-                                   const int64_t* labels, float* loss, float* probs) {
+                                   const int64_t* labels, float label_smoothing, float* loss,
+                                   float* probs) {
+  const double on_label = 1.0 - double(label_smoothing), per_class = double(label_smoothing) / C;
 #pragma omp parallel for schedule(static) if (N * C >= detail::kMinParallel)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = logits + i * C;
     float* pr = probs + i * C;
     float mx = x[0];
     for (int64_t j = 1; j < C; ++j) mx = x[j] > mx ? x[j] : mx;
-    double total = 0.0;
+    double total = 0.0, gap_sum = 0.0;
     for (int64_t j = 0; j < C; ++j) {
       const float e = std::exp(x[j] - mx);
       pr[j] = e;
       total += e;
+      gap_sum += double(mx) - double(x[j]);
     }
     const float inv = static_cast<float>(1.0 / total);
     for (int64_t j = 0; j < C; ++j) pr[j] *= inv;
-    loss[i] = static_cast<float>(std::log(total) + static_cast<double>(mx) -
-                                 static_cast<double>(x[labels[i]]));
+    const double label_gap = double(mx) - double(x[labels[i]]);
+    loss[i] = static_cast<float>(std::log(total) + on_label * label_gap + per_class * gap_sum);
   }
 }
 
 void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
-                                    const int64_t* labels, const float* dloss, float* dlogits) {
+                                    const int64_t* labels, float label_smoothing,
+                                    const float* dloss, float* dlogits) {
+  // The label's target whole, as the CUDA kernel forms it: with one class it
+  // is exactly 1 and the gradient exactly 0.
+  const float per_class = label_smoothing / float(C),
+              label_target = (1.0f - label_smoothing) + per_class;
 #pragma omp parallel for schedule(static) if (N * C >= detail::kMinParallel)
   for (int64_t i = 0; i < N; ++i) {
     const float g = dloss[i];
     const float* pr = probs + i * C;
     float* d = dlogits + i * C;
-    for (int64_t j = 0; j < C; ++j) d[j] = pr[j] * g;
-    d[labels[i]] = (pr[labels[i]] - 1.0f) * g;
+    for (int64_t j = 0; j < C; ++j) d[j] = (pr[j] - per_class) * g;
+    d[labels[i]] = (pr[labels[i]] - label_target) * g;
   }
 }
 

@@ -151,16 +151,18 @@ class CudaBackend final : public Backend {
   }
 
   void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
-                                     const Tensor& loss, const Tensor& probs) override {
+                                     float label_smoothing, const Tensor& loss,
+                                     const Tensor& probs) override {
     activate();
     cuda::softmax_cross_entropy_forward(kBestSoftmax, logits.size(0), logits.size(1), f(logits),
-                                        i64(labels), f(loss), f(probs), stream_);
+                                        i64(labels), label_smoothing, f(loss), f(probs), stream_);
   }
   void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
-                                      const Tensor& dloss, const Tensor& dlogits) override {
+                                      float label_smoothing, const Tensor& dloss,
+                                      const Tensor& dlogits) override {
     activate();
     cuda::softmax_cross_entropy_backward(probs.size(0), probs.size(1), f(probs), i64(labels),
-                                         f(dloss), f(dlogits), stream_);
+                                         label_smoothing, f(dloss), f(dlogits), stream_);
   }
   void count_correct(const Tensor& logits, const Tensor& labels,
                      const Tensor& counter) override {

@@ -98,17 +98,18 @@ void channel_sum(int64_t outer, int64_t C, int64_t inner, const float* dy, float
 void label_min_max(int64_t n, const int64_t* labels, int64_t* out, cudaStream_t stream);
 
 // ---- softmax cross-entropy (softmax_cross_entropy.cu) ----
-// As cpu::softmax_cross_entropy_*: labels in [0, C) (checked by the caller).
+// As cpu::softmax_cross_entropy_*: labels in [0, C) (checked by the caller),
+// label_smoothing e: the target is (1 - e) onehot(label) + e / C.
 // Variants: 1 one thread per row, 2 one block per row with a shared-memory
 // tree, 3 one warp per row with warp shuffles (see the file).
 constexpr int kSoftmaxVariants = 3;
 constexpr int kBestSoftmax = 3;
 void softmax_cross_entropy_forward(int variant, int64_t N, int64_t C, const float* logits,
-                                   const int64_t* labels, float* loss, float* probs,
-                                   cudaStream_t stream);
+                                   const int64_t* labels, float label_smoothing, float* loss,
+                                   float* probs, cudaStream_t stream);
 void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
-                                    const int64_t* labels, const float* dloss, float* dlogits,
-                                    cudaStream_t stream);
+                                    const int64_t* labels, float label_smoothing,
+                                    const float* dloss, float* dlogits, cudaStream_t stream);
 // counter[0] += the number of rows of logits[N, C] whose first largest logit
 // is at column labels[i], as cpu::count_correct (counter: one int64 of
 // device memory, not zeroed here, so batches add up on the device).

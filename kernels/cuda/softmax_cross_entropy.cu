@@ -6,6 +6,14 @@
 // loss = log(s) + (m - x[label]) and probs = exp(x - m) / s. Logits of
 // magnitude 80 or 1000 neither overflow nor lose the small terms.
 //
+// Label smoothing e (PyTorch's CrossEntropyLoss(label_smoothing=e)) trains
+// against q = (1 - e) onehot(label) + e / C: loss = -sum_j q_j log p_j, and
+// as q sums to 1 and log p_j = x_j - m - log(s),
+//   loss = log(s) + (1 - e) (m - x[label]) + (e / C) sum_j (m - x_j).
+// The pass that sums the exps also sums the gaps m - x_j: all >= 0, so large
+// logits cancel nothing. The backward is probs - q. e = 0 is the plain
+// cross-entropy, computed exactly as before.
+//
 // A row takes three steps (max, sum of exps, normalise). The forward
 // variants differ in how many threads share one row:
 //
@@ -25,7 +33,7 @@
 //              every lane holds the result: no shared memory, no barrier.
 //              Right for the C of a classifier (10 to a few thousand).
 //
-// Backward: dlogits[i, j] = (probs[i, j] - [j == label[i]]) * dloss[i], one
+// Backward: dlogits[i, j] = (probs[i, j] - q[i, j]) * dloss[i], one
 // thread per element, grid-stride. Indices are int64 (N*C may exceed 2^31);
 // the grid is N blocks for variant 2 and N/128 or N/8 blocks for variants 1
 // and 3, each below 2^31 (checked).
@@ -54,8 +62,15 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 __device__ __forceinline__ float fmax2(float a, float b) { return a > b ? a : b; }
 
+// A row's loss from its sum of exps s, the gap m - x[label] and the sum of
+// the gaps m - x_j (see the top of the file).
+__device__ __forceinline__ float row_loss(float s, float label_gap, float gap_sum, float e,
+                                          int64_t C) {
+  return logf(s) + (1.0f - e) * label_gap + (e / float(C)) * gap_sum;
+}
+
 __global__ void forward_thread_per_row(int64_t N, int64_t C, const float* __restrict__ logits,
-                                       const int64_t* __restrict__ labels,
+                                       const int64_t* __restrict__ labels, float smoothing,
                                        float* __restrict__ loss, float* __restrict__ probs) {
   const int64_t row = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (row >= N) return;
@@ -63,21 +78,23 @@ __global__ void forward_thread_per_row(int64_t N, int64_t C, const float* __rest
   float* p = probs + row * C;
   float m = x[0];
   for (int64_t j = 1; j < C; ++j) m = fmax2(m, x[j]);
-  float s = 0.0f;
+  float s = 0.0f, gap_sum = 0.0f;
   for (int64_t j = 0; j < C; ++j) {
     const float e = expf(x[j] - m);
     p[j] = e;
     s += e;
+    gap_sum += m - x[j];
   }
   const float inv = 1.0f / s;
   for (int64_t j = 0; j < C; ++j) p[j] *= inv;
-  loss[row] = logf(s) + (m - x[labels[row]]);
+  loss[row] = row_loss(s, m - x[labels[row]], gap_sum, smoothing, C);
 }
 
 __global__ void forward_block_per_row(int64_t C, const float* __restrict__ logits,
-                                      const int64_t* __restrict__ labels,
+                                      const int64_t* __restrict__ labels, float smoothing,
                                       float* __restrict__ loss, float* __restrict__ probs) {
   __shared__ float red[kThreads2];
+  __shared__ float red_x[kThreads2];  // the gaps' sum, reduced beside the exps'
   const int t = threadIdx.x;
   const int64_t row = blockIdx.x;
   const float* x = logits + row * C;
@@ -94,26 +111,31 @@ __global__ void forward_block_per_row(int64_t C, const float* __restrict__ logit
   m = red[0];
   __syncthreads();  // every thread has read red[0] before the sum reuses red
 
-  float sum = 0.0f;
+  float sum = 0.0f, gap_sum = 0.0f;
   for (int64_t j = t; j < C; j += kThreads2) {
     const float e = expf(x[j] - m);
     p[j] = e;
     sum += e;
+    gap_sum += m - x[j];
   }
   red[t] = sum;
+  red_x[t] = gap_sum;
   __syncthreads();
   for (int s = kThreads2 / 2; s > 0; s /= 2) {
-    if (t < s) red[t] += red[t + s];
+    if (t < s) {
+      red[t] += red[t + s];
+      red_x[t] += red_x[t + s];
+    }
     __syncthreads();
   }
   sum = red[0];
   const float inv = 1.0f / sum;
   for (int64_t j = t; j < C; j += kThreads2) p[j] *= inv;  // this thread's own writes
-  if (t == 0) loss[row] = logf(sum) + (m - x[labels[row]]);
+  if (t == 0) loss[row] = row_loss(sum, m - x[labels[row]], red_x[0], smoothing, C);
 }
 
 __global__ void forward_warp_per_row(int64_t N, int64_t C, const float* __restrict__ logits,
-                                     const int64_t* __restrict__ labels,
+                                     const int64_t* __restrict__ labels, float smoothing,
                                      float* __restrict__ loss, float* __restrict__ probs) {
   const int lane = threadIdx.x % 32;
   const int64_t row = int64_t{blockIdx.x} * kWarps3 + threadIdx.x / 32;
@@ -126,27 +148,32 @@ __global__ void forward_warp_per_row(int64_t N, int64_t C, const float* __restri
   for (int offset = 16; offset > 0; offset /= 2)
     m = fmax2(m, __shfl_xor_sync(kFullMask, m, offset));
 
-  float sum = 0.0f;
+  float sum = 0.0f, gap_sum = 0.0f;
   for (int64_t j = lane; j < C; j += 32) {
     const float e = expf(x[j] - m);
     p[j] = e;
     sum += e;
+    gap_sum += m - x[j];
   }
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+  for (int offset = 16; offset > 0; offset /= 2) {
+    sum += __shfl_xor_sync(kFullMask, sum, offset);
+    gap_sum += __shfl_xor_sync(kFullMask, gap_sum, offset);
+  }
 
   const float inv = 1.0f / sum;
   for (int64_t j = lane; j < C; j += 32) p[j] *= inv;
-  if (lane == 0) loss[row] = logf(sum) + (m - x[labels[row]]);
+  if (lane == 0) loss[row] = row_loss(sum, m - x[labels[row]], gap_sum, smoothing, C);
 }
 
 __global__ void backward_kernel(int64_t N, int64_t C, const float* __restrict__ probs,
-                                const int64_t* __restrict__ labels,
+                                const int64_t* __restrict__ labels, float smoothing,
                                 const float* __restrict__ dloss, float* __restrict__ dlogits) {
   const int64_t total = N * C, stride = int64_t{gridDim.x} * blockDim.x;
+  const float per_class = smoothing / float(C), on_label = 1.0f - smoothing;
   for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < total; k += stride) {
     const int64_t i = k / C, j = k - i * C;
-    const float hot = j == labels[i] ? 1.0f : 0.0f;
-    dlogits[k] = (probs[k] - hot) * dloss[i];
+    const float target = (j == labels[i] ? on_label : 0.0f) + per_class;
+    dlogits[k] = (probs[k] - target) * dloss[i];
   }
 }
 
@@ -188,8 +215,8 @@ void check_shape(const char* name, int64_t N, int64_t C) {
 }  // namespace softmax_kernels
 
 void softmax_cross_entropy_forward(int variant, int64_t N, int64_t C, const float* logits,
-                                   const int64_t* labels, float* loss, float* probs,
-                                   cudaStream_t stream) {
+                                   const int64_t* labels, float label_smoothing, float* loss,
+                                   float* probs, cudaStream_t stream) {
   using namespace softmax_kernels;
   if (variant < 1 || variant > kSoftmaxVariants)
     throw std::invalid_argument("cuda::softmax_cross_entropy_forward: no variant " +
@@ -200,29 +227,29 @@ void softmax_cross_entropy_forward(int variant, int64_t N, int64_t C, const floa
   switch (variant) {
     case 1:
       launch(forward_thread_per_row, grid_for(N, kRowsPerBlock1), dim3(kRowsPerBlock1), 0, stream,
-             N, C, logits, labels, loss, probs);
+             N, C, logits, labels, label_smoothing, loss, probs);
       break;
     case 2:
       launch(forward_block_per_row, grid_for(N, 1), dim3(kThreads2), 0, stream, C,
-             logits, labels, loss, probs);
+             logits, labels, label_smoothing, loss, probs);
       break;
     default:
       launch(forward_warp_per_row, grid_for(N, kWarps3), dim3(kWarps3 * 32), 0, stream, N, C,
-             logits, labels, loss, probs);
+             logits, labels, label_smoothing, loss, probs);
       break;
   }
 }
 
 void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
-                                    const int64_t* labels, const float* dloss, float* dlogits,
-                                    cudaStream_t stream) {
+                                    const int64_t* labels, float label_smoothing,
+                                    const float* dloss, float* dlogits, cudaStream_t stream) {
   using namespace softmax_kernels;
   check_shape("softmax_cross_entropy_backward", N, C);
   if (N == 0) return;
   constexpr int kThreads = 256;
   const int64_t blocks = (N * C + kThreads - 1) / kThreads;
   launch(backward_kernel, static_cast<unsigned>(blocks < 65536 ? blocks : 65536), dim3(kThreads),
-         0, stream, N, C, probs, labels, dloss, dlogits);
+         0, stream, N, C, probs, labels, label_smoothing, dloss, dlogits);
 }
 
 void count_correct(int64_t N, int64_t C, const float* logits, const int64_t* labels,

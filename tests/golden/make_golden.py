@@ -172,6 +172,20 @@ for N, fin, fout, has_bias in [(3, 5, 4, True), (1, 7, 2, True), (4, 3, 6, False
     add_case("linear_%dx%d_to_%d%s" % (N, fin, fout, "_bias" if has_bias else ""), "linear", {},
              inputs, {"y": y}, g)
 
+# ------------------------------------------- cross entropy with label smoothing
+# (after every other case, so that adding them left the earlier draws as
+# they were)
+for N, C, eps in [(4, 5, 0.1), (7, 10, 0.3), (3, 4, 1.0)]:
+    logits = (randn(N, C) * 2).requires_grad_()
+    labels = torch.randint(0, C, (N,), dtype=torch.int64)
+    for red in ["mean", "sum", "none"]:
+        y = F.cross_entropy(logits, labels, reduction=red, label_smoothing=eps)
+        R = randn(*y.shape)
+        g = grads_of(y, R, {"logits": logits})
+        add_case("cross_entropy_%s_%dx%d_smoothing_%g" % (red, N, C, eps), "cross_entropy",
+                 {"reduction": red, "label_smoothing": eps},
+                 {"logits": logits, "labels": labels, "R": R}, {"y": y}, g)
+
 doc = {
     "generator": "tests/golden/make_golden.py",
     "torch_version": torch.__version__,
