@@ -478,6 +478,17 @@ TEST_CASE("anvil-train --recipe fills what the flags leave, flags override it", 
     CHECK_THAT(r.output, Contains("schedule cosine (to 0), 1 warmup epoch(s) from 0.1x"));
     CHECK_THAT(r.output, Contains("transforms normalise (mean 0."));
   }
+  SECTION("best for ResNet-18: 15 epochs, crop + flip, label smoothing 0.1") {
+    // The preset's epoch count shows only when --epochs is not given, so this
+    // trains one epoch on 16 images and stops.
+    CliResult r = run_cli("--model resnet18 --recipe best --limit-train 16 "
+                          "--limit-test 16 --stop-after-epoch 1" + data_dir);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    CHECK_THAT(r.output, Contains("batch 128, lr 0.1, 15 epochs"));
+    CHECK_THAT(r.output, Contains("transforms normalise (mean 0."));
+    CHECK_THAT(r.output, Contains("random crop (padding 2) + flip, label smoothing 0.1"));
+  }
   SECTION("best with overrides: each explicit flag wins, the rest stays") {
     CliResult r = run_cli("--model lenet --recipe best --lr 0.01 --batch-size 32 --no-nesterov "
                           "--no-normalize --augment --crop-padding 3 --lr-schedule step "
