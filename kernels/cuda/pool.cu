@@ -207,6 +207,17 @@ bool fits_int(const Pool2dShape& s) {
          s.H + s.pad_h < kLimit && s.W + s.pad_w < kLimit;
 }
 
+// Calls launch_with(Index{}) with Index = int where fits_int(s) (32-bit
+// index arithmetic is cheaper on the GPU), int64_t otherwise, so each entry
+// point below states its launch once for both widths.
+template <class LaunchWith>
+void with_index_type(const Pool2dShape& s, LaunchWith&& launch_with) {
+  if (fits_int(s))
+    launch_with(int{});
+  else
+    launch_with(int64_t{});
+}
+
 }  // namespace pool_kernels
 
 using namespace pool_kernels;
@@ -216,12 +227,11 @@ void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y, int64_t*
   check_shape(s, "max_pool2d_forward");
   const int64_t total = s.N * s.C * s.P * s.Q;
   if (total == 0) return;
-  if (fits_int(s))
-    launch(max_pool_forward_kernel<int>, grid_for(total), dim3(kBlock), 0, stream,
-           static_cast<int>(total), narrow<int>(s), x, y, argmax);
-  else
-    launch(max_pool_forward_kernel<int64_t>, grid_for(total), dim3(kBlock), 0, stream, total,
-           narrow<int64_t>(s), x, y, argmax);
+  with_index_type(s, [&](auto index) {
+    using I = decltype(index);
+    launch(max_pool_forward_kernel<I>, grid_for(total), dim3(kBlock), 0, stream,
+           static_cast<I>(total), narrow<I>(s), x, y, argmax);
+  });
 }
 
 void max_pool2d_backward(const Pool2dShape& s, const float* dy, const int64_t* argmax, float* dx,
@@ -229,12 +239,11 @@ void max_pool2d_backward(const Pool2dShape& s, const float* dy, const int64_t* a
   check_shape(s, "max_pool2d_backward");
   const int64_t total = s.N * s.C * s.H * s.W;
   if (total == 0) return;
-  if (fits_int(s))
-    launch(max_pool_backward_kernel<int>, grid_for(total), dim3(kBlock), 0, stream,
-           static_cast<int>(total), narrow<int>(s), dy, argmax, dx);
-  else
-    launch(max_pool_backward_kernel<int64_t>, grid_for(total), dim3(kBlock), 0, stream, total,
-           narrow<int64_t>(s), dy, argmax, dx);
+  with_index_type(s, [&](auto index) {
+    using I = decltype(index);
+    launch(max_pool_backward_kernel<I>, grid_for(total), dim3(kBlock), 0, stream,
+           static_cast<I>(total), narrow<I>(s), dy, argmax, dx);
+  });
 }
 
 void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y, cudaStream_t stream) {
@@ -242,12 +251,11 @@ void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y, cudaStre
   const int64_t total = s.N * s.C * s.P * s.Q;
   if (total == 0) return;
   const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
-  if (fits_int(s))
-    launch(avg_pool_forward_kernel<int>, grid_for(total), dim3(kBlock), 0, stream,
-           static_cast<int>(total), narrow<int>(s), inv, x, y);
-  else
-    launch(avg_pool_forward_kernel<int64_t>, grid_for(total), dim3(kBlock), 0, stream, total,
-           narrow<int64_t>(s), inv, x, y);
+  with_index_type(s, [&](auto index) {
+    using I = decltype(index);
+    launch(avg_pool_forward_kernel<I>, grid_for(total), dim3(kBlock), 0, stream,
+           static_cast<I>(total), narrow<I>(s), inv, x, y);
+  });
 }
 
 void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx, cudaStream_t stream) {
@@ -255,12 +263,11 @@ void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx, cudaS
   const int64_t total = s.N * s.C * s.H * s.W;
   if (total == 0) return;
   const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
-  if (fits_int(s))
-    launch(avg_pool_backward_kernel<int>, grid_for(total), dim3(kBlock), 0, stream,
-           static_cast<int>(total), narrow<int>(s), inv, dy, dx);
-  else
-    launch(avg_pool_backward_kernel<int64_t>, grid_for(total), dim3(kBlock), 0, stream, total,
-           narrow<int64_t>(s), inv, dy, dx);
+  with_index_type(s, [&](auto index) {
+    using I = decltype(index);
+    launch(avg_pool_backward_kernel<I>, grid_for(total), dim3(kBlock), 0, stream,
+           static_cast<I>(total), narrow<I>(s), inv, dy, dx);
+  });
 }
 
 }  // namespace anvil::cuda
