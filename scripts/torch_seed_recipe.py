@@ -20,7 +20,8 @@ images/s) and, with --bn-recalibrate N, after the last epoch also the test
 figures with BatchNorm's statistics re-estimated over N training batches
 (scripts/torch_eval.py's recalibrate_batch_norm), as anvil-train
 --bn-recalibrate reports them. Only --seed changes between draws: it seeds
-torch (the init, the shuffles).
+torch (the init, the shuffles). --init-from and --no-shuffle take the init and
+the order out of the draw, to compare anvil's and PyTorch's runs step for step.
 """
 import argparse
 import gzip
@@ -37,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "golden"))
 sys.path.insert(0, HERE)
 from seed_models import resnet18  # noqa: E402
-from torch_eval import recalibrate_batch_norm  # noqa: E402
+from torch_eval import read_safetensors, recalibrate_batch_norm  # noqa: E402
 
 
 def read_split(data_dir, images_name, labels_name):
@@ -78,6 +79,11 @@ def main():
     ap.add_argument("--out", help="also append each JSON line to this file")
     ap.add_argument("--threads", type=int, default=os.cpu_count(),
                     help="torch.set_num_threads (default: every core)")
+    ap.add_argument("--init-from", metavar="FILE",
+                    help="start from these weights (an anvil-train --save file) instead of "
+                         "the seeds' init: with --no-shuffle, the same run as anvil-train "
+                         "--init-from FILE --no-shuffle, step for step")
+    ap.add_argument("--no-shuffle", action="store_true", help="keep the training set in file order")
     ap.add_argument("--limit", type=int, default=0, metavar="N",
                     help="train on the first N training images only (a quick smoke run)")
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
@@ -104,6 +110,11 @@ def main():
         if type(m) in [nn.Linear, nn.Conv2d]:
             nn.init.normal_(m.weight, std=0.01)
     net.apply(init_weights)
+    if args.init_from:
+        state = read_safetensors(args.init_from)
+        if "trainer.state" in state:  # an anvil-train --checkpoint file
+            state = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
+        net.load_state_dict(state, strict=True)
     trainer = torch.optim.SGD(net.parameters(), lr=0.1)
     loss_fn = nn.CrossEntropyLoss()
     batch_size = 256
@@ -117,7 +128,8 @@ def main():
 
     for epoch in range(1, args.epochs + 1):
         net.train()
-        order = torch.randperm(len(train_x))  # DataLoader(shuffle=True)
+        order = (torch.arange(len(train_x)) if args.no_shuffle
+                 else torch.randperm(len(train_x)))  # DataLoader(shuffle=True)
         loss_sum, correct = 0.0, 0
         start_time = time.perf_counter()
         for start in range(0, len(order), batch_size):
