@@ -62,7 +62,7 @@ Options seed_recipe(const std::string& model) {
 //    the same 7% of the image, 7 pixels, at 96x96), horizontal flips and
 //    label smoothing 0.1: an 11M-parameter network memorises Fashion-MNIST's
 //    60,000 images within a few epochs; augmentation, smoothing and the
-//    longer cosine take it from the seed's ~0.91-0.93 past 0.945
+//    longer cosine take it from the seed recipe's 0.85-0.92 past 0.945
 //    (docs/results.md: 0.9432 in 10 epochs, 0.9441 in 12, 0.9477 in 15).
 Options best_recipe(const std::string& model) {
   const bool resnet = is_resnet(model);
