@@ -59,6 +59,19 @@ def read_safetensors(path):
     return tensors
 
 
+def read_anvil_model(path):
+    """The model's tensors of an anvil-train --save or --checkpoint file, with
+    the run's settings and per-epoch history ({} and [] for a --save file)."""
+    tensors = read_safetensors(path)
+    settings, history = {}, []
+    if "trainer.state" in tensors:  # a --checkpoint file: model.*, optimizer.*, trainer.state
+        state = json.loads(tensors.pop("trainer.state").numpy().tobytes().decode())
+        settings = state["info"].get("settings", {})
+        history = state["info"].get("history", [])
+        tensors = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    return tensors, settings, history
+
+
 def read_idx(directory, name, offset):
     with gzip.open(os.path.join(directory, name)) as f:
         return np.frombuffer(f.read()[offset:], np.uint8)
@@ -95,13 +108,7 @@ def main():
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     args = ap.parse_args()
 
-    tensors = read_safetensors(args.file)
-    settings, history = {}, []
-    if "trainer.state" in tensors:  # an anvil-train --checkpoint file
-        state = json.loads(tensors.pop("trainer.state").numpy().tobytes().decode())
-        settings = state["info"].get("settings", {})
-        history = state["info"].get("history", [])
-        tensors = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    tensors, settings, history = read_anvil_model(args.file)
     model = args.model or settings.get("model", "lenet")
     resize = args.resize if args.resize is not None else settings.get("resize", 0)
     normalize = args.normalize if args.normalize is not None else settings.get("normalize", False)

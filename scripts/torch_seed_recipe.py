@@ -24,7 +24,6 @@ torch (the init, the shuffles). --init-from and --no-shuffle take the init and
 the order out of the draw, to compare anvil's and PyTorch's runs step for step.
 """
 import argparse
-import gzip
 import json
 import os
 import sys
@@ -38,18 +37,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "golden"))
 sys.path.insert(0, HERE)
 from seed_models import resnet18  # noqa: E402
-from torch_eval import read_safetensors, recalibrate_batch_norm  # noqa: E402
+from torch_eval import read_anvil_model, read_idx, recalibrate_batch_norm  # noqa: E402
 
 
 def read_split(data_dir, images_name, labels_name):
-    def raw(name):
-        path = os.path.join(data_dir, name)
-        if not os.path.exists(path):
-            sys.exit(f"{path}: no such file (apt-get install dataset-fashion-mnist, or --data-dir)")
-        with gzip.open(path) as f:
-            return f.read()
-    images = np.frombuffer(raw(images_name)[16:], np.uint8).reshape(-1, 1, 28, 28)
-    labels = np.frombuffer(raw(labels_name)[8:], np.uint8)
+    """Images as float pixels / 255 in [N, 1, 28, 28], labels as int64."""
+    for name in (images_name, labels_name):
+        if not os.path.exists(os.path.join(data_dir, name)):
+            sys.exit(f"{os.path.join(data_dir, name)}: no such file "
+                     "(apt-get install dataset-fashion-mnist, or --data-dir)")
+    images = read_idx(data_dir, images_name, 16).reshape(-1, 1, 28, 28)
+    labels = read_idx(data_dir, labels_name, 8)
     if len(images) != len(labels):
         sys.exit(f"{data_dir}: {len(images)} images but {len(labels)} labels")
     return (torch.from_numpy(images.astype(np.float32) / 255.0),
@@ -90,17 +88,16 @@ def main():
     args = ap.parse_args()
     if args.epochs < 1:
         sys.exit(f"--epochs: {args.epochs}: must be >= 1")
-
     if args.threads < 1:
         sys.exit(f"--threads: {args.threads}: must be >= 1")
+    if args.limit < 0:
+        sys.exit(f"--limit: {args.limit}: must be >= 0")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     train_x, train_y = read_split(args.data_dir, "train-images-idx3-ubyte.gz",
                                   "train-labels-idx1-ubyte.gz")
     test_x, test_y = read_split(args.data_dir, "t10k-images-idx3-ubyte.gz",
                                 "t10k-labels-idx1-ubyte.gz")
-    if args.limit < 0:
-        sys.exit(f"--limit: {args.limit}: must be >= 0")
     if args.limit:
         train_x, train_y = train_x[:args.limit], train_y[:args.limit]
 
@@ -111,10 +108,7 @@ def main():
             nn.init.normal_(m.weight, std=0.01)
     net.apply(init_weights)
     if args.init_from:
-        state = read_safetensors(args.init_from)
-        if "trainer.state" in state:  # an anvil-train --checkpoint file
-            state = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
-        net.load_state_dict(state, strict=True)
+        net.load_state_dict(read_anvil_model(args.init_from)[0], strict=True)
     trainer = torch.optim.SGD(net.parameters(), lr=0.1)
     loss_fn = nn.CrossEntropyLoss()
     batch_size = 256
