@@ -7,7 +7,8 @@
 set -euo pipefail
 
 packages=(g++ cmake make pkg-config catch2 libopenblas-openmp-dev libcli11-dev libfmt-dev
-          nlohmann-json3-dev zlib1g-dev libboost-context-dev dataset-fashion-mnist)
+          nlohmann-json3-dev zlib1g-dev libboost-context-dev libopenmpi-dev openmpi-bin
+          dataset-fashion-mnist)
 if [[ "${1:-}" == "--torch" ]]; then
   packages+=(python3-torch)
 fi

@@ -72,6 +72,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __noinline__
+#define __launch_bounds__(...)
 // One block runs at a time per worker thread, so a per-thread static is
 // exactly the block's shared memory. (It starts zeroed and keeps its values
 // between blocks: stale reads do not show; dynamic shared memory does.)
@@ -96,6 +97,12 @@ namespace anvil_sim_rt {
 struct uint3 {
   unsigned x = 0, y = 0, z = 0;
 };
+// CUDA's 16-byte vector type: one 128-bit load or store on a GPU.
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
   constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}

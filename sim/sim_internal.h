@@ -4,6 +4,7 @@
 // and pinned memory and the per-thread error state.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <source_location>
 #include <string>
@@ -53,6 +54,36 @@ cudaError_t check_memset(const char* api, void* p, size_t bytes);
 // ---- streams.cpp: the implicit synchronisations of runtime calls ----
 // Runs every queued item of every stream of every device (cudaFree and
 // cudaFreeHost wait for that); returns a deferred kernel's error, if one failed.
+// Streams stalled at a communication item are left there.
 cudaError_t drain_all_devices();
+
+// ---- streams.cpp, for the simulated NCCL (sim/nccl_sim.cpp) ----
+using StreamRef = std::shared_ptr<CUstream_st>;
+
+// One group of simulated NCCL operations of one rank on one stream: an item
+// of the stream's queue that completes only together with its peers' items.
+struct CommWork {
+  virtual ~CommWork() = default;
+  // Called under the queue's lock as the item is queued: where it stands.
+  virtual void queued(const StreamRef& stream, uint64_t seq) = 0;
+  // Called when every item queued before it on its stream has run, by the one
+  // thread that runs device work. Returns true once the item is complete (it
+  // then leaves the queue), false while a peer has not queued its part (the
+  // stream stalls here). Throws std::runtime_error for a failed operation.
+  virtual bool progress() = 0;
+};
+
+// Queues `work` on `stream` (null: the current device's legacy stream); in
+// eager mode also tries to run it. False for an unknown stream.
+bool enqueue_comm(cudaStream_t stream, std::shared_ptr<CommWork> work);
+// For CommWork::progress: runs the stream's items queued before `seq`, so that
+// item `seq` is at its head. False when the stream stalls before it; throws
+// when that work waits for the item being progressed (a deadlock on a GPU).
+bool run_before(const StreamRef& stream, uint64_t seq);
+// The device a stream handle belongs to (null: the current device), or -1.
+int stream_device(cudaStream_t stream);
+// Wakes blocking synchronisations that wait for a stalled stream to move
+// (the simulated NCCL calls it when an abort completes operations).
+void wake_streams();
 
 }  // namespace anvil::sim::detail

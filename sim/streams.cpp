@@ -11,9 +11,19 @@
 // Work runs on the thread of the call that needs it, one such thread at a
 // time (`running`); queueing only takes the short `mutex`, so another host
 // thread can queue while work runs. Lock order: running, then mutex.
+//
+// A communication item (the simulated NCCL, sim/nccl_sim.cpp) completes only
+// together with its peers' items on other streams, which may not be queued
+// yet: the stream then stalls at it, and so does every wait that needs it. A
+// query answers "not ready"; a blocking call lets go of `running` and sleeps
+// until something new is queued (another rank's thread queueing its part),
+// then tries again. Waits may now form a cycle through communication items
+// (a deadlock on a GPU too): running into a stream that is mid-item is
+// reported as an error of the work, not a hang.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -33,7 +43,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using anvil::sim::detail::fail;
 
-enum class WorkKind : unsigned char { kKernel, kCopy, kMemset, kRecord, kWait };
+enum class WorkKind : unsigned char { kKernel, kCopy, kMemset, kRecord, kWait, kComm };
 
 struct Work {
   uint64_t seq = 0;  // its place in the stream, from 1
@@ -49,6 +59,8 @@ struct Work {
   std::shared_ptr<CUevent_st> event;
   std::shared_ptr<CUstream_st> other;
   uint64_t until = 0;
+  // kComm: a group of simulated NCCL operations
+  std::shared_ptr<anvil::sim::detail::CommWork> comm;
 };
 
 }  // namespace
@@ -90,6 +102,10 @@ struct Registry {
   // Per device: its legacy stream first, then every stream that has a handle
   // or still has work, in creation order (the order device syncs run them).
   std::map<int, std::vector<StreamPtr>> by_device;
+  // Counts every item queued and every abort, so that a blocking call waiting
+  // for a stalled stream wakes when there may be something new to run.
+  uint64_t generation = 0;
+  std::condition_variable changed;
 };
 // Leaked on purpose, like the memory registry: queued work may be synchronised
 // for by a static destructor.
@@ -147,6 +163,8 @@ bool pending(const CUstream_st& s) { return s.queued > s.completed; }
 uint64_t push_item(CUstream_st& s, Work w) {
   w.seq = ++s.queued;
   s.queue.push_back(std::move(w));
+  ++reg().generation;
+  reg().changed.notify_all();
   return s.queued;
 }
 
@@ -180,7 +198,27 @@ void prune(int device) {
 
 // ---- running (caller holds reg().running) ----
 
-void run_until(CUstream_st& s, uint64_t until, Outcome& out);
+// The limit on how long a blocking call waits for a stalled stream to move
+// (ANVIL_SIM_STALL_TIMEOUT seconds, default 300): on a GPU it would hang.
+Clock::duration stall_limit() {
+  static const Clock::duration limit = [] {
+    const char* env = std::getenv("ANVIL_SIM_STALL_TIMEOUT");
+    const double seconds = env && *env ? std::atof(env) : 300.0;
+    return std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(seconds > 0 ? seconds : 300.0));
+  }();
+  return limit;
+}
+
+bool run_until(CUstream_st& s, uint64_t until, Outcome& out);
+
+// The Outcome of the synchronisation running on this thread, for work that
+// communication items run on their peers' streams (run_before).
+thread_local Outcome* t_outcome = nullptr;
+struct OutcomeScope {
+  explicit OutcomeScope(Outcome& out) { t_outcome = &out; }
+  ~OutcomeScope() { t_outcome = nullptr; }
+};
 
 void execute(CUstream_st& s, Work& w, Outcome& out) {
   try {
@@ -194,30 +232,57 @@ void execute(CUstream_st& s, Work& w, Outcome& out) {
         if (w.event->stream.get() == &s && w.event->seq == w.seq) w.event->time = Clock::now();
         break;
       }
-      case WorkKind::kWait: run_until(*w.other, w.until, out); break;
+      case WorkKind::kWait:
+      case WorkKind::kComm: break;  // run in place by run_until
     }
   } catch (const std::exception& e) {
     out.note(e.what());
   }
 }
 
-void run_until(CUstream_st& s, uint64_t until, Outcome& out) {
+// Runs s up to item `until`. Returns false when s stalls first: a
+// communication item, or a wait for a stream that stalls, stays at the head.
+bool run_until(CUstream_st& s, uint64_t until, Outcome& out) {
   for (;;) {
+    Work* head = nullptr;  // a wait or communication item, left in the queue while it runs
     Work w;
     {
       std::lock_guard lock(reg().mutex);
-      if (s.completed >= until || s.queue.empty()) return;
-      // Only a wait can reach a stream that is mid-item, and every wait names
-      // work queued before it (see the top of the file), which has run.
-      if (s.running) throw std::logic_error("sim streams: a wait names work queued after it");
-      w = std::move(s.queue.front());
-      s.queue.pop_front();
+      if (s.completed >= until || s.queue.empty()) return true;
+      // Without communication every wait names work queued before it, which
+      // has run; with it, two ranks' items can wait for each other.
+      if (s.running)
+        throw std::runtime_error(
+            "sim streams: work waits for itself (a simulated NCCL operation waits for work "
+            "that waits for it: on a GPU this is a deadlock)");
       s.running = true;
+      if (s.queue.front().kind == WorkKind::kWait || s.queue.front().kind == WorkKind::kComm) {
+        head = &s.queue.front();  // deque: pushes at the back keep this reference valid
+      } else {
+        w = std::move(s.queue.front());
+        s.queue.pop_front();
+      }
     }
-    execute(s, w, out);
+    bool done = true;
+    if (head == nullptr) {
+      execute(s, w, out);
+    } else {
+      try {
+        done = head->kind == WorkKind::kWait ? run_until(*head->other, head->until, out)
+                                             : head->comm->progress();
+      } catch (const std::exception& e) {
+        out.note(e.what());  // the item fails and leaves the queue
+      }
+    }
     std::lock_guard lock(reg().mutex);
-    s.completed = w.seq;
     s.running = false;
+    if (!done) return false;
+    if (head != nullptr) {
+      s.completed = head->seq;
+      s.queue.pop_front();
+    } else {
+      s.completed = w.seq;
+    }
   }
 }
 
@@ -226,29 +291,57 @@ using Targets = std::vector<std::pair<StreamPtr, uint64_t>>;  // run each up to 
 // Whether the calling runtime function blocks the host on a GPU (a query
 // does not: in the simulator it runs the work it asks about, a GPU would not wait).
 enum class HostBlocks { kNo, kYes };
+// What a call does when a target stalls at a communication item: wait for
+// the peers (blocking calls), answer cudaErrorNotReady (queries), or leave
+// it (cudaFree's drain of every device).
+enum class OnStall { kWait, kNotReady, kLeave };
 
 // Runs the targets (the call's synchronisation) and returns the first failure
 // among the work it ran and the targets' failures from eager runs. A blocking
 // call that finds work still queued is counted: on a GPU the host would wait
 // for that work and the device would then sit idle until the host issued more.
-cudaError_t synchronise(const Targets& targets, HostBlocks blocks = HostBlocks::kNo) {
+cudaError_t synchronise(const Targets& targets, HostBlocks blocks = HostBlocks::kNo,
+                        OnStall on_stall = OnStall::kWait) {
   Outcome out;
-  {
-    std::lock_guard running(reg().running);
-    if (blocks == HostBlocks::kYes) {
+  const Clock::time_point deadline = Clock::now() + stall_limit();
+  bool counted = blocks == HostBlocks::kNo;
+  for (;;) {
+    bool stalled = false;
+    uint64_t generation = 0;
+    {
+      std::lock_guard running(reg().running);
+      if (!counted) {
+        counted = true;
+        std::lock_guard lock(reg().mutex);
+        if (std::any_of(targets.begin(), targets.end(),
+                        [](const auto& t) { return t.second > t.first->completed; }))
+          host_wait_count.fetch_add(1, std::memory_order_relaxed);
+      }
+      {
+        OutcomeScope scope(out);
+        for (const auto& [s, until] : targets)
+          if (!run_until(*s, until, out)) stalled = true;
+      }
       std::lock_guard lock(reg().mutex);
-      if (std::any_of(targets.begin(), targets.end(),
-                      [](const auto& t) { return t.second > t.first->completed; }))
-        host_wait_count.fetch_add(1, std::memory_order_relaxed);
+      generation = reg().generation;
+      for (const auto& [s, until] : targets) {
+        if (!s->eager_error.empty()) out.note(std::exchange(s->eager_error, {}));
+        if (s->destroyed) prune(s->device);
+      }
     }
-    for (const auto& [s, until] : targets) run_until(*s, until, out);
-    std::lock_guard lock(reg().mutex);
-    for (const auto& [s, until] : targets) {
-      if (!s->eager_error.empty()) out.note(std::exchange(s->eager_error, {}));
-      if (s->destroyed) prune(s->device);
+    if (!stalled || on_stall == OnStall::kLeave || !out.error.empty()) return out.result();
+    if (on_stall == OnStall::kNotReady) return cudaErrorNotReady;
+    std::unique_lock lock(reg().mutex);
+    if (!reg().changed.wait_until(lock, deadline,
+                                  [&] { return reg().generation != generation; })) {
+      return fail(cudaErrorLaunchFailure,
+                  "a stream stalled for " +
+                      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                         stall_limit()).count()) +
+                      " s (ANVIL_SIM_STALL_TIMEOUT) at a simulated NCCL operation that no peer "
+                      "matched: on a GPU this call would hang");
     }
   }
-  return out.result();
 }
 
 // Eager mode: runs s up to the item just queued; a failure waits for the
@@ -256,7 +349,10 @@ cudaError_t synchronise(const Targets& targets, HostBlocks blocks = HostBlocks::
 void run_eagerly(const StreamPtr& s, uint64_t seq) {
   Outcome out;
   std::lock_guard running(reg().running);
-  run_until(*s, seq, out);
+  {
+    OutcomeScope scope(out);
+    run_until(*s, seq, out);  // a stall leaves the rest for a later synchronisation
+  }
   std::lock_guard lock(reg().mutex);
   if (!out.error.empty() && s->eager_error.empty()) s->eager_error = out.error;
 }
@@ -337,7 +433,41 @@ cudaError_t detail::drain_all_devices() {
     std::lock_guard lock(reg().mutex);
     for (auto& [device, list] : reg().by_device) add_device(targets, device, false);
   }
-  return synchronise(targets);
+  return synchronise(targets, HostBlocks::kNo, OnStall::kLeave);
+}
+
+bool detail::enqueue_comm(cudaStream_t stream, std::shared_ptr<CommWork> work) {
+  StreamPtr s;
+  uint64_t seq = 0;
+  {
+    std::lock_guard lock(reg().mutex);
+    s = resolve(stream);
+    if (!s) return false;
+    Work w;
+    w.kind = WorkKind::kComm;
+    w.comm = work;
+    seq = push(*s, std::move(w));
+    work->queued(s, seq);
+  }
+  if (eager()) run_eagerly(s, seq);
+  return true;
+}
+
+bool detail::run_before(const StreamRef& stream, uint64_t seq) {
+  Outcome local;
+  return run_until(*stream, seq - 1, t_outcome ? *t_outcome : local);
+}
+
+int detail::stream_device(cudaStream_t stream) {
+  std::lock_guard lock(reg().mutex);
+  StreamPtr s = resolve(stream);
+  return s ? s->device : -1;
+}
+
+void detail::wake_streams() {
+  std::lock_guard lock(reg().mutex);
+  ++reg().generation;
+  reg().changed.notify_all();
 }
 
 void set_stream_mode(StreamMode mode) { mode_setting().store(mode); }
@@ -480,13 +610,14 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
       queued += t->queued;
       busy = busy || pending(*t);
     }
-    // Not ready once for the same work, then run it: a polling loop ends.
+    // Not ready once for the same work, then run it: a polling loop ends
+    // (unless the work waits for a peer that has not queued its part).
     if (busy && s->not_ready_told != queued) {
       s->not_ready_told = queued;
       return cudaErrorNotReady;
     }
   }
-  return synchronise(targets);
+  return synchronise(targets, HostBlocks::kNo, OnStall::kNotReady);
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
@@ -594,7 +725,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
     }
     targets.emplace_back(e->stream, e->seq);
   }
-  return synchronise(targets);
+  return synchronise(targets, HostBlocks::kNo, OnStall::kNotReady);
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {

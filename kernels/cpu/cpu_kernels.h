@@ -96,4 +96,9 @@ void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const float* x,
 void sgd_update(int64_t n, float* param, const float* grad, float* momentum_buf, float lr,
                 float momentum, float weight_decay, bool nesterov, bool first_step);
 
+// The collectives' reduction step (accumulate.cpp): dst = (dst + src) * scale
+// (scale 1: dst += src, exactly). dst and src must not overlap.
+void accumulate(int64_t n, float* dst, const float* src, float scale);
+void accumulate(int64_t n, int64_t* dst, const int64_t* src);
+
 }  // namespace anvil::cpu

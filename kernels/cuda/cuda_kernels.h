@@ -136,4 +136,10 @@ void sgd_update(int64_t n, float* param, const float* grad, float* momentum_buf,
                 float momentum, float weight_decay, bool nesterov, bool first_step,
                 cudaStream_t stream);
 
+// ---- the collectives' reduction step (accumulate.cu) ----
+// As cpu::accumulate: dst = (dst + src) * scale (scale 1: dst += src). The
+// collectives (parallel/) launch it on their own stream, not the compute one.
+void accumulate(int64_t n, float* dst, const float* src, float scale, cudaStream_t stream);
+void accumulate(int64_t n, int64_t* dst, const int64_t* src, cudaStream_t stream);
+
 }  // namespace anvil::cuda

@@ -1,0 +1,263 @@
+// bench_allreduce: all-reduce bandwidth in the form of nccl-tests'
+// all_reduce_perf, for anvil's ring, the seeds' naive all-reduce and the
+// backend's own (MPI_Allreduce or ncclAllReduce), measured in one run.
+//
+//   mpirun -np 4 --oversubscribe bench_allreduce            # MPI: one CPU rank per process
+//   bench_allreduce --backend nccl --gpus 2                 # NCCL: one thread per GPU
+//   bench_allreduce --min-bytes 1M --max-bytes 64M --json allreduce.json
+//
+// For each size (from --min-bytes to --max-bytes, doubling) it first checks
+// every algorithm once on integer-valued data whose sum is exact (the #wrong
+// column counts elements that differ from the host's reference), then times
+// them: --repeats rounds, each round every algorithm in turn for the same
+// number of iterations (chosen from a trial so a round takes ~0.1 s), so the
+// algorithms are measured close together on a machine whose load changes.
+// A round's time is the slowest rank's; the figure is the median round.
+//
+// The figures are nccl-tests': algbw = bytes / time; busbw = algbw * 2(n-1)/n,
+// the bandwidth each rank's link must carry for an all-reduce, which makes
+// runs on different rank counts comparable, and which for a good all-reduce
+// tends to the link bandwidth. The last column is ring busbw / native busbw.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "parallel/communicator.h"
+
+namespace par = anvil::parallel;
+using anvil::DType;
+using anvil::Tensor;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  std::string backend = "auto";
+  int gpus = 0;
+  std::string min_bytes = "4K", max_bytes = "64M";
+  std::vector<std::string> algorithms = {"ring", "naive", "native"};
+  int repeats = 5;
+  double round_seconds = 0.1;
+  size_t chunk_bytes = size_t(1) << 20;
+  std::string json;
+};
+
+size_t parse_bytes(const std::string& text, const char* flag) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw std::invalid_argument(fmt::format("{} '{}': expected a size such as 4K or 64M", flag, text));
+  }
+  const std::string unit = text.substr(pos);
+  const double scale = unit.empty() || unit == "B" ? 1
+                       : unit == "K"               ? 1024.0
+                       : unit == "M"               ? 1048576.0
+                       : unit == "G"               ? 1073741824.0
+                                                   : -1;
+  if (scale < 0 || v < 4)
+    throw std::invalid_argument(fmt::format("{} '{}': expected a size of at least 4 bytes such "
+                                            "as 4K or 64M", flag, text));
+  return size_t(v * scale);
+}
+
+std::string human(size_t bytes) {
+  if (bytes >= (size_t(1) << 20)) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes >= 1024) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} B", bytes);
+}
+
+struct Row {
+  size_t bytes = 0;
+  std::string algorithm;
+  double seconds = 0;  // per all-reduce, slowest rank, median round
+  int64_t wrong = 0;
+};
+
+// The slowest rank's value (each rank passes its own).
+double slowest(par::Communicator& c, double mine) {
+  Tensor t = Tensor::from_vector(std::vector<int64_t>{int64_t(mine * 1e9)}, {1}, c.device());
+  Tensor all = c.all_gather(t);
+  c.synchronize();
+  const std::vector<int64_t> v = all.to_int_vector();
+  return double(*std::max_element(v.begin(), v.end())) / 1e9;
+}
+
+// Elements that differ from the exact sum after one all-reduce of small integers.
+int64_t check(par::Communicator& c, int64_t count, par::Algorithm algo) {
+  std::vector<float> mine(static_cast<size_t>(count)), want(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    mine[size_t(i)] = float((i + 3 * c.rank()) % 7 - 3);
+    for (int r = 0; r < c.size(); ++r) want[size_t(i)] += float((i + 3 * r) % 7 - 3);
+  }
+  Tensor t = Tensor::from_vector(mine, {count}, c.device());
+  c.allreduce(t, par::ReduceOp::kSum, algo);
+  c.synchronize();
+  const std::vector<float> got = t.to_vector();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < count; ++i) wrong += got[size_t(i)] != want[size_t(i)];
+  return wrong;
+}
+
+double time_iterations(par::Communicator& c, const Tensor& buffer, par::Algorithm algo,
+                       int64_t iterations) {
+  c.barrier();
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < iterations; ++i) c.allreduce(buffer, par::ReduceOp::kSum, algo);
+  c.synchronize();
+  return slowest(c, std::chrono::duration<double>(Clock::now() - start).count());
+}
+
+// Every rank runs this; the rows are complete on every rank.
+std::vector<Row> run(par::Communicator& c, const Options& o) {
+  c.set_chunk_bytes(o.chunk_bytes);
+  std::vector<par::Algorithm> algos;
+  for (const auto& name : o.algorithms) algos.push_back(par::parse_algorithm(name));
+  std::vector<Row> rows;
+  for (size_t bytes = parse_bytes(o.min_bytes, "--min-bytes");
+       bytes <= parse_bytes(o.max_bytes, "--max-bytes"); bytes *= 2) {
+    const int64_t count = int64_t(bytes / 4);
+    Tensor buffer = Tensor::zeros({count}, DType::Float32, c.device());
+    // A trial run of each algorithm sets the iteration count (the same on
+    // every rank: the slowest rank's time decides).
+    double trial = 0;
+    for (par::Algorithm a : algos) trial = std::max(trial, time_iterations(c, buffer, a, 2) / 2);
+    const int64_t iterations =
+        std::clamp<int64_t>(int64_t(o.round_seconds / std::max(trial, 1e-9)), 3, 2000);
+    std::vector<std::vector<double>> rounds(algos.size());
+    for (int r = 0; r < o.repeats; ++r)
+      for (size_t a = 0; a < algos.size(); ++a)
+        rounds[a].push_back(time_iterations(c, buffer, algos[a], iterations) / double(iterations));
+    for (size_t a = 0; a < algos.size(); ++a) {
+      std::sort(rounds[a].begin(), rounds[a].end());
+      Row row;
+      row.bytes = bytes;
+      row.algorithm = std::string(par::algorithm_name(algos[a]));
+      row.seconds = rounds[a][rounds[a].size() / 2];
+      row.wrong = check(c, count, algos[a]);
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+void report(const std::vector<Row>& rows, const Options& o, int ranks, const std::string& backend,
+            const std::string& device) {
+  const double bus_factor = 2.0 * (ranks - 1) / ranks;
+  std::vector<std::string> names;
+  for (const Row& r : rows)
+    if (std::find(names.begin(), names.end(), r.algorithm) == names.end()) names.push_back(r.algorithm);
+  fmt::print("# bench_allreduce: {} ranks, backend {}, {}; float32 sum, in place; ring chunks of {}\n",
+             ranks, backend, device, human(o.chunk_bytes));
+  fmt::print("# time: per all-reduce, slowest rank, median of {} rounds; busbw = algbw * 2(n-1)/n\n",
+             o.repeats);
+  std::string head = fmt::format("{:>10} {:>10}", "size", "count");
+  for (const auto& n : names) head += fmt::format(" | {:>7} {:>10} {:>8} {:>8} {:>6}", n, "time(us)", "algbw", "busbw", "#wrong");
+  const bool ratio = std::count(names.begin(), names.end(), "ring") && std::count(names.begin(), names.end(), "native");
+  if (ratio) head += " | ring/native";
+  fmt::print("{}\n", head);
+  for (size_t i = 0; i < rows.size(); i += names.size()) {
+    std::string line = fmt::format("{:>10} {:>10}", human(rows[i].bytes), rows[i].bytes / 4);
+    double ring_bus = 0, native_bus = 0;
+    for (size_t k = 0; k < names.size(); ++k) {
+      const Row& r = rows[i + k];
+      const double algbw = double(r.bytes) / r.seconds / 1e9;
+      const double busbw = algbw * bus_factor;
+      if (r.algorithm == "ring") ring_bus = busbw;
+      if (r.algorithm == "native") native_bus = busbw;
+      line += fmt::format(" | {:>7} {:>10.1f} {:>8.2f} {:>8.2f} {:>6}", "", r.seconds * 1e6, algbw,
+                          busbw, r.wrong);
+    }
+    if (ratio) line += fmt::format(" | {:>10.2f}x", native_bus > 0 ? ring_bus / native_bus : 0.0);
+    fmt::print("{}\n", line);
+  }
+  if (o.json.empty()) return;
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& r : rows) {
+    const double algbw = double(r.bytes) / r.seconds / 1e9;
+    out.push_back({{"backend", backend}, {"device", device}, {"ranks", ranks},
+                   {"algorithm", r.algorithm}, {"bytes", r.bytes}, {"time_us", r.seconds * 1e6},
+                   {"algbw_GBps", algbw}, {"busbw_GBps", algbw * bus_factor},
+                   {"chunk_bytes", o.chunk_bytes}, {"wrong", r.wrong}});
+  }
+  std::ofstream(o.json) << out.dump(1) << "\n";
+  fmt::print("# wrote {}\n", o.json);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_allreduce: all-reduce bus bandwidth (nccl-tests' form), ring vs naive vs native"};
+  Options o;
+  app.add_option("--backend", o.backend, "mpi (CPU ranks, under mpirun), nccl (one thread per GPU), or auto")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl"}));
+  app.add_option("--gpus", o.gpus, "NCCL: how many GPUs (default: all)");
+  app.add_option("--min-bytes", o.min_bytes, "smallest size (4K, 1M, ...)");
+  app.add_option("--max-bytes", o.max_bytes, "largest size");
+  app.add_option("--algorithms", o.algorithms, "which all-reduces: ring, naive, native")->delimiter(',');
+  app.add_option("--repeats", o.repeats, "timed rounds per size (the median is reported)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--round-seconds", o.round_seconds, "about how long each algorithm's round lasts")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--chunk-bytes", o.chunk_bytes, "the ring's chunk (0: whole segments, the textbook ring)");
+  app.add_option("--json", o.json, "also write one object per algorithm and size to FILE");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    for (const auto& name : o.algorithms) par::parse_algorithm(name);
+    parse_bytes(o.min_bytes, "--min-bytes");
+    parse_bytes(o.max_bytes, "--max-bytes");
+    std::string backend = o.backend;
+    if (backend == "auto")
+      backend = par::mpi_size() > 1 || anvil::device_count() == 0 || !par::nccl_missing_reason().empty()
+                    ? "mpi" : "nccl";
+    if (backend == "mpi") {
+      if (!par::mpi_missing_reason().empty()) throw std::runtime_error(par::mpi_missing_reason());
+      auto comm = par::mpi_world();
+      const std::vector<Row> rows = run(*comm, o);
+      if (comm->rank() == 0) report(rows, o, comm->size(), "mpi", "cpu");
+      return 0;
+    }
+    if (!par::nccl_missing_reason().empty()) throw std::runtime_error(par::nccl_missing_reason());
+    const int gpus = o.gpus > 0 ? o.gpus : anvil::device_count();
+    if (gpus < 1 || gpus > anvil::device_count())
+      throw std::invalid_argument(fmt::format("--gpus {}: this machine has {} GPU(s)", gpus,
+                                              anvil::device_count()));
+    const par::NcclId id = par::nccl_unique_id();
+    std::vector<std::vector<Row>> results(static_cast<size_t>(gpus));
+    std::vector<std::string> errors(static_cast<size_t>(gpus));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < gpus; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          auto comm = par::nccl_communicator(id, r, gpus, anvil::Device::cuda(r));
+          results[size_t(r)] = run(*comm, o);
+        } catch (const std::exception& e) {
+          errors[size_t(r)] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors)
+      if (!e.empty()) throw std::runtime_error(e);
+    const auto props = anvil::device_properties(anvil::Device::cuda(0));
+    report(results[0], o, gpus, "nccl", props.name);
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "bench_allreduce: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,118 @@
+// The host channel of ranks that are threads of one process (NCCL with one
+// host thread per GPU): a board in shared memory where each rank pins what it
+// is about to do and reads the others'. The k-th exchange of every rank meets
+// the k-th of every other, as messages between processes would; a failure
+// one rank reports ends the others' waits at once.
+#include <fmt/format.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "parallel/transport.h"
+
+namespace anvil::parallel {
+namespace {
+
+struct Board {
+  explicit Board(int n) : size(n), exchanges(size_t(n), 0) {}
+  const int size;
+  std::mutex mutex;
+  std::condition_variable posted;
+  struct Round {
+    std::vector<std::optional<CallInfo>> calls;
+    int readers_left = 0;
+  };
+  std::map<uint64_t, Round> rounds;  // by exchange number
+  std::vector<uint64_t> exchanges;   // how many each rank has started
+  std::string failure;               // the first failure a rank reported
+};
+
+class BoardChannel final : public HostChannel {
+ public:
+  BoardChannel(std::shared_ptr<Board> board, int rank) : board_(std::move(board)), rank_(rank) {}
+
+  std::vector<CallInfo> exchange(const CallInfo& mine, std::chrono::milliseconds timeout,
+                                 const std::string& who) override {
+    Board& b = *board_;
+    std::unique_lock lock(b.mutex);
+    const uint64_t k = b.exchanges[size_t(rank_)]++;
+    Board::Round& round = b.rounds[k];
+    if (round.calls.empty()) {
+      round.calls.resize(size_t(b.size));
+      round.readers_left = b.size;
+    }
+    round.calls[size_t(rank_)] = mine;
+    b.posted.notify_all();
+    auto everyone = [&] {
+      return !b.failure.empty() ||
+             std::all_of(round.calls.begin(), round.calls.end(),
+                         [](const auto& c) { return c.has_value(); });
+    };
+    const bool in_time = b.posted.wait_for(lock, timeout, everyone);
+    if (!b.failure.empty() && !everyone_posted(round))
+      throw CommError(fmt::format("{}another rank failed: {}", who, b.failure));
+    if (!in_time) {
+      std::string missing;
+      for (int j = 0; j < b.size; ++j) {
+        if (round.calls[size_t(j)]) continue;
+        missing += fmt::format("{}rank {} (it has made {} calls on this communicator; this is "
+                               "call {})",
+                               missing.empty() ? "" : ", ", j, b.exchanges[size_t(j)], k + 1);
+      }
+      throw CommError(fmt::format("{}{} did not join within {} (ANVIL_COMM_TIMEOUT)", who,
+                                  missing, timeout_text(timeout)));
+    }
+    std::vector<CallInfo> out;
+    for (const auto& c : round.calls) out.push_back(*c);
+    if (--round.readers_left == 0) b.rounds.erase(k);
+    return out;
+  }
+
+  void report_failure(const std::string& what) noexcept override {
+    try {
+      std::lock_guard lock(board_->mutex);
+      if (board_->failure.empty()) board_->failure = what;
+      board_->posted.notify_all();
+    } catch (...) {
+    }
+  }
+
+  std::string peer_failure() const override {
+    std::lock_guard lock(board_->mutex);
+    return board_->failure;
+  }
+
+ private:
+  static bool everyone_posted(const Board::Round& round) {
+    return std::all_of(round.calls.begin(), round.calls.end(),
+                       [](const auto& c) { return c.has_value(); });
+  }
+  std::shared_ptr<Board> board_;
+  int rank_;
+};
+
+}  // namespace
+
+std::shared_ptr<HostChannel> shared_board(const std::string& name, int rank, int size) {
+  static std::mutex registry_mutex;
+  static std::map<std::string, std::weak_ptr<Board>> registry;
+  std::shared_ptr<Board> board;
+  {
+    std::lock_guard lock(registry_mutex);
+    std::erase_if(registry, [](const auto& e) { return e.second.expired(); });
+    board = registry[name].lock();
+    if (!board) {
+      board = std::make_shared<Board>(size);
+      registry[name] = board;
+    }
+  }
+  if (board->size != size)
+    throw CommError(fmt::format("rank {}: creating the communicator: this rank says {} ranks, "
+                                "another said {}",
+                                rank, size, board->size));
+  return std::make_shared<BoardChannel>(std::move(board), rank);
+}
+
+}  // namespace anvil::parallel

@@ -1,0 +1,177 @@
+// Communicators and collectives: how ranks (GPUs, or processes) exchange
+// tensors to train one model together (docs/parallel.md).
+//
+// A Communicator is one rank's end of a group of `size()` ranks. Every rank
+// calls the same collectives in the same order with matching arguments;
+// each call checks that first (a rank that asks for something else, or never
+// comes, is named in the error) and then moves the data. The collectives are
+// anvil's own, written once on grouped point-to-point sends and receives
+// (parallel/collectives.cpp, parallel/allreduce.cpp), over one of two
+// transports:
+//   - NCCL, for CUDA tensors: one rank per GPU, as threads of one process
+//     (nccl_communicator) or as processes started by mpirun (nccl_world). In
+//     the simulator build the same code runs on simulated NCCL (sim/).
+//   - MPI, for CPU tensors: one rank per process (mpi_world), on one machine
+//     or several (`mpirun --hostfile`).
+// A build without MPI or NCCL still links; asking for the missing one throws
+// an error that says how to get it.
+//
+// Ordering. On a GPU a collective is asynchronous, like a kernel: it starts
+// after the work already issued on the tensor's device (its compute stream),
+// and work issued there afterwards sees its result. Nothing waits on the
+// host until synchronize(). On the CPU (MPI) a collective returns when done.
+//
+// Faults. Every wait on another rank has a deadline (CommOptions::timeout;
+// ANVIL_COMM_TIMEOUT seconds in the environment, default 300). A rank that
+// disagrees or does not answer makes the others throw CommError naming the
+// collective and that rank; an NCCL communicator then aborts, and a
+// communicator that has failed refuses further calls.
+#pragma once
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace anvil::parallel {
+
+// A failed collective: a timeout, ranks that disagree, a transport error.
+// The text names this rank, the collective and the rank(s) at fault.
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class ReduceOp : uint8_t { kSum, kAverage };
+
+// The all-reduce algorithms, chosen by name wherever one is used:
+//   ring    anvil's ring: reduce-scatter then all-gather, n-1 steps each,
+//           chunked so that each chunk's transfer overlaps the reduction of
+//           the chunk before (CommOptions::chunk_bytes; 0 = whole segments)
+//   naive   the seeds' way: every rank sends to rank 0, which adds and sends
+//           the sum back
+//   native  the transport's own (ncclAllReduce, MPI_Allreduce), for comparison
+enum class Algorithm : uint8_t { kRing, kNaive, kNative };
+// "ring", "naive", "native"; anything else throws std::invalid_argument listing them.
+Algorithm parse_algorithm(std::string_view name);
+std::string_view algorithm_name(Algorithm algorithm);
+
+// ANVIL_COMM_TIMEOUT (seconds, may be fractional) or 300 s. A value that is
+// not a positive number throws std::invalid_argument naming the variable.
+std::chrono::milliseconds default_timeout();
+
+struct CommOptions {
+  std::chrono::milliseconds timeout = default_timeout();
+  // The ring's pipeline: each step moves a rank's segment in chunks of about
+  // this many bytes, so that one chunk's transfer overlaps the reduction of
+  // the one before. 0 moves whole segments (the textbook ring).
+  size_t chunk_bytes = size_t{1} << 20;
+};
+
+class Transport;  // parallel/transport.h
+struct CallInfo;  // parallel/transport.h
+
+class Communicator {
+ public:
+  Communicator(std::unique_ptr<Transport> transport, CommOptions options);
+  ~Communicator();  // waits (within the timeout) for issued work; aborts after a failure
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+  Device device() const;            // cpu for MPI, cuda:N for NCCL
+  std::string_view backend() const;  // "mpi" or "nccl"
+  const CommOptions& options() const { return options_; }
+  void set_chunk_bytes(size_t bytes) { options_.chunk_bytes = bytes; }
+  // Collectives issued so far (each one's number appears in its errors).
+  uint64_t collectives() const { return seq_; }
+
+  // ---- collectives: every rank calls them, in the same order ----
+  // In place: every rank's `tensor` becomes the elementwise sum (or mean) of
+  // all ranks' tensors. float32 (sum, average) or int64 (sum). For a given
+  // rank count, the ring's result is bitwise the same on every rank and from
+  // run to run.
+  void allreduce(const Tensor& tensor, ReduceOp op = ReduceOp::kSum,
+                 Algorithm algorithm = Algorithm::kRing);
+  // In place: every rank's `tensor` becomes root's, passed down a chain of
+  // ranks from the root in chunks (a pipeline: ~ (n - 2 + chunks) steps).
+  void broadcast(const Tensor& tensor, int root);
+  // Root's `input` split along dim 0 as evenly as possible (the first
+  // rows % n ranks get one row more, as torch.tensor_split); returns this
+  // rank's part. `input` is read on the root only (elsewhere it may be an
+  // undefined Tensor): every rank learns the shape from the root.
+  Tensor scatter(const Tensor& input, int root);
+  // Every rank's `input` (same shape) summed (or averaged), and split along
+  // dim 0 as scatter splits; returns this rank's part.
+  Tensor reduce_scatter(const Tensor& input, ReduceOp op = ReduceOp::kSum);
+  // Every rank's `shard` concatenated along dim 0 in rank order. Shards may
+  // differ in their first dimension; the rest of the shape must agree.
+  Tensor all_gather(const Tensor& shard);
+  // Returns once every rank has called it (a collective of nothing).
+  void barrier();
+
+  // ---- point to point (no agreement check: a pair must match sizes) ----
+  void send(const Tensor& tensor, int peer);
+  void recv(const Tensor& tensor, int peer);
+  // Both at once, so that ranks exchanging in a ring do not wait on each other.
+  void sendrecv(const Tensor& send_tensor, int to, const Tensor& recv_tensor, int from);
+
+  // The host waits until everything issued so far has finished, within the
+  // timeout (a no-op for MPI, whose calls return when done).
+  void synchronize();
+
+ private:
+  // Numbers the call, checks that every rank asks for the same (returns what
+  // each asked for), and names it for the transport's errors.
+  std::vector<CallInfo> agree(CallInfo mine);
+  // Checks a call's arguments (an error there leaves the communicator
+  // usable: no other rank is involved yet), then runs its body, whose first
+  // failure breaks the communicator.
+  template <typename Check, typename Body>
+  void run(const char* name, Check&& check, Body&& body);
+
+  std::unique_ptr<Transport> transport_;
+  CommOptions options_;
+  uint64_t seq_ = 0;
+  std::string failure_;  // the first error; set once the communicator is broken
+};
+
+// ---- making communicators ----
+
+// Whether the build has each transport, and if not, one line saying how to
+// get it (empty when present).
+std::string mpi_missing_reason();
+std::string nccl_missing_reason();
+
+// Every process of the MPI job (MPI_COMM_WORLD), for CPU tensors; a program
+// started without mpirun is a job of one. Initialises MPI on first use
+// (thread level MPI_THREAD_MULTIPLE) and finalises it at exit.
+std::unique_ptr<Communicator> mpi_world(CommOptions options = {});
+// The MPI job's rank and size without making a communicator (0 and 1 when
+// the build has no MPI or the program runs without mpirun); initialises MPI.
+int mpi_rank();
+int mpi_size();
+
+// An NCCL clique's name: made once (nccl_unique_id), handed to every rank.
+struct NcclId {
+  std::array<char, 128> bytes{};
+};
+NcclId nccl_unique_id();
+// One rank of `size`, on `device`, when the ranks are threads of this
+// process (one host thread per GPU): every thread calls this with the same
+// id. Returns once all ranks have joined, within the timeout.
+std::unique_ptr<Communicator> nccl_communicator(const NcclId& id, int rank, int size,
+                                                Device device, CommOptions options = {});
+// One rank per process of the MPI job, on GPU cuda:<local rank> (the rank
+// among the job's processes on this machine): rank 0's unique id reaches the
+// others by MPI_Bcast, as nccl-tests does it.
+std::unique_ptr<Communicator> nccl_world(CommOptions options = {});
+
+}  // namespace anvil::parallel

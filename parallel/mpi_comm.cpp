@@ -1,0 +1,442 @@
+// The MPI backend: CPU tensors, one rank per process (Debian's OpenMPI, which
+// is not CUDA-aware: it is never handed device memory).
+//
+// The host does both of the transport's lanes (transport.h): a post waits for
+// the one before it, then starts non-blocking sends and receives of raw
+// bytes; a reduction waits for its post, then adds on the CPU
+// (cpu::accumulate). So while rank r adds chunk k, chunk k+1 is already on
+// its way. Every wait is a polling loop with the communicator's deadline
+// (MPI's blocking calls have none), and it names the ranks whose messages
+// are missing when the deadline passes.
+//
+// Each communicator duplicates MPI_COMM_WORLD twice, without blocking
+// (MPI_Comm_idup), so that its data and its check messages never meet other
+// traffic. Errors come back as codes (MPI_ERRORS_RETURN) and become
+// CommError with MPI's text.
+#include <fmt/format.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "parallel/mpi_internal.h"
+
+namespace anvil::parallel {
+namespace {
+
+std::atomic<bool> g_failed{false};  // a collective failed: leave without MPI_Finalize
+
+std::string mpi_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return fmt::format("MPI error {}", code);
+  return std::string(text, size_t(length));
+}
+
+void check(int code, const char* call, const std::string& who) {
+  if (code != MPI_SUCCESS) throw CommError(fmt::format("{}{} failed: {}", who, call, mpi_text(code)));
+}
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && !g_failed.load()) MPI_Finalize();
+}
+
+// Another rank failed or was killed, and mpirun is ending the job: say so on
+// this rank too, rather than vanish without a word.
+void on_sigterm(int) {
+  char text[128];
+  const int n = std::snprintf(text, sizeof text,
+                              "anvil: rank %d: stopped by SIGTERM: the MPI job is ending "
+                              "(another rank failed or was killed)\n",
+                              mpi_detail::world_rank());
+  if (n > 0) (void)!::write(2, text, size_t(n));
+  ::_exit(128 + SIGTERM);
+}
+
+// A duplicate of MPI_COMM_WORLD made without blocking, within the deadline.
+MPI_Comm duplicate_world(std::chrono::milliseconds timeout, const std::string& who) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Comm_idup(MPI_COMM_WORLD, &comm, &request), "MPI_Comm_idup", who);
+  int done = 0;
+  int code = MPI_SUCCESS;
+  if (!poll_until(timeout, [&] {
+        code = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+        return code != MPI_SUCCESS || done;
+      }))
+    throw CommError(fmt::format("{}not every rank of the MPI job created the communicator "
+                                "within {} (ANVIL_COMM_TIMEOUT)",
+                                who, timeout_text(timeout)));
+  check(code, "MPI_Comm_idup", who);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  return comm;
+}
+
+// Outstanding requests with the peer and direction of each, for the message
+// that names who is missing when a deadline passes.
+struct Requests {
+  std::vector<MPI_Request> handles;
+  std::vector<int> peers;
+  std::vector<bool> is_send;
+  std::vector<size_t> expected;  // receives: the bytes asked for
+
+  void add(MPI_Request r, int peer, bool send, size_t bytes) {
+    handles.push_back(r);
+    peers.push_back(peer);
+    is_send.push_back(send);
+    expected.push_back(bytes);
+  }
+  bool empty() const { return handles.empty(); }
+
+  // Waits for all of them within `timeout`: false if some are still
+  // outstanding then (pending_peers names them). Throws CommError for an MPI
+  // error, or a receive of another size than asked for.
+  bool wait(std::chrono::milliseconds timeout, const std::string& who) {
+    if (handles.empty()) return true;
+    std::vector<int> indices(handles.size());
+    std::vector<MPI_Status> statuses(handles.size());
+    size_t left = 0;
+    for (MPI_Request r : handles) left += r != MPI_REQUEST_NULL;
+    int code = MPI_SUCCESS;
+    const bool done = poll_until(timeout, [&] {
+      int count = 0;
+      code = MPI_Testsome(int(handles.size()), handles.data(), &count, indices.data(),
+                          statuses.data());
+      if (code != MPI_SUCCESS || count == MPI_UNDEFINED) return true;
+      for (int i = 0; i < count; ++i) {
+        const size_t k = size_t(indices[size_t(i)]);
+        if (is_send[k]) continue;
+        int got = 0;
+        MPI_Get_count(&statuses[size_t(i)], MPI_BYTE, &got);
+        if (size_t(got) != expected[k])
+          throw CommError(fmt::format("{}rank {} sent {} bytes where {} were expected", who,
+                                      peers[k], got, expected[k]));
+      }
+      left -= size_t(count);
+      return left == 0;
+    });
+    check(code, "MPI_Testsome", who);
+    if (done) clear();
+    return done;
+  }
+
+  // "rank 1, rank 3": the peers of the outstanding receives (or sends).
+  std::string pending_peers(bool sends) const {
+    std::string list;
+    for (size_t k = 0; k < handles.size(); ++k) {
+      if (handles[k] == MPI_REQUEST_NULL || is_send[k] != sends) continue;
+      const std::string peer = fmt::format("rank {}", peers[k]);
+      if (list.find(peer) == std::string::npos) list += (list.empty() ? "" : ", ") + peer;
+    }
+    return list;
+  }
+
+  // Waits as wait() does; on a timeout, throws CommError naming the ranks
+  // whose data never came (or that never took ours).
+  void wait_or_throw(std::chrono::milliseconds timeout, const std::string& who) {
+    if (wait(timeout, who)) return;
+    const std::string silent = pending_peers(false), unread = pending_peers(true);
+    cancel();
+    throw CommError(fmt::format(
+        "{}{} within {} (ANVIL_COMM_TIMEOUT); a rank that stopped answering may itself be "
+        "waiting on another",
+        who, !silent.empty() ? "no data from " + silent : "no receive posted by " + unread,
+        timeout_text(timeout)));
+  }
+
+  void cancel() noexcept {
+    for (MPI_Request& r : handles) {
+      if (r == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&r);
+      MPI_Request_free(&r);
+    }
+    clear();
+  }
+  void clear() {
+    handles.clear();
+    peers.clear();
+    is_send.clear();
+    expected.clear();
+  }
+};
+
+// Keeps the deadline of a blocking MPI call: armed around the call, it
+// prints its message and ends the whole job (MPI_Abort) if the call has not
+// returned in time. One thread per process, started on first use.
+class Watchdog {
+ public:
+  class Armed {
+   public:
+    Armed(std::string message, std::chrono::milliseconds timeout) {
+      Watchdog& w = instance();
+      std::lock_guard lock(w.mutex_);
+      w.message_ = std::move(message);
+      w.deadline_ = std::chrono::steady_clock::now() + timeout;
+      w.armed_ = true;
+      ++w.generation_;
+      w.changed_.notify_all();
+    }
+    ~Armed() {
+      Watchdog& w = instance();
+      std::lock_guard lock(w.mutex_);
+      w.armed_ = false;
+      w.changed_.notify_all();
+    }
+    Armed(const Armed&) = delete;
+    Armed& operator=(const Armed&) = delete;
+  };
+
+ private:
+  static Watchdog& instance() {
+    static auto* w = new Watchdog();  // leaked: it may outlive static destructors
+    return *w;
+  }
+  Watchdog() {
+    std::thread([this] {
+      std::unique_lock lock(mutex_);
+      for (;;) {
+        changed_.wait(lock, [&] { return armed_; });
+        const uint64_t call = generation_;
+        const auto deadline = deadline_;
+        if (changed_.wait_until(lock, deadline, [&] { return !armed_ || generation_ != call; }))
+          continue;  // that call returned in time
+        std::fprintf(stderr, "anvil: %s\n", message_.c_str());
+        g_failed.store(true);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+    }).detach();
+  }
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool armed_ = false;
+  uint64_t generation_ = 0;  // calls armed so far
+  std::chrono::steady_clock::time_point deadline_;
+  std::string message_;
+};
+
+// MPI counts are ints: a large message goes as several of at most 1 GiB.
+constexpr size_t kMaxPiece = size_t(1) << 30;
+
+class MpiChannel final : public HostChannel {
+ public:
+  explicit MpiChannel(std::chrono::milliseconds timeout)
+      : comm_(duplicate_world(timeout, fmt::format("rank {} (mpi, cpu): creating the communicator: ",
+                                                   mpi_detail::world_rank()))) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiChannel() override {
+    if (!g_failed.load()) MPI_Comm_free(&comm_);
+  }
+
+  std::vector<CallInfo> exchange(const CallInfo& mine, std::chrono::milliseconds timeout,
+                                 const std::string& who) override {
+    std::vector<CallInfo> all(size_t(size_), mine);
+    if (size_ == 1) return all;
+    Requests requests;
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      MPI_Request r;
+      check(MPI_Irecv(&all[size_t(j)], sizeof(CallInfo), MPI_BYTE, j, 0, comm_, &r), "MPI_Irecv",
+            who);
+      requests.add(r, j, false, sizeof(CallInfo));
+      check(MPI_Isend(&all[size_t(rank_)], sizeof(CallInfo), MPI_BYTE, j, 0, comm_, &r),
+            "MPI_Isend", who);
+      requests.add(r, j, true, 0);
+    }
+    if (!requests.wait(timeout, who)) {
+      const std::string missing = requests.pending_peers(false);
+      requests.cancel();
+      throw CommError(fmt::format("{}{} did not join within {} (ANVIL_COMM_TIMEOUT)", who,
+                                  missing.empty() ? "a rank" : missing, timeout_text(timeout)));
+    }
+    return all;
+  }
+
+  void report_failure(const std::string&) noexcept override { g_failed.store(true); }
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+class MpiTransport final : public Transport {
+ public:
+  explicit MpiTransport(std::chrono::milliseconds timeout)
+      : Transport(mpi_detail::world_rank(), mpi_detail::world_size(), Device::cpu()),
+        channel_(std::make_shared<MpiChannel>(timeout)),
+        data_(duplicate_world(timeout, error_prefix())) {
+    set_timeout(timeout);
+  }
+  ~MpiTransport() override {
+    pending_.cancel();
+    if (!g_failed.load()) MPI_Comm_free(&data_);
+  }
+
+  std::string_view name() const override { return "mpi"; }
+  HostChannel& channel() override { return *channel_; }
+  void begin() override {}
+  // A collective over MPI returns when it is done: the last post is waited for.
+  void end() override { pending_.wait_or_throw(timeout(), error_prefix()); }
+
+  uint64_t post(std::span<const Message> messages) override {
+    pending_.wait_or_throw(timeout(), error_prefix());
+    const std::string who = error_prefix();
+    for (const Message& m : messages) {
+      for (size_t offset = 0; offset < m.bytes; offset += kMaxPiece) {
+        const int piece = int(std::min(kMaxPiece, m.bytes - offset));
+        char* p = static_cast<char*>(m.data) + offset;
+        MPI_Request r;
+        if (m.kind == Message::kSend)
+          check(MPI_Isend(p, piece, MPI_BYTE, m.peer, 0, data_, &r), "MPI_Isend", who);
+        else
+          check(MPI_Irecv(p, piece, MPI_BYTE, m.peer, 0, data_, &r), "MPI_Irecv", who);
+        pending_.add(r, m.peer, m.kind == Message::kSend, size_t(piece));
+      }
+    }
+    return ++posted_;
+  }
+
+  void reduce(void* dst, const void* src, int64_t n, DType dtype, float scale,
+              uint64_t ticket) override {
+    if (ticket == posted_) pending_.wait_or_throw(timeout(), error_prefix());
+    if (dtype == DType::Int64)
+      cpu::accumulate(n, static_cast<int64_t*>(dst), static_cast<const int64_t*>(src));
+    else
+      cpu::accumulate(n, static_cast<float*>(dst), static_cast<const float*>(src), scale);
+  }
+
+  void copy(void* dst, const void* src, size_t bytes, uint64_t ticket) override {
+    if (ticket != 0 && ticket == posted_) pending_.wait_or_throw(timeout(), error_prefix());
+    std::memcpy(dst, src, bytes);
+  }
+
+  // MPI_Allreduce itself, blocking (its non-blocking twin runs other, often
+  // slower, algorithms: it would not be the baseline users know). Its
+  // deadline is kept by a watchdog thread that ends the job if it passes; the
+  // agreement before it has already made sure every rank is making this call.
+  void native_allreduce(void* data, int64_t n, DType dtype, ReduceOp op) override {
+    pending_.wait_or_throw(timeout(), error_prefix());
+    const std::string who = error_prefix();
+    const MPI_Datatype type = dtype == DType::Int64 ? MPI_INT64_T : MPI_FLOAT;
+    const int64_t esize = int64_t(dtype_size(dtype));
+    for (int64_t offset = 0; offset < n; offset += INT_MAX / 8) {
+      const int count = int(std::min<int64_t>(INT_MAX / 8, n - offset));
+      Watchdog::Armed armed(fmt::format("{}MPI_Allreduce did not complete within {} "
+                                        "(ANVIL_COMM_TIMEOUT): ending the job",
+                                        who, timeout_text(timeout())),
+                            timeout());
+      check(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(data) + offset * esize, count, type,
+                          MPI_SUM, data_),
+            "MPI_Allreduce", who);
+    }
+    if (op == ReduceOp::kAverage) {
+      float* p = static_cast<float*>(data);
+      const float scale = 1.0f / float(size());
+      for (int64_t i = 0; i < n; ++i) p[i] *= scale;
+    }
+  }
+
+  void synchronize() override { pending_.wait_or_throw(timeout(), error_prefix()); }
+  void abort() noexcept override {
+    g_failed.store(true);
+    pending_.cancel();
+  }
+
+ private:
+  std::shared_ptr<MpiChannel> channel_;
+  MPI_Comm data_;
+  Requests pending_;
+  uint64_t posted_ = 0;
+};
+
+}  // namespace
+
+// ---- the job ----
+
+namespace mpi_detail {
+
+void ensure_initialized() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) return;
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+      throw CommError("MPI_Init_thread failed");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    std::atexit(finalize_at_exit);
+  });
+}
+
+int world_rank() {
+  ensure_initialized();
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  ensure_initialized();
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+int local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(name); v && *v) return std::atoi(v);
+  return 0;  // a job of one process
+}
+
+void broadcast_bytes(void* data, size_t bytes, int root, std::chrono::milliseconds timeout,
+                     const std::string& what) {
+  ensure_initialized();
+  const std::string who = fmt::format("rank {} (mpi): {}: ", world_rank(), what);
+  MPI_Request r;
+  check(MPI_Ibcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &r), "MPI_Ibcast", who);
+  Requests one;
+  one.add(r, root, true, 0);
+  if (!one.wait(timeout, who)) {  // (a collective's request cannot be cancelled)
+    throw CommError(fmt::format("{}the broadcast from rank {} did not complete within {} "
+                                "(ANVIL_COMM_TIMEOUT)",
+                                who, root, timeout_text(timeout)));
+  }
+}
+
+std::shared_ptr<HostChannel> world_channel(std::chrono::milliseconds timeout) {
+  ensure_initialized();
+  return std::make_shared<MpiChannel>(timeout);
+}
+
+}  // namespace mpi_detail
+
+std::string mpi_missing_reason() { return ""; }
+
+int mpi_rank() { return mpi_detail::world_rank(); }
+int mpi_size() { return mpi_detail::world_size(); }
+
+std::unique_ptr<Communicator> mpi_world(CommOptions options) {
+  mpi_detail::ensure_initialized();
+  if (mpi_detail::world_size() > 1) {
+    struct sigaction old {};
+    sigaction(SIGTERM, nullptr, &old);
+    if (old.sa_handler == SIG_DFL) std::signal(SIGTERM, on_sigterm);
+  }
+  return std::make_unique<Communicator>(std::make_unique<MpiTransport>(options.timeout), options);
+}
+
+}  // namespace anvil::parallel

@@ -1,0 +1,30 @@
+// Internal to parallel/: what the NCCL backend needs from MPI when its ranks
+// are processes of an MPI job (nccl_world): the job's ranks, the check
+// channel and a bounded broadcast of NCCL's unique id. mpi_comm.cpp
+// implements them; mpi_off.cpp, in a build without MPI, throws.
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "parallel/transport.h"
+
+namespace anvil::parallel::mpi_detail {
+
+// MPI_Init_thread on first use (MPI_THREAD_MULTIPLE); MPI_Finalize at exit
+// unless a collective failed (then the process leaves without it, and
+// mpirun ends the job rather than wait in MPI_Finalize).
+void ensure_initialized();
+int world_rank();
+int world_size();
+// This process's rank among the job's processes on its machine.
+int local_rank();
+// Root's bytes to every process of the job (MPI_Ibcast), within `timeout`.
+void broadcast_bytes(void* data, size_t bytes, int root, std::chrono::milliseconds timeout,
+                     const std::string& what);
+// The check channel over the job's processes (its own MPI communicator). A
+// failure reported on it marks the process so that exit skips MPI_Finalize.
+std::shared_ptr<HostChannel> world_channel(std::chrono::milliseconds timeout);
+
+}  // namespace anvil::parallel::mpi_detail

@@ -1,0 +1,380 @@
+// The NCCL backend: CUDA tensors, one rank per GPU. The same source runs on
+// real GPUs (<nccl.h>) and, in the simulator build, between simulated GPUs
+// (sim/nccl_sim.h): see parallel/nccl_api.h.
+//
+// Two streams per communicator, both non-blocking (so that the legacy
+// default stream never waits for a stalled collective): the wire, where the
+// grouped ncclSend/ncclRecv of every post and ncclAllReduce run, and the
+// lane, where the reduction kernels (cuda::accumulate) and local copies run.
+// Events order them as transport.h describes: the wire waits for the lane's
+// latest work before each post that follows lane work; the lane waits for a
+// post's event before reducing what it received. begin() puts both behind the
+// device's compute stream, end() puts the compute stream behind both. The
+// host never waits, except in synchronize().
+//
+// The communicator is non-blocking (ncclConfig_t::blocking = 0): NCCL calls
+// return at once, perhaps with ncclInProgress, and every wait is a polling
+// loop over ncclCommGetAsyncError and cudaEventQuery with the deadline. When
+// it passes, the communicator is aborted (ncclCommAbort) so that no kernel
+// is left waiting for a peer that will never come.
+#include <fmt/format.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/device.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "parallel/mpi_internal.h"
+#include "parallel/nccl_api.h"
+
+namespace anvil::parallel {
+namespace {
+
+class NcclTransport final : public Transport {
+ public:
+  NcclTransport(int rank, int size, Device device, std::shared_ptr<HostChannel> channel,
+                const ncclUniqueId& id, std::chrono::milliseconds timeout)
+      : Transport(rank, size, device), channel_(std::move(channel)) {
+    set_timeout(timeout);
+    set_context("creating the communicator");
+    try {
+      activate();
+      // Every rank arrives here first, so that a missing one is named.
+      CallInfo hello;
+      hello.collective = Collective::kBarrier;
+      channel_->exchange(hello, timeout, error_prefix());
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      nccl(ncclCommInitRankConfig(&comm_, size, id, rank, &config), "ncclCommInitRankConfig");
+      cuda::check(cudaStreamCreateWithFlags(&wire_, cudaStreamNonBlocking), "cudaStreamCreate");
+      cuda::check(cudaStreamCreateWithFlags(&lane_, cudaStreamNonBlocking), "cudaStreamCreate");
+      for (cudaEvent_t* e : {&start_, &wire_done_, &lane_done_})
+        cuda::check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
+      for (auto& t : tickets_)
+        cuda::check(cudaEventCreateWithFlags(&t.event, cudaEventDisableTiming),
+                    "cudaEventCreate");
+    } catch (const std::exception& e) {
+      channel_->report_failure(e.what());
+      abort();
+      release();
+      throw;
+    }
+  }
+
+  ~NcclTransport() override {
+    if (comm_ != nullptr) {
+      try {
+        activate();
+        // Flush and let go; if the peers do not finish in time, abort instead.
+        cuda::check(cudaEventRecord(wire_done_, wire_), "cudaEventRecord");
+        cuda::check(cudaEventRecord(lane_done_, lane_), "cudaEventRecord");
+        const bool idle =
+            poll_until(timeout(), [&] { return reached(wire_done_) && reached(lane_done_); });
+        ncclResult_t r = idle ? ncclCommFinalize(comm_) : ncclInternalError;
+        if (r == ncclInProgress) r = wait_ready() ? ncclSuccess : ncclInternalError;
+        if (r == ncclSuccess) {
+          ncclCommDestroy(comm_);
+          comm_ = nullptr;
+        }
+      } catch (...) {
+      }
+      abort();
+    }
+    release();
+  }
+
+  std::string_view name() const override { return "nccl"; }
+  HostChannel& channel() override { return *channel_; }
+
+  void begin() override {
+    activate();
+    cuda::check(cudaEventRecord(start_, cuda::compute_stream(device().index)), "cudaEventRecord");
+    cuda::check(cudaStreamWaitEvent(wire_, start_, 0), "cudaStreamWaitEvent");
+    cuda::check(cudaStreamWaitEvent(lane_, start_, 0), "cudaStreamWaitEvent");
+  }
+
+  void end() override {
+    activate();
+    const cudaStream_t compute = cuda::compute_stream(device().index);
+    cuda::check(cudaEventRecord(wire_done_, wire_), "cudaEventRecord");
+    cuda::check(cudaEventRecord(lane_done_, lane_), "cudaEventRecord");
+    cuda::check(cudaStreamWaitEvent(compute, wire_done_, 0), "cudaStreamWaitEvent");
+    cuda::check(cudaStreamWaitEvent(compute, lane_done_, 0), "cudaStreamWaitEvent");
+  }
+
+  uint64_t post(std::span<const Message> messages) override {
+    activate();
+    wire_after_lane();
+    ncclResult_t first_error = ncclSuccess;
+    nccl(ncclGroupStart(), "ncclGroupStart");
+    for (const Message& m : messages) {
+      if (m.bytes == 0) continue;
+      const ncclResult_t r =
+          m.kind == Message::kSend
+              ? ncclSend(m.data, m.bytes, ncclUint8, m.peer, comm_, wire_)
+              : ncclRecv(m.data, m.bytes, ncclUint8, m.peer, comm_, wire_);
+      if (r != ncclSuccess && r != ncclInProgress && first_error == ncclSuccess) first_error = r;
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    nccl(first_error, "ncclSend/ncclRecv");
+    nccl(end, "ncclGroupEnd");
+    Ticket& t = record_ticket();
+    t.peers.clear();
+    for (const Message& m : messages)
+      if (m.bytes) t.peers.emplace_back(m.peer, m.kind == Message::kSend);
+    return posted_;
+  }
+
+  void reduce(void* dst, const void* src, int64_t n, DType dtype, float scale,
+              uint64_t ticket) override {
+    activate();
+    lane_after(ticket);
+    if (dtype == DType::Int64)
+      cuda::accumulate(n, static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), lane_);
+    else
+      cuda::accumulate(n, static_cast<float*>(dst), static_cast<const float*>(src), scale, lane_);
+    lane_dirty_ = true;
+  }
+
+  void copy(void* dst, const void* src, size_t bytes, uint64_t ticket) override {
+    activate();
+    lane_after(ticket);
+    cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, lane_),
+                "cudaMemcpyAsync");
+    lane_dirty_ = true;
+  }
+
+  void native_allreduce(void* data, int64_t n, DType dtype, ReduceOp op) override {
+    activate();
+    wire_after_lane();
+    nccl(ncclAllReduce(data, data, size_t(n), dtype == DType::Int64 ? ncclInt64 : ncclFloat32,
+                       op == ReduceOp::kAverage ? ncclAvg : ncclSum, comm_, wire_),
+         "ncclAllReduce");
+    Ticket& t = record_ticket();
+    t.peers.clear();
+    for (int j = 0; j < size(); ++j)
+      if (j != rank()) t.peers.emplace_back(j, false);
+  }
+
+  void synchronize() override {
+    activate();
+    if (comm_ == nullptr) throw CommError(error_prefix() + "the communicator was aborted");
+    cuda::check(cudaEventRecord(wire_done_, wire_), "cudaEventRecord");
+    cuda::check(cudaEventRecord(lane_done_, lane_), "cudaEventRecord");
+    std::string failure;
+    const bool done = poll_until(timeout(), [&] {
+      failure = problem();
+      return !failure.empty() || (reached(wire_done_) && reached(lane_done_));
+    });
+    if (!failure.empty()) throw CommError(error_prefix() + failure);
+    if (!done)
+      throw CommError(fmt::format("{}did not complete within {} (ANVIL_COMM_TIMEOUT){}",
+                                  error_prefix(), timeout_text(timeout()), stuck_peers()));
+  }
+
+  void abort() noexcept override {
+    if (comm_ == nullptr) return;
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+ private:
+  // A post's event and who it exchanged with, in a ring of recent posts: a
+  // reduction names a post at most one or two back (the ring's lookahead).
+  struct Ticket {
+    cudaEvent_t event = nullptr;
+    std::vector<std::pair<int, bool>> peers;  // (rank, we send)
+  };
+  static constexpr uint64_t kTickets = 8;
+
+  void activate() const { cuda::check(cudaSetDevice(device().index), "cudaSetDevice"); }
+
+  // A call's result: in progress means poll until NCCL is done with it.
+  void nccl(ncclResult_t r, const char* call) {
+    if (r == ncclInProgress) {
+      if (!wait_ready())
+        throw CommError(fmt::format("{}{} did not finish within {} (ANVIL_COMM_TIMEOUT){}",
+                                    error_prefix(), call, timeout_text(timeout()),
+                                    context() == "creating the communicator"
+                                        ? ": not every rank reached NCCL's initialisation"
+                                        : ""));
+      return;
+    }
+    if (r != ncclSuccess) throw CommError(error_prefix() + call + " failed: " + text(r));
+  }
+
+  // Polls ncclCommGetAsyncError until NCCL is no longer busy; false when the
+  // deadline passes. Throws for an error, NCCL's or a peer's.
+  bool wait_ready() {
+    ncclResult_t state = ncclInProgress;
+    std::string failure;
+    const bool done = poll_until(timeout(), [&] {
+      if (std::string peer = channel_->peer_failure(); !peer.empty()) {
+        failure = "another rank failed: " + peer;
+        return true;
+      }
+      const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+      if (r != ncclSuccess) state = r;
+      return state != ncclInProgress;
+    });
+    if (!failure.empty()) throw CommError(error_prefix() + failure);
+    if (done && state != ncclSuccess)
+      throw CommError(error_prefix() + "NCCL reports an error: " + text(state));
+    return done;
+  }
+
+  std::string text(ncclResult_t r) const {
+    std::string s = ncclGetErrorString(r);
+    const char* last = ncclGetLastError(comm_);
+    if (last != nullptr && *last != '\0') s += fmt::format(" ({})", last);
+    return s;
+  }
+
+  // "" while all is well; otherwise what went wrong (polled while waiting).
+  std::string problem() {
+    if (std::string peer = channel_->peer_failure(); !peer.empty())
+      return "another rank failed: " + peer;
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state != ncclSuccess &&
+        state != ncclInProgress)
+      return "NCCL reports an error: " + text(state);
+    return "";
+  }
+
+  bool reached(cudaEvent_t e) const {
+    const cudaError_t r = cudaEventQuery(e);
+    if (r == cudaErrorNotReady) return false;
+    cuda::check(r, "cudaEventQuery");
+    return true;
+  }
+
+  // ": the exchange with rank 1 (receive) and rank 3 (send) of its step 4
+  // never completed" — the oldest unfinished post, for the timeout message.
+  std::string stuck_peers() const {
+    const uint64_t oldest = posted_ > kTickets ? posted_ - kTickets + 1 : 1;
+    for (uint64_t k = oldest; k <= posted_; ++k) {
+      const Ticket& t = tickets_[k % kTickets];
+      if (cudaEventQuery(t.event) != cudaErrorNotReady) continue;
+      std::string who;
+      for (const auto& [peer, send] : t.peers)
+        who += fmt::format("{}rank {} ({})", who.empty() ? "" : " and ", peer,
+                           send ? "send" : "receive");
+      return who.empty() ? std::string()
+                         : fmt::format(": its exchange with {} never completed", who);
+    }
+    return "";
+  }
+
+  Ticket& record_ticket() {
+    Ticket& t = tickets_[++posted_ % kTickets];
+    cuda::check(cudaEventRecord(t.event, wire_), "cudaEventRecord");
+    return t;
+  }
+
+  // The next post must see the lane's latest reductions and copies.
+  void wire_after_lane() {
+    if (!lane_dirty_) return;
+    cuda::check(cudaEventRecord(lane_done_, lane_), "cudaEventRecord");
+    cuda::check(cudaStreamWaitEvent(wire_, lane_done_, 0), "cudaStreamWaitEvent");
+    lane_dirty_ = false;
+  }
+
+  // The lane's next work must see post `ticket`'s data.
+  void lane_after(uint64_t ticket) {
+    if (ticket == 0 || ticket <= lane_waited_) return;
+    if (ticket > posted_ || posted_ - ticket >= kTickets)
+      throw std::logic_error("nccl transport: a reduction names a post too far back");
+    cuda::check(cudaStreamWaitEvent(lane_, tickets_[ticket % kTickets].event, 0),
+                "cudaStreamWaitEvent");
+    lane_waited_ = ticket;
+  }
+
+  void release() noexcept {
+    for (cudaEvent_t e : {start_, wire_done_, lane_done_})
+      if (e) cudaEventDestroy(e);
+    for (auto& t : tickets_)
+      if (t.event) cudaEventDestroy(t.event);
+    for (cudaStream_t s : {wire_, lane_})
+      if (s) cudaStreamDestroy(s);
+    start_ = wire_done_ = lane_done_ = nullptr;
+    wire_ = lane_ = nullptr;
+    for (auto& t : tickets_) t.event = nullptr;
+  }
+
+  std::shared_ptr<HostChannel> channel_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t wire_ = nullptr, lane_ = nullptr;
+  cudaEvent_t start_ = nullptr, wire_done_ = nullptr, lane_done_ = nullptr;
+  Ticket tickets_[kTickets];
+  uint64_t posted_ = 0;       // posts so far (tickets)
+  uint64_t lane_waited_ = 0;  // the latest ticket the lane waits for
+  bool lane_dirty_ = false;   // lane work the wire has not yet been told to wait for
+};
+
+ncclUniqueId to_nccl(const NcclId& id) {
+  ncclUniqueId u;
+  static_assert(sizeof u.internal == sizeof id.bytes);
+  std::memcpy(u.internal, id.bytes.data(), sizeof u.internal);
+  return u;
+}
+
+void check_gpu(Device device, int rank) {
+  if (!device.is_cuda())
+    throw CommError(fmt::format("rank {} (nccl): NCCL moves CUDA tensors; {} is not a GPU", rank,
+                                device.str()));
+  try {
+    check_cuda_device(device);
+  } catch (const std::exception& e) {
+    throw CommError(fmt::format("rank {} (nccl): {}", rank, e.what()));
+  }
+}
+
+}  // namespace
+
+std::string nccl_missing_reason() { return ""; }
+
+NcclId nccl_unique_id() {
+  ncclUniqueId u;
+  const ncclResult_t r = ncclGetUniqueId(&u);
+  if (r != ncclSuccess)
+    throw CommError(std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r) +
+                    " (without a network, set NCCL_SOCKET_IFNAME=lo)");
+  NcclId id;
+  std::memcpy(id.bytes.data(), u.internal, sizeof u.internal);
+  return id;
+}
+
+std::unique_ptr<Communicator> nccl_communicator(const NcclId& id, int rank, int size,
+                                                Device device, CommOptions options) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw CommError(fmt::format("nccl_communicator: rank {} of {} ranks", rank, size));
+  check_gpu(device, rank);
+  auto channel = shared_board(std::string(id.bytes.data(), id.bytes.size()), rank, size);
+  return std::make_unique<Communicator>(
+      std::make_unique<NcclTransport>(rank, size, device, std::move(channel), to_nccl(id),
+                                      options.timeout),
+      options);
+}
+
+std::unique_ptr<Communicator> nccl_world(CommOptions options) {
+  mpi_detail::ensure_initialized();
+  const int rank = mpi_detail::world_rank(), size = mpi_detail::world_size();
+  const int local = mpi_detail::local_rank();
+  if (local >= device_count())
+    throw CommError(fmt::format("rank {} (nccl): this is process {} on its machine, which "
+                                "needs cuda:{}, but the machine has {} GPU(s)",
+                                rank, local, local, device_count()));
+  const Device device = Device::cuda(local);
+  check_gpu(device, rank);
+  NcclId id;
+  if (rank == 0) id = nccl_unique_id();
+  mpi_detail::broadcast_bytes(id.bytes.data(), id.bytes.size(), 0, options.timeout,
+                              "sharing NCCL's unique id");
+  return std::make_unique<Communicator>(
+      std::make_unique<NcclTransport>(rank, size, device, mpi_detail::world_channel(options.timeout),
+                                      to_nccl(id), options.timeout),
+      options);
+}
+
+}  // namespace anvil::parallel

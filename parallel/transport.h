@@ -1,0 +1,170 @@
+// Internal to parallel/: what a backend (MPI, NCCL) provides so that the
+// collectives can be written once (parallel/collectives.cpp, allreduce.cpp).
+//
+// A Transport moves bytes between ranks and reduces them on its device, in
+// two lanes of work: the wire (grouped sends and receives, one `post` at a
+// time) and the reduction lane (dst = (dst + src) * scale, and local copies).
+// Their order is what the collectives rely on:
+//   - a post starts once every earlier post has delivered and every earlier
+//     reduction or copy has finished (so it may send what they produced, and
+//     receive into buffers they have finished reading);
+//   - a reduction or copy starts once the post it names (its ticket) has
+//     delivered, and after the earlier reductions, but not after later posts:
+//     issuing post(k+1) before reduce(k) lets chunk k+1 travel while chunk k
+//     is added up. That is the ring's pipeline.
+// On a GPU both lanes are streams (NCCL calls on one, reduction kernels on
+// the other, ordered by events) and nothing waits on the host. Over MPI the
+// host does both: a post waits for the one before it (with the deadline) and
+// starts non-blocking sends and receives, a reduction waits for its post.
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "parallel/communicator.h"
+
+namespace anvil::parallel {
+
+// What one rank asks of a collective. Every rank exchanges it before any data
+// moves (HostChannel), so ranks that disagree are caught and named, and ranks
+// learn the shapes they need (scatter's input, all_gather's shards) from it.
+// Plain bytes: it travels over MPI as they are.
+enum class Collective : uint8_t { kAllreduce, kBroadcast, kScatter, kReduceScatter, kAllGather,
+                                  kBarrier };
+std::string_view collective_name(Collective c);
+
+struct CallInfo {
+  static constexpr int kMaxDims = 8;
+  uint64_t seq = 0;  // the collective's number on this communicator, from 1
+  Collective collective = Collective::kBarrier;
+  Algorithm algorithm = Algorithm::kRing;
+  ReduceOp op = ReduceOp::kSum;
+  DType dtype = DType::Float32;
+  int32_t root = -1;
+  int32_t ndim = -1;  // -1: no tensor (scatter's non-roots, barrier)
+  int64_t shape[kMaxDims] = {};
+
+  Shape tensor_shape() const { return Shape(shape, shape + (ndim > 0 ? ndim : 0)); }
+  int64_t numel() const;
+};
+
+// The host-side channel the ranks check their calls over. Thread ranks share
+// a board in memory; processes use MPI.
+class HostChannel {
+ public:
+  virtual ~HostChannel() = default;
+  // Every rank's CallInfo for this rank's next exchange, in rank order (the
+  // k-th exchange of every rank meets the k-th of every other). Throws
+  // CommError naming the ranks that did not post within `timeout`; its text
+  // begins with `who` ("rank 1 (mpi, cpu): allreduce #2 (...): ").
+  virtual std::vector<CallInfo> exchange(const CallInfo& mine, std::chrono::milliseconds timeout,
+                                         const std::string& who) = 0;
+  // Tells the other ranks that this one failed, so that their waits end at
+  // once instead of at their deadline (thread ranks; processes end the job).
+  virtual void report_failure(const std::string& /*what*/) noexcept {}
+  // A failure another rank reported, or "".
+  virtual std::string peer_failure() const { return {}; }
+};
+
+// One send or receive of a post.
+struct Message {
+  enum Kind : uint8_t { kSend, kRecv } kind = kSend;
+  int peer = -1;
+  void* data = nullptr;  // device memory for NCCL, host memory for MPI
+  size_t bytes = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string_view name() const = 0;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  Device device() const { return device_; }
+  virtual HostChannel& channel() = 0;
+
+  // Brackets a collective: after begin() both lanes start behind the work
+  // already issued on the device; after end() work issued on the device
+  // waits for both lanes. (No-ops on the CPU.)
+  virtual void begin() = 0;
+  virtual void end() = 0;
+  // Starts a group of sends and receives (see the top of this file); returns
+  // its ticket. An empty group is allowed and still gets a ticket.
+  virtual uint64_t post(std::span<const Message> messages) = 0;
+  // dst = (dst + src) * scale over n elements (int64: scale must be 1), once
+  // post `ticket` has delivered (0: no post to wait for).
+  virtual void reduce(void* dst, const void* src, int64_t n, DType dtype, float scale,
+                      uint64_t ticket) = 0;
+  // dst = src (bytes), in the reduction lane, once post `ticket` has delivered.
+  virtual void copy(void* dst, const void* src, size_t bytes, uint64_t ticket) = 0;
+  // The backend's own all-reduce, in place, in the wire lane.
+  virtual void native_allreduce(void* data, int64_t n, DType dtype, ReduceOp op) = 0;
+  // The host waits for both lanes, within the deadline; throws CommError
+  // (after aborting, for NCCL) when it passes or the backend reports an error.
+  virtual void synchronize() = 0;
+  // Gives up on everything in flight (NCCL: ncclCommAbort). Never throws.
+  virtual void abort() noexcept = 0;
+
+  // What the running collective is, for error messages ("allreduce #3 (ring,
+  // sum, float32 [1000])"), and the deadline of every wait.
+  void set_context(std::string what) { context_ = std::move(what); }
+  const std::string& context() const { return context_; }
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // "rank 2 (nccl, cuda:2): <context>: " — how every error of this rank begins.
+  std::string error_prefix() const;
+
+ protected:
+  Transport(int rank, int size, Device device) : rank_(rank), size_(size), device_(device) {}
+
+ private:
+  int rank_;
+  int size_;
+  Device device_;
+  std::string context_;
+  std::chrono::milliseconds timeout_{300000};
+};
+
+// How long "ANVIL_COMM_TIMEOUT" seconds is, as a message fragment ("5 s").
+std::string timeout_text(std::chrono::milliseconds t);
+
+// A thread-rank board: the HostChannel for ranks that are threads of one
+// process, shared through a registry by name (an NCCL unique id). Each rank
+// holds it while its communicator lives.
+std::shared_ptr<HostChannel> shared_board(const std::string& name, int rank, int size);
+
+// Polls `done` until it returns true or `timeout` passes (false then). The
+// first 20 ms it only spins and yields, since polling is what moves MPI's
+// messages along (a sleeping rank would hold up its peers) and a collective's
+// steps are short; past that the wait is probably for a slow or silent peer,
+// and it sleeps in growing steps up to 1 ms so a long wait costs no CPU.
+template <typename Done>
+bool poll_until(std::chrono::milliseconds timeout, Done&& done) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  auto pause = std::chrono::microseconds(10);
+  for (int spins = 0;; ++spins) {
+    if (done()) return true;
+    if ((spins & 63) != 0) continue;
+    const auto now = Clock::now();
+    if (now >= deadline) return done();
+    if (now - start < std::chrono::milliseconds(20)) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+}  // namespace anvil::parallel

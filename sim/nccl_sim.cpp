@@ -1,0 +1,647 @@
+// The simulated NCCL (see sim/nccl_sim.h for what it promises).
+//
+// A clique is the set of ranks sharing a unique id. Each operation a rank
+// issues gets a number when its group ends: the k-th send from a to b, the
+// k-th receive at b from a, the k-th collective of the clique. The clique's
+// tables hold the operations still to run under those numbers, so an
+// operation finds its partner (or the ranks of its collective) by number.
+// A group becomes one Item per stream: the stream's queue entry, which
+// progresses when the stream runs it (sim/streams.cpp): for each of its
+// operations it runs the partners' streams up to their items, then moves the
+// data, and reports a stall while a partner is missing.
+//
+// Locks: `mutex` below guards the cliques, communicators, operations and
+// items' places. The streams' lock is taken first when both are held
+// (Item::queued is called under it); progress() lets go of `mutex` before it
+// runs other streams.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "sim/nccl_sim.h"
+#include "sim/sim_internal.h"
+
+namespace {
+
+using anvil::sim::detail::StreamRef;
+using Clock = std::chrono::steady_clock;
+
+struct Clique;
+struct Item;
+
+struct CommState {
+  std::shared_ptr<Clique> clique;
+  int rank = 0;
+  int nranks = 0;
+  int device = 0;
+  bool blocking = true;
+  bool aborted = false;        // ncclCommAbort or ncclCommDestroy: operations complete empty
+  bool finalizing = false;     // ncclCommFinalize: in progress until no operation is left
+  bool group_told = true;      // a non-blocking ncclGroupEnd's "in progress" has been reported
+  ncclResult_t error = ncclSuccess;  // the asynchronous error, once one happened
+  uint64_t collectives = 0;          // numbers given so far
+  std::map<int, uint64_t> sends_to, recvs_from;
+  int64_t pending = 0;  // operations issued and not complete
+};
+
+struct Op {
+  enum Kind { kSend, kRecv, kAllReduce } kind = kSend;
+  std::shared_ptr<CommState> comm;
+  const void* src = nullptr;
+  void* dst = nullptr;
+  size_t count = 0;
+  ncclDataType_t dtype = ncclFloat32;
+  ncclRedOp_t redop = ncclSum;
+  int peer = -1;
+  uint64_t number = 0;
+  bool done = false;
+  std::weak_ptr<Item> item;
+};
+using OpPtr = std::shared_ptr<Op>;
+
+struct Clique {
+  int nranks = 0;
+  int joined = 0;
+  int members = 0;  // communicators not yet destroyed
+  std::map<std::tuple<int, int, uint64_t>, OpPtr> sends, recvs;  // (from, to, number)
+  std::map<uint64_t, std::vector<OpPtr>> collectives;            // number -> by rank
+};
+
+struct State {
+  std::mutex mutex;
+  std::condition_variable joined;  // a rank joined a clique
+  std::map<std::string, std::shared_ptr<Clique>> cliques;
+};
+State& state() {  // leaked on purpose, like the simulator's other registries
+  static auto* s = new State();
+  return *s;
+}
+
+thread_local std::string t_last_error;
+thread_local int t_group_depth = 0;
+struct PendingOp {
+  OpPtr op;
+  cudaStream_t stream;
+};
+thread_local std::vector<PendingOp> t_group;
+
+ncclResult_t fail(ncclResult_t code, std::string detail) {
+  t_last_error = std::move(detail);
+  return code;
+}
+
+size_t dtype_bytes(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+  }
+  return 0;
+}
+
+const char* op_name(Op::Kind k) {
+  switch (k) {
+    case Op::kSend: return "ncclSend";
+    case Op::kRecv: return "ncclRecv";
+    case Op::kAllReduce: return "ncclAllReduce";
+  }
+  return "?";
+}
+
+// Caller holds state().mutex. Completes an operation: it leaves the tables.
+void finish(Op& op) {
+  if (op.done) return;
+  op.done = true;
+  --op.comm->pending;
+  Clique& c = *op.comm->clique;
+  const int me = op.comm->rank;
+  switch (op.kind) {
+    case Op::kSend: c.sends.erase({me, op.peer, op.number}); break;
+    case Op::kRecv: c.recvs.erase({op.peer, me, op.number}); break;
+    case Op::kAllReduce: {
+      auto it = c.collectives.find(op.number);
+      if (it != c.collectives.end()) {
+        it->second[size_t(me)].reset();
+        if (std::none_of(it->second.begin(), it->second.end(), [](const OpPtr& p) { return p; }))
+          c.collectives.erase(it);
+      }
+      break;
+    }
+  }
+}
+
+// Caller holds state().mutex. Completes every unfinished operation of a
+// communicator without moving data (abort, destroy).
+void finish_all(CommState& comm) {
+  Clique& c = *comm.clique;
+  std::vector<OpPtr> mine;
+  for (auto& [key, op] : c.sends)
+    if (op->comm.get() == &comm) mine.push_back(op);
+  for (auto& [key, op] : c.recvs)
+    if (op->comm.get() == &comm) mine.push_back(op);
+  for (auto& [number, ops] : c.collectives)
+    for (auto& op : ops)
+      if (op && op->comm.get() == &comm) mine.push_back(op);
+  for (auto& op : mine) finish(*op);
+}
+
+template <typename T>
+void sum_into(std::vector<unsigned char>& acc, const void* src, size_t count, bool first) {
+  T* a = reinterpret_cast<T*>(acc.data());
+  const T* s = static_cast<const T*>(src);
+  for (size_t i = 0; i < count; ++i) a[i] = first ? s[i] : T(a[i] + s[i]);
+}
+template <typename T>
+void divide(std::vector<unsigned char>& acc, size_t count, int n) {
+  T* a = reinterpret_cast<T*>(acc.data());
+  for (size_t i = 0; i < count; ++i) a[i] = T(a[i] / T(n));
+}
+
+// The data movement of an all-reduce, once every rank's item is at the head
+// of its stream: the sum in rank order (so the result is the same on every
+// rank and from run to run), written to every rank's receive buffer.
+void run_all_reduce(const std::vector<OpPtr>& ops) {
+  const Op& first = *ops.front();
+  for (const OpPtr& op : ops) {
+    if (op->count != first.count || op->dtype != first.dtype || op->redop != first.redop)
+      throw std::runtime_error(
+          "simulated NCCL: ncclAllReduce #" + std::to_string(first.number) + ": rank " +
+          std::to_string(first.comm->rank) + " asked for " + std::to_string(first.count) +
+          " elements of type " + std::to_string(int(first.dtype)) + " (op " +
+          std::to_string(int(first.redop)) + "), rank " + std::to_string(op->comm->rank) +
+          " for " + std::to_string(op->count) + " of type " + std::to_string(int(op->dtype)) +
+          " (op " + std::to_string(int(op->redop)) + ")");
+  }
+  if (first.redop != ncclSum && first.redop != ncclAvg)
+    throw std::runtime_error("simulated NCCL: ncclAllReduce supports ncclSum and ncclAvg only");
+  std::vector<unsigned char> acc(first.count * dtype_bytes(first.dtype));
+  for (size_t r = 0; r < ops.size(); ++r) {
+    const bool head = r == 0;
+    switch (first.dtype) {
+      case ncclFloat32: sum_into<float>(acc, ops[r]->src, first.count, head); break;
+      case ncclFloat64: sum_into<double>(acc, ops[r]->src, first.count, head); break;
+      case ncclInt32: sum_into<int32_t>(acc, ops[r]->src, first.count, head); break;
+      case ncclInt64: sum_into<int64_t>(acc, ops[r]->src, first.count, head); break;
+      default: throw std::runtime_error("simulated NCCL: ncclAllReduce: unsupported data type");
+    }
+  }
+  if (first.redop == ncclAvg) {
+    const int n = int(ops.size());
+    switch (first.dtype) {
+      case ncclFloat32: divide<float>(acc, first.count, n); break;
+      case ncclFloat64: divide<double>(acc, first.count, n); break;
+      case ncclInt32: divide<int32_t>(acc, first.count, n); break;
+      case ncclInt64: divide<int64_t>(acc, first.count, n); break;
+      default: break;
+    }
+  }
+  for (const OpPtr& op : ops)
+    if (!acc.empty()) std::memcpy(op->dst, acc.data(), acc.size());
+}
+
+struct Item final : anvil::sim::detail::CommWork {
+  std::vector<OpPtr> ops;
+  StreamRef stream;  // where it was queued (guarded by state().mutex)
+  uint64_t seq = 0;
+
+  void queued(const StreamRef& s, uint64_t n) override {
+    std::lock_guard lock(state().mutex);
+    stream = s;
+    seq = n;
+  }
+
+  bool progress() override {
+    for (const OpPtr& op : ops)
+      if (!progress(*op)) return false;
+    return true;
+  }
+
+ private:
+  // The operations `op` meets (its partner, or its collective's other ranks),
+  // or an empty list while one of them is missing. Caller holds the mutex.
+  static std::vector<OpPtr> partners(const Op& op) {
+    Clique& c = *op.comm->clique;
+    const int me = op.comm->rank;
+    std::vector<OpPtr> out;
+    switch (op.kind) {
+      case Op::kSend:
+      case Op::kRecv: {
+        auto& table = op.kind == Op::kSend ? c.recvs : c.sends;
+        auto it = op.kind == Op::kSend ? table.find({me, op.peer, op.number})
+                                       : table.find({op.peer, me, op.number});
+        if (it != table.end()) out.push_back(it->second);
+        break;
+      }
+      case Op::kAllReduce: {
+        auto it = c.collectives.find(op.number);
+        if (it == c.collectives.end()) break;
+        for (const OpPtr& p : it->second) {
+          if (!p) return {};
+          out.push_back(p);
+        }
+        break;
+      }
+    }
+    return out;
+  }
+
+  bool progress(Op& op) {
+    std::vector<std::pair<StreamRef, uint64_t>> places;  // the partners' items
+    {
+      std::lock_guard lock(state().mutex);
+      if (op.done) return true;
+      if (op.comm->aborted) {
+        finish(op);
+        return true;
+      }
+      const std::vector<OpPtr> group = partners(op);
+      if (group.empty()) return false;  // a partner has not issued its part yet
+      for (const OpPtr& p : group) {
+        auto item = p->item.lock();
+        if (!item || !item->stream) return false;  // issued, not queued yet
+        if (item.get() != this) places.emplace_back(item->stream, item->seq);
+      }
+    }
+    for (const auto& [s, seq] : places)
+      if (!anvil::sim::detail::run_before(s, seq)) return false;
+
+    std::lock_guard lock(state().mutex);
+    if (op.done) return true;  // a partner's abort or an earlier transfer finished it
+    std::vector<OpPtr> group = partners(op);
+    if (group.empty()) return false;  // a partner was aborted meanwhile: it never comes
+    if (op.kind == Op::kAllReduce) {
+      try {
+        run_all_reduce(group);
+      } catch (...) {
+        for (const OpPtr& p : group) {
+          p->comm->error = ncclInvalidUsage;
+          finish(*p);
+        }
+        throw;
+      }
+      for (const OpPtr& p : group) finish(*p);
+      return true;
+    }
+    Op& send = op.kind == Op::kSend ? op : *group.front();
+    Op& recv = op.kind == Op::kRecv ? op : *group.front();
+    const size_t send_bytes = send.count * dtype_bytes(send.dtype);
+    const size_t recv_bytes = recv.count * dtype_bytes(recv.dtype);
+    if (send_bytes != recv_bytes) {
+      send.comm->error = recv.comm->error = ncclInvalidUsage;
+      const std::string what = "simulated NCCL: ncclSend #" + std::to_string(send.number) +
+                               " of " + std::to_string(send_bytes) + " bytes from rank " +
+                               std::to_string(send.comm->rank) + " meets ncclRecv of " +
+                               std::to_string(recv_bytes) + " bytes at rank " +
+                               std::to_string(recv.comm->rank);
+      finish(send);
+      finish(recv);
+      throw std::runtime_error(what);
+    }
+    if (send_bytes) std::memcpy(recv.dst, send.src, send_bytes);
+    finish(send);
+    finish(recv);
+    return true;
+  }
+};
+
+std::string id_key(const ncclUniqueId& id) { return std::string(id.internal, sizeof id.internal); }
+
+CommState* live(ncclComm_t comm);
+
+}  // namespace
+
+// The handle NCCL calls ncclComm_t.
+struct anvil_sim_nccl::ncclComm {
+  std::shared_ptr<CommState> state;
+};
+
+namespace {
+CommState* live(ncclComm_t comm) { return comm ? comm->state.get() : nullptr; }
+
+// Checks one operation before it is queued; "" when it is fine. `stream_dev`
+// is the stream's device (-1: unknown), asked before state().mutex is taken,
+// since the streams' lock comes first in the lock order.
+std::string check_op(const Op& op, int stream_dev, const char* api) {
+  const CommState& c = *op.comm;
+  const std::string who = std::string(api) + " (rank " + std::to_string(c.rank) + ")";
+  if (c.aborted) return who + ": the communicator was aborted";
+  if (c.clique->joined < c.nranks)
+    return who + ": the communicator is still being created (poll ncclCommGetAsyncError "
+                 "until ncclSuccess)";
+  if (!c.blocking && !c.group_told)
+    return who + ": the previous ncclGroupEnd answered ncclInProgress and "
+                 "ncclCommGetAsyncError has not yet said ncclSuccess";
+  if (dtype_bytes(op.dtype) == 0) return who + ": unknown data type";
+  if (op.kind != Op::kAllReduce && (op.peer < 0 || op.peer >= c.nranks))
+    return who + ": peer " + std::to_string(op.peer) + " is not a rank of a communicator of " +
+           std::to_string(c.nranks);
+  const int sd = stream_dev;
+  if (sd < 0) return who + ": unknown stream";
+  if (sd != c.device)
+    return who + ": the stream belongs to cuda:" + std::to_string(sd) +
+           ", the communicator to cuda:" + std::to_string(c.device);
+  const size_t bytes = op.count * dtype_bytes(op.dtype);
+  if (bytes == 0) return "";
+  for (const void* p : {static_cast<const void*>(op.src), static_cast<const void*>(op.dst)}) {
+    if (p == nullptr) continue;
+    if (anvil::sim::detail::device_of(p) != c.device)
+      return who + ": a buffer is not memory of cuda:" + std::to_string(c.device);
+    if (anvil::sim::detail::check_memset(api, const_cast<void*>(p), bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return who + ": " + anvil::sim::last_error_detail();
+    }
+  }
+  return "";
+}
+
+// Gives the group's operations their numbers, queues one item per stream, and
+// answers for a non-blocking communicator "in progress" once.
+ncclResult_t submit(std::vector<PendingOp> group) {
+  for (const PendingOp& p : group) {
+    std::string problem;
+    const int stream_dev = anvil::sim::detail::stream_device(p.stream);
+    {
+      std::lock_guard lock(state().mutex);
+      problem = check_op(*p.op, stream_dev, op_name(p.op->kind));
+    }
+    if (!problem.empty())
+      return fail(problem.find("aborted") != std::string::npos ? ncclInvalidUsage
+                                                               : ncclInvalidArgument,
+                  problem);
+  }
+  std::vector<std::pair<cudaStream_t, std::shared_ptr<Item>>> items;
+  bool in_progress = false;
+  {
+    std::lock_guard lock(state().mutex);
+    for (const PendingOp& p : group) {
+      auto it = std::find_if(items.begin(), items.end(),
+                             [&](const auto& e) { return e.first == p.stream; });
+      if (it == items.end()) {
+        items.emplace_back(p.stream, std::make_shared<Item>());
+        it = items.end() - 1;
+      }
+      Op& op = *p.op;
+      CommState& c = *op.comm;
+      Clique& clique = *c.clique;
+      op.item = it->second;
+      switch (op.kind) {
+        case Op::kSend:
+          op.number = c.sends_to[op.peer]++;
+          clique.sends[{c.rank, op.peer, op.number}] = p.op;
+          break;
+        case Op::kRecv:
+          op.number = c.recvs_from[op.peer]++;
+          clique.recvs[{op.peer, c.rank, op.number}] = p.op;
+          break;
+        case Op::kAllReduce: {
+          op.number = c.collectives++;
+          auto& slots = clique.collectives[op.number];
+          slots.resize(size_t(c.nranks));
+          slots[size_t(c.rank)] = p.op;
+          break;
+        }
+      }
+      ++c.pending;
+      it->second->ops.push_back(p.op);
+      if (!c.blocking) {
+        c.group_told = false;
+        in_progress = true;
+      }
+    }
+  }
+  for (auto& [stream, item] : items) anvil::sim::detail::enqueue_comm(stream, item);
+  return in_progress ? ncclInProgress : ncclSuccess;
+}
+
+ncclResult_t issue(OpPtr op, cudaStream_t stream) {
+  if (t_group_depth > 0) {
+    t_group.push_back({std::move(op), stream});
+    return ncclSuccess;
+  }
+  return submit({{std::move(op), stream}});
+}
+
+}  // namespace
+
+namespace anvil_sim_nccl {
+
+const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "a CUDA call failed";
+    case ncclSystemError: return "a system call failed";
+    case ncclInternalError: return "internal error of the simulated NCCL";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    case ncclRemoteError: return "a remote rank failed";
+    case ncclInProgress: return "operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+const char* ncclGetLastError(ncclComm_t) { return t_last_error.c_str(); }
+
+ncclResult_t ncclGetVersion(int* version) {
+  if (!version) return fail(ncclInvalidArgument, "ncclGetVersion: null pointer");
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  if (!id) return fail(ncclInvalidArgument, "ncclGetUniqueId: null pointer");
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t salt = std::random_device{}();
+  std::memset(id->internal, 0, sizeof id->internal);
+  const uint64_t words[2] = {salt, ++counter};
+  std::memcpy(id->internal, words, sizeof words);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t* config) {
+  if (!comm) return fail(ncclInvalidArgument, "ncclCommInitRank: null communicator pointer");
+  *comm = nullptr;
+  if (nranks < 1 || rank < 0 || rank >= nranks)
+    return fail(ncclInvalidArgument, "ncclCommInitRank: rank " + std::to_string(rank) +
+                                         " of " + std::to_string(nranks));
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return fail(ncclUnhandledCudaError, "cudaGetDevice");
+  auto c = std::make_shared<CommState>();
+  c->rank = rank;
+  c->nranks = nranks;
+  c->device = device;
+  c->blocking = !(config && config->blocking == 0);
+  std::shared_ptr<Clique> clique;
+  {
+    std::lock_guard lock(state().mutex);
+    auto& slot = state().cliques[id_key(id)];
+    if (!slot) {
+      slot = std::make_shared<Clique>();
+      slot->nranks = nranks;
+    }
+    clique = slot;
+    if (clique->nranks != nranks)
+      return fail(ncclInvalidUsage, "ncclCommInitRank: rank " + std::to_string(rank) +
+                                        " says " + std::to_string(nranks) +
+                                        " ranks, another said " + std::to_string(clique->nranks));
+    ++clique->joined;
+    ++clique->members;
+    c->clique = clique;
+  }
+  state().joined.notify_all();
+  *comm = new ncclComm{c};
+  if (!c->blocking) {
+    std::lock_guard lock(state().mutex);
+    return clique->joined < nranks ? ncclInProgress : ncclSuccess;
+  }
+  // Blocking: wait for every rank, as ncclCommInitRank does (bounded here).
+  std::unique_lock lock(state().mutex);
+  const char* env = std::getenv("ANVIL_SIM_STALL_TIMEOUT");
+  const double seconds = env && *env ? std::atof(env) : 300.0;
+  if (!state().joined.wait_for(lock, std::chrono::duration<double>(seconds),
+                               [&] { return clique->joined >= nranks; })) {
+    c->error = ncclSystemError;
+    return fail(ncclSystemError, "ncclCommInitRank: only " + std::to_string(clique->joined) +
+                                     " of " + std::to_string(nranks) + " ranks joined");
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  return ncclCommInitRankConfig(comm, nranks, id, rank, nullptr);
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
+  CommState* c = live(comm);
+  if (!c || !async_error) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: null argument");
+  std::lock_guard lock(state().mutex);
+  if (c->error != ncclSuccess) {
+    *async_error = c->error;
+  } else if (c->clique->joined < c->nranks) {
+    *async_error = ncclInProgress;
+  } else if (!c->group_told) {
+    c->group_told = true;
+    *async_error = ncclInProgress;
+  } else if (c->finalizing && c->pending > 0) {
+    *async_error = ncclInProgress;
+  } else {
+    *async_error = ncclSuccess;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  CommState* c = live(comm);
+  if (!c) return fail(ncclInvalidArgument, "ncclCommFinalize: null communicator");
+  std::lock_guard lock(state().mutex);
+  c->finalizing = true;
+  return c->blocking || c->pending == 0 ? ncclSuccess : ncclInProgress;
+}
+
+namespace {
+ncclResult_t release(ncclComm_t comm, const char* api) {
+  CommState* c = live(comm);
+  if (!c) return fail(ncclInvalidArgument, std::string(api) + ": null communicator");
+  {
+    std::lock_guard lock(state().mutex);
+    c->aborted = true;
+    finish_all(*c);
+    if (--c->clique->members == 0) {
+      for (auto it = state().cliques.begin(); it != state().cliques.end(); ++it)
+        if (it->second == c->clique) {
+          state().cliques.erase(it);
+          break;
+        }
+    }
+  }
+  delete comm;
+  anvil::sim::detail::wake_streams();  // streams stalled at its operations run on
+  return ncclSuccess;
+}
+}  // namespace
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) { return release(comm, "ncclCommDestroy"); }
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return release(comm, "ncclCommAbort"); }
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  if (!live(comm) || !count) return fail(ncclInvalidArgument, "ncclCommCount: null argument");
+  *count = comm->state->nranks;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  if (!live(comm) || !device) return fail(ncclInvalidArgument, "ncclCommCuDevice: null argument");
+  *device = comm->state->device;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (!live(comm) || !rank) return fail(ncclInvalidArgument, "ncclCommUserRank: null argument");
+  *rank = comm->state->rank;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupStart() {
+  ++t_group_depth;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() {
+  if (t_group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+  if (--t_group_depth > 0) return ncclSuccess;
+  return submit(std::exchange(t_group, {}));
+}
+
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  if (!live(comm)) return fail(ncclInvalidArgument, "ncclSend: null communicator");
+  auto op = std::make_shared<Op>();
+  op->kind = Op::kSend;
+  op->comm = comm->state;
+  op->src = sendbuff;
+  op->count = count;
+  op->dtype = datatype;
+  op->peer = peer;
+  return issue(std::move(op), stream);
+}
+
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  if (!live(comm)) return fail(ncclInvalidArgument, "ncclRecv: null communicator");
+  auto op = std::make_shared<Op>();
+  op->kind = Op::kRecv;
+  op->comm = comm->state;
+  op->dst = recvbuff;
+  op->count = count;
+  op->dtype = datatype;
+  op->peer = peer;
+  return issue(std::move(op), stream);
+}
+
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream) {
+  if (!live(comm)) return fail(ncclInvalidArgument, "ncclAllReduce: null communicator");
+  auto o = std::make_shared<Op>();
+  o->kind = Op::kAllReduce;
+  o->comm = comm->state;
+  o->src = sendbuff;
+  o->dst = recvbuff;
+  o->count = count;
+  o->dtype = datatype;
+  o->redop = op;
+  return issue(std::move(o), stream);
+}
+
+}  // namespace anvil_sim_nccl

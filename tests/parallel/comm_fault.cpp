@@ -1,0 +1,58 @@
+// anvil-comm-fault: a small MPI job that runs a few collectives with one
+// fault injected, for the fault tests (tests/parallel/CMakeLists.txt runs it
+// under mpiexec and checks how the whole job ends, and how soon):
+//   none      every rank behaves: prints "all collectives done", exits 0
+//   silent    the last rank never calls the second collective
+//   mismatch  rank 1 asks for 1001 elements where the others ask for 1000
+//   kill      rank 1 dies (SIGKILL) before the second collective
+//   no-send   rank 1 never sends what rank 0 receives (point to point,
+//             which has no agreement check: the data wait's deadline)
+// A rank whose call fails prints the error and exits 1 (mpirun then ends the
+// job); a rank that has to wait out the others sleeps far past the deadline.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "parallel/communicator.h"
+
+namespace par = anvil::parallel;
+
+int main(int argc, char** argv) {
+  CLI::App app{"one MPI job with one fault, for anvil's fault tests"};
+  std::string fault = "none";
+  double timeout = 2;
+  app.add_option("--fault", fault, "none, silent, mismatch, kill or no-send")
+      ->check(CLI::IsMember({"none", "silent", "mismatch", "kill", "no-send"}));
+  app.add_option("--timeout", timeout, "the communicator's deadline, in seconds");
+  CLI11_PARSE(app, argc, argv);
+
+  par::CommOptions options;
+  options.timeout = std::chrono::milliseconds(int64_t(timeout * 1000));
+  try {
+    auto comm = par::mpi_world(options);
+    const int rank = comm->rank(), size = comm->size();
+    auto sleep_past_deadline = [&] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(timeout * 20));
+    };
+    anvil::Tensor t = anvil::Tensor::ones({1000});
+    comm->allreduce(t);  // one that works, so the job is known to be up
+    if (fault == "silent" && rank == size - 1) sleep_past_deadline();
+    if (fault == "kill" && rank == 1) std::raise(SIGKILL);
+    if (fault == "mismatch" && rank == 1) t = anvil::Tensor::ones({1001});
+    if (fault == "no-send") {
+      if (rank == 1) sleep_past_deadline();
+      if (rank == 0) comm->recv(anvil::Tensor::zeros({10}), 1);
+    } else {
+      comm->allreduce(t);
+    }
+    std::printf("rank %d: all collectives done\n", rank);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "anvil-comm-fault: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,35 @@
+// The runner of anvil-parallel-tests. Under mpiexec every process runs the
+// same test cases in the same order (their collectives meet); rank 0 reports
+// as usual, the other ranks write their report to a file that is printed,
+// with the rank's name, only if that rank failed.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+int main(int argc, char** argv) {
+  Catch::Session session;
+  if (const int code = session.applyCommandLine(argc, argv); code != 0) return code;
+  const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const int rank = world_rank ? std::atoi(world_rank) : 0;
+  std::string log;
+  if (rank > 0) {
+    log = "/tmp/anvil-parallel-tests-rank" + std::to_string(rank) + "-" +
+          std::to_string(::getpid()) + ".log";
+    session.configData().outputFilename = log;
+  }
+  const int result = session.run();
+  if (!log.empty()) {
+    if (result != 0) {
+      std::ifstream in(log);
+      for (std::string line; std::getline(in, line);) std::cerr << "rank " << rank << ": " << line << "\n";
+    }
+    std::remove(log.c_str());
+  }
+  return result;
+}

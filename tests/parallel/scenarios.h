@@ -1,0 +1,326 @@
+// The collectives' test scenarios, written once for every backend: each one
+// runs on one rank's Communicator and returns what it got next to what it
+// should have got (computed independently on the host, in double, from the
+// data every rank generates). The MPI tests run a scenario on each process
+// (test_collectives_mpi.cpp), the NCCL tests on one thread per GPU
+// (test_collectives_nccl.cpp); either checks the outcomes with Catch2 on its
+// main thread, since Catch2's assertions are not thread-safe.
+#pragma once
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "parallel/communicator.h"
+
+namespace parallel_test {
+
+using anvil::DType;
+using anvil::Shape;
+using anvil::Tensor;
+using anvil::parallel::Algorithm;
+using anvil::parallel::Communicator;
+using anvil::parallel::ReduceOp;
+
+// One comparison: `got` against `want`, element by element, within `tol`
+// (0: bitwise equal as the stored type).
+struct Outcome {
+  std::string what;
+  std::vector<double> got, want;
+  double tol = 0;
+};
+using Outcomes = std::vector<Outcome>;
+using Scenario = std::function<Outcomes(Communicator&)>;
+
+// Sizes every collective is tried with: empty, one element, odd, not
+// divisible by any rank count up to 5, and several MiB (where the build is
+// fast enough: not under ThreadSanitizer, where the simulator is 10x slower).
+inline std::vector<int64_t> sizes() {
+  std::vector<int64_t> s = {0, 1, 7, 1001};
+#if !defined(__SANITIZE_THREAD__)
+  s.push_back((int64_t(3) << 20) / 4 + 13);  // 3 MiB of float32 and 13 elements
+#endif
+  return s;
+}
+
+// Index-addressable pseudo-random numbers: any rank can make any rank's data.
+inline uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+// Small integers: their sums are exact in float32 in any order.
+inline float exact_value(int rank, int64_t i) {
+  return float(int64_t(mix(uint64_t(rank) << 40 ^ uint64_t(i)) % 17) - 8);
+}
+inline float random_value(int rank, int64_t i, uint64_t seed) {
+  return float(double(mix(seed ^ uint64_t(rank) << 44 ^ uint64_t(i)) >> 11) * 0x1.0p-53 * 2.0 -
+               1.0);
+}
+inline int64_t int_value(int rank, int64_t i) {
+  return int64_t(mix(uint64_t(rank) << 40 ^ uint64_t(i) ^ 0x55) % (uint64_t(1) << 58)) -
+         (int64_t(1) << 57);
+}
+
+inline std::vector<float> make(int rank, int64_t n, bool exact, uint64_t seed = 1) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    v[size_t(i)] = exact ? exact_value(rank, i) : random_value(rank, i, seed);
+  return v;
+}
+
+inline Tensor on(const Communicator& c, const std::vector<float>& v, Shape shape = {}) {
+  if (shape.empty()) shape = {int64_t(v.size())};
+  return Tensor::from_vector(v, shape, c.device());
+}
+
+inline std::vector<double> host(Communicator& c, const Tensor& t) {
+  c.synchronize();  // within the deadline, before a blocking copy
+  std::vector<double> out;
+  if (t.dtype() == DType::Int64) {
+    for (int64_t x : t.to_int_vector()) out.push_back(double(x));
+  } else {
+    for (float x : t.to_vector()) out.push_back(x);
+  }
+  return out;
+}
+
+// ---- the scenarios ----
+
+// Every algorithm, every size: integer-valued floats (exact whatever the
+// order of the sums), random floats against a double-precision sum, the
+// average, int64 sums (values near 2^57, so 32 bits would not do), and the
+// ring with tiny chunks (a long pipeline) and with none (the textbook ring).
+inline Outcomes allreduce_scenario(Communicator& c) {
+  Outcomes out;
+  const int n = c.size();
+  const size_t chunk = c.options().chunk_bytes;
+  for (Algorithm algo : {Algorithm::kRing, Algorithm::kNaive, Algorithm::kNative}) {
+    for (int64_t count : sizes()) {
+      const std::string tag = fmt::format("{} of {} on {} ranks", anvil::parallel::algorithm_name(algo),
+                                          count, n);
+      {
+        Tensor t = on(c, make(c.rank(), count, true));
+        c.allreduce(t, ReduceOp::kSum, algo);
+        std::vector<double> want(size_t(count), 0.0);
+        for (int r = 0; r < n; ++r)
+          for (int64_t i = 0; i < count; ++i) want[size_t(i)] += exact_value(r, i);
+        out.push_back({"exact sum, " + tag, host(c, t), want, 0});
+      }
+      {
+        Tensor t = on(c, make(c.rank(), count, false));
+        c.allreduce(t, ReduceOp::kAverage, algo);
+        std::vector<double> want(size_t(count), 0.0);
+        for (int r = 0; r < n; ++r)
+          for (int64_t i = 0; i < count; ++i) want[size_t(i)] += random_value(r, i, 1) / n;
+        out.push_back({"random average, " + tag, host(c, t), want, 1e-6});
+      }
+      if (count <= 1001) {
+        std::vector<int64_t> mine(static_cast<size_t>(count));
+        std::vector<double> want(size_t(count), 0.0);
+        for (int64_t i = 0; i < count; ++i) mine[size_t(i)] = int_value(c.rank(), i);
+        Tensor t = Tensor::from_vector(mine, {count}, c.device());
+        c.allreduce(t, ReduceOp::kSum, algo);
+        std::vector<int64_t> got = (c.synchronize(), t.to_int_vector());
+        std::vector<double> got_exact, want_exact;
+        for (int64_t i = 0; i < count; ++i) {
+          int64_t sum = 0;
+          for (int r = 0; r < n; ++r) sum += int_value(r, i);
+          // Compared through the low and high 32 bits: doubles hold them exactly.
+          got_exact.push_back(double(uint32_t(got[size_t(i)])));
+          got_exact.push_back(double(got[size_t(i)] >> 32));
+          want_exact.push_back(double(uint32_t(sum)));
+          want_exact.push_back(double(sum >> 32));
+        }
+        out.push_back({"int64 sum, " + tag, got_exact, want_exact, 0});
+      }
+    }
+  }
+  for (size_t bytes : {size_t(64), size_t(0)}) {
+    c.set_chunk_bytes(bytes);
+    const int64_t count = 4099;
+    Tensor t = on(c, make(c.rank(), count, true));
+    c.allreduce(t, ReduceOp::kSum, Algorithm::kRing);
+    std::vector<double> want(size_t(count), 0.0);
+    for (int r = 0; r < n; ++r)
+      for (int64_t i = 0; i < count; ++i) want[size_t(i)] += exact_value(r, i);
+    out.push_back({fmt::format("ring with {}-byte chunks on {} ranks", bytes, n), host(c, t),
+                   want, 0});
+  }
+  c.set_chunk_bytes(chunk);
+  return out;
+}
+
+// The ring's result is the same bits on every rank and from run to run: two
+// runs over the same random data, then every rank's result gathered.
+inline Outcomes ring_determinism_scenario(Communicator& c) {
+  const int64_t count = 10007;
+  Tensor a = on(c, make(c.rank(), count, false, 7));
+  Tensor b = on(c, make(c.rank(), count, false, 7));
+  c.allreduce(a, ReduceOp::kSum, Algorithm::kRing);
+  c.allreduce(b, ReduceOp::kSum, Algorithm::kRing);
+  Tensor everyone = c.all_gather(a.reshape({1, count}));
+  const std::vector<double> mine = host(c, a);
+  Outcomes out{{"ring: run 1 == run 2", mine, host(c, b), 0}};
+  const std::vector<double> all = host(c, everyone);
+  for (int r = 0; r < c.size(); ++r)
+    out.push_back({fmt::format("ring: rank {} == rank {}", c.rank(), r), mine,
+                   std::vector<double>(all.begin() + r * count, all.begin() + (r + 1) * count),
+                   0});
+  return out;
+}
+
+inline Outcomes broadcast_scenario(Communicator& c) {
+  Outcomes out;
+  const size_t chunk = c.options().chunk_bytes;
+  for (size_t bytes : {chunk, size_t(128)}) {
+    c.set_chunk_bytes(bytes);
+    for (int root = 0; root < c.size(); ++root) {
+      for (int64_t count : sizes()) {
+        if (bytes == 128 && count > 1001) continue;
+        Tensor t = on(c, make(c.rank(), count, false, 3));
+        c.broadcast(t, root);
+        const std::vector<float> want = make(root, count, false, 3);
+        out.push_back({fmt::format("broadcast of {} from rank {} in {}-byte chunks", count, root,
+                                   bytes),
+                       host(c, t), std::vector<double>(want.begin(), want.end()), 0});
+      }
+    }
+  }
+  c.set_chunk_bytes(chunk);
+  return out;
+}
+
+// Rows split as torch.tensor_split: the first rows % n ranks get one more.
+inline int64_t first_row(int64_t rows, int n, int r) {
+  int64_t first = 0;
+  for (int j = 0; j < r; ++j) first += rows / n + (j < rows % n ? 1 : 0);
+  return first;
+}
+
+inline Outcomes scatter_scenario(Communicator& c) {
+  Outcomes out;
+  const int n = c.size();
+  for (int root = 0; root < n; ++root) {
+    for (int64_t rows : {int64_t(0), int64_t(1), int64_t(n - 1), int64_t(2 * n + 1), int64_t(255)}) {
+      const int64_t cols = 3;
+      const std::vector<float> all = make(root, rows * cols, true);
+      Tensor input = c.rank() == root ? on(c, all, {rows, cols}) : Tensor();
+      Tensor part = c.scatter(input, root);
+      const int64_t first = first_row(rows, n, c.rank());
+      const int64_t mine = first_row(rows, n, c.rank() + 1) - first;
+      std::vector<double> want(all.begin() + first * cols, all.begin() + (first + mine) * cols);
+      const bool shape_ok = part.shape() == Shape{mine, cols};
+      out.push_back({fmt::format("scatter of {} rows from rank {}: shape", rows, root),
+                     {double(shape_ok)}, {1.0}, 0});
+      out.push_back({fmt::format("scatter of {} rows from rank {}", rows, root), host(c, part),
+                     want, 0});
+    }
+  }
+  return out;
+}
+
+inline Outcomes reduce_scatter_scenario(Communicator& c) {
+  Outcomes out;
+  const int n = c.size();
+  for (int64_t rows : {int64_t(1), int64_t(n), int64_t(3 * n + 2), int64_t(1000)}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+      const int64_t cols = 5;
+      Tensor input = on(c, make(c.rank(), rows * cols, true), {rows, cols});
+      Tensor part = c.reduce_scatter(input, op);
+      const int64_t first = first_row(rows, n, c.rank());
+      const int64_t mine = first_row(rows, n, c.rank() + 1) - first;
+      std::vector<double> want(size_t(mine * cols), 0.0);
+      for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < mine * cols; ++i)
+          want[size_t(i)] += exact_value(r, first * cols + i);
+      if (op == ReduceOp::kAverage)
+        for (double& w : want) w /= n;
+      out.push_back({fmt::format("reduce_scatter ({}) of {} rows", op == ReduceOp::kSum ? "sum" : "average", rows),
+                     host(c, part), want, op == ReduceOp::kSum ? 0 : 1e-6});
+      out.push_back({fmt::format("reduce_scatter of {} rows leaves its input alone", rows),
+                     host(c, input),
+                     [&] {
+                       const std::vector<float> v = make(c.rank(), rows * cols, true);
+                       return std::vector<double>(v.begin(), v.end());
+                     }(),
+                     0});
+    }
+  }
+  return out;
+}
+
+// Shards of different lengths (rank r has r+1 rows, or none at all).
+inline Outcomes all_gather_scenario(Communicator& c) {
+  Outcomes out;
+  const int n = c.size();
+  for (bool with_empty : {false, true}) {
+    auto rows_of = [&](int r) { return with_empty && r == n - 1 ? int64_t(0) : int64_t(r + 1); };
+    const int64_t cols = 4;
+    Tensor shard = on(c, make(c.rank(), rows_of(c.rank()) * cols, false, 5),
+                      {rows_of(c.rank()), cols});
+    Tensor all = c.all_gather(shard);
+    std::vector<double> want;
+    for (int r = 0; r < n; ++r)
+      for (float v : make(r, rows_of(r) * cols, false, 5)) want.push_back(v);
+    out.push_back({fmt::format("all_gather{}", with_empty ? " with an empty shard" : ""),
+                   host(c, all), want, 0});
+  }
+  return out;
+}
+
+// Point to point round the ring, then a barrier.
+inline Outcomes sendrecv_scenario(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  const int64_t count = 777;
+  Tensor mine = on(c, make(r, count, false, 9));
+  Tensor from_left = on(c, std::vector<float>(size_t(count), 0.0f));
+  c.sendrecv(mine, (r + 1) % n, from_left, (r + n - 1) % n);
+  c.barrier();
+  const std::vector<float> want = make((r + n - 1) % n, count, false, 9);
+  return {{"sendrecv round the ring", host(c, from_left),
+           std::vector<double>(want.begin(), want.end()), 0}};
+}
+
+inline std::vector<std::pair<std::string, Scenario>> all_scenarios() {
+  return {{"allreduce", allreduce_scenario},       {"ring determinism", ring_determinism_scenario},
+          {"broadcast", broadcast_scenario},       {"scatter", scatter_scenario},
+          {"reduce_scatter", reduce_scatter_scenario}, {"all_gather", all_gather_scenario},
+          {"sendrecv", sendrecv_scenario}};
+}
+
+// The first element where got and want differ by more than the tolerance
+// (as float32, for tol 0), or -1.
+inline int64_t first_mismatch(const Outcome& o) {
+  if (o.got.size() != o.want.size()) return 0;
+  for (size_t i = 0; i < o.got.size(); ++i) {
+    const bool ok = o.tol == 0 ? o.got[i] == o.want[i]
+                               : std::fabs(o.got[i] - o.want[i]) <= o.tol * (1 + std::fabs(o.want[i]));
+    if (!ok) return int64_t(i);
+  }
+  return -1;
+}
+
+// Catch2 checks of one rank's outcomes (on the test's main thread).
+inline void require_outcomes(const Outcomes& outcomes, int rank) {
+  for (const Outcome& o : outcomes) {
+    INFO("rank " << rank << ": " << o.what);
+    REQUIRE(o.got.size() == o.want.size());
+    const int64_t bad = first_mismatch(o);
+    const std::string where =
+        bad < 0 ? std::string()
+                : fmt::format("element {}: got {}, want {}", bad, o.got[size_t(bad)],
+                              o.want[size_t(bad)]);
+    INFO(where);
+    REQUIRE(bad == -1);
+  }
+}
+
+}  // namespace parallel_test

@@ -1,0 +1,206 @@
+// The collectives over NCCL with one host thread per GPU: on the simulator's
+// GPUs in the simulator build (ANVIL_SIM_DEVICES=5 in ctest), on real GPUs
+// where there are some, skipped otherwise. The same scenarios as over MPI,
+// then the faults: a rank that never calls, ranks that disagree, a peer that
+// stops answering in the middle of an exchange, a rank that never joins.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <exception>
+#include <optional>
+#include <thread>
+
+#include "core/device.h"
+#include "tests/parallel/scenarios.h"
+
+using namespace parallel_test;
+namespace par = anvil::parallel;
+using Catch::Matchers::Contains;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// How many GPUs the tests may use (they skip, with a warning, below `want`).
+int gpus(int want) {
+  if (!par::nccl_missing_reason().empty()) {
+    WARN(par::nccl_missing_reason());
+    return 0;
+  }
+  const int n = std::min(anvil::device_count(), 5);
+  if (n < want) WARN("needs " << want << " GPUs, found " << n << ": NCCL test not run");
+  return n < want ? 0 : n;
+}
+
+par::CommOptions options(double seconds) {
+  par::CommOptions o;
+  o.timeout = std::chrono::milliseconds(int64_t(seconds * 1000));
+  return o;
+}
+
+// Runs fn(rank) on n threads at once and returns each rank's result, or
+// rethrows the first exception (after every thread has finished).
+template <typename Fn>
+auto each_rank(int n, Fn fn) {
+  using R = decltype(fn(0));
+  std::vector<std::optional<R>> results(static_cast<size_t>(n));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        results[size_t(r)] = fn(r);
+      } catch (...) {
+        errors[size_t(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  std::vector<R> out;
+  for (auto& r : results) out.push_back(std::move(*r));
+  return out;
+}
+
+// What a rank's call threw ("" if nothing), and how long it took.
+struct Fault {
+  std::string error;
+  double seconds = 0;
+};
+template <typename Call>
+Fault fault_of(Call call) {
+  const auto start = Clock::now();
+  Fault f;
+  try {
+    call();
+  } catch (const par::CommError& e) {
+    f.error = e.what();
+  }
+  f.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("nccl: every collective on 1 to 5 GPUs against the host's reference", "[nccl]") {
+  const int available = gpus(1);
+  for (int n = 1; n <= available; ++n) {
+    const par::NcclId id = par::nccl_unique_id();
+    const auto per_rank = each_rank(n, [&](int r) {
+      auto comm = par::nccl_communicator(id, r, n, anvil::Device::cuda(r), options(120));
+      std::vector<std::pair<std::string, Outcomes>> out;
+      for (const auto& [name, scenario] : all_scenarios()) out.emplace_back(name, scenario(*comm));
+      return out;
+    });
+    for (int r = 0; r < n; ++r)
+      for (const auto& [name, outcomes] : per_rank[size_t(r)]) {
+        INFO(name << " on " << n << " GPUs");
+        require_outcomes(outcomes, r);
+      }
+  }
+}
+
+TEST_CASE("nccl: a rank that never calls is named by the others within the deadline", "[nccl]") {
+  if (gpus(3) == 0) return;
+  const par::NcclId id = par::nccl_unique_id();
+  const auto faults = each_rank(3, [&](int r) {
+    auto comm = par::nccl_communicator(id, r, 3, anvil::Device::cuda(r), options(1));
+    if (r == 2) return Fault{};  // joins, then never calls the collective
+    Tensor t = on(*comm, make(r, 1000, true));
+    return fault_of([&] {
+      comm->allreduce(t);
+      comm->synchronize();
+    });
+  });
+  for (int r : {0, 1}) {
+    INFO("rank " << r << ": " << faults[size_t(r)].error);
+    REQUIRE_THAT(faults[size_t(r)].error,
+                 Contains("allreduce #1 (ring, sum) of float32 [1000]") &&
+                     Contains("rank 2 (it has made 1 calls on this communicator; this is call 2) "
+                              "did not join within 1 s (ANVIL_COMM_TIMEOUT)"));
+    REQUIRE(faults[size_t(r)].seconds < 30);
+  }
+}
+
+TEST_CASE("nccl: ranks that disagree all stop before any data moves, naming both", "[nccl]") {
+  if (gpus(3) == 0) return;
+  const par::NcclId id = par::nccl_unique_id();
+  struct Seen {
+    Fault fault;
+    std::vector<float> after;
+  };
+  const auto seen = each_rank(3, [&](int r) {
+    auto comm = par::nccl_communicator(id, r, 3, anvil::Device::cuda(r), options(30));
+    Tensor t = on(*comm, make(r, r == 1 ? 1001 : 1000, true));
+    Seen s;
+    s.fault = fault_of([&] { comm->allreduce(t); });
+    anvil::synchronize(comm->device());
+    s.after = t.to_vector();
+    return s;
+  });
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << seen[size_t(r)].fault.error);
+    REQUIRE_THAT(seen[size_t(r)].fault.error,
+                 Contains("rank " + std::to_string(r) + " (nccl, cuda:" + std::to_string(r) +
+                          "): ranks disagree on collective #1: rank 0 asked for allreduce #1 "
+                          "(ring, sum) of float32 [1000], rank 1 asked for allreduce #1 (ring, "
+                          "sum) of float32 [1001]"));
+    REQUIRE(seen[size_t(r)].after == make(r, r == 1 ? 1001 : 1000, true));  // untouched
+  }
+}
+
+TEST_CASE("nccl: a peer that stops answering mid-exchange: deadline, abort, and the GPU runs on",
+          "[nccl]") {
+  if (gpus(2) == 0) return;
+  const par::NcclId id = par::nccl_unique_id();
+  const auto faults = each_rank(2, [&](int r) {
+    auto comm = par::nccl_communicator(id, r, 2, anvil::Device::cuda(r), options(1));
+    if (r == 1) return std::pair<Fault, std::string>{};  // never sends nor receives
+    Tensor out = on(*comm, make(0, 100, true)), in = on(*comm, make(0, 100, true));
+    Fault f = fault_of([&] {
+      comm->sendrecv(out, 1, in, 1);
+      comm->synchronize();
+    });
+    // Aborted: its streams are free again, so the device's own work completes...
+    Tensor x = Tensor::ones({4}, DType::Float32, comm->device());
+    const std::vector<float> after = x.to_vector();
+    // ...and the broken communicator says so.
+    const Fault again = fault_of([&] { comm->allreduce(x); });
+    return std::pair<Fault, std::string>{
+        f, after == std::vector<float>(4, 1.0f) ? again.error : "device stuck"};
+  });
+  INFO(faults[0].first.error);
+  REQUIRE_THAT(faults[0].first.error,
+               Contains("rank 0 (nccl, cuda:0): waiting for sendrecv to rank 1 and from rank 1: did not "
+                        "complete within 1 s (ANVIL_COMM_TIMEOUT): its exchange with rank 1 "
+                        "(send) and rank 1 (receive) never completed"));
+  REQUIRE(faults[0].first.seconds < 30);
+  REQUIRE_THAT(faults[0].second, Contains("the communicator failed earlier"));
+}
+
+TEST_CASE("nccl: a rank that never joins is named when the communicator is made", "[nccl]") {
+  if (gpus(3) == 0) return;
+  const par::NcclId id = par::nccl_unique_id();
+  const auto faults = each_rank(2, [&](int r) {  // rank 2 of 3 never comes
+    return fault_of(
+        [&] { par::nccl_communicator(id, r, 3, anvil::Device::cuda(r), options(1)); });
+  });
+  for (int r : {0, 1}) {
+    INFO(faults[size_t(r)].error);
+    REQUIRE_THAT(faults[size_t(r)].error,
+                 Contains("creating the communicator: rank 2 (it has made 0 calls on this "
+                          "communicator; this is call 1) did not join within 1 s"));
+  }
+}
+
+TEST_CASE("nccl: tensors on the wrong device are refused, naming both devices", "[nccl]") {
+  if (gpus(1) == 0) return;
+  const par::NcclId id = par::nccl_unique_id();
+  auto comm = par::nccl_communicator(id, 0, 1, anvil::Device::cuda(0), options(10));
+  REQUIRE_THROWS_WITH(comm->allreduce(Tensor::zeros({3})),
+                      Contains("allreduce: the tensor is on cpu, but this communicator moves "
+                               "tensors on cuda:0"));
+  Tensor t = Tensor::ones({3}, DType::Float32, anvil::Device::cuda(0));
+  comm->allreduce(t);  // still usable
+  comm->synchronize();
+  REQUIRE(t.to_vector() == std::vector<float>(3, 1.0f));
+}
