@@ -224,9 +224,21 @@ struct Item final : anvil::sim::detail::CommWork {
   }
 
   bool progress() override {
-    for (const OpPtr& op : ops)
-      if (!progress(*op)) return false;
-    return true;
+    try {
+      for (const OpPtr& op : ops)
+        if (!progress(*op)) return false;
+      return true;
+    } catch (...) {
+      // The item fails: its unfinished operations leave the tables, and
+      // their communicators report the error.
+      std::lock_guard lock(state().mutex);
+      for (const OpPtr& op : ops) {
+        if (op->done) continue;
+        if (op->comm->error == ncclSuccess) op->comm->error = ncclInvalidUsage;
+        finish(*op);
+      }
+      throw;
+    }
   }
 
  private:
