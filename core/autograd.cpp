@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -22,6 +23,13 @@ void accumulate(Tensor& dst, const Tensor& g) {
   Tensor sum = Tensor::empty(dst.shape(), dst.dtype(), dst.device());
   backend_for(dst.device()).add(dst, g, sum);
   dst = sum;
+}
+
+// The leaf's .grad is final for this backward pass: its hooks run.
+void run_post_accumulate_hooks(const std::shared_ptr<TensorImpl>& leaf) {
+  if (leaf->post_accumulate_grad_hooks.empty()) return;
+  const Tensor t(leaf);
+  for (const auto& hook : leaf->post_accumulate_grad_hooks) hook(t);
 }
 
 void check_grad(const Node& node, size_t input, const Tensor& g, const Edge& edge) {
@@ -86,18 +94,23 @@ void run_backward(const Tensor& root, const Tensor& gradient) {
     Tensor g = root.grad();
     accumulate(g, seed.clone());
     root.set_grad(g);
+    run_post_accumulate_hooks(root.impl());
     return;
   }
 
   // Count, for each node reachable from the root, how many edges lead into
   // it; a node runs once all of its consumers have delivered their gradient.
+  // Leaves are counted too: once every edge into a leaf has delivered, its
+  // .grad is final and its post-accumulate hooks run.
   std::unordered_map<Node*, int> pending;
+  std::unordered_map<TensorImpl*, int> leaf_pending;
   std::vector<Node*> stack{root.grad_fn().get()};
   pending[root.grad_fn().get()] = 0;
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->next) {
+      if (e.leaf) ++leaf_pending[e.leaf.get()];
       if (!e.node) continue;
       auto [it, inserted] = pending.try_emplace(e.node.get(), 0);
       ++it->second;
@@ -106,6 +119,7 @@ void run_backward(const Tensor& root, const Tensor& gradient) {
   }
 
   std::unordered_map<Node*, Tensor> grads;
+  std::unordered_set<TensorImpl*> delivered;  // leaves that got a gradient in this pass
   grads[root.grad_fn().get()] = seed;
   std::vector<Node*> ready{root.grad_fn().get()};
   while (!ready.empty()) {
@@ -130,10 +144,15 @@ void run_backward(const Tensor& root, const Tensor& gradient) {
             accumulate(dst, input_grads[i]);
           else
             dst = input_grads[i].clone();
+          delivered.insert(e.leaf.get());
         } else {
           accumulate(grads[e.node.get()], input_grads[i]);
         }
       }
+      // Every edge into the leaf has run (with a gradient or without): if
+      // this pass gave it any, its .grad is final.
+      if (e.leaf && --leaf_pending[e.leaf.get()] == 0 && delivered.count(e.leaf.get()))
+        run_post_accumulate_hooks(e.leaf);
       if (e.node && --pending[e.node.get()] == 0) {
         if (grads.count(e.node.get())) {
           ready.push_back(e.node.get());

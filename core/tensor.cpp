@@ -371,6 +371,19 @@ void Tensor::set_grad_fn(std::shared_ptr<Node> fn) const {
   impl_->grad_fn = std::move(fn);
 }
 
+void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
+  check_defined();
+  if (impl_->grad_fn)
+    throw std::logic_error(
+        "register_post_accumulate_grad_hook: only leaf tensors accumulate gradients");
+  impl_->post_accumulate_grad_hooks.push_back(std::move(hook));
+}
+
+void Tensor::clear_post_accumulate_grad_hooks() const {
+  check_defined();
+  impl_->post_accumulate_grad_hooks.clear();
+}
+
 void Tensor::backward(const Tensor& gradient) const { run_backward(*this, gradient); }
 
 void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors) {

@@ -6,6 +6,7 @@
 // along dim 0 are views that share storage.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <iosfwd>
 #include <memory>
@@ -106,6 +107,13 @@ class Tensor {
   Tensor detach() const;    // same storage, no history
   const std::shared_ptr<Node>& grad_fn() const;
   void set_grad_fn(std::shared_ptr<Node> fn) const;
+  // Leaves only: `hook` runs once a backward pass has delivered every
+  // gradient this leaf gets from it and .grad holds their sum (PyTorch's
+  // register_post_accumulate_grad_hook); data-parallel training starts
+  // reducing a bucket of gradients there, while backward goes on. Hooks stay
+  // until clear_post_accumulate_grad_hooks().
+  void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+  void clear_post_accumulate_grad_hooks() const;
   // Backpropagates from this scalar (or with an explicit gradient of this shape).
   void backward(const Tensor& gradient = Tensor()) const;
 
@@ -128,6 +136,7 @@ struct TensorImpl {
   bool requires_grad = false;
   Tensor grad;
   std::shared_ptr<Node> grad_fn;
+  std::vector<std::function<void(const Tensor&)>> post_accumulate_grad_hooks;
 };
 
 // Throws "<op>: expected all tensors on the same device, found X and Y".

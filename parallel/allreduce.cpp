@@ -25,7 +25,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/tensor.h"
 #include "parallel/collectives.h"
 
 namespace anvil::parallel::algorithms {
@@ -37,13 +36,6 @@ char* at(void* base, int64_t element, DType dtype) {
 }
 
 int wrap(int i, int n) { return ((i % n) + n) % n; }
-
-// Device (or host) scratch of `bytes`, from the device's caching allocator.
-// It is released when the collective returns: by then end() has ordered all
-// later work on the device after the transport's, so the block can be reused.
-Tensor scratch(const Transport& t, size_t bytes) {
-  return Tensor::empty({int64_t(std::max<size_t>(bytes, 1))}, DType::UInt8, t.device());
-}
 
 }  // namespace
 
@@ -70,13 +62,13 @@ void allreduce_naive(Transport& t, void* data, int64_t n, DType dtype, ReduceOp 
     return;
   }
   // Rank 0 receives every buffer at once, then adds them in rank order.
-  Tensor inbox = scratch(t, bytes * size_t(size - 1));
+  void* inbox = t.scratch(bytes * size_t(size - 1));
   std::vector<Message> gather;
   for (int j = 1; j < size; ++j)
-    gather.push_back({Message::kRecv, j, at(inbox.raw_data(), int64_t(j - 1) * n, dtype), bytes});
+    gather.push_back({Message::kRecv, j, at(inbox, int64_t(j - 1) * n, dtype), bytes});
   const uint64_t arrived = t.post(gather);
   for (int j = 1; j < size; ++j)
-    t.reduce(data, at(inbox.raw_data(), int64_t(j - 1) * n, dtype), n, dtype,
+    t.reduce(data, at(inbox, int64_t(j - 1) * n, dtype), n, dtype,
              j == size - 1 ? last_scale : 1.0f, arrived);
   std::vector<Message> spread;
   for (int j = 1; j < size; ++j) spread.push_back({Message::kSend, j, data, bytes});
@@ -99,7 +91,7 @@ void ring_reduce_scatter(Transport& t, void* data, const std::vector<int64_t>& b
   const int64_t chunk_capacity = (longest + chunks - 1) / chunks + 4;  // elements, with rounding slack
   // Two receive slots: chunk k+1 arrives in one while chunk k is added from the other.
   const int lookahead = chunks >= 2 ? 1 : 0;
-  Tensor inbox = scratch(t, size_t(chunk_capacity * esize) * size_t(1 + lookahead));
+  void* inbox = t.scratch(size_t(chunk_capacity * esize) * size_t(1 + lookahead));
   const int left = wrap(rank - 1, size), right = wrap(rank + 1, size);
   const int items = (size - 1) * chunks;
 
@@ -112,7 +104,7 @@ void ring_reduce_scatter(Transport& t, void* data, const std::vector<int64_t>& b
     return Chunk{b + cut[size_t(c)], cut[size_t(c) + 1] - cut[size_t(c)]};
   };
   auto slot = [&](int item) {
-    return at(inbox.raw_data(), int64_t(item % (1 + lookahead)) * chunk_capacity, dtype);
+    return at(inbox, int64_t(item % (1 + lookahead)) * chunk_capacity, dtype);
   };
   std::vector<uint64_t> tickets(size_t(items), 0);
   auto post_item = [&](int item) {

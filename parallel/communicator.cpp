@@ -12,7 +12,12 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -71,6 +76,19 @@ std::string timeout_text(std::chrono::milliseconds t) {
 std::string Transport::error_prefix() const {
   return fmt::format("rank {} ({}, {}): {}: ", rank_, name(), device_.str(),
                      context_.empty() ? std::string("communicator") : context_);
+}
+
+void* Transport::scratch(size_t bytes) {
+  held_.push_back(Tensor::empty({int64_t(std::max<size_t>(bytes, 1))}, DType::UInt8, device_));
+  return held_.back().raw_data();
+}
+
+std::unique_ptr<InFlight> Transport::end_later() {
+  end();  // a transport that does the work on the host: nothing is left for later
+  struct Done final : InFlight {
+    void wait() override {}
+  };
+  return std::make_unique<Done>();
 }
 
 int64_t CallInfo::numel() const { return ndim < 0 ? 0 : shape_numel(tensor_shape()); }
@@ -159,23 +177,78 @@ std::vector<CallInfo> Communicator::agree(CallInfo mine) {
 
 // ---- the communicator ----
 
+// The thread that does a host-synchronous transport's work (MPI), so that
+// allreduce_async returns while it runs. Tasks run one at a time, in order.
+class Communicator::CommThread {
+ public:
+  CommThread() : worker_([this] { loop(); }) {}
+  ~CommThread() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    worker_.join();
+  }
+  std::shared_future<void> post(std::function<void()> task) {
+    std::packaged_task<void()> job(std::move(task));
+    std::shared_future<void> done = job.get_future().share();
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(job));
+    }
+    changed_.notify_all();
+    return done;
+  }
+  bool is_current() const { return std::this_thread::get_id() == worker_.get_id(); }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::packaged_task<void()> job;
+      {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      job();  // an exception lands in the job's future
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::packaged_task<void()>> queue_;
+  bool stop_ = false;
+  std::thread worker_;  // last: starts once the rest is ready
+};
+
 Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions options)
-    : transport_(std::move(transport)), options_(options) {
+    : transport_(std::move(transport)), options_(options), chunk_bytes_(options.chunk_bytes) {
   transport_->set_timeout(options_.timeout);
+  if (transport_->host_synchronous()) thread_ = std::make_unique<CommThread>();
 }
 
 Communicator::~Communicator() {
   if (!transport_) return;
-  if (failure_.empty()) {
-    try {
-      transport_->set_context("closing the communicator");
-      transport_->synchronize();
-      return;
-    } catch (const std::exception&) {
-      // The error was the last collective's to report; all that is left is to let go.
+  auto close = [&] {
+    if (failure_.empty()) {
+      try {
+        transport_->set_context("closing the communicator");
+        transport_->synchronize();
+        return;
+      } catch (const std::exception&) {
+        // The error was the last collective's to report; all that is left is to let go.
+      }
     }
+    transport_->abort();
+  };
+  if (thread_) {
+    thread_->post(close).wait();
+    thread_.reset();
+  } else {
+    close();
   }
-  transport_->abort();
 }
 
 int Communicator::rank() const { return transport_->rank(); }
@@ -183,22 +256,35 @@ int Communicator::size() const { return transport_->size(); }
 Device Communicator::device() const { return transport_->device(); }
 std::string_view Communicator::backend() const { return transport_->name(); }
 
+CommOptions Communicator::options() const {
+  CommOptions o = options_;
+  o.chunk_bytes = chunk_bytes_.load();
+  return o;
+}
+
+void Communicator::on_comm_thread(std::function<void()> body) {
+  if (thread_ && !thread_->is_current()) thread_->post(std::move(body)).get();
+  else body();
+}
+
 template <typename Check, typename Body>
 void Communicator::run(const char* name, Check&& check, Body&& body) {
-  if (!failure_.empty())
-    throw CommError(fmt::format("rank {} ({}, {}): {}: the communicator failed earlier and can "
-                                "no longer be used; the first error was: {}",
-                                rank(), backend(), device().str(), name, failure_));
-  check();
-  transport_->set_timeout(options_.timeout);
-  try {
-    body();
-  } catch (const std::exception& e) {
-    failure_ = e.what();
-    transport_->channel().report_failure(failure_);
-    transport_->abort();
-    throw;
-  }
+  check();  // on the caller's thread: an argument error involves no other rank
+  on_comm_thread([&] {
+    if (!failure_.empty())
+      throw CommError(fmt::format("rank {} ({}, {}): {}: the communicator failed earlier and "
+                                  "can no longer be used; the first error was: {}",
+                                  rank(), backend(), device().str(), name, failure_));
+    transport_->set_timeout(options_.timeout);
+    try {
+      body();
+    } catch (const std::exception& e) {
+      failure_ = e.what();
+      transport_->channel().report_failure(failure_);
+      transport_->abort();
+      throw;
+    }
+  });
 }
 
 namespace {
@@ -254,38 +340,77 @@ int64_t row_elements(const Shape& shape) {
 
 }  // namespace
 
+namespace {
+void check_allreduce(const Transport& t, const Tensor& tensor, ReduceOp op) {
+  check_tensor(t, "allreduce", "the tensor", tensor, true);
+  if (op == ReduceOp::kAverage && tensor.dtype() != DType::Float32)
+    throw std::invalid_argument(fmt::format(
+        "rank {}: allreduce: the average of {} is not defined here: sum, then divide", t.rank(),
+        dtype_name(tensor.dtype())));
+}
+}  // namespace
+
+std::unique_ptr<InFlight> Communicator::allreduce_body(const Tensor& tensor, ReduceOp op,
+                                                       Algorithm algorithm, bool later) {
+  CallInfo mine = tensor_call(Collective::kAllreduce, tensor);
+  mine.algorithm = algorithm;
+  mine.op = op;
+  agree(mine);
+  Transport& t = *transport_;
+  t.begin();
+  switch (algorithm) {
+    case Algorithm::kNaive:
+      algorithms::allreduce_naive(t, tensor.raw_data(), tensor.numel(), tensor.dtype(), op);
+      break;
+    case Algorithm::kRing:
+      algorithms::allreduce_ring(t, tensor.raw_data(), tensor.numel(), tensor.dtype(), op,
+                                 chunk_bytes_.load());
+      break;
+    case Algorithm::kNative:
+      if (size() > 1 && tensor.numel() > 0)
+        t.native_allreduce(tensor.raw_data(), tensor.numel(), tensor.dtype(), op);
+      break;
+  }
+  if (later) return t.end_later();
+  t.end();
+  return nullptr;
+}
+
 void Communicator::allreduce(const Tensor& tensor, ReduceOp op, Algorithm algorithm) {
   run(
-      "allreduce",
-      [&] {
-        check_tensor(*transport_, "allreduce", "the tensor", tensor, true);
-        if (op == ReduceOp::kAverage && tensor.dtype() != DType::Float32)
-          throw std::invalid_argument(fmt::format(
-              "rank {}: allreduce: the average of {} is not defined here: sum, then divide",
-              rank(), dtype_name(tensor.dtype())));
-      },
-      [&] {
-        CallInfo mine = tensor_call(Collective::kAllreduce, tensor);
-        mine.algorithm = algorithm;
-        mine.op = op;
-        agree(mine);
-        Transport& t = *transport_;
-        t.begin();
-        switch (algorithm) {
-          case Algorithm::kNaive:
-            algorithms::allreduce_naive(t, tensor.raw_data(), tensor.numel(), tensor.dtype(), op);
-            break;
-          case Algorithm::kRing:
-            algorithms::allreduce_ring(t, tensor.raw_data(), tensor.numel(), tensor.dtype(), op,
-                                       options_.chunk_bytes);
-            break;
-          case Algorithm::kNative:
-            if (size() > 1 && tensor.numel() > 0)
-              t.native_allreduce(tensor.raw_data(), tensor.numel(), tensor.dtype(), op);
-            break;
-        }
-        t.end();
-      });
+      "allreduce", [&] { check_allreduce(*transport_, tensor, op); },
+      [&] { allreduce_body(tensor, op, algorithm, false); });
+}
+
+std::shared_ptr<Work> Communicator::allreduce_async(const Tensor& tensor, ReduceOp op,
+                                                    Algorithm algorithm) {
+  if (thread_) {
+    // Over MPI the whole collective runs on the communicator's thread.
+    check_allreduce(*transport_, tensor, op);
+    struct ThreadWork final : Work {
+      std::shared_future<void> done;
+      Tensor tensor;  // kept alive while the thread works on it
+      void wait() override { done.get(); }
+    };
+    auto work = std::make_shared<ThreadWork>();
+    work->tensor = tensor;
+    work->done = thread_->post([this, tensor, op, algorithm] {
+      run("allreduce", [] {}, [&] { allreduce_body(tensor, op, algorithm, false); });
+    });
+    return work;
+  }
+  // On a GPU it is in flight on the communicator's streams once issued.
+  struct StreamWork final : Work {
+    std::unique_ptr<InFlight> in_flight;
+    Tensor tensor;
+    void wait() override { in_flight->wait(); }
+  };
+  auto work = std::make_shared<StreamWork>();
+  work->tensor = tensor;
+  run(
+      "allreduce", [&] { check_allreduce(*transport_, tensor, op); },
+      [&] { work->in_flight = allreduce_body(tensor, op, algorithm, true); });
+  return work;
 }
 
 void Communicator::broadcast(const Tensor& tensor, int root) {
@@ -301,7 +426,7 @@ void Communicator::broadcast(const Tensor& tensor, int root) {
         agree(mine);
         transport_->begin();
         algorithms::chain_broadcast(*transport_, tensor.raw_data(), tensor.nbytes(), root,
-                                    options_.chunk_bytes);
+                                    chunk_bytes_.load());
         transport_->end();
       });
 }
@@ -362,7 +487,7 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op) {
         transport_->begin();
         algorithms::ring_reduce_scatter(*transport_, work.raw_data(), bounds, input.dtype(),
                                         op == ReduceOp::kAverage ? 1.0f / float(size()) : 1.0f,
-                                        options_.chunk_bytes);
+                                        chunk_bytes_.load());
         transport_->end();
         output = work.narrow(offsets_of(rows, 1)[size_t(rank())], rows[size_t(rank())]);
       });

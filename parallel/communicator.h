@@ -28,9 +28,11 @@
 // communicator that has failed refuses further calls.
 #pragma once
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -76,6 +78,18 @@ struct CommOptions {
 
 class Transport;  // parallel/transport.h
 struct CallInfo;  // parallel/transport.h
+struct InFlight;  // parallel/transport.h
+
+// A collective in flight (allreduce_async).
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Work issued afterwards on the tensor's device sees the result: on a GPU
+  // the device waits, not the host; over MPI the host waits. Rethrows the
+  // collective's failure. Call it once; until then the tensor must not be
+  // used or freed (the Work keeps it alive).
+  virtual void wait() = 0;
+};
 
 class Communicator {
  public:
@@ -88,10 +102,10 @@ class Communicator {
   int size() const;
   Device device() const;            // cpu for MPI, cuda:N for NCCL
   std::string_view backend() const;  // "mpi" or "nccl"
-  const CommOptions& options() const { return options_; }
-  void set_chunk_bytes(size_t bytes) { options_.chunk_bytes = bytes; }
+  CommOptions options() const;
+  void set_chunk_bytes(size_t bytes) { chunk_bytes_.store(bytes); }
   // Collectives issued so far (each one's number appears in its errors).
-  uint64_t collectives() const { return seq_; }
+  uint64_t collectives() const { return seq_.load(); }
 
   // ---- collectives: every rank calls them, in the same order ----
   // In place: every rank's `tensor` becomes the elementwise sum (or mean) of
@@ -100,6 +114,12 @@ class Communicator {
   // run to run.
   void allreduce(const Tensor& tensor, ReduceOp op = ReduceOp::kSum,
                  Algorithm algorithm = Algorithm::kRing);
+  // The same, returning at once: the reduction runs while the caller goes on
+  // (on a GPU, on the communicator's streams; over MPI, on the
+  // communicator's own thread) until Work::wait(). Calls are still made, and
+  // run, in order.
+  std::shared_ptr<Work> allreduce_async(const Tensor& tensor, ReduceOp op = ReduceOp::kSum,
+                                        Algorithm algorithm = Algorithm::kRing);
   // In place: every rank's `tensor` becomes root's, passed down a chain of
   // ranks from the root in chunks (a pipeline: ~ (n - 2 + chunks) steps).
   void broadcast(const Tensor& tensor, int root);
@@ -128,6 +148,14 @@ class Communicator {
   void synchronize();
 
  private:
+  class CommThread;
+  // Runs `body` where the transport's work is done: inline, or, for a
+  // host-synchronous transport (MPI), on the communicator's thread, waiting
+  // for it. Every wait inside has its deadline, so this one ends too.
+  void on_comm_thread(std::function<void()> body);
+  // The all-reduce's body: ends it (end()), or leaves it in flight (returned).
+  std::unique_ptr<InFlight> allreduce_body(const Tensor& tensor, ReduceOp op,
+                                           Algorithm algorithm, bool later);
   // Numbers the call, checks that every rank asks for the same (returns what
   // each asked for), and names it for the transport's errors.
   std::vector<CallInfo> agree(CallInfo mine);
@@ -139,8 +167,10 @@ class Communicator {
 
   std::unique_ptr<Transport> transport_;
   CommOptions options_;
-  uint64_t seq_ = 0;
+  std::atomic<size_t> chunk_bytes_;
+  std::atomic<uint64_t> seq_{0};
   std::string failure_;  // the first error; set once the communicator is broken
+  std::unique_ptr<CommThread> thread_;  // host-synchronous transports only
 };
 
 // ---- making communicators ----

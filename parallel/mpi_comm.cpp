@@ -289,7 +289,11 @@ class MpiTransport final : public Transport {
   HostChannel& channel() override { return *channel_; }
   void begin() override {}
   // A collective over MPI returns when it is done: the last post is waited for.
-  void end() override { pending_.wait_or_throw(timeout(), error_prefix()); }
+  void end() override {
+    pending_.wait_or_throw(timeout(), error_prefix());
+    held_.clear();
+  }
+  bool host_synchronous() const override { return true; }
 
   uint64_t post(std::span<const Message> messages) override {
     pending_.wait_or_throw(timeout(), error_prefix());
@@ -352,7 +356,7 @@ class MpiTransport final : public Transport {
   void synchronize() override { pending_.wait_or_throw(timeout(), error_prefix()); }
   void abort() noexcept override {
     g_failed.store(true);
-    pending_.cancel();
+    pending_.cancel();  // (its scratch stays held: a cancelled receive may still land)
   }
 
  private:

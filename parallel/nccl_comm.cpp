@@ -101,6 +101,39 @@ class NcclTransport final : public Transport {
     cuda::check(cudaEventRecord(lane_done_, lane_), "cudaEventRecord");
     cuda::check(cudaStreamWaitEvent(compute, wire_done_, 0), "cudaStreamWaitEvent");
     cuda::check(cudaStreamWaitEvent(compute, lane_done_, 0), "cudaStreamWaitEvent");
+    // The compute stream now waits for the lanes, and the lanes of the next
+    // collective for the compute stream: a block freed now is safe to reuse.
+    held_.clear();
+  }
+
+  // Two events of its own mark where the lanes are; wait() puts the compute
+  // stream behind them. The scratch stays with it until it is destroyed.
+  std::unique_ptr<InFlight> end_later() override {
+    activate();
+    struct Later final : InFlight {
+      int device = 0;
+      cudaEvent_t wire = nullptr, lane = nullptr;
+      std::vector<Tensor> held;
+      void wait() override {
+        cuda::check(cudaSetDevice(device), "cudaSetDevice");
+        const cudaStream_t compute = cuda::compute_stream(device);
+        cuda::check(cudaStreamWaitEvent(compute, wire, 0), "cudaStreamWaitEvent");
+        cuda::check(cudaStreamWaitEvent(compute, lane, 0), "cudaStreamWaitEvent");
+      }
+      ~Later() override {
+        if (wire) cudaEventDestroy(wire);
+        if (lane) cudaEventDestroy(lane);
+      }
+    };
+    auto later = std::make_unique<Later>();
+    later->device = device().index;
+    cuda::check(cudaEventCreateWithFlags(&later->wire, cudaEventDisableTiming), "cudaEventCreate");
+    cuda::check(cudaEventCreateWithFlags(&later->lane, cudaEventDisableTiming), "cudaEventCreate");
+    cuda::check(cudaEventRecord(later->wire, wire_), "cudaEventRecord");
+    cuda::check(cudaEventRecord(later->lane, lane_), "cudaEventRecord");
+    later->held = std::move(held_);
+    held_.clear();
+    return later;
   }
 
   uint64_t post(std::span<const Message> messages) override {
@@ -175,7 +208,7 @@ class NcclTransport final : public Transport {
 
   void abort() noexcept override {
     if (comm_ == nullptr) return;
-    ncclCommAbort(comm_);
+    ncclCommAbort(comm_);  // NCCL's kernels stop: the streams run on
     comm_ = nullptr;
   }
 

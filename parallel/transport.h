@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -29,6 +30,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/tensor.h"
 #include "parallel/communicator.h"
 
 namespace anvil::parallel {
@@ -74,6 +76,14 @@ class HostChannel {
   virtual std::string peer_failure() const { return {}; }
 };
 
+// A collective whose end() was left for later (Transport::end_later). It
+// holds the collective's scratch until it is destroyed, so no block the
+// lanes may still touch goes back to the allocator.
+struct InFlight {
+  virtual ~InFlight() = default;
+  virtual void wait() = 0;  // what end() would have done
+};
+
 // One send or receive of a post.
 struct Message {
   enum Kind : uint8_t { kSend, kRecv } kind = kSend;
@@ -93,9 +103,20 @@ class Transport {
 
   // Brackets a collective: after begin() both lanes start behind the work
   // already issued on the device; after end() work issued on the device
-  // waits for both lanes. (No-ops on the CPU.)
+  // waits for both lanes (over MPI: the host has waited for the last post).
+  // end() also lets go of the collective's scratch (scratch()).
   virtual void begin() = 0;
   virtual void end() = 0;
+  // end(), left for later: the collective stays in flight, and
+  // InFlight::wait() does what end() would have done.
+  virtual std::unique_ptr<InFlight> end_later();
+  // True when the host does the work (MPI): every call returns when done,
+  // and asynchronous calls need a thread of their own (Communicator does it).
+  virtual bool host_synchronous() const { return false; }
+
+  // `bytes` of memory on the transport's device for the running collective,
+  // from the device's caching allocator; kept until end() (or by the InFlight).
+  void* scratch(size_t bytes);
   // Starts a group of sends and receives (see the top of this file); returns
   // its ticket. An empty group is allowed and still gets a ticket.
   virtual uint64_t post(std::span<const Message> messages) = 0;
@@ -125,6 +146,8 @@ class Transport {
 
  protected:
   Transport(int rank, int size, Device device) : rank_(rank), size_(size), device_(device) {}
+  // The running collective's scratch tensors (see scratch()).
+  std::vector<Tensor> held_;
 
  private:
   int rank_;

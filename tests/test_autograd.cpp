@@ -101,6 +101,57 @@ TEST_CASE("autograd: gradients accumulate across backward calls", "[autograd]") 
   }
 }
 
+TEST_CASE("autograd: post-accumulate hooks see each leaf's final gradient, once per pass",
+          "[autograd]") {
+  // w is used twice, late and early in the forward pass; b once, last. The
+  // hooks must run when all of a leaf's gradient has arrived, in the order
+  // backward finishes the leaves (b before w), and see the summed gradient.
+  Tensor w = leaf({1.f, 2.f}, {2});
+  Tensor b = leaf({0.5f, -1.f}, {2});
+  Tensor x = F({3.f, 4.f}, {2});
+  std::vector<std::string> order;
+  std::vector<std::vector<float>> seen_w;
+  w.register_post_accumulate_grad_hook([&](const Tensor& t) {
+    order.push_back("w");
+    seen_w.push_back(t.grad().to_vector());
+  });
+  b.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back("b"); });
+  auto forward = [&] { return sum(add(mul(mul(w, x), w), b)); };  // sum(w^2 x + b)
+  forward().backward();
+  REQUIRE(order == std::vector<std::string>{"b", "w"});
+  REQUIRE(seen_w.size() == 1);
+  REQUIRE(seen_w[0] == std::vector<float>{2 * 1.f * 3.f, 2 * 2.f * 4.f});  // d/dw = 2 w x
+  forward().backward();  // a second pass: once more, with the accumulated sum
+  REQUIRE(order.size() == 4);
+  REQUIRE(seen_w.back() == std::vector<float>{12.f, 32.f});
+
+  SECTION("a leaf the pass gives no gradient to is not reported") {
+    order.clear();
+    Tensor unused = leaf({1.f}, {1});
+    unused.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back("unused"); });
+    sum(scale(b, 2.0)).backward();
+    REQUIRE(order == std::vector<std::string>{"b"});
+  }
+  SECTION("hooks go when cleared, and only leaves take them") {
+    order.clear();
+    w.clear_post_accumulate_grad_hooks();
+    b.clear_post_accumulate_grad_hooks();
+    forward().backward();
+    REQUIRE(order.empty());
+    Tensor y = mul(w, x);
+    REQUIRE_THROWS_WITH(y.register_post_accumulate_grad_hook([](const Tensor&) {}),
+                        Contains("only leaf tensors accumulate gradients"));
+  }
+  SECTION("a leaf that is the root itself") {
+    order.clear();
+    sum(w).backward();  // graph root is not a leaf; now a leaf root:
+    Tensor s = leaf({2.f}, {1});
+    s.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back("s"); });
+    s.backward(F({1.f}, {1}));
+    REQUIRE(order == std::vector<std::string>{"w", "s"});
+  }
+}
+
 TEST_CASE("autograd: diamond graphs", "[autograd]") {
   SECTION("x -> a, b -> add") {
     Tensor x = leaf({1.f, 2.f}, {2});

@@ -289,11 +289,41 @@ inline Outcomes sendrecv_scenario(Communicator& c) {
            std::vector<double>(want.begin(), want.end()), 0}};
 }
 
+// Several all-reduces in flight at once (as gradient buckets are during
+// backward), a synchronous call behind them, then the waits.
+inline Outcomes async_scenario(Communicator& c) {
+  const int n = c.size();
+  const std::vector<int64_t> counts = {5, 3000, 1, 777};
+  std::vector<Tensor> tensors;
+  std::vector<std::shared_ptr<anvil::parallel::Work>> works;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    tensors.push_back(on(c, make(c.rank() + int(k), counts[k], true)));
+    works.push_back(c.allreduce_async(tensors.back(), ReduceOp::kSum,
+                                      k % 2 ? Algorithm::kNaive : Algorithm::kRing));
+  }
+  Tensor last = on(c, make(c.rank(), 10, true));
+  c.allreduce(last);
+  for (auto& w : works) w->wait();
+  Outcomes out;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    std::vector<double> want(static_cast<size_t>(counts[k]), 0.0);
+    for (int r = 0; r < n; ++r)
+      for (int64_t i = 0; i < counts[k]; ++i) want[size_t(i)] += exact_value(r + int(k), i);
+    out.push_back({fmt::format("async all-reduce {} of {}", k, counts[k]), host(c, tensors[k]),
+                   want, 0});
+  }
+  std::vector<double> want(10, 0.0);
+  for (int r = 0; r < n; ++r)
+    for (int64_t i = 0; i < 10; ++i) want[size_t(i)] += exact_value(r, i);
+  out.push_back({"a synchronous all-reduce behind them", host(c, last), want, 0});
+  return out;
+}
+
 inline std::vector<std::pair<std::string, Scenario>> all_scenarios() {
   return {{"allreduce", allreduce_scenario},       {"ring determinism", ring_determinism_scenario},
           {"broadcast", broadcast_scenario},       {"scatter", scatter_scenario},
           {"reduce_scatter", reduce_scatter_scenario}, {"all_gather", all_gather_scenario},
-          {"sendrecv", sendrecv_scenario}};
+          {"sendrecv", sendrecv_scenario},         {"async", async_scenario}};
 }
 
 // The first element where got and want differ by more than the tolerance
