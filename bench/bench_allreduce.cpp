@@ -69,7 +69,7 @@ size_t parse_bytes(const std::string& text, const char* flag) {
                        : unit == "M"               ? 1048576.0
                        : unit == "G"               ? 1073741824.0
                                                    : -1;
-  if (scale < 0 || v < 4)
+  if (scale < 0 || v * scale < 4)
     throw std::invalid_argument(fmt::format("{} '{}': expected a size of at least 4 bytes such "
                                             "as 4K or 64M", flag, text));
   return size_t(v * scale);
