@@ -24,8 +24,10 @@ float Generator::normal() {
   return float(r * std::cos(theta));
 }
 
+// One per thread: data-parallel training runs one replica per GPU on its own
+// host thread, and each must draw (and seed) without racing the others.
 Generator& default_generator() {
-  static Generator gen(0);
+  thread_local Generator gen(0);
   return gen;
 }
 

@@ -21,7 +21,9 @@ class Generator {
   float spare_ = 0.f;
 };
 
+// The calling thread's generator (seed 0 until manual_seed): each thread has
+// its own, so replicas on threads of one process neither race nor share draws.
 Generator& default_generator();
-void manual_seed(uint64_t seed);
+void manual_seed(uint64_t seed);  // seeds the calling thread's generator
 
 }  // namespace anvil

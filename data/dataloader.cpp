@@ -125,10 +125,17 @@ struct DataLoader::Impl {
 
   void fill(Batch& out, int64_t b) const {
     const ImageSet& s = *set;
-    const int64_t begin = b * batch_size;
-    const int64_t n = std::min(batch_size, s.count - begin);
+    const int64_t global_begin = b * batch_size;
+    const int64_t global_n = std::min(batch_size, s.count - global_begin);
+    // This rank's part: torch.tensor_split's split of the global batch.
+    int64_t part_begin = 0;
+    for (int r = 0; r < shard_rank; ++r) part_begin += global_n / shards + (r < global_n % shards);
+    const int64_t n = global_n / shards + (shard_rank < global_n % shards);
+    const int64_t begin = global_begin + part_begin;
     const int64_t pix = s.rows * s.cols;
     out.size = n;
+    out.global_size = global_n;
+    out.offset = part_begin;
     out.channels = 1;
     out.rows = s.rows;
     out.cols = s.cols;
@@ -183,6 +190,7 @@ struct DataLoader::Impl {
   const uint64_t seed;
   const BatchTransform transform;
   int64_t num_batches = 0;
+  int shard_rank = 0, shards = 1;  // set before the first epoch (set_shard)
 
   // Guarded by mu (slots[i] belongs to the worker while it fills it).
   std::mutex mu;
@@ -241,6 +249,21 @@ uint64_t DataLoader::epoch() const {
 }
 
 bool DataLoader::next(Batch& out) { return checked(impl_).next(out); }
+
+void DataLoader::set_shard(int rank, int ranks) {
+  Impl& im = checked(impl_);
+  if (ranks < 1 || rank < 0 || rank >= ranks)
+    throw std::invalid_argument("DataLoader::set_shard: rank " + std::to_string(rank) + " of " +
+                                std::to_string(ranks) + " ranks");
+  std::unique_lock<std::mutex> lk(im.mu);
+  if (im.started)
+    throw std::logic_error("DataLoader::set_shard: call it before the first epoch starts");
+  im.shard_rank = rank;
+  im.shards = ranks;
+}
+
+int DataLoader::shard_rank() const { return checked(impl_).shard_rank; }
+int DataLoader::shard_count() const { return checked(impl_).shards; }
 
 std::vector<int64_t> DataLoader::shuffled_order(int64_t count, uint64_t seed, uint64_t epoch) {
   if (count < 0) throw std::invalid_argument("DataLoader::shuffled_order: negative count");

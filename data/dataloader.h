@@ -38,6 +38,10 @@ struct Batch {
   std::vector<int64_t> indices;  // size: each example's position in the ImageSet
   uint64_t epoch = 0;            // the epoch this batch belongs to
   int64_t index = 0;             // batch number within the epoch, 0 .. num_batches()-1
+  // With a shard (DataLoader::set_shard): the whole batch the ranks share,
+  // and where this rank's part starts in it. Without one: size and 0.
+  int64_t global_size = 0;
+  int64_t offset = 0;
 };
 
 // Optional per-batch hook, run on the worker thread after the batch is filled
@@ -80,6 +84,17 @@ class DataLoader {
   void start_epoch(uint64_t epoch);
   // The epoch most recently started.
   uint64_t epoch() const;
+
+  // Makes this loader one of `ranks` that share every batch (data-parallel
+  // training): batch b is still the same examples as without a shard, in
+  // the same order, and this loader yields only rank `rank`'s part of it,
+  // split as torch.tensor_split splits (the first size % ranks ranks get one
+  // example more; a part may be empty). Examples keep their index, so
+  // augmentation draws (keyed by example) are those of a one-rank run. Call
+  // before an epoch starts; throws std::invalid_argument for a bad rank.
+  void set_shard(int rank, int ranks);
+  int shard_rank() const;
+  int shard_count() const;
 
   // Moves the next batch of the current epoch into `out` (its old buffers are
   // recycled) and returns true, or returns false once the epoch is exhausted.

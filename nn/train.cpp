@@ -48,6 +48,13 @@ class RunningTotals {
     return s;
   }
 
+  // The totals of every rank (a collective: every rank calls it once, at the
+  // same point). Returns the summed figures; this object's own are spent.
+  EpochStats summed(Replicas& replicas) {
+    replicas.sum_totals(loss_sum_, correct_, examples_);
+    return stats();
+  }
+
  private:
   Tensor loss_sum_, correct_;  // float32 and int64 scalars on the device
   int64_t examples_ = 0;
@@ -74,19 +81,34 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
     if (options.schedule)
       optimizer.set_lr(options.schedule->lr(int64_t(batch.epoch), batch.index,
                                             loader.num_batches()));
-    Tensor logits = model(x);
-    Tensor loss = cross_entropy(logits, y, Reduction::Mean, options.label_smoothing);
     optimizer.zero_grad();
-    loss.backward();
+    if (options.replicas) {
+      // This rank's part of the batch may be empty (a last batch smaller than
+      // the rank count): it then adds nothing but still takes part in the sum.
+      options.replicas->before_backward(batch.global_size > 0
+                                            ? double(batch.size) / double(batch.global_size)
+                                            : 0.0);
+      if (batch.size > 0) {
+        Tensor logits = model(x);
+        Tensor loss = cross_entropy(logits, y, Reduction::Mean, options.label_smoothing);
+        loss.backward();
+        totals.add(loss, double(batch.size), logits, y);
+      }
+      options.replicas->after_backward();
+    } else {
+      Tensor logits = model(x);
+      Tensor loss = cross_entropy(logits, y, Reduction::Mean, options.label_smoothing);
+      loss.backward();
+      totals.add(loss, double(batch.size), logits, y);
+    }
     optimizer.step();
-    totals.add(loss, double(batch.size), logits, y);
     ++done;
     if (options.progress)
       options.progress({.done = done,
                         .total = loader.num_batches(),
                         .stats = [&totals] { return totals.stats(); }});
   }
-  EpochStats stats = totals.stats();
+  EpochStats stats = options.replicas ? totals.summed(*options.replicas) : totals.stats();
   stats.last_lr = optimizer.lr();
   return stats;
 }
@@ -98,7 +120,8 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
   return train_epoch(model, optimizer, loader, device, options);
 }
 
-EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device) {
+EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device,
+                    Replicas* replicas) {
   bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
@@ -107,10 +130,11 @@ EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device) 
   RunningTotals totals(device);
   data::DeviceBatch b;
   while (batches.next(b)) {
+    if (b.host.size == 0) continue;  // this rank's part of a short last batch
     Tensor logits = model(b.images);
     totals.add(cross_entropy(logits, b.labels, Reduction::Sum), 1.0, logits, b.labels);
   }
-  EpochStats stats = totals.stats();
+  EpochStats stats = replicas ? totals.summed(*replicas) : totals.stats();
   model.train(was_training);
   return stats;
 }

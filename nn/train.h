@@ -36,6 +36,25 @@ struct EpochProgress {
 };
 using Progress = std::function<void(const EpochProgress&)>;
 
+// Data-parallel training's part in train_epoch and evaluate: one replica of
+// the model per rank, each fed its shard of every batch (DataLoader's
+// set_shard). parallel/data_parallel.h implements it over a Communicator.
+class Replicas {
+ public:
+  virtual ~Replicas() = default;
+  // Before this rank's backward: its share of the global batch (its examples
+  // / the batch's), by which its mean-loss gradients are weighted so that
+  // their sum over the ranks is the whole batch's mean gradient.
+  virtual void before_backward(double share) = 0;
+  // After backward, before the optimizer's step: every rank's .grad holds
+  // the sum over the ranks (the same everywhere), and every buffer (BatchNorm's
+  // running statistics) rank 0's.
+  virtual void after_backward() = 0;
+  // Sums an epoch's running totals over the ranks, in place: loss_sum
+  // (float32 scalar), correct (int64 scalar), both on the replica's device.
+  virtual void sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) = 0;
+};
+
 struct EpochOptions {
   Progress progress;
   // When set, the optimizer's lr is set from it before every step, at the
@@ -48,6 +67,10 @@ struct EpochOptions {
   // epoch's reported loss is that smoothed loss. evaluate() always reports
   // the plain cross-entropy.
   double label_smoothing = 0.0;
+  // Data-parallel training: the loader is this rank's shard. The figures
+  // returned (and those the progress shows) are the whole batch's, summed
+  // over the ranks (progress: this rank's own so far).
+  Replicas* replicas = nullptr;
 };
 
 
@@ -59,7 +82,9 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
 
 // Eval mode (BatchNorm uses its running statistics), no gradients, every
 // example of the loader; restores the module's previous mode afterwards.
-EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device);
+// With replicas, each rank evaluates its shard and the figures are summed.
+EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device,
+                    Replicas* replicas = nullptr);
 
 // Re-estimates every BatchNorm layer's running mean and variance from
 // scratch as a plain average over the first `batches` batches of the

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/device.h"
+#include "tests/parallel/ranks.h"
 #include "tests/parallel/scenarios.h"
 
 using namespace parallel_test;
@@ -19,47 +20,6 @@ using Catch::Matchers::Contains;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// How many GPUs the tests may use (they skip, with a warning, below `want`).
-int gpus(int want) {
-  if (!par::nccl_missing_reason().empty()) {
-    WARN(par::nccl_missing_reason());
-    return 0;
-  }
-  const int n = std::min(anvil::device_count(), 5);
-  if (n < want) WARN("needs " << want << " GPUs, found " << n << ": NCCL test not run");
-  return n < want ? 0 : n;
-}
-
-par::CommOptions options(double seconds) {
-  par::CommOptions o;
-  o.timeout = std::chrono::milliseconds(int64_t(seconds * 1000));
-  return o;
-}
-
-// Runs fn(rank) on n threads at once and returns each rank's result, or
-// rethrows the first exception (after every thread has finished).
-template <typename Fn>
-auto each_rank(int n, Fn fn) {
-  using R = decltype(fn(0));
-  std::vector<std::optional<R>> results(static_cast<size_t>(n));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        results[size_t(r)] = fn(r);
-      } catch (...) {
-        errors[size_t(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  std::vector<R> out;
-  for (auto& r : results) out.push_back(std::move(*r));
-  return out;
-}
 
 // What a rank's call threw ("" if nothing), and how long it took.
 struct Fault {

@@ -1,0 +1,192 @@
+#include "parallel/data_parallel.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "core/autograd.h"
+#include "core/backend.h"
+
+namespace anvil::parallel {
+
+struct DataParallel::Bucket {
+  std::vector<size_t> params;    // indices into params_
+  std::vector<int64_t> offsets;  // where each one's gradient starts in `flat`
+  Tensor flat;                   // the bucket's gradients, end to end
+  size_t ready = 0;              // gradients final so far in this backward
+  std::shared_ptr<Work> work;    // its all-reduce, once launched
+};
+
+namespace {
+
+// Rank 0's values of all `tensors` on every rank, in one broadcast per dtype
+// (copied end to end into one buffer and back) rather than one per tensor.
+void broadcast_together(Communicator& comm, const std::vector<Tensor>& tensors) {
+  NoGradGuard no_grad;
+  for (DType dtype : {DType::Float32, DType::Int64, DType::UInt8}) {
+    int64_t total = 0;
+    for (const Tensor& t : tensors)
+      if (t.dtype() == dtype) total += t.numel();
+    if (total == 0) continue;
+    Tensor flat = Tensor::empty({total}, dtype, comm.device());
+    int64_t offset = 0;
+    for (const Tensor& t : tensors) {
+      if (t.dtype() != dtype) continue;
+      flat.narrow(offset, t.numel()).copy_(t.reshape({t.numel()}));
+      offset += t.numel();
+    }
+    comm.broadcast(flat, 0);
+    offset = 0;
+    for (const Tensor& t : tensors) {
+      if (t.dtype() != dtype) continue;
+      Tensor dst = t;
+      dst.copy_(flat.narrow(offset, t.numel()).reshape(t.shape()));
+      offset += t.numel();
+    }
+  }
+}
+
+std::vector<Tensor> buffers_of(const nn::Module& model) {
+  std::vector<Tensor> out;
+  for (auto& [name, b] : model.named_buffers()) out.push_back(b);
+  return out;
+}
+
+}  // namespace
+
+DataParallel::DataParallel(Communicator& comm, nn::Module& model, DataParallelOptions options)
+    : comm_(comm), model_(model), options_(options), params_(model.parameters()) {
+  const nn::NamedTensors named = model.named_parameters();
+  for (const auto& [name, p] : named)
+    if (p.device() != comm.device())
+      throw std::invalid_argument(fmt::format(
+          "DataParallel: parameter '{}' is on {}, but rank {}'s communicator moves tensors on {}",
+          name, p.device().str(), comm.rank(), comm.device().str()));
+  // Buckets in the reverse order of the parameters: backward finishes the
+  // last layers first, so their bucket can go while it works on the rest.
+  bucket_of_.resize(params_.size());
+  size_t bytes = 0;
+  for (size_t k = params_.size(); k-- > 0;) {
+    const size_t size = params_[k].nbytes();
+    if (bucket_params_.empty() || (bytes > 0 && bytes + size > options_.bucket_bytes)) {
+      bucket_params_.emplace_back();
+      bytes = 0;
+    }
+    bucket_params_.back().push_back(k);
+    bucket_of_[k] = bucket_params_.size() - 1;
+    bytes += size;
+  }
+  for (const auto& members : bucket_params_) {
+    auto b = std::make_unique<Bucket>();
+    b->params = members;
+    int64_t numel = 0;
+    for (size_t k : members) {
+      b->offsets.push_back(numel);
+      numel += params_[k].numel();
+    }
+    b->flat = Tensor::zeros({numel}, DType::Float32, comm.device());
+    buckets_.push_back(std::move(b));
+  }
+  if (options_.overlap)
+    for (size_t k = 0; k < params_.size(); ++k)
+      params_[k].register_post_accumulate_grad_hook([this, k](const Tensor&) { on_gradient(k); });
+  broadcast_state();
+}
+
+DataParallel::~DataParallel() {
+  if (options_.overlap)
+    for (const Tensor& p : params_) p.clear_post_accumulate_grad_hooks();
+}
+
+void DataParallel::broadcast_state(optim::SGD* optimizer) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> state = params_;
+  for (const Tensor& b : buffers_of(model_)) state.push_back(b);
+  broadcast_together(comm_, state);
+  if (optimizer == nullptr) return;
+  // Which parameters have a momentum buffer is rank 0's to say, then its values.
+  std::vector<Tensor> momentum = optimizer->momentum_buffers();
+  std::vector<int64_t> has(momentum.size());
+  for (size_t k = 0; k < momentum.size(); ++k) has[k] = momentum[k].defined();
+  Tensor mask = Tensor::from_vector(has, {int64_t(has.size())}, comm_.device());
+  comm_.broadcast(mask, 0);
+  comm_.synchronize();
+  has = mask.to_int_vector();
+  std::vector<Tensor> defined;
+  for (size_t k = 0; k < momentum.size(); ++k) {
+    if (!has[k]) {
+      momentum[k] = Tensor();
+      continue;
+    }
+    if (!momentum[k].defined())
+      momentum[k] = Tensor::zeros(params_[k].shape(), DType::Float32, comm_.device());
+    defined.push_back(momentum[k]);
+  }
+  broadcast_together(comm_, defined);
+  optimizer->load_momentum_buffers(momentum);
+}
+
+void DataParallel::before_backward(double share) {
+  share_ = share;
+  in_backward_ = true;
+  for (auto& b : buckets_) {
+    b->ready = 0;
+    b->work.reset();
+  }
+}
+
+void DataParallel::on_gradient(size_t param) {
+  if (!in_backward_) return;  // a backward outside a training step (a test, say)
+  Bucket& b = *buckets_[bucket_of_[param]];
+  if (++b.ready == b.params.size()) launch(b);
+}
+
+void DataParallel::launch(Bucket& b) {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < b.params.size(); ++i) {
+    const Tensor& p = params_[b.params[i]];
+    Tensor slot = b.flat.narrow(b.offsets[i], p.numel());
+    const Tensor g = p.grad();
+    if (g.defined())
+      slot.copy_(g.reshape({p.numel()}));
+    else
+      backend_for(slot.device()).fill(slot, 0.0);  // a parameter this rank's batch did not reach
+  }
+  // Weighted by this rank's share of the batch: the sum over the ranks is
+  // then the whole batch's mean gradient.
+  if (share_ != 1.0) backend_for(b.flat.device()).scale(float(share_), b.flat, b.flat);
+  b.work = comm_.allreduce_async(b.flat, ReduceOp::kSum, options_.algorithm);
+}
+
+void DataParallel::after_backward() {
+  NoGradGuard no_grad;
+  for (auto& b : buckets_)
+    if (!b->work) launch(*b);  // without overlap, or gradients that never came
+  for (auto& b : buckets_) {
+    b->work->wait();
+    b->work.reset();
+    for (size_t i = 0; i < b->params.size(); ++i) {
+      const Tensor& p = params_[b->params[i]];
+      Tensor g = p.grad();
+      if (!g.defined()) {
+        g = Tensor::empty(p.shape(), DType::Float32, p.device());
+        p.set_grad(g);
+      }
+      g.copy_(b->flat.narrow(b->offsets[i], p.numel()).reshape(p.shape()));
+    }
+  }
+  in_backward_ = false;
+  // Every rank keeps rank 0's buffers (BatchNorm's running statistics).
+  broadcast_together(comm_, buffers_of(model_));
+}
+
+void DataParallel::sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) {
+  Tensor count = Tensor::from_vector(std::vector<int64_t>{examples}, {1}, comm_.device());
+  comm_.allreduce(loss_sum);
+  comm_.allreduce(correct);
+  comm_.allreduce(count);
+  comm_.synchronize();
+  examples = count.to_int_vector()[0];
+}
+
+}  // namespace anvil::parallel

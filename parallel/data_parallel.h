@@ -1,0 +1,83 @@
+// Data-parallel training: one replica of the model per rank (a GPU, or an
+// MPI process), each fed its shard of every batch, kept identical by
+// reducing their gradients after every backward, as PyTorch's
+// DistributedDataParallel does (docs/parallel.md, "Data-parallel training").
+//
+//   auto comm = parallel::mpi_world();                 // or nccl_communicator(...)
+//   parallel::DataParallel replicas(*comm, model, {});  // rank 0's weights everywhere
+//   train_loader.set_shard(comm->rank(), comm->size());
+//   train::EpochOptions o;  o.replicas = &replicas;
+//   train::train_epoch(model, optimizer, train_loader, device, o);
+//
+// Gradients are reduced in buckets of about `bucket_bytes`, filled in the
+// reverse order of the parameters (the order backward finishes them). With
+// overlap, a bucket is copied into its flat buffer and its all-reduce
+// started the moment its last gradient is final (a post-accumulate hook on
+// each parameter), while backward goes on with the layers below; without,
+// every bucket is reduced after backward. Each rank weights its gradients by
+// its share of the batch, so that the sum over the ranks is the whole
+// batch's mean gradient even when the shards differ in size.
+//
+// BatchNorm: each replica normalises with its own batch's statistics (as
+// DataParallel and DDP do); after every step the running statistics (every
+// buffer) are rank 0's on every rank, as DDP's broadcast_buffers keeps them.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "nn/module.h"
+#include "nn/optim.h"
+#include "nn/train.h"
+#include "parallel/communicator.h"
+
+namespace anvil::parallel {
+
+struct DataParallelOptions {
+  Algorithm algorithm = Algorithm::kRing;
+  size_t bucket_bytes = size_t(25) << 20;  // PyTorch DDP's bucket_cap_mb = 25
+  bool overlap = true;                      // reduce each bucket during backward
+};
+
+class DataParallel final : public train::Replicas {
+ public:
+  // Gives every rank rank 0's parameters and buffers (a collective: every
+  // rank constructs its DataParallel at the same point).
+  DataParallel(Communicator& comm, nn::Module& model, DataParallelOptions options);
+  ~DataParallel() override;  // takes its hooks off the parameters
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  Communicator& comm() { return comm_; }
+  const DataParallelOptions& options() const { return options_; }
+  // How the parameters were grouped: each bucket's parameter indices (into
+  // model.parameters()), in the order they are reduced.
+  const std::vector<std::vector<size_t>>& buckets() const { return bucket_params_; }
+
+  // Rank 0's parameters, buffers and (when given) SGD momentum buffers on
+  // every rank: at the start of a run, and after rank 0 alone has read a
+  // checkpoint.
+  void broadcast_state(optim::SGD* optimizer = nullptr);
+
+  // train::Replicas
+  void before_backward(double share) override;
+  void after_backward() override;
+  void sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) override;
+
+ private:
+  struct Bucket;
+  void on_gradient(size_t param);  // a parameter's gradient is final
+  void launch(Bucket& bucket);     // copy into the flat buffer, start its all-reduce
+
+  Communicator& comm_;
+  nn::Module& model_;
+  DataParallelOptions options_;
+  std::vector<Tensor> params_;
+  std::vector<std::vector<size_t>> bucket_params_;
+  std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::vector<size_t> bucket_of_;  // parameter -> bucket
+  double share_ = 1.0;
+  bool in_backward_ = false;
+};
+
+}  // namespace anvil::parallel

@@ -1,0 +1,153 @@
+// Data-parallel training's test scenarios, written once for every backend
+// (as scenarios.h): each rank trains its replica on its shard of every
+// batch, and also, by itself, a reference model on the whole batches on one
+// device, from the same initial weights; the replica must end where the
+// reference does. Ranks other than 0 start their replica from other weights,
+// so the broadcast of rank 0's is tested too.
+#pragma once
+#include <fmt/format.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/random.h"
+#include "data/dataloader.h"
+#include "nn/models.h"
+#include "nn/optim.h"
+#include "nn/train.h"
+#include "parallel/data_parallel.h"
+#include "tests/parallel/scenarios.h"
+
+namespace parallel_test {
+
+namespace models = anvil::models;
+namespace train = anvil::train;
+namespace data = anvil::data;
+
+// `count` random 28x28 images with labels, the same on every rank.
+inline data::ImageSet synthetic_images(int64_t count, uint64_t seed) {
+  data::ImageSet set;
+  set.count = count;
+  set.rows = set.cols = 28;
+  set.pixels.resize(size_t(count * 28 * 28));
+  set.labels.resize(size_t(count));
+  for (size_t i = 0; i < set.pixels.size(); ++i) set.pixels[i] = uint8_t(mix(seed ^ i) % 256);
+  for (int64_t i = 0; i < count; ++i) set.labels[size_t(i)] = int64_t(mix(seed + 77 + uint64_t(i)) % 10);
+  return set;
+}
+
+struct TrainSetup {
+  std::string model = "lenet";  // or "resnet18-narrow"
+  int64_t images = 27;          // batches of 10, 10 and 7: shards of every size
+  int64_t batch = 10;
+  int epochs = 2;
+  anvil::parallel::DataParallelOptions options;
+};
+
+inline std::shared_ptr<anvil::nn::Module> make_model(const std::string& name, uint64_t seed) {
+  anvil::Generator gen(seed);
+  if (name == "lenet") return models::lenet(models::Init::Kaiming, &gen);
+  models::ResNetConfig narrow;
+  narrow.widths = {4, 8, 8, 8};
+  return models::resnet18(narrow, models::Init::Kaiming, &gen);
+}
+
+inline std::vector<double> flat_parameters(Communicator& c, const anvil::nn::Module& m) {
+  std::vector<double> out;
+  for (const Tensor& p : m.parameters())
+    for (double v : host(c, p)) out.push_back(v);
+  return out;
+}
+
+// Trains the replica (on this rank's shards) and the reference (whole
+// batches, one device) and compares weights, losses and accuracies.
+inline Outcomes data_parallel_scenario(Communicator& c, const TrainSetup& s) {
+  const anvil::Device device = c.device();
+  const data::ImageSet set = synthetic_images(s.images, 5);
+  const anvil::optim::SGDOptions sgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4,
+                                     .nesterov = true};
+  auto reference = make_model(s.model, 1);
+  auto replica = make_model(s.model, c.rank() == 0 ? 1 : 100 + uint64_t(c.rank()));
+  reference->to(device);
+  replica->to(device);
+  anvil::optim::SGD ref_opt(reference->parameters(), sgd), rep_opt(replica->parameters(), sgd);
+  anvil::parallel::DataParallel replicas(c, *replica, s.options);  // rank 0's weights everywhere
+  data::DataLoader ref_loader(set, s.batch, true, false, 3), rep_loader(set, s.batch, true, false, 3);
+  rep_loader.set_shard(c.rank(), c.size());
+  Outcomes out;
+  const std::string tag =
+      fmt::format("{} on {} ranks ({}, {} overlap)", s.model, c.size(),
+                  anvil::parallel::algorithm_name(s.options.algorithm),
+                  s.options.overlap ? "with" : "without");
+  for (int e = 0; e < s.epochs; ++e) {
+    train::EpochOptions ref_o, rep_o;
+    rep_o.replicas = &replicas;
+    const train::EpochStats want = train::train_epoch(*reference, ref_opt, ref_loader, device, ref_o);
+    const train::EpochStats got = train::train_epoch(*replica, rep_opt, rep_loader, device, rep_o);
+    out.push_back({fmt::format("epoch {} loss and accuracy, {}", e, tag),
+                   {got.loss, got.accuracy, double(got.examples)},
+                   {want.loss, want.accuracy, double(want.examples)}, 1e-4});
+  }
+  out.push_back({"weights, " + tag, flat_parameters(c, *replica), flat_parameters(c, *reference),
+                 2e-4});
+  // Evaluation: each rank its shard of the set, summed.
+  data::DataLoader ref_eval(set, 8, false, false, 0), rep_eval(set, 8, false, false, 0);
+  rep_eval.set_shard(c.rank(), c.size());
+  const train::EpochStats want = train::evaluate(*reference, ref_eval, device);
+  const train::EpochStats got = train::evaluate(*replica, rep_eval, device, &replicas);
+  out.push_back({"evaluation, " + tag, {got.loss, got.accuracy, double(got.examples)},
+                 {want.loss, want.accuracy, double(want.examples)}, 1e-4});
+  return out;
+}
+
+// For a given rank count, two runs end in bitwise the same weights.
+inline Outcomes data_parallel_determinism_scenario(Communicator& c) {
+  TrainSetup s;
+  s.epochs = 1;
+  std::vector<std::vector<double>> runs;
+  for (int run = 0; run < 2; ++run) {
+    const data::ImageSet set = synthetic_images(s.images, 5);
+    auto model = make_model("lenet", 1);
+    model->to(c.device());
+    anvil::optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+    anvil::parallel::DataParallel replicas(c, *model, s.options);
+    data::DataLoader loader(set, s.batch, true, false, 3);
+    loader.set_shard(c.rank(), c.size());
+    train::EpochOptions o;
+    o.replicas = &replicas;
+    train::train_epoch(*model, opt, loader, c.device(), o);
+    runs.push_back(flat_parameters(c, *model));
+  }
+  return {{fmt::format("two data-parallel runs on {} ranks: the same bits", c.size()), runs[0],
+           runs[1], 0}};
+}
+
+inline std::vector<std::pair<std::string, Scenario>> data_parallel_scenarios() {
+  auto setup = [](std::string model, anvil::parallel::Algorithm a, bool overlap, size_t bucket) {
+    TrainSetup s;
+    s.model = std::move(model);
+    s.options.algorithm = a;
+    s.options.overlap = overlap;
+    s.options.bucket_bytes = bucket;
+    return s;
+  };
+  using anvil::parallel::Algorithm;
+  return {
+      {"lenet, ring, overlap, 64 KiB buckets",
+       [=](Communicator& c) {
+         return data_parallel_scenario(c, setup("lenet", Algorithm::kRing, true, 64 << 10));
+       }},
+      {"lenet, naive, no overlap, one bucket",
+       [=](Communicator& c) {
+         return data_parallel_scenario(c, setup("lenet", Algorithm::kNaive, false, 25 << 20));
+       }},
+      {"lenet, native, overlap, one bucket per parameter",
+       [=](Communicator& c) {
+         return data_parallel_scenario(c, setup("lenet", Algorithm::kNative, true, 1));
+       }},
+      {"determinism", data_parallel_determinism_scenario},
+  };
+}
+
+}  // namespace parallel_test

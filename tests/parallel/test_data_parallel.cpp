@@ -1,0 +1,45 @@
+// Data-parallel training (parallel/data_parallel.h): N replicas, each on its
+// shard of every batch, end where one model trained on the whole batches
+// ends (LeNet, every all-reduce, with and without overlap, several bucket
+// sizes), and two runs on N ranks agree to the bit. Over NCCL on 2 and 3
+// GPUs (one thread each; simulated in the simulator build), and over MPI on
+// as many processes as mpiexec starts.
+#include <catch2/catch.hpp>
+
+#include "tests/parallel/data_parallel_scenarios.h"
+#include "tests/parallel/ranks.h"
+
+using namespace parallel_test;
+namespace par = anvil::parallel;
+
+TEST_CASE("nccl: data-parallel training on 2 and 3 GPUs ends where one device does",
+          "[nccl][data_parallel]") {
+  const int available = gpus(2);
+  for (int n : {2, 3}) {
+    if (n > available) continue;
+    for (const auto& [name, scenario] : data_parallel_scenarios()) {
+      const par::NcclId id = par::nccl_unique_id();
+      const auto per_rank = each_rank(n, [&](int r) {
+        anvil::manual_seed(0);
+        auto comm = par::nccl_communicator(id, r, n, anvil::Device::cuda(r), options(120));
+        return scenario(*comm);
+      });
+      for (int r = 0; r < n; ++r) {
+        INFO(name << " on " << n << " GPUs");
+        require_outcomes(per_rank[size_t(r)], r);
+      }
+    }
+  }
+}
+
+TEST_CASE("mpi: data-parallel training on every rank of the job ends where one device does",
+          "[mpi][data_parallel]") {
+  if (!par::mpi_missing_reason().empty()) return;
+  par::CommOptions o;
+  o.timeout = std::chrono::seconds(60);
+  auto comm = par::mpi_world(o);
+  for (const auto& [name, scenario] : data_parallel_scenarios()) {
+    INFO(name << " on " << comm->size() << " ranks");
+    require_outcomes(scenario(*comm), comm->rank());
+  }
+}
