@@ -166,6 +166,16 @@ nlohmann::ordered_json training_settings(const Options& o) {
   return j;
 }
 
+nlohmann::ordered_json replica_settings(const Options& o) {
+  nlohmann::ordered_json j = training_settings(o);
+  j["allreduce"] = o.allreduce;
+  j["bucket-mb"] = o.bucket_mb;
+  j["no-overlap"] = o.no_overlap;
+  j["bn-recalibrate"] = o.bn_recalibrate;
+  j["limit-test"] = o.limit_test;
+  return j;
+}
+
 std::string recipes_help() {
   return "Recipes (--recipe; any flag given explicitly overrides its preset):\n"
          "  seed  the seed documents' settings: batch 256, lr 0.2 (LeNet) / 0.1 (ResNet-18),\n"

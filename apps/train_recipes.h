@@ -45,6 +45,17 @@ struct Options {
   // batches before each evaluation (train::recalibrate_batch_norm). It changes
   // what evaluation sees, not the weights, so it is not a training setting.
   int64_t bn_recalibrate = 0;
+  // Data-parallel training (docs/parallel.md): one rank per MPI process
+  // (--distributed, under mpirun), or one thread per GPU (--gpus / --devices).
+  // --batch-size stays the global batch. Not training settings either: a
+  // checkpoint from N ranks resumes on M.
+  bool distributed = false;
+  int gpus = 0;
+  std::string devices;  // "cuda:0,cuda:1"
+  std::string allreduce = "ring";
+  double bucket_mb = 25;
+  bool no_overlap = false;
+  double comm_timeout = 0;  // seconds; 0: ANVIL_COMM_TIMEOUT or 300
 };
 
 // Bad input from the user: exit status 2.
@@ -90,6 +101,9 @@ models::Init parse_init(const std::string& name);
 // The settings that determine the weights a run produces, keyed by flag name
 // (without "--"): a resumed run must match its checkpoint's exactly.
 nlohmann::ordered_json training_settings(const Options& o);
+// training_settings plus the data-parallel flags: what every rank of one run
+// must agree on (rank 0 sends its own; a rank that differs names the flag).
+nlohmann::ordered_json replica_settings(const Options& o);
 
 // A one-paragraph summary of the presets for --help.
 std::string recipes_help();

@@ -93,6 +93,27 @@ std::unique_ptr<InFlight> Transport::end_later() {
 
 int64_t CallInfo::numel() const { return ndim < 0 ? 0 : shape_numel(tensor_shape()); }
 
+int mpi_rank_from_environment() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+    if (const char* v = std::getenv(name); v && *v) return std::atoi(v);
+  return -1;
+}
+
+std::string broadcast_text(Communicator& comm, const std::string& text, int root) {
+  Tensor length =
+      Tensor::from_vector(std::vector<int64_t>{int64_t(text.size())}, {1}, comm.device());
+  comm.broadcast(length, root);
+  comm.synchronize();
+  const int64_t n = length.to_int_vector()[0];
+  Tensor bytes = comm.rank() == root
+                     ? Tensor::from_host(text.data(), {n}, DType::UInt8, comm.device())
+                     : Tensor::empty({n}, DType::UInt8, comm.device());
+  comm.broadcast(bytes, root);
+  comm.synchronize();
+  const Tensor host = bytes.to(Device::cpu());
+  return std::string(static_cast<const char*>(host.raw_data()), size_t(n));
+}
+
 // ---- the agreement ----
 
 namespace {
@@ -594,6 +615,15 @@ void Communicator::sendrecv(const Tensor& send_tensor, int to, const Tensor& rec
                  {{Message::kSend, to, send_tensor.raw_data(), send_tensor.nbytes()},
                   {Message::kRecv, from, recv_tensor.raw_data(), recv_tensor.nbytes()}});
       });
+}
+
+void Communicator::abort(const std::string& why) {
+  on_comm_thread([&] {
+    if (!failure_.empty()) return;
+    failure_ = why;
+    transport_->channel().report_failure(why);
+    transport_->abort();
+  });
 }
 
 void Communicator::synchronize() {

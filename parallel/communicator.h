@@ -147,6 +147,12 @@ class Communicator {
   // timeout (a no-op for MPI, whose calls return when done).
   void synchronize();
 
+  // Gives up: the other ranks' waits on this one end at once with `why`
+  // (ranks that are threads of this process; processes end with the job),
+  // work in flight is dropped (ncclCommAbort), and every later call throws.
+  // For a rank whose own work failed outside a collective.
+  void abort(const std::string& why);
+
  private:
   class CommThread;
   // Runs `body` where the transport's work is done: inline, or, for a
@@ -188,6 +194,12 @@ std::unique_ptr<Communicator> mpi_world(CommOptions options = {});
 // the build has no MPI or the program runs without mpirun); initialises MPI.
 int mpi_rank();
 int mpi_size();
+// The rank mpirun gave this process, read from the environment without
+// starting MPI (-1 when not started by an MPI launcher).
+int mpi_rank_from_environment();
+
+// Root's text on every rank (its length, then its bytes; two broadcasts).
+std::string broadcast_text(Communicator& comm, const std::string& text, int root);
 
 // An NCCL clique's name: made once (nccl_unique_id), handed to every rank.
 struct NcclId {
