@@ -1,0 +1,317 @@
+// anvil-train's data-parallel runs, end to end: `mpirun -np N anvil-train
+// --distributed` prints (and writes) what a one-device run does; a
+// checkpoint from N ranks resumes on one device and the other way round; a
+// rank that is killed, or stops, ends the whole job with an error within the
+// deadline; bad data-parallel flags get one clear error. Needs the build's
+// MPI (skipped without it).
+#if defined(ANVIL_MPIEXEC)
+#include <catch2/catch.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/safetensors.h"
+#include "tests/test_util.h"
+
+using anvil::testing::read_file;
+using anvil::testing::TempDir;
+using Catch::Contains;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// OpenMPI as root wants to be told twice; leak checks would report OpenMPI's.
+const std::string kMpiEnv =
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=detect_leaks=0 "
+    "OMP_NUM_THREADS=1 ";
+
+std::string train_bin() { return ANVIL_TRAIN_BIN; }
+std::string mpirun(int ranks) {
+  return kMpiEnv + ANVIL_MPIEXEC + std::string(" --oversubscribe -np ") + std::to_string(ranks) +
+         " ";
+}
+
+struct Run {
+  int code = -1;
+  std::string output;
+};
+
+Run shell(const std::string& cmd, const TempDir& dir) {
+  const std::string out = dir.file("output.txt");
+  const int rc = std::system((cmd + " > " + out + " 2>&1 < /dev/null").c_str());
+  Run r;
+  r.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+  r.output = read_file(out);
+  return r;
+}
+
+// A small Fashion-MNIST-like directory: 300 training images (batches of 64:
+// the last one, 44, splits unevenly) and 100 test images.
+void write_data(const fs::path& dir) {
+  fs::create_directories(dir);
+  auto be32 = [](std::string& b, uint32_t v) {
+    for (int s = 24; s >= 0; s -= 8) b.push_back(char(uint8_t(v >> s)));
+  };
+  auto write = [&](const std::string& name, uint8_t kind, uint32_t count, bool images) {
+    std::string b = {0, 0, 8, char(images ? 3 : 1)};
+    be32(b, count);
+    if (images) {
+      be32(b, 28);
+      be32(b, 28);
+      for (uint32_t i = 0; i < count * 784; ++i) b.push_back(char(uint8_t((i * 37 + kind * 11) % 253)));
+    } else {
+      for (uint32_t i = 0; i < count; ++i) b.push_back(char(uint8_t((i * 7 + kind) % 10)));
+    }
+    std::ofstream(dir / name, std::ios::binary) << b;
+  };
+  write("train-images-idx3-ubyte", 1, 300, true);
+  write("train-labels-idx1-ubyte", 1, 300, false);
+  write("t10k-images-idx3-ubyte", 2, 100, true);
+  write("t10k-labels-idx1-ubyte", 2, 100, false);
+}
+
+std::vector<nlohmann::json> metrics_of(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// Every parameter of two --save files within `tol` (relative).
+void require_same_weights(const std::string& a, const std::string& b, double tol) {
+  const auto wa = anvil::nn::load_safetensors(a), wb = anvil::nn::load_safetensors(b);
+  REQUIRE(wa.size() == wb.size());
+  for (size_t i = 0; i < wa.size(); ++i) {
+    INFO(wa[i].first);
+    REQUIRE(wa[i].first == wb[i].first);
+    if (wa[i].second.dtype() != anvil::DType::Float32) continue;
+    const auto va = wa[i].second.to_vector(), vb = wb[i].second.to_vector();
+    for (size_t k = 0; k < va.size(); ++k)
+      REQUIRE(std::fabs(va[k] - vb[k]) <= tol * (1 + std::fabs(vb[k])));
+  }
+}
+
+const std::string kRecipe =
+    " --model lenet --recipe best --epochs 2 --batch-size 64 --no-shuffle --seed 3 ";
+
+}  // namespace
+
+TEST_CASE("anvil-train --distributed on 2 and 3 MPI ranks matches the one-device run",
+          "[cli][distributed]") {
+  TempDir dir("dist");
+  write_data(dir.path / "data");
+  const std::string common = kRecipe + " --device cpu --data-dir " + (dir.path / "data").string();
+  const Run one = shell(train_bin() + common + " --metrics " + dir.file("one.jsonl") + " --save " +
+                            dir.file("one.safetensors"),
+                        dir);
+  INFO(one.output);
+  REQUIRE(one.code == 0);
+  for (int ranks : {2, 3}) {
+    const std::string tag = std::to_string(ranks);
+    const Run many = shell(mpirun(ranks) + train_bin() + " --distributed" + common +
+                               " --metrics " + dir.file(tag + ".jsonl") + " --save " +
+                               dir.file(tag + ".safetensors"),
+                           dir);
+    INFO(many.output);
+    REQUIRE(many.code == 0);
+    REQUIRE_THAT(many.output, Contains("on " + tag + " CPU ranks (mpi, one process each, ring"));
+    const auto want = metrics_of(dir.file("one.jsonl")), got = metrics_of(dir.file(tag + ".jsonl"));
+    REQUIRE(got.size() == want.size());
+    for (size_t e = 0; e < want.size(); ++e)
+      for (const char* key : {"train_loss", "train_acc", "test_loss", "test_acc"})
+        REQUIRE(got[e][key].get<double>() == Approx(want[e][key].get<double>()).epsilon(1e-4));
+    REQUIRE(got[0]["ranks"] == ranks);
+    require_same_weights(dir.file(tag + ".safetensors"), dir.file("one.safetensors"), 1e-4);
+    // Only rank 0 printed: one epoch line per epoch.
+    REQUIRE(std::count(many.output.begin(), many.output.end(), '\n') <= 8);
+  }
+}
+
+TEST_CASE("a checkpoint from 2 MPI ranks resumes on one device, and one from one device on 3 "
+          "ranks",
+          "[cli][distributed]") {
+  TempDir dir("dist_resume");
+  write_data(dir.path / "data");
+  const std::string common = kRecipe + " --device cpu --data-dir " + (dir.path / "data").string();
+  const Run straight = shell(train_bin() + common + " --save " + dir.file("straight.safetensors"), dir);
+  REQUIRE(straight.code == 0);
+  SECTION("2 ranks, then 1 device") {
+    const Run first = shell(mpirun(2) + train_bin() + " --distributed" + common +
+                                " --stop-after-epoch 1 --checkpoint " + dir.file("run.ckpt"),
+                            dir);
+    INFO(first.output);
+    REQUIRE(first.code == 0);
+    const Run second = shell(train_bin() + common + " --resume " + dir.file("run.ckpt") +
+                                 " --save " + dir.file("resumed.safetensors"),
+                             dir);
+    INFO(second.output);
+    REQUIRE(second.code == 0);
+    REQUIRE_THAT(second.output, Contains("resumed from"));
+    require_same_weights(dir.file("resumed.safetensors"), dir.file("straight.safetensors"), 1e-4);
+  }
+  SECTION("1 device, then 3 ranks") {
+    const Run first = shell(train_bin() + common + " --stop-after-epoch 1 --checkpoint " +
+                                dir.file("run.ckpt"),
+                            dir);
+    REQUIRE(first.code == 0);
+    const Run second = shell(mpirun(3) + train_bin() + " --distributed" + common + " --resume " +
+                                 dir.file("run.ckpt") + " --save " +
+                                 dir.file("resumed.safetensors"),
+                             dir);
+    INFO(second.output);
+    REQUIRE(second.code == 0);
+    require_same_weights(dir.file("resumed.safetensors"), dir.file("straight.safetensors"), 1e-4);
+  }
+  SECTION("a changed global batch is refused, naming the flag") {
+    const Run first = shell(mpirun(2) + train_bin() + " --distributed" + common +
+                                " --stop-after-epoch 1 --checkpoint " + dir.file("run.ckpt"),
+                            dir);
+    REQUIRE(first.code == 0);
+    const Run second = shell(mpirun(2) + train_bin() + " --distributed" + common +
+                                 " --batch-size 32 --resume " + dir.file("run.ckpt"),
+                             dir);
+    INFO(second.output);
+    REQUIRE(second.code != 0);
+    REQUIRE_THAT(second.output, Contains("was trained with --batch-size 64, this run has "
+                                         "--batch-size 32"));
+  }
+}
+
+namespace {
+
+// The process id of rank `rank` of a job started by `launcher` (its
+// descendants are searched through /proc), or -1 while there is none.
+pid_t rank_pid(pid_t launcher, int rank) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream env(entry.path() / "environ", std::ios::binary);
+    std::string vars((std::istreambuf_iterator<char>(env)), {});
+    if (vars.find(std::string("OMPI_COMM_WORLD_RANK=") + std::to_string(rank) + '\0') ==
+        std::string::npos)
+      continue;
+    std::ifstream cmd(entry.path() / "cmdline", std::ios::binary);
+    std::string line((std::istreambuf_iterator<char>(cmd)), {});
+    if (line.find("anvil-train") == std::string::npos) continue;
+    // A descendant of our launcher?
+    for (pid_t p = std::stoi(name); p > 1;) {
+      std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+      std::string s((std::istreambuf_iterator<char>(stat)), {});
+      const size_t close = s.rfind(')');
+      if (close == std::string::npos) break;
+      std::istringstream rest(s.substr(close + 2));
+      char state;
+      pid_t parent;
+      rest >> state >> parent;
+      if (parent == launcher) return std::stoi(name);
+      p = parent;
+    }
+  }
+  return -1;
+}
+
+// Starts `cmd` (a shell line), sends rank 1 `signal` once it has trained a
+// little, and returns how the job ended and how long it took after that.
+struct Ended {
+  Run run;
+  double seconds_after_signal = 0;
+};
+Ended kill_rank_one(const std::string& cmd, int signal, const TempDir& dir) {
+  const std::string out = dir.file("job.txt");
+  const pid_t job = fork();
+  REQUIRE(job >= 0);
+  if (job == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", (cmd + " > " + out + " 2>&1 < /dev/null").c_str(), nullptr);
+    _exit(127);
+  }
+  pid_t victim = -1;
+  for (int i = 0; i < 600 && victim < 0; ++i) {  // up to a minute for the job to start
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    victim = rank_pid(job, 1);
+  }
+  REQUIRE(victim > 0);
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // into the training
+  kill(victim, signal);
+  const auto start = Clock::now();
+  int status = 0;
+  bool ended = false;
+  while (Clock::now() - start < std::chrono::seconds(90)) {
+    if (waitpid(job, &status, WNOHANG) == job) {
+      ended = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  Ended e;
+  e.seconds_after_signal = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!ended) {
+    kill(-job, SIGKILL);
+    waitpid(job, &status, 0);
+  }
+  e.run.code = ended ? (WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) : -1;
+  e.run.output = read_file(out);
+  kill(victim, SIGKILL);  // whatever is left of a stopped rank
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("a rank killed or stopped in training ends the whole job with an error in time",
+          "[cli][distributed]") {
+  TempDir dir("dist_fault");
+  write_data(dir.path / "data");
+  // Enough epochs that the job is still training when rank 1 is hit.
+  const std::string cmd = mpirun(3) + train_bin() +
+                          " --distributed --model lenet --epochs 200 --batch-size 16 --device cpu"
+                          " --comm-timeout 3 --checkpoint " + dir.file("run.ckpt") +
+                          " --data-dir " + (dir.path / "data").string();
+  SECTION("killed") {
+    const Ended e = kill_rank_one(cmd, SIGKILL, dir);
+    INFO(e.run.output);
+    REQUIRE(e.run.code != 0);
+    REQUIRE(e.run.code != -1);  // it ended by itself
+    REQUIRE(e.seconds_after_signal < 60);
+    REQUIRE_THAT(e.run.output, Contains("exited on signal 9"));
+  }
+  SECTION("stopped") {
+    const Ended e = kill_rank_one(cmd, SIGSTOP, dir);
+    INFO(e.run.output);
+    REQUIRE(e.run.code != 0);
+    REQUIRE(e.run.code != -1);
+    REQUIRE(e.seconds_after_signal < 60);
+    REQUIRE_THAT(e.run.output, Contains("within 3 s (ANVIL_COMM_TIMEOUT)"));
+    REQUIRE_THAT(e.run.output, Contains("rank 1"));
+  }
+  // Whatever was checkpointed is whole: it loads.
+  if (fs::exists(dir.file("run.ckpt"))) REQUIRE_NOTHROW(anvil::nn::load_safetensors(dir.file("run.ckpt")));
+}
+
+TEST_CASE("bad data-parallel flags get one clear error", "[cli][distributed]") {
+  TempDir dir("dist_flags");
+  const Run r = shell(mpirun(2) + train_bin() + " --distributed --batch-size 1 --data-dir " +
+                          dir.path.string(),
+                      dir);
+  INFO(r.output);
+  REQUIRE(r.code != 0);
+  REQUIRE_THAT(r.output, Contains("--batch-size 1: the global batch is split across 2 ranks"));
+  const Run gpu = shell(train_bin() + " --distributed --device cuda:1", dir);
+  REQUIRE(gpu.code == 2);
+  REQUIRE_THAT(gpu.output, Contains("--device cuda:1 with --distributed"));
+  const Run mixed = shell(train_bin() + " --gpus 1 --device cpu", dir);
+  REQUIRE(mixed.code == 2);
+}
+#endif
