@@ -55,6 +55,7 @@ struct Options {
   std::string allreduce = "ring";
   double bucket_mb = 25;
   bool no_overlap = false;
+  bool sync_bn = false;     // BatchNorm statistics over the whole batch (SyncBatchNorm)
   double comm_timeout = 0;  // seconds; 0: ANVIL_COMM_TIMEOUT or 300
 };
 

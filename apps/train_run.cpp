@@ -245,6 +245,23 @@ void check_distinct_outputs(const Options& o) {
                                  o.checkpoint, o.checkpoint));
 }
 
+// --sync-bn needs BatchNorm layers, replicas, and a part of every batch for
+// every rank (the last batch too).
+void check_sync_bn(const Options& o, nn::Module& model, int64_t examples, int ranks) {
+  if (!o.distributed && o.gpus == 0 && o.devices.empty())
+    throw UsageError("--sync-bn: only for data-parallel runs (--gpus, --devices, --distributed)");
+  bool has_bn = false;
+  for (nn::Module* m : model.modules()) has_bn = has_bn || dynamic_cast<nn::BatchNorm2d*>(m);
+  if (!has_bn)
+    throw UsageError(fmt::format("--sync-bn: model {} has no BatchNorm layers", o.model));
+  const int64_t last = examples % o.batch_size;
+  if (last > 0 && last < ranks)
+    throw UsageError(fmt::format(
+        "--sync-bn: the last batch of each epoch has {} image(s) for {} ranks, so a rank would "
+        "have none; change --batch-size or --limit-train",
+        last, ranks));
+}
+
 // --bn-recalibrate needs a model with BatchNorm layers.
 void check_bn_recalibrate(const Options& o, nn::Module& model) {
   if (o.bn_recalibrate <= 0) return;
@@ -311,6 +328,7 @@ int run_replica(const Options& o, const Replica& r) {
     train_loader.set_shard(r.rank, r.size);
     test_loader.set_shard(r.rank, r.size);
   }
+  if (o.sync_bn) check_sync_bn(o, *model, train_set->count, r.size);
   // --bn-recalibrate: the first batches of the epoch just trained, in the
   // same order but without augmentation (the inputs evaluation sees); every
   // rank goes through the whole batches, so their statistics agree.
@@ -338,6 +356,7 @@ int run_replica(const Options& o, const Replica& r) {
     dp.algorithm = parallel::parse_algorithm(o.allreduce);
     dp.bucket_bytes = size_t(o.bucket_mb * 1048576.0);
     dp.overlap = !o.no_overlap;
+    dp.sync_batch_norm = o.sync_bn;
     replicas.emplace(*r.comm, *model, dp);  // rank 0's weights everywhere
     if (!o.resume.empty()) replicas->broadcast_state(&optimizer);  // and its momentum
   }
@@ -427,6 +446,7 @@ int run_replica(const Options& o, const Replica& r) {
     if (r.comm) {
       line["ranks"] = r.size;
       line["allreduce"] = o.allreduce;
+      line["sync_bn"] = o.sync_bn;
     }
     if (test_running_stats) {
       line["bn_recalibrate"] = o.bn_recalibrate;
@@ -622,6 +642,8 @@ int run_training(const Options& o) {
   parallel::parse_algorithm(o.allreduce);  // (a CLI validator names the flag first)
   if (o.distributed) return run_mpi_rank(o);
   if (o.gpus > 0 || !o.devices.empty()) return run_gpu_threads(o);
+  if (o.sync_bn)
+    throw UsageError("--sync-bn: only for data-parallel runs (--gpus, --devices, --distributed)");
   check_files(o);
   {
     // The model's own checks before the device is chosen, so that a mistyped

@@ -92,6 +92,8 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   // Counted on the buffer's own device: reading it back would make every
   // training-mode BatchNorm wait for the GPU.
   if (training_) add_int64_(num_batches_tracked, 1);
+  if (training_ && sync != nullptr)
+    if (Tensor y = sync->forward(*this, x); y.defined()) return y;
   return batch_norm(x, weight, bias, running_mean, running_var, training_, momentum, eps);
 }
 

@@ -50,6 +50,20 @@ class Linear : public Module {
   int64_t in_features, out_features;
 };
 
+class BatchNorm2d;
+
+// Batch statistics over several replicas' batches together (PyTorch's
+// SyncBatchNorm): a BatchNorm2d given one asks it in training mode
+// (parallel/data_parallel.h implements it over a Communicator).
+class BatchNormSync {
+ public:
+  virtual ~BatchNormSync() = default;
+  // bn's output for x with the statistics of every replica's batch, its
+  // running statistics updated with them; or an undefined Tensor to let bn
+  // use x's own statistics (outside a training step, say).
+  virtual Tensor forward(BatchNorm2d& bn, const Tensor& x) = 0;
+};
+
 class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
@@ -58,6 +72,7 @@ class BatchNorm2d : public Module {
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   int64_t num_features;
   double eps, momentum;
+  BatchNormSync* sync = nullptr;  // not owned; null: this replica's statistics only
 };
 
 class ReLU : public Module {

@@ -85,13 +85,12 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
     if (options.replicas) {
       // This rank's part of the batch may be empty (a last batch smaller than
       // the rank count): it then adds nothing but still takes part in the sum.
-      options.replicas->before_backward(batch.global_size > 0
-                                            ? double(batch.size) / double(batch.global_size)
-                                            : 0.0);
+      options.replicas->begin_step(batch.size, batch.global_size);
       if (batch.size > 0) {
         Tensor logits = model(x);
         Tensor loss = cross_entropy(logits, y, Reduction::Mean, options.label_smoothing);
-        loss.backward();
+        const double share = double(batch.size) / double(batch.global_size);
+        (share == 1.0 ? loss : scale(loss, share)).backward();
         totals.add(loss, double(batch.size), logits, y);
       }
       options.replicas->after_backward();

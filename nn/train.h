@@ -42,10 +42,11 @@ using Progress = std::function<void(const EpochProgress&)>;
 class Replicas {
  public:
   virtual ~Replicas() = default;
-  // Before this rank's backward: its share of the global batch (its examples
-  // / the batch's), by which its mean-loss gradients are weighted so that
-  // their sum over the ranks is the whole batch's mean gradient.
-  virtual void before_backward(double share) = 0;
+  // Before this rank's forward: its examples in the step's batch and the
+  // whole batch's. train_epoch then backpropagates this rank's share of the
+  // batch's mean loss (its mean loss times examples / global_examples), so
+  // that the gradients summed over the ranks are the whole batch's mean.
+  virtual void begin_step(int64_t examples, int64_t global_examples) = 0;
   // After backward, before the optimizer's step: every rank's .grad holds
   // the sum over the ranks (the same everywhere), and every buffer (BatchNorm's
   // running statistics) rank 0's.

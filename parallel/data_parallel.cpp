@@ -6,6 +6,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "parallel/sync_batch_norm.h"
 
 namespace anvil::parallel {
 
@@ -90,12 +91,31 @@ DataParallel::DataParallel(Communicator& comm, nn::Module& model, DataParallelOp
   if (options_.overlap)
     for (size_t k = 0; k < params_.size(); ++k)
       params_[k].register_post_accumulate_grad_hook([this, k](const Tensor&) { on_gradient(k); });
+  if (options_.sync_batch_norm)
+    for (nn::Module* m : model.modules())
+      if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(m)) {
+        bn->sync = this;
+        synced_.push_back(bn);
+      }
   broadcast_state();
 }
 
 DataParallel::~DataParallel() {
   if (options_.overlap)
     for (const Tensor& p : params_) p.clear_post_accumulate_grad_hooks();
+  for (nn::BatchNorm2d* bn : synced_) bn->sync = nullptr;
+}
+
+Tensor DataParallel::forward(nn::BatchNorm2d& bn, const Tensor& x) {
+  if (!in_step_) return Tensor();  // evaluation, recalibration: this rank's batch alone
+  if (x.size(0) == 0)
+    throw std::invalid_argument(fmt::format(
+        "DataParallel: rank {} has no example of this batch of {}: with sync_batch_norm every "
+        "rank needs part of every batch (a smaller last batch, or a larger global batch)",
+        comm_.rank(), step_global_examples_));
+  const int64_t per_example = x.numel() / x.size(0) / x.size(1);  // H * W
+  return sync_batch_norm(comm_, x, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+                         bn.momentum, bn.eps, step_global_examples_ * per_example);
 }
 
 void DataParallel::broadcast_state(optim::SGD* optimizer) {
@@ -126,9 +146,10 @@ void DataParallel::broadcast_state(optim::SGD* optimizer) {
   optimizer->load_momentum_buffers(momentum);
 }
 
-void DataParallel::before_backward(double share) {
-  share_ = share;
-  in_backward_ = true;
+void DataParallel::begin_step(int64_t examples, int64_t global_examples) {
+  step_examples_ = examples;
+  step_global_examples_ = global_examples;
+  in_step_ = true;
   for (auto& b : buckets_) {
     b->ready = 0;
     b->work.reset();
@@ -136,7 +157,7 @@ void DataParallel::before_backward(double share) {
 }
 
 void DataParallel::on_gradient(size_t param) {
-  if (!in_backward_) return;  // a backward outside a training step (a test, say)
+  if (!in_step_) return;  // a backward outside a training step (a test, say)
   Bucket& b = *buckets_[bucket_of_[param]];
   if (++b.ready == b.params.size()) launch(b);
 }
@@ -152,9 +173,6 @@ void DataParallel::launch(Bucket& b) {
     else
       backend_for(slot.device()).fill(slot, 0.0);  // a parameter this rank's batch did not reach
   }
-  // Weighted by this rank's share of the batch: the sum over the ranks is
-  // then the whole batch's mean gradient.
-  if (share_ != 1.0) backend_for(b.flat.device()).scale(float(share_), b.flat, b.flat);
   b.work = comm_.allreduce_async(b.flat, ReduceOp::kSum, options_.algorithm);
 }
 
@@ -175,7 +193,7 @@ void DataParallel::after_backward() {
       g.copy_(b->flat.narrow(b->offsets[i], p.numel()).reshape(p.shape()));
     }
   }
-  in_backward_ = false;
+  in_step_ = false;
   // Every rank keeps rank 0's buffers (BatchNorm's running statistics).
   broadcast_together(comm_, buffers_of(model_));
 }

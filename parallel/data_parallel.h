@@ -14,9 +14,9 @@
 // overlap, a bucket is copied into its flat buffer and its all-reduce
 // started the moment its last gradient is final (a post-accumulate hook on
 // each parameter), while backward goes on with the layers below; without,
-// every bucket is reduced after backward. Each rank weights its gradients by
-// its share of the batch, so that the sum over the ranks is the whole
-// batch's mean gradient even when the shards differ in size.
+// every bucket is reduced after backward. Each rank backpropagates its share
+// of the batch's mean loss (train_epoch), so that the sum over the ranks is
+// the whole batch's mean gradient even when the shards differ in size.
 //
 // BatchNorm: each replica normalises with its own batch's statistics (as
 // DataParallel and DDP do); after every step the running statistics (every
@@ -26,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "nn/layers.h"
 #include "nn/module.h"
 #include "nn/optim.h"
 #include "nn/train.h"
@@ -37,9 +38,14 @@ struct DataParallelOptions {
   Algorithm algorithm = Algorithm::kRing;
   size_t bucket_bytes = size_t(25) << 20;  // PyTorch DDP's bucket_cap_mb = 25
   bool overlap = true;                      // reduce each bucket during backward
+  // BatchNorm layers normalise with the statistics of the whole batch, every
+  // rank's part together (SyncBatchNorm; parallel/sync_batch_norm.h): the
+  // replicas then compute what one device would. Every rank's part of every
+  // batch must be non-empty.
+  bool sync_batch_norm = false;
 };
 
-class DataParallel final : public train::Replicas {
+class DataParallel final : public train::Replicas, public nn::BatchNormSync {
  public:
   // Gives every rank rank 0's parameters and buffers (a collective: every
   // rank constructs its DataParallel at the same point).
@@ -60,9 +66,11 @@ class DataParallel final : public train::Replicas {
   void broadcast_state(optim::SGD* optimizer = nullptr);
 
   // train::Replicas
-  void before_backward(double share) override;
+  void begin_step(int64_t examples, int64_t global_examples) override;
   void after_backward() override;
   void sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) override;
+  // nn::BatchNormSync (with sync_batch_norm): inside a training step.
+  Tensor forward(nn::BatchNorm2d& bn, const Tensor& x) override;
 
  private:
   struct Bucket;
@@ -76,8 +84,9 @@ class DataParallel final : public train::Replicas {
   std::vector<std::vector<size_t>> bucket_params_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<size_t> bucket_of_;  // parameter -> bucket
-  double share_ = 1.0;
-  bool in_backward_ = false;
+  int64_t step_examples_ = 0, step_global_examples_ = 0;
+  bool in_step_ = false;  // between begin_step and after_backward
+  std::vector<nn::BatchNorm2d*> synced_;
 };
 
 }  // namespace anvil::parallel

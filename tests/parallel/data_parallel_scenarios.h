@@ -16,7 +16,9 @@
 #include "nn/models.h"
 #include "nn/optim.h"
 #include "nn/train.h"
+#include "core/ops.h"
 #include "parallel/data_parallel.h"
+#include "parallel/sync_batch_norm.h"
 #include "tests/parallel/scenarios.h"
 
 namespace parallel_test {
@@ -38,7 +40,7 @@ inline data::ImageSet synthetic_images(int64_t count, uint64_t seed) {
 }
 
 struct TrainSetup {
-  std::string model = "lenet";  // or "resnet18-narrow"
+  std::string model = "lenet";  // or "resnet18-narrow" (stage widths 4, 8, 8, 8)
   int64_t images = 27;          // batches of 10, 10 and 7: shards of every size
   int64_t batch = 10;
   int epochs = 2;
@@ -123,6 +125,67 @@ inline Outcomes data_parallel_determinism_scenario(Communicator& c) {
            runs[1], 0}};
 }
 
+// sync_batch_norm on each rank's rows of x equals batch_norm on all of x:
+// the output and dx row by row, dgamma and dbeta once summed over the ranks,
+// and the running statistics.
+inline Outcomes sync_batch_norm_scenario(Communicator& c) {
+  using anvil::Shape;
+  const int64_t rows = 7, C = 3, H = 4, W = 5;
+  const anvil::Device d = c.device();
+  std::vector<float> all = make(0, rows * C * H * W, false, 21), up = make(0, rows * C * H * W, false, 22);
+  for (float& v : all) v = 3.0f + 2.0f * v;  // far from zero: the two-pass variance matters
+  const int64_t first = first_row(rows, c.size(), c.rank());
+  const int64_t mine = first_row(rows, c.size(), c.rank() + 1) - first;
+  const int64_t per_row = C * H * W;
+  auto rows_of = [&](const std::vector<float>& v) {
+    return std::vector<float>(v.begin() + first * per_row, v.begin() + (first + mine) * per_row);
+  };
+  auto leaf = [&](const std::vector<float>& v, const Shape& shape) {
+    Tensor t = Tensor::from_vector(v, shape, d);
+    t.set_requires_grad(true);
+    return t;
+  };
+  // Reference: one device, the whole batch.
+  Tensor x = leaf(all, {rows, C, H, W}), g = leaf({1.5f, 0.5f, -1.0f}, {C}),
+         b = leaf({0.1f, -0.2f, 0.3f}, {C});
+  Tensor rm = Tensor::zeros({C}, anvil::DType::Float32, d), rv = Tensor::ones({C}, anvil::DType::Float32, d);
+  Tensor y = anvil::batch_norm(x, g, b, rm, rv, true, 0.1, 1e-5);
+  anvil::sum(anvil::mul(y, Tensor::from_vector(up, {rows, C, H, W}, d))).backward();
+  // Each rank: its rows.
+  Tensor xs = leaf(rows_of(all), {mine, C, H, W}), gs = leaf({1.5f, 0.5f, -1.0f}, {C}),
+         bs = leaf({0.1f, -0.2f, 0.3f}, {C});
+  Tensor rms = Tensor::zeros({C}, anvil::DType::Float32, d), rvs = Tensor::ones({C}, anvil::DType::Float32, d);
+  Tensor ys = anvil::parallel::sync_batch_norm(c, xs, gs, bs, rms, rvs, 0.1, 1e-5, rows * H * W);
+  anvil::sum(anvil::mul(ys, Tensor::from_vector(rows_of(up), {mine, C, H, W}, d))).backward();
+  Tensor dgamma = gs.grad().clone(), dbeta = bs.grad().clone();
+  c.allreduce(dgamma);
+  c.allreduce(dbeta);
+  auto slice = [&](const Tensor& t) {
+    const std::vector<double> v = host(c, t);
+    return std::vector<double>(v.begin() + first * per_row, v.begin() + (first + mine) * per_row);
+  };
+  return {{"sync_batch_norm: y", host(c, ys), slice(y), 1e-5},
+          {"sync_batch_norm: dx", host(c, xs.grad()), slice(x.grad()), 1e-4},
+          {"sync_batch_norm: dgamma, dbeta", [&] {
+             auto v = host(c, dgamma);
+             for (double e : host(c, dbeta)) v.push_back(e);
+             return v;
+           }(), [&] {
+             auto v = host(c, g.grad());
+             for (double e : host(c, b.grad())) v.push_back(e);
+             return v;
+           }(), 1e-4},
+          {"sync_batch_norm: running statistics", [&] {
+             auto v = host(c, rms);
+             for (double e : host(c, rvs)) v.push_back(e);
+             return v;
+           }(), [&] {
+             auto v = host(c, rm);
+             for (double e : host(c, rv)) v.push_back(e);
+             return v;
+           }(), 1e-5}};
+}
+
 inline std::vector<std::pair<std::string, Scenario>> data_parallel_scenarios() {
   auto setup = [](std::string model, anvil::parallel::Algorithm a, bool overlap, size_t bucket) {
     TrainSetup s;
@@ -147,6 +210,14 @@ inline std::vector<std::pair<std::string, Scenario>> data_parallel_scenarios() {
          return data_parallel_scenario(c, setup("lenet", Algorithm::kNative, true, 1));
        }},
       {"determinism", data_parallel_determinism_scenario},
+      {"sync_batch_norm op", sync_batch_norm_scenario},
+      {"narrow resnet18, sync BatchNorm, ring, overlap",
+       [=](Communicator& c) {
+         TrainSetup s = setup("resnet18-narrow", Algorithm::kRing, true, 16 << 10);
+         s.options.sync_batch_norm = true;
+         s.epochs = 1;
+         return data_parallel_scenario(c, s);
+       }},
   };
 }
 
