@@ -5,10 +5,12 @@
 //   anvil-train --model resnet18 --recipe best --checkpoint run.ckpt   # later: --resume run.ckpt
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -73,8 +75,18 @@ void check_writable(const std::string& flag, const std::string& path) {
     throw UsageError(fmt::format("{} {}: directory '{}' does not exist", flag, path, dir.string()));
   if (std::filesystem::is_directory(p))
     throw UsageError(fmt::format("{} {}: is a directory", flag, path));
-  if (access(dir.c_str(), W_OK) != 0)
-    throw UsageError(fmt::format("{} {}: directory '{}' is not writable", flag, path, dir.string()));
+  // Only creating a file proves that one can be written: access() says yes
+  // to root in /proc, say, where no file can be created. The probe is named
+  // as save_safetensors names its temporary file, and removed at once.
+  std::string probe = path + ".tmp.XXXXXX";
+  int fd = mkstemp(probe.data());
+  if (fd < 0) {
+    int err = errno;
+    throw UsageError(fmt::format("{} {}: cannot create a file in directory '{}' ({})", flag, path,
+                                 dir.string(), std::strerror(err)));
+  }
+  ::close(fd);
+  std::remove(probe.c_str());
 }
 
 // Range checks for numeric flags. CLI11's NonNegativeNumber/PositiveNumber
