@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "apps/evaluation.h"
 #include "apps/train_recipes.h"
 #include "core/device.h"
 #include "core/random.h"
@@ -273,6 +274,76 @@ void check_bn_recalibrate(const Options& o, nn::Module& model) {
                                o.bn_recalibrate, o.model));
 }
 
+// --eval-only: the flags that would have nothing to do, and the weights it needs.
+void check_eval_only(const Options& o) {
+  if (!o.eval_only) return;
+  if (o.init_from.empty() && o.resume.empty())
+    throw UsageError("--eval-only evaluates weights: give --init-from FILE (weights) or --resume "
+                     "FILE (a training checkpoint)");
+  const std::pair<const char*, bool> idle[] = {{"--save", !o.save.empty()},
+                                               {"--checkpoint", !o.checkpoint.empty()},
+                                               {"--stop-after-epoch", o.stop_after_epoch > 0},
+                                               {"--bn-recalibrate", o.bn_recalibrate > 0}};
+  for (auto& [flag, given] : idle)
+    if (given)
+      throw UsageError(fmt::format("{} has no effect with --eval-only (nothing is trained)", flag));
+}
+
+// --eval-only --resume FILE: the model's tensors of a training checkpoint.
+// The settings that decide what evaluation computes (the model, and the
+// inputs it sees) must be the checkpoint's, as for a resumed run.
+void load_checkpoint_weights(const Options& o, nn::Module& model) {
+  const train::RunState state = train::read_run_state(o.resume);
+  const nlohmann::ordered_json saved =
+      state.info.value("settings", nlohmann::ordered_json::object());
+  const nlohmann::ordered_json settings = app::training_settings(o);
+  std::vector<std::string> keys = {"model", "resize", "normalize"};
+  if (o.normalize) keys.push_back("limit-train");  // the normalisation's statistics
+  for (const std::string& key : keys)
+    if (saved.is_object() && saved.contains(key) && saved[key] != settings[key])
+      throw nn::CheckpointError(fmt::format(
+          "{}: was trained with --{} {}, this run has --{} {}; evaluate with the flags it was "
+          "trained with",
+          o.resume, key, saved[key].dump(), key, settings[key].dump()));
+  nn::NamedTensors weights;
+  for (auto& [key, t] : nn::load_safetensors(o.resume))
+    if (key.starts_with("model.")) weights.emplace_back(key.substr(6), t);
+  nn::load_state_dict(model, weights, o.resume);
+}
+
+// anvil-train --eval-only: the test figures of the weights, per class and as
+// a confusion matrix; --metrics gets them as one JSON object.
+int evaluate_only(const Options& o, nn::Module& model, Device device) {
+  const std::string weights = o.resume.empty() ? o.init_from : o.resume;
+  if (!o.resume.empty()) load_checkpoint_weights(o, model);
+  model.to(device);
+  auto test_set = std::make_shared<const data::ImageSet>(
+      data::load_mnist_split(o.data_dir, false, o.limit_test));
+  // The training set only for its statistics, when the inputs are normalised.
+  data::ImageSet train_set;
+  if (o.normalize) train_set = data::load_mnist_split(o.data_dir, true, o.limit_train);
+  Transforms transforms = make_transforms(o, train_set);
+  data::DataLoader test_loader(test_set, o.batch_size, false, false, o.seed, transforms.test);
+  std::cout << fmt::format("evaluating {} ({} parameters) from {} on {}: {} test images, batch {}, "
+                           "transforms {}\n",
+                           o.model, model.num_parameters(), weights, device.str(), test_set->count,
+                           o.batch_size, transforms.summary)
+            << std::flush;
+  const train::ClassEvaluation result =
+      train::evaluate_classes(model, test_loader, device, int64_t(app::kFashionClasses.size()));
+  std::cout << app::evaluation_text(result) << std::flush;
+  if (!o.metrics.empty()) {
+    nlohmann::ordered_json j = {{"mode", "eval"},     {"weights", weights}, {"model", o.model},
+                                {"recipe", o.recipe}, {"device", device.str()}};
+    j.update(app::evaluation_json(result));
+    std::ofstream out(o.metrics, std::ios::trunc);
+    out << j.dump() << '\n';
+    out.close();
+    if (!out) throw UsageError(fmt::format("--metrics {}: cannot write", o.metrics));
+  }
+  return 0;
+}
+
 int run(const Options& o) {
   models::Init init = app::parse_init(o.init);
   optim::ScheduleOptions schedule_opts = app::check_settings(o);
@@ -280,6 +351,7 @@ int run(const Options& o) {
     throw UsageError("--resume and --init-from both set the weights: give one");
   if (!o.resume.empty() && !std::filesystem::is_regular_file(o.resume))
     throw UsageError(fmt::format("--resume {}: no such file", o.resume));
+  check_eval_only(o);
   check_writable("--save", o.save);
   check_writable("--metrics", o.metrics);
   check_writable("--checkpoint", o.checkpoint);
@@ -298,6 +370,7 @@ int run(const Options& o) {
   Device device = choose_device(o.device);
   if (!o.init_from.empty())
     nn::load_state_dict(*model, nn::load_safetensors(o.init_from), o.init_from);
+  if (o.eval_only) return evaluate_only(o, *model, device);
   model->to(device);
 
   auto train_set = std::make_shared<const data::ImageSet>(
@@ -474,6 +547,7 @@ int main(int argc, char** argv) {
   app.add_option("--save", o.save, "Write the trained weights as safetensors");
   app.add_option("--metrics", o.metrics, "Write one JSON line per epoch to this file");
   app.add_option("--checkpoint", o.checkpoint, "After every epoch, write weights, momentum and counters here (atomically)");
+  app.add_flag("--eval-only", o.eval_only, "Evaluate the weights of --init-from or --resume on the test set (loss, accuracy, per class, confusion matrix) and exit");
   app.add_option("--resume", o.resume, "Continue the run saved in this checkpoint (same training flags; keeps checkpointing to it)");
   app.add_option("--bn-recalibrate", o.bn_recalibrate, "Before each evaluation, re-estimate BatchNorm running statistics over N training batches (0 = keep the running averages)")->check(number_at_least(0, true));
   app.add_option("--stop-after-epoch", o.stop_after_epoch, "End this invocation after epoch N (0 = run all); --resume continues")->check(number_at_least(0, true));
@@ -495,7 +569,7 @@ int main(int argc, char** argv) {
     app::for_each_recipe_flag([&](const char* flag, auto field) {
       if (app.count(flag) > 0) settings.*field = o.*field;
     });
-    if (settings.checkpoint.empty()) settings.checkpoint = settings.resume;
+    if (settings.checkpoint.empty() && !settings.eval_only) settings.checkpoint = settings.resume;
     if (app.count("--crop-padding") > 0 && !settings.augment)
       throw UsageError(fmt::format("--crop-padding {}: has no effect without --augment",
                                    settings.crop_padding));
