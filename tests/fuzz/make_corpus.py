@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Writes the fuzz targets' seed corpus (corpus/) and the inputs of the bugs
 issue #24 found (regressions/), next to this script. The files are in the
 repository; run this again only to change them (the output is the same
