@@ -197,15 +197,15 @@ IdxHeader parse_header(IdxStream& in, const std::string& path, int expected_ndim
 }
 
 // Appends up to n bytes from `in` to `out`, growing it as the data arrives
-// (doubling, from 1 MiB), so that a gzip stream whose header declares more
-// than it holds costs memory for what it holds, not for what it declares.
-// Returns the number of bytes appended: fewer than n only at the end.
-size_t read_growing(IdxStream& in, std::vector<uint8_t>& out, size_t n) {
-  constexpr size_t kFirstChunk = size_t{1} << 20;
+// (from `first_chunk` bytes, doubling), so that a gzip stream whose header
+// declares more than it holds costs memory for what it holds, not for what
+// it declares. Returns the number of bytes appended: fewer than n only at
+// the end of the input.
+size_t read_growing(IdxStream& in, std::vector<uint8_t>& out, size_t n, size_t first_chunk) {
   const size_t start = out.size();
   size_t done = 0;
   while (done < n) {
-    const size_t step = std::min(n - done, std::max(kFirstChunk, out.size()));
+    const size_t step = std::min(n - done, std::max(first_chunk, out.size() - start));
     const size_t old = out.size();
     out.resize(old + step);
     const size_t got = in.read(out.data() + old, step);
@@ -283,7 +283,8 @@ IdxArray read_idx(const std::string& path, const IdxReadOptions& options) {
   };
   // A raw file's size is known before reading: a header that declares more
   // than the file holds is refused before anything is allocated for it.
-  if (!h.gzip && in.file_size() >= 0) {
+  const bool size_checked = !h.gzip && in.file_size() >= 0;
+  if (size_checked) {
     const uint64_t header_bytes = 4 + 4 * h.dims.size();
     const uint64_t data_bytes = std::max<int64_t>(in.file_size() - int64_t(header_bytes), 0);
     if (data_bytes < declared) truncated(data_bytes);
@@ -293,7 +294,9 @@ IdxArray read_idx(const std::string& path, const IdxReadOptions& options) {
   IdxArray out;
   out.dims = h.dims;
   out.dims[0] = items;
-  const size_t got = read_growing(in, out.data, want);
+  // A checked file holds the data: one buffer of its size. Otherwise (gzip,
+  // a pipe) the buffer grows from 64 KiB as the data arrives.
+  const size_t got = read_growing(in, out.data, want, size_checked ? want : size_t{1} << 16);
   if (got < want) truncated(got);
   const size_t rest = skip(in, declared - want);
   if (rest < declared - want) truncated(want + rest);
