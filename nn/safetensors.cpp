@@ -15,7 +15,6 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -64,7 +63,11 @@ nlohmann::ordered_json parse_header(const std::string& path, const std::string& 
     std::string last_key;
   };
   std::vector<Object> open;
-  std::optional<std::pair<std::string, std::string>> duplicate;  // (owner, key)
+  struct Duplicate {
+    std::string owner, key;
+    bool top_level;  // a tensor's name, rather than a key inside an entry
+  };
+  std::optional<Duplicate> duplicate;
   auto watch = [&](int, Json::parse_event_t event, Json& parsed) {
     if (event == Json::parse_event_t::object_start) {
       open.push_back({open.empty() ? "" : open.back().last_key, {}, ""});
@@ -73,7 +76,8 @@ nlohmann::ordered_json parse_header(const std::string& path, const std::string& 
     } else if (event == Json::parse_event_t::key && !open.empty()) {
       Object& o = open.back();
       o.last_key = parsed.get<std::string>();
-      if (!o.keys.insert(o.last_key).second && !duplicate) duplicate.emplace(o.owner, o.last_key);
+      if (!o.keys.insert(o.last_key).second && !duplicate)
+        duplicate = Duplicate{o.owner, o.last_key, open.size() == 1};
     }
     return true;
   };
@@ -84,12 +88,11 @@ nlohmann::ordered_json parse_header(const std::string& path, const std::string& 
     fail(path, fmt::format("corrupt header JSON: {}", e.what()));
   }
   if (!header.is_object()) fail(path, "corrupt header: not a JSON object");
-  if (duplicate && open.empty() && duplicate->first.empty())
-    fail(path, fmt::format("duplicate tensor name '{}': the header names it twice",
-                           duplicate->second));
+  if (duplicate && duplicate->top_level)
+    fail(path, fmt::format("duplicate tensor name '{}': the header names it twice", duplicate->key));
   if (duplicate)
-    fail(path, fmt::format("corrupt header: '{}' has the key '{}' twice", duplicate->first,
-                           duplicate->second));
+    fail(path, fmt::format("corrupt header: '{}' has the key '{}' twice", duplicate->owner,
+                           duplicate->key));
   return header;
 }
 
