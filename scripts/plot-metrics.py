@@ -114,6 +114,9 @@ def draw(runs, labels, output, title):
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=90)
+        umask = os.umask(0)  # mkstemp made it private; a picture is as readable as any new file
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, output)
     except BaseException:
         os.unlink(tmp)

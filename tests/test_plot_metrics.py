@@ -105,6 +105,9 @@ class PlotMetrics(unittest.TestCase):
         self.assertEqual(data[:8], b"\x89PNG\r\n\x1a\n")
         self.assertGreater(len(data), 5000)
         self.assertEqual([n for n in os.listdir(self.dir.name) if n.startswith(".plot-metrics")], [])
+        umask = os.umask(0)
+        os.umask(umask)
+        self.assertEqual(os.stat(self.png).st_mode & 0o777, 0o666 & ~umask)
 
 
 if __name__ == "__main__":
