@@ -258,6 +258,13 @@ void check_distinct_outputs(const Options& o) {
         throw UsageError(fmt::format("{} and {} name the same file '{}'; give each its own",
                                      flag_a, flag_b, a));
     }
+  // The metrics file is rewritten from its first line: it must not be the
+  // weights the run reads (--save may replace them: the run has read them).
+  for (const auto& [flag, input] : {std::pair{"--init-from", o.init_from}, {"--resume", o.resume}})
+    if (!o.metrics.empty() && !input.empty() && same_file_path(o.metrics, input))
+      throw UsageError(fmt::format("--metrics {}: is the {} file; writing metrics there would "
+                                   "destroy the weights",
+                                   o.metrics, flag));
   // A new run must not overwrite another run's checkpoint after its first epoch.
   if (!o.checkpoint.empty() && o.resume.empty() && std::filesystem::exists(o.checkpoint))
     throw UsageError(fmt::format("--checkpoint {}: exists; continue that run with --resume {}, "

@@ -160,6 +160,13 @@ TEST_CASE("anvil-train --eval-only reports the weights a run saved, per class an
                    {"--save has no effect with --eval-only"});
     expect_failure("--eval-only --resume " + quote(ckpt) + " --checkpoint " + quote(dir.file("y")) + nodata,
                    {"--checkpoint has no effect with --eval-only"});
+    // The metrics would overwrite the weights being evaluated.
+    const std::string before = read_file(ckpt);
+    expect_failure("--eval-only --resume " + quote(ckpt) + " --metrics " + quote(ckpt) + nodata,
+                   {"--metrics " + ckpt + ": is the --resume file"});
+    expect_failure("--eval-only --init-from " + quote(weights) + " --metrics " + quote(weights) + nodata,
+                   {"--metrics " + weights + ": is the --init-from file"});
+    CHECK(read_file(ckpt) == before);
   }
   SECTION("a checkpoint of another model or other inputs is refused, naming the flag") {
     expect_failure(common + " --eval-only --resume " + quote(ckpt) + " --no-normalize",
