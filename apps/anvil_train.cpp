@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   app.add_option("--save", o.save, "Write the trained weights as safetensors");
   app.add_option("--metrics", o.metrics, "Write one JSON line per epoch to this file");
   app.add_option("--checkpoint", o.checkpoint, "After every epoch, write weights, momentum and counters here (atomically)");
+  app.add_flag("--eval-only", o.eval_only, "Evaluate the weights of --init-from or --resume on the test set (loss, accuracy, per class, confusion matrix) and exit");
   app.add_option("--resume", o.resume, "Continue the run saved in this checkpoint (same training flags; keeps checkpointing to it)");
   app.add_option("--bn-recalibrate", o.bn_recalibrate, "Before each evaluation, re-estimate BatchNorm running statistics over N training batches (0 = keep the running averages)")->check(number_at_least(0, true));
   app.add_option("--stop-after-epoch", o.stop_after_epoch, "End this invocation after epoch N (0 = run all); --resume continues")->check(number_at_least(0, true));
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
     app::for_each_recipe_flag([&](const char* flag, auto field) {
       if (app.count(flag) > 0) settings.*field = o.*field;
     });
-    if (settings.checkpoint.empty()) settings.checkpoint = settings.resume;
+    if (settings.checkpoint.empty() && !settings.eval_only) settings.checkpoint = settings.resume;
     if (app.count("--crop-padding") > 0 && !settings.augment)
       throw UsageError(fmt::format("--crop-padding {}: has no effect without --augment",
                                    settings.crop_padding));

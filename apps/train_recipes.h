@@ -41,6 +41,7 @@ struct Options {
   bool no_shuffle = false;
   std::string init_from, save, metrics, checkpoint, resume;
   int stop_after_epoch = 0;  // 0: run to --epochs
+  bool eval_only = false;    // evaluate the --init-from or --resume weights, train nothing
   // > 0: BatchNorm running statistics re-estimated over this many training
   // batches before each evaluation (train::recalibrate_batch_norm). It changes
   // what evaluation sees, not the weights, so it is not a training setting.

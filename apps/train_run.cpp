@@ -4,11 +4,15 @@
 // and writes the files, and rank 0's settings are checked on every rank.
 #include "apps/train_run.h"
 
+#include "apps/evaluation.h"
+
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -82,8 +86,18 @@ void check_writable(const std::string& flag, const std::string& path) {
     throw UsageError(fmt::format("{} {}: directory '{}' does not exist", flag, path, dir.string()));
   if (std::filesystem::is_directory(p))
     throw UsageError(fmt::format("{} {}: is a directory", flag, path));
-  if (access(dir.c_str(), W_OK) != 0)
-    throw UsageError(fmt::format("{} {}: directory '{}' is not writable", flag, path, dir.string()));
+  // Only creating a file proves that one can be written: access() says yes
+  // to root in /proc, say, where no file can be created. The probe is named
+  // as save_safetensors names its temporary file, and removed at once.
+  std::string probe = path + ".tmp.XXXXXX";
+  int fd = mkstemp(probe.data());
+  if (fd < 0) {
+    int err = errno;
+    throw UsageError(fmt::format("{} {}: cannot create a file in directory '{}' ({})", flag, path,
+                                 dir.string(), std::strerror(err)));
+  }
+  ::close(fd);
+  std::remove(probe.c_str());
 }
 
 // Progress on a terminal: a bar redrawn in place, at most five times a
@@ -238,11 +252,90 @@ void check_distinct_outputs(const Options& o) {
         throw UsageError(fmt::format("{} and {} name the same file '{}'; give each its own",
                                      flag_a, flag_b, a));
     }
+  // The metrics file is rewritten from its first line: it must not be the
+  // weights the run reads (--save may replace them: the run has read them).
+  for (const auto& [flag, input] : {std::pair{"--init-from", o.init_from}, {"--resume", o.resume}})
+    if (!o.metrics.empty() && !input.empty() && same_file_path(o.metrics, input))
+      throw UsageError(fmt::format("--metrics {}: is the {} file; writing metrics there would "
+                                   "destroy the weights",
+                                   o.metrics, flag));
   // A new run must not overwrite another run's checkpoint after its first epoch.
   if (!o.checkpoint.empty() && o.resume.empty() && std::filesystem::exists(o.checkpoint))
     throw UsageError(fmt::format("--checkpoint {}: exists; continue that run with --resume {}, "
                                  "or remove the file or choose another to start afresh",
                                  o.checkpoint, o.checkpoint));
+}
+
+// --eval-only: the flags that would have nothing to do, and the weights it needs.
+void check_eval_only(const Options& o) {
+  if (!o.eval_only) return;
+  if (o.init_from.empty() && o.resume.empty())
+    throw UsageError("--eval-only evaluates weights: give --init-from FILE (weights) or --resume "
+                     "FILE (a training checkpoint)");
+  if (o.distributed || o.gpus > 0 || !o.devices.empty())
+    throw UsageError("--eval-only evaluates on one device: drop --distributed, --gpus, --devices");
+  const std::pair<const char*, bool> idle[] = {{"--save", !o.save.empty()},
+                                               {"--checkpoint", !o.checkpoint.empty()},
+                                               {"--stop-after-epoch", o.stop_after_epoch > 0},
+                                               {"--bn-recalibrate", o.bn_recalibrate > 0}};
+  for (auto& [flag, given] : idle)
+    if (given)
+      throw UsageError(fmt::format("{} has no effect with --eval-only (nothing is trained)", flag));
+}
+
+// --eval-only --resume FILE: the model's tensors of a training checkpoint.
+// The settings that decide what evaluation computes (the model, and the
+// inputs it sees) must be the checkpoint's, as for a resumed run.
+void load_checkpoint_weights(const Options& o, nn::Module& model) {
+  const train::RunState state = train::read_run_state(o.resume);
+  const nlohmann::ordered_json saved =
+      state.info.value("settings", nlohmann::ordered_json::object());
+  const nlohmann::ordered_json settings = app::training_settings(o);
+  std::vector<std::string> keys = {"model", "resize", "normalize"};
+  if (o.normalize) keys.push_back("limit-train");  // the normalisation's statistics
+  for (const std::string& key : keys)
+    if (saved.is_object() && saved.contains(key) && saved[key] != settings[key])
+      throw nn::CheckpointError(fmt::format(
+          "{}: was trained with --{} {}, this run has --{} {}; evaluate with the flags it was "
+          "trained with",
+          o.resume, key, saved[key].dump(), key, settings[key].dump()));
+  nn::NamedTensors weights;
+  for (auto& [key, t] : nn::load_safetensors(o.resume))
+    if (key.starts_with("model.")) weights.emplace_back(key.substr(6), t);
+  nn::load_state_dict(model, weights, o.resume);
+}
+
+// anvil-train --eval-only: the test figures of the weights, per class and as
+// a confusion matrix; --metrics gets them as one JSON object.
+int evaluate_only(const Options& o, nn::Module& model, Device device) {
+  const std::string weights = o.resume.empty() ? o.init_from : o.resume;
+  if (!o.resume.empty()) load_checkpoint_weights(o, model);
+  model.to(device);
+  auto test_set = std::make_shared<const data::ImageSet>(
+      data::load_mnist_split(o.data_dir, false, o.limit_test));
+  // The training set only for its statistics, when the inputs are normalised.
+  data::ImageSet train_set;
+  if (o.normalize) train_set = data::load_mnist_split(o.data_dir, true, o.limit_train);
+  Transforms transforms = make_transforms(o, train_set);
+  data::DataLoader test_loader(test_set, o.batch_size, false, false, o.seed, transforms.test);
+  std::cout << fmt::format("evaluating {} ({} parameters) from {} on {}: {} test images, batch {}, "
+                           "transforms {}\n",
+                           o.model, model.num_parameters(), weights, device.str(), test_set->count,
+                           o.batch_size, transforms.summary)
+            << std::flush;
+  const train::ClassEvaluation result =
+      train::evaluate_classes(model, test_loader, device, int64_t(app::kFashionClasses.size()));
+  std::cout << app::evaluation_text(result) << std::flush;
+  if (!o.metrics.empty()) {
+    nlohmann::ordered_json j = {{"mode", "eval"},     {"weights", weights}, {"model", o.model},
+                                {"recipe", o.recipe}, {"device", device.str()}};
+    j.update(app::evaluation_json(result));
+    std::ofstream out(o.metrics, std::ios::trunc);
+    out << j.dump() << '\n';
+    out.close();
+    if (!out) throw UsageError(fmt::format("--metrics {}: cannot write", o.metrics));
+  }
+  return 0;
 }
 
 // --sync-bn needs BatchNorm layers, replicas, and a part of every batch for
@@ -498,6 +591,7 @@ void check_files(const Options& o) {
     throw UsageError("--resume and --init-from both set the weights: give one");
   if (!o.resume.empty() && !std::filesystem::is_regular_file(o.resume))
     throw UsageError(fmt::format("--resume {}: no such file", o.resume));
+  check_eval_only(o);
   check_writable("--save", o.save);
   check_writable("--metrics", o.metrics);
   check_writable("--checkpoint", o.checkpoint);
@@ -656,6 +750,12 @@ int run_training(const Options& o) {
       throw UsageError(fmt::format("--model: {}", e.what()));
     }
     check_bn_recalibrate(o, *model);
+    if (o.eval_only) {
+      const Device device = choose_device(o.device);
+      if (!o.init_from.empty())
+        nn::load_state_dict(*model, nn::load_safetensors(o.init_from), o.init_from);
+      return evaluate_only(o, *model, device);
+    }
   }
   Replica r;
   r.device = choose_device(o.device);

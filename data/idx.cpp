@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <string_view>
@@ -81,6 +82,7 @@ class IdxStream {
       ::close(fd);
       fail(path_, "cannot read: is a directory, not an IDX file");
     }
+    if (S_ISREG(st.st_mode)) file_size_ = static_cast<int64_t>(st.st_size);
     // Recognise gzip by its magic bytes; pread leaves the file offset at 0.
     unsigned char magic[2] = {0, 0};
     gzip_ = ::pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
@@ -98,6 +100,8 @@ class IdxStream {
   IdxStream& operator=(const IdxStream&) = delete;
 
   bool gzip() const { return gzip_; }
+  // The size of a regular file on disk; -1 for pipes and devices.
+  int64_t file_size() const { return file_size_; }
 
   // Reads up to n bytes into dst; fewer only at the end of the input.
   size_t read(void* dst, size_t n) {
@@ -122,16 +126,25 @@ class IdxStream {
   // was cut short (as opposed to a complete stream holding too little data).
   std::string truncation_note() {
     if (!gzip_) return "";
-    int code = Z_OK;
-    const std::string msg = zlib_message(gz_, &code);
-    if (code == Z_BUF_ERROR) return fmt::format(" (the gzip stream is cut short: {})", msg);
+    if (std::string why = cut_short(); !why.empty())
+      return fmt::format(" (the gzip stream is cut short: {})", why);
     return " (after gzip decompression)";
+  }
+
+  // Once the input is exhausted: zlib's message when the gzip stream ended
+  // before its end (gzread reports that as a plain end of input), else "".
+  std::string cut_short() {
+    if (!gzip_) return "";
+    int code = Z_OK;
+    std::string msg = zlib_message(gz_, &code);
+    return code == Z_BUF_ERROR ? msg : "";
   }
 
  private:
   std::string path_;
   gzFile gz_ = nullptr;
   bool gzip_ = false;
+  int64_t file_size_ = -1;
 };
 
 IdxHeader parse_header(IdxStream& in, const std::string& path, int expected_ndims) {
@@ -183,6 +196,40 @@ IdxHeader parse_header(IdxStream& in, const std::string& path, int expected_ndim
   return h;
 }
 
+// Appends up to n bytes from `in` to `out`, growing it as the data arrives
+// (from `first_chunk` bytes, doubling), so that a gzip stream whose header
+// declares more than it holds costs memory for what it holds, not for what
+// it declares. Returns the number of bytes appended: fewer than n only at
+// the end of the input.
+size_t read_growing(IdxStream& in, std::vector<uint8_t>& out, size_t n, size_t first_chunk) {
+  const size_t start = out.size();
+  size_t done = 0;
+  while (done < n) {
+    const size_t step = std::min(n - done, std::max(first_chunk, out.size() - start));
+    const size_t old = out.size();
+    out.resize(old + step);
+    const size_t got = in.read(out.data() + old, step);
+    out.resize(old + got);
+    done += got;
+    if (got < step) break;
+  }
+  out.shrink_to_fit();
+  return out.size() - start;
+}
+
+// Reads and discards up to n bytes; returns how many there were.
+uint64_t skip(IdxStream& in, uint64_t n) {
+  std::vector<unsigned char> scratch(size_t{1} << 16);
+  uint64_t done = 0;
+  while (done < n) {
+    const size_t step = static_cast<size_t>(std::min<uint64_t>(n - done, scratch.size()));
+    const size_t got = in.read(scratch.data(), step);
+    done += got;
+    if (got < step) break;
+  }
+  return done;
+}
+
 // `base` or `base.gz` in `dir`, whichever exists (plain first).
 std::string find_split_file(const std::string& dir, const std::string& base, const std::string& split,
                             const std::string& prefix) {
@@ -217,29 +264,49 @@ IdxArray read_idx(const std::string& path, const IdxReadOptions& options) {
   const int64_t file_items = h.dims[0];
   const int64_t item_size = h.numel() / file_items;
   const int64_t items = options.max_items > 0 ? std::min(options.max_items, file_items) : file_items;
+  const size_t declared = static_cast<size_t>(h.numel());
   const size_t want = static_cast<size_t>(items * item_size);
+  // A short or long file is refused even when only a prefix is kept: a cut
+  // download must not pass because a limit happened not to reach the cut.
+  const std::string limited =
+      items < file_items
+          ? fmt::format(" (only the first {} of {} items are used, but the whole file is checked)",
+                        items, file_items)
+          : "";
+  auto truncated = [&](size_t found) {
+    fail(path, "truncated: expected {} data bytes (dims {}), found {}{}{}", declared,
+         dims_string(h.dims), found, in.truncation_note(), limited);
+  };
+  auto trailing = [&](uint64_t extra) {
+    fail(path, "trailing garbage: {} extra bytes after the {} data bytes declared by dims {}", extra,
+         declared, dims_string(h.dims));
+  };
+  // A raw file's size is known before reading: a header that declares more
+  // than the file holds is refused before anything is allocated for it.
+  const bool size_checked = !h.gzip && in.file_size() >= 0;
+  if (size_checked) {
+    const uint64_t header_bytes = 4 + 4 * h.dims.size();
+    const uint64_t data_bytes = std::max<int64_t>(in.file_size() - int64_t(header_bytes), 0);
+    if (data_bytes < declared) truncated(data_bytes);
+    if (data_bytes > declared) trailing(data_bytes - declared);
+  }
 
   IdxArray out;
   out.dims = h.dims;
   out.dims[0] = items;
-  out.data.resize(want);
-  const size_t got = in.read(out.data.data(), want);
-  if (got < want) {
-    if (items < file_items)
-      fail(path, "truncated: expected at least {} data bytes for the first {} of {} items, found {}{}",
-           want, items, file_items, got, in.truncation_note());
-    fail(path, "truncated: expected {} data bytes (dims {}), found {}{}", want, dims_string(h.dims), got,
-         in.truncation_note());
-  }
-  if (items == file_items) {
-    // Everything declared has been read: anything else is garbage.
-    std::vector<unsigned char> scratch(size_t{1} << 16);
-    size_t extra = 0;
-    for (size_t n; (n = in.read(scratch.data(), scratch.size())) > 0;) extra += n;
-    if (extra > 0)
-      fail(path, "trailing garbage: {} extra bytes after the {} data bytes declared by dims {}", extra, want,
-           dims_string(h.dims));
-  }
+  // A checked file holds the data: one buffer of its size. Otherwise (gzip,
+  // a pipe) the buffer grows from 64 KiB as the data arrives.
+  const size_t got = read_growing(in, out.data, want, size_checked ? want : size_t{1} << 16);
+  if (got < want) truncated(got);
+  const size_t rest = skip(in, declared - want);
+  if (rest < declared - want) truncated(want + rest);
+  // Everything declared has been read: anything else is garbage.
+  if (const uint64_t extra = skip(in, SIZE_MAX); extra > 0) trailing(extra);
+  // A gzip stream cut in its trailer holds all the data but was never
+  // checked against its CRC: the file is damaged all the same.
+  if (const std::string why = in.cut_short(); !why.empty())
+    fail(path, "truncated: the gzip stream is cut short ({}) after all {} data bytes", why,
+         declared);
   return out;
 }
 

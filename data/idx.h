@@ -52,9 +52,10 @@ struct IdxArray {
 struct IdxReadOptions {
   // If > 0, the file must have exactly this many dimensions.
   int expected_ndims = 0;
-  // If > 0, read only the first min(max_items, dims[0]) items (slices along
-  // dimension 0). The rest of the file is then neither read nor checked (no
-  // trailing-garbage check). 0 = read and check everything. Negative: error.
+  // If > 0, keep only the first min(max_items, dims[0]) items (slices along
+  // dimension 0). The rest of the file is still read and checked: a file
+  // shorter or longer than its header says is refused either way.
+  // 0 = keep everything. Negative: error.
   int64_t max_items = 0;
 };
 
@@ -64,7 +65,10 @@ IdxHeader read_idx_header(const std::string& path, int expected_ndims = 0);
 
 // Reads and validates a ubyte IDX file: header as above, then the data size
 // must match the dims exactly (a short file is "truncated", extra bytes are
-// "trailing garbage"; with max_items > 0 only the requested part must exist).
+// "trailing garbage"), with or without max_items. A raw file's size is
+// checked against its header before any data buffer is allocated; a gzipped
+// file's buffer grows as the data arrives, so a header that declares more
+// than the file holds never costs more memory than the file's contents.
 // Throws DataError.
 IdxArray read_idx(const std::string& path, const IdxReadOptions& options = {});
 
@@ -84,7 +88,8 @@ struct ImageSet {
 // t10k-labels-idx1-ubyte; each either plain or with a ".gz" suffix (the plain
 // name wins if both exist). Checks that both files agree on the number of
 // items and that every label is < num_classes. `limit` > 0 keeps only the
-// first `limit` examples (0 = all; negative is an error).
+// first `limit` examples (0 = all; negative is an error); both files are
+// still checked whole against their headers.
 // Throws DataError.
 ImageSet load_mnist_split(const std::string& dir, bool train, int64_t limit = 0,
                           int64_t num_classes = 10);

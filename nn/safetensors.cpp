@@ -4,14 +4,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -46,6 +50,122 @@ bool parse_dtype(const std::string& s, DType& out) {
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw CheckpointError(fmt::format("{}: {}", path, what));
+}
+
+// The header's JSON, refusing a key that appears twice in one object (JSON
+// parsers keep one of the two silently: a tensor named twice would load
+// whichever the parser kept).
+nlohmann::ordered_json parse_header(const std::string& path, const std::string& text) {
+  using Json = nlohmann::ordered_json;
+  struct Object {
+    std::string owner;  // the key this object is the value of ("" at the top)
+    std::set<std::string> keys;
+    std::string last_key;
+  };
+  std::vector<Object> open;
+  struct Duplicate {
+    std::string owner, key;
+    bool top_level;  // a tensor's name, rather than a key inside an entry
+  };
+  std::optional<Duplicate> duplicate;
+  auto watch = [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) {
+      open.push_back({open.empty() ? "" : open.back().last_key, {}, ""});
+    } else if (event == Json::parse_event_t::object_end) {
+      open.pop_back();
+    } else if (event == Json::parse_event_t::key && !open.empty()) {
+      Object& o = open.back();
+      o.last_key = parsed.get<std::string>();
+      if (!o.keys.insert(o.last_key).second && !duplicate)
+        duplicate = Duplicate{o.owner, o.last_key, open.size() == 1};
+    }
+    return true;
+  };
+  Json header;
+  try {
+    header = Json::parse(text, watch);
+  } catch (const std::exception& e) {
+    fail(path, fmt::format("corrupt header JSON: {}", e.what()));
+  }
+  if (!header.is_object()) fail(path, "corrupt header: not a JSON object");
+  if (duplicate && duplicate->top_level)
+    fail(path, fmt::format("duplicate tensor name '{}': the header names it twice", duplicate->key));
+  if (duplicate)
+    fail(path, fmt::format("corrupt header: '{}' has the key '{}' twice", duplicate->owner,
+                           duplicate->key));
+  return header;
+}
+
+// A header number that must be a whole number >= 0. JSON parsers read "3"
+// as an unsigned integer, "-1" as a signed one and "1.5" or "1e30" as a
+// double; only the first is a size or an offset (the others, cast to an
+// integer, would be undefined behaviour or silently rounded).
+uint64_t whole_number(const std::string& path, const std::string& name, const char* field,
+                      size_t index, const nlohmann::ordered_json& value) {
+  if (value.is_number_unsigned()) return value.get<uint64_t>();
+  if (value.is_number_integer() && value.get<int64_t>() >= 0) return uint64_t(value.get<int64_t>());
+  fail(path, fmt::format("tensor '{}': {}[{}] is {}, not a whole number >= 0", name, field, index,
+                         value.dump()));
+}
+
+// One tensor's header entry, checked against the data section's size.
+struct Entry {
+  DType dtype = DType::Float32;
+  Shape shape;
+  uint64_t begin = 0;  // offset of its bytes in the data section
+};
+
+Entry parse_entry(const std::string& path, const std::string& name,
+                  const nlohmann::ordered_json& entry, uint64_t data_size) {
+  if (!entry.is_object())
+    fail(path, fmt::format("tensor '{}': its header entry is {}, not a JSON object", name,
+                           entry.type_name()));
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    if (!entry.contains(key))
+      fail(path, fmt::format("tensor '{}': malformed header entry (no '{}')", name, key));
+  Entry e;
+  const auto& dtype = entry["dtype"];
+  if (!dtype.is_string())
+    fail(path, fmt::format("tensor '{}': dtype is {}, not a string", name, dtype.dump()));
+  if (!parse_dtype(dtype.get<std::string>(), e.dtype))
+    fail(path, fmt::format("tensor '{}': unsupported dtype {}", name, dtype.get<std::string>()));
+
+  const auto& shape = entry["shape"];
+  if (!shape.is_array())
+    fail(path, fmt::format("tensor '{}': shape is {}, not a list", name, shape.dump()));
+  // Every partial product of the dimensions must fit in an int64 (zeros
+  // counted as 1), so that no size or stride computed from the shape can
+  // overflow: a corrupt or hostile header must not wrap around to a small
+  // allocation.
+  int64_t extent = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const uint64_t d = whole_number(path, name, "shape", i, shape[i]);
+    if (d > uint64_t(INT64_MAX) ||
+        __builtin_mul_overflow(extent, std::max<int64_t>(int64_t(d), 1), &extent) ||
+        extent > INT64_MAX / int64_t(dtype_size(e.dtype)))
+      fail(path, fmt::format("tensor '{}': shape {} is too large", name, shape.dump()));
+    e.shape.push_back(int64_t(d));
+  }
+
+  const auto& offsets = entry["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2)
+    fail(path, fmt::format("tensor '{}': data_offsets is {}, not a list [begin, end]", name,
+                           offsets.dump()));
+  const uint64_t begin = whole_number(path, name, "data_offsets", 0, offsets[0]);
+  const uint64_t end = whole_number(path, name, "data_offsets", 1, offsets[1]);
+  if (begin > end)
+    fail(path, fmt::format("tensor '{}': data_offsets [{}, {}] end before they begin", name,
+                           begin, end));
+  if (end > data_size)
+    fail(path, fmt::format("truncated: tensor '{}' needs data bytes [{}, {}) but the file "
+                           "holds only {} data bytes",
+                           name, begin, end, data_size));
+  const uint64_t expected = uint64_t(shape_numel(e.shape)) * dtype_size(e.dtype);
+  if (end - begin != expected)
+    fail(path, fmt::format("tensor '{}': {} bytes stored but shape {} of {} needs {}", name,
+                           end - begin, shape_str(e.shape), dtype_name(e.dtype), expected));
+  e.begin = begin;
+  return e;
 }
 
 }  // namespace
@@ -135,54 +255,18 @@ NamedTensors load_safetensors(const std::string& path) {
   std::string text(header_len, '\0');
   in.read(text.data(), std::streamsize(header_len));
   if (!in) fail(path, "cannot read the header");
-  nlohmann::ordered_json header;
-  try {
-    header = nlohmann::ordered_json::parse(text);
-  } catch (const std::exception& e) {
-    fail(path, fmt::format("corrupt header JSON: {}", e.what()));
-  }
-  if (!header.is_object()) fail(path, "corrupt header: not a JSON object");
+  nlohmann::ordered_json header = parse_header(path, text);
   uint64_t data_size = file_size - 8 - header_len;
 
   NamedTensors out;
   for (auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
-    DType dtype;
-    try {
-      std::string ds = entry.at("dtype").get<std::string>();
-      if (!parse_dtype(ds, dtype))
-        fail(path, fmt::format("tensor '{}': unsupported dtype {}", name, ds));
-      Shape shape = entry.at("shape").get<Shape>();
-      auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
-      if (offsets.size() != 2 || offsets[0] > offsets[1])
-        fail(path, fmt::format("tensor '{}': data_offsets out of range (data is {} bytes)", name,
-                               data_size));
-      if (offsets[1] > data_size)
-        fail(path, fmt::format("truncated: tensor '{}' needs data bytes [{}, {}) but the file "
-                               "holds only {} data bytes",
-                               name, offsets[0], offsets[1], data_size));
-      // The element count, refusing shapes whose size overflows (a corrupt or
-      // hostile header must not wrap around to a small allocation).
-      int64_t numel = 1, nbytes = 0;
-      for (int64_t d : shape) {
-        if (d < 0) fail(path, fmt::format("tensor '{}': negative dimension", name));
-        if (__builtin_mul_overflow(numel, d, &numel) ||
-            __builtin_mul_overflow(numel, int64_t(dtype_size(dtype)), &nbytes))
-          fail(path, fmt::format("tensor '{}': shape {} is too large", name, shape_str(shape)));
-      }
-      uint64_t expected = uint64_t(numel) * dtype_size(dtype);
-      if (offsets[1] - offsets[0] != expected)
-        fail(path, fmt::format("tensor '{}': {} bytes stored but shape {} of {} needs {}", name,
-                               offsets[1] - offsets[0], shape_str(shape), dtype_name(dtype),
-                               expected));
-      Tensor t = Tensor::empty(shape, dtype);
-      in.seekg(std::streamoff(8 + header_len + offsets[0]));
-      in.read(static_cast<char*>(t.raw_data()), std::streamsize(expected));
-      if (!in) fail(path, fmt::format("tensor '{}': truncated data", name));
-      out.emplace_back(name, t);
-    } catch (const nlohmann::json::exception& e) {
-      fail(path, fmt::format("tensor '{}': malformed header entry ({})", name, e.what()));
-    }
+    const Entry e = parse_entry(path, name, entry, data_size);
+    Tensor t = Tensor::empty(e.shape, e.dtype);
+    in.seekg(std::streamoff(8 + header_len + e.begin));
+    in.read(static_cast<char*>(t.raw_data()), std::streamsize(t.nbytes()));
+    if (!in) fail(path, fmt::format("tensor '{}': truncated data", name));
+    out.emplace_back(name, t);
   }
   return out;
 }

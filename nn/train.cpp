@@ -1,6 +1,7 @@
 #include "nn/train.h"
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string_view>
@@ -119,8 +120,15 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
   return train_epoch(model, optimizer, loader, device, options);
 }
 
-EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device,
-                    Replicas* replicas) {
+namespace {
+
+// The loop of evaluate() and evaluate_classes(): each batch's logits go to
+// `batch_done` (when set) as well as into the totals; with replicas, the
+// totals are summed over the ranks.
+EpochStats evaluate_batches(
+    nn::Module& model, data::DataLoader& loader, Device device,
+    const std::function<void(const Tensor& logits, const data::Batch& batch)>& batch_done,
+    Replicas* replicas = nullptr) {
   bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
@@ -132,10 +140,54 @@ EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device,
     if (b.host.size == 0) continue;  // this rank's part of a short last batch
     Tensor logits = model(b.images);
     totals.add(cross_entropy(logits, b.labels, Reduction::Sum), 1.0, logits, b.labels);
+    if (batch_done) batch_done(logits, b.host);
   }
   EpochStats stats = replicas ? totals.summed(*replicas) : totals.stats();
   model.train(was_training);
   return stats;
+}
+
+}  // namespace
+
+EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device,
+                    Replicas* replicas) {
+  return evaluate_batches(model, loader, device, {}, replicas);
+}
+
+int64_t ClassEvaluation::examples_of(int64_t truth) const {
+  int64_t n = 0;
+  for (int64_t p = 0; p < classes; ++p) n += count(truth, p);
+  return n;
+}
+
+double ClassEvaluation::accuracy_of(int64_t truth) const {
+  const int64_t n = examples_of(truth);
+  return n ? double(count(truth, truth)) / double(n) : 0.0;
+}
+
+ClassEvaluation evaluate_classes(nn::Module& model, data::DataLoader& loader, Device device,
+                                 int64_t classes) {
+  if (classes < 1)
+    throw std::invalid_argument(fmt::format("evaluate_classes: classes must be >= 1, got {}", classes));
+  ClassEvaluation result;
+  result.classes = classes;
+  result.confusion.assign(size_t(classes * classes), 0);
+  result.stats = evaluate_batches(model, loader, device, [&](const Tensor& logits,
+                                                             const data::Batch& batch) {
+    if (logits.dim() != 2 || logits.size(1) != classes)
+      throw std::invalid_argument(fmt::format(
+          "evaluate_classes: the model gives logits of shape {}, not [N, {}]",
+          shape_str(logits.shape()), classes));
+    const std::vector<int64_t> predicted = argmax_rows(logits).to_int_vector();
+    for (size_t i = 0; i < predicted.size(); ++i) {
+      const int64_t truth = batch.labels[i];
+      if (truth < 0 || truth >= classes)
+        throw std::invalid_argument(
+            fmt::format("evaluate_classes: label {} is not below {} classes", truth, classes));
+      ++result.confusion[size_t(truth * classes + predicted[i])];
+    }
+  });
+  return result;
 }
 
 int64_t recalibrate_batch_norm(nn::Module& model, data::DataLoader& loader, Device device,

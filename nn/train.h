@@ -5,6 +5,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -86,6 +87,29 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
 // With replicas, each rank evaluates its shard and the figures are summed.
 EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device,
                     Replicas* replicas = nullptr);
+
+// An evaluation with its figures per class, as anvil-train --eval-only
+// reports them.
+struct ClassEvaluation {
+  EpochStats stats;  // as evaluate() gives them
+  int64_t classes = 0;
+  // classes x classes, row-major: confusion[t * classes + p] counts the
+  // examples of true class t that the model predicted as class p (the first
+  // largest logit).
+  std::vector<int64_t> confusion;
+  int64_t count(int64_t truth, int64_t predicted) const {
+    return confusion[size_t(truth * classes + predicted)];
+  }
+  int64_t examples_of(int64_t truth) const;  // the row's sum
+  double accuracy_of(int64_t truth) const;   // the diagonal over the row; 0 for no examples
+};
+
+// evaluate() that also counts the confusion matrix: it reads each batch's
+// predictions back from the device. The model must give `classes` logits per
+// example; every label must be < classes. Throws std::invalid_argument
+// otherwise (classes < 1 too).
+ClassEvaluation evaluate_classes(nn::Module& model, data::DataLoader& loader, Device device,
+                                 int64_t classes);
 
 // Re-estimates every BatchNorm layer's running mean and variance from
 // scratch as a plain average over the first `batches` batches of the

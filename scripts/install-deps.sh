@@ -4,14 +4,22 @@
 # the exact command to run and stops.
 #   scripts/install-deps.sh          build + test + train dependencies
 #   scripts/install-deps.sh --torch  also python3-torch (benchmarks' peer, golden values)
+#   scripts/install-deps.sh --fuzz   also clang with libFuzzer (scripts/fuzz.sh, the fuzz preset)
+#   scripts/install-deps.sh --plot   also python3-matplotlib (scripts/plot-metrics.py)
+# Options combine: .ci/run gives --fuzz --plot.
 set -euo pipefail
 
 packages=(g++ cmake make pkg-config catch2 libopenblas-openmp-dev libcli11-dev libfmt-dev
           nlohmann-json3-dev zlib1g-dev libboost-context-dev libopenmpi-dev openmpi-bin
           dataset-fashion-mnist)
-if [[ "${1:-}" == "--torch" ]]; then
-  packages+=(python3-torch)
-fi
+for option in "$@"; do
+  case "${option}" in
+    --torch) packages+=(python3-torch) ;;
+    --fuzz) packages+=(clang libclang-rt-dev libomp-dev) ;;
+    --plot) packages+=(python3-matplotlib) ;;
+    *) echo "install-deps.sh: unknown option '${option}' (known: --torch, --fuzz, --plot)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
