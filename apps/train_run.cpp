@@ -662,14 +662,27 @@ int run_mpi_rank(const Options& o) {
   const parallel::CommOptions co = comm_options(o);
   std::unique_ptr<parallel::Communicator> comm =
       gpu ? parallel::nccl_world(co) : parallel::mpi_world(co);
-  if (comm->rank() == 0) check_files(o);
-  check_ranks(o, comm->size());
+  try {
+    if (comm->rank() == 0) check_files(o);
+    check_ranks(o, comm->size());
+  } catch (const std::exception& e) {
+    comm->abort(e.what());
+    throw;
+  }
   Replica r;
   r.rank = comm->rank();
   r.size = comm->size();
   r.device = comm->device();
   r.comm = comm.get();
-  return run_replica(o, r);
+  try {
+    return run_replica(o, r);
+  } catch (const std::exception& e) {
+    // This rank leaves at once, without MPI_Finalize (which would wait for
+    // the others): mpirun then ends the job instead of letting the other
+    // ranks wait for this one until their deadline.
+    comm->abort(e.what());
+    throw;
+  }
 }
 
 // One thread per GPU in this process, each with its replica; the data is
