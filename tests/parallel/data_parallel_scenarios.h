@@ -40,7 +40,9 @@ inline data::ImageSet synthetic_images(int64_t count, uint64_t seed) {
 }
 
 struct TrainSetup {
-  std::string model = "lenet";  // or "resnet18-narrow" (stage widths 4, 8, 8, 8)
+  // "lenet", "resnet18-narrow" (stage widths 4, 8, 8, 8), or "mlp" (784-16-10:
+  // small enough for ThreadSanitizer, where a LeNet step takes minutes)
+  std::string model = "lenet";
   int64_t images = 27;          // batches of 10, 10 and 7: shards of every size
   int64_t batch = 10;
   int epochs = 2;
@@ -50,6 +52,12 @@ struct TrainSetup {
 inline std::shared_ptr<anvil::nn::Module> make_model(const std::string& name, uint64_t seed) {
   anvil::Generator gen(seed);
   if (name == "lenet") return models::lenet(models::Init::Kaiming, &gen);
+  if (name == "mlp") {
+    namespace nn = anvil::nn;
+    return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 16, true, &gen),
+        std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(16, 10, true, &gen)});
+  }
   models::ResNetConfig narrow;
   narrow.widths = {4, 8, 8, 8};
   return models::resnet18(narrow, models::Init::Kaiming, &gen);
