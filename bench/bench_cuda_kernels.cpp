@@ -35,6 +35,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <source_location>
@@ -240,8 +241,11 @@ struct Bench {
   void conv(const char* name, const Conv2dShape& s);
 };
 
-const char* const kGemmNames[] = {"naive", "coalesced", "smem tiled", "register-blocked"};
+const char* const kGemmNames[] = {"naive",      "coalesced",   "smem tiled",     "register-blocked",
+                                  "vectorised", "warp-tiled",  "double-buffered"};
 const char* const kConvNames[] = {"naive direct", "im2col + gemm", "implicit gemm"};
+static_assert(std::size(kGemmNames) == cu::kGemmVariants && std::size(kConvNames) == cu::kConvVariants,
+              "a name for every variant");
 
 std::string variant_name(int v, const char* const* names, int count) {
   return fmt::format("v{} {}", v, v <= count ? names[v - 1] : "");
@@ -277,7 +281,7 @@ void Bench::gemm(int64_t M, int64_t N, int64_t K) {
   }
 #endif
   for (int v = 1; v <= cu::kGemmVariants; ++v) {
-    const std::string impl = variant_name(v, kGemmNames, 4);
+    const std::string impl = variant_name(v, kGemmNames, int(std::size(kGemmNames)));
     auto call = [&] {
       cu::gemm(v, false, false, M, N, K, 1.0f, da.get(), K, db.get(), N, 0.0f, dc.get(), N,
                stream);
@@ -456,7 +460,7 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
     }
 #endif
     for (int v = 1; v <= cu::kConvVariants; ++v) {
-      const std::string impl = variant_name(v, kConvNames, 3);
+      const std::string impl = variant_name(v, kConvNames, int(std::size(kConvNames)));
       // Checked with the bias (gradient), timed without, as cuDNN.
       auto call = [&](bool with_bias) {
         if (dir == kForward)

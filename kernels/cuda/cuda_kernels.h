@@ -24,11 +24,12 @@ namespace anvil::cuda {
 // Row-major C[M,N] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T;
 // lda/ldb/ldc are the row strides of A, B, C as stored (as cblas: A is M x K,
 // or K x M when trans_a). C is not read when beta == 0. Variants 1 naive,
-// 2 coalesced, 3 smem tiled, 4 register-blocked (see gemm.cu); all take every
-// transpose combination and stride. Throws std::invalid_argument, naming the
+// 2 coalesced, 3 smem tiled, 4 register-blocked, 5 vectorised (16-byte
+// loads), 6 warp-tiled (8x8 outputs per thread), 7 double-buffered (see
+// gemm.cu); all take every transpose combination and stride. Throws std::invalid_argument, naming the
 // argument, for an unknown variant, sizes < 0 or >= 2^31, or an ld smaller
 // than the stored row.
-constexpr int kGemmVariants = 4;
+constexpr int kGemmVariants = 7;
 constexpr int kBestGemm = 4;
 void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
