@@ -243,7 +243,8 @@ struct Bench {
 
 const char* const kGemmNames[] = {"naive",      "coalesced",   "smem tiled",     "register-blocked",
                                   "vectorised", "warp-tiled",  "double-buffered"};
-const char* const kConvNames[] = {"naive direct", "im2col + gemm", "implicit gemm"};
+const char* const kConvNames[] = {"naive direct", "im2col + gemm", "implicit gemm",
+                                  "implicit warp-tiled"};
 static_assert(std::size(kGemmNames) == cu::kGemmVariants && std::size(kConvNames) == cu::kConvVariants,
               "a name for every variant");
 

@@ -41,10 +41,11 @@ void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 // dbias); bias / dbias may be null. Variants per direction (see conv.cu):
 // 1 naive direct (one thread per output element), 2 explicit im2col/col2im in
 // the workspace, a chunk of images at a time, + GEMM variant 4, 3 implicit
-// GEMM (column tiles gathered straight into shared memory, no workspace).
+// GEMM (column tiles gathered straight into shared memory, no workspace),
+// 4 implicit GEMM on GEMM variant 7's warp-tiled, double-buffered tile.
 // conv2d_workspace_floats covers all three directions of a variant (0 for
-// 1 and 3). Bad shapes or variants throw std::invalid_argument.
-constexpr int kConvVariants = 3;
+// 1, 3 and 4). Bad shapes or variants throw std::invalid_argument.
+constexpr int kConvVariants = 4;
 constexpr int kBestConv = 3;
 size_t conv2d_workspace_floats(int variant, const Conv2dShape& s);
 void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const float* w,
