@@ -75,9 +75,11 @@
 //   so that a 64-channel layer does not leave half of every tile empty. The
 //   weights, when they are A as stored (forward: w is [K, C*R*S]), are read
 //   with 16-byte loads where C*R*S is a multiple of 4 and w is 16-byte
-//   aligned; the gathered operands are read four scalars at a time (a window
-//   that crosses the padding or a row end has no aligned vector). The
-//   output is written through the same index functions as variant 3's.
+//   aligned. The gathered operands have no aligned vector (a window crosses
+//   the padding and row ends); each reads its quad as four scalar loads that
+//   share one set of index divisions (the Walk helper carries from one
+//   position to the next), where variant 3 divides afresh for every element.
+//   The output is written through the same index functions as variant 3's.
 //
 // dbias (backward-weight, all variants, when dbias is non-null) is a separate
 // deterministic reduction: one block of 256 threads per output channel, each
@@ -283,14 +285,43 @@ __global__ void to_nchw(Geo g, const float* __restrict__ staged, const float* __
 
 // ---- variant 3: implicit GEMM (operands for tile::register_blocked) ----
 
+// Four consecutive positions of an index space [n][a][b] (sizes A and B
+// inside), from the flat index of the first: one set of divisions, then
+// carries. The quad() members below use it so that the four elements of a
+// quad (variant 4) share their index arithmetic.
+struct Walk {
+  int n, a, b, A, B;
+  __device__ __forceinline__ Walk(int flat, int A_, int B_)
+      : n(flat / (A_ * B_)), a(flat / B_ % A_), b(flat % B_), A(A_), B(B_) {}
+  __device__ __forceinline__ void next() {
+    if (++b == B) {
+      b = 0;
+      if (++a == A) {
+        a = 0;
+        ++n;
+      }
+    }
+  }
+};
+
 // The column matrix as B of the forward GEMM: (j = npq, k = crs); threads
 // take consecutive npq (consecutive q: x read with stride sw).
 struct ColByNpq {
   static constexpr bool kMajor = true;
+  static constexpr bool aligned = true;  // quad() serves any whole quad
   Geo g;
   const float* x;
   __device__ __forceinline__ float operator()(int npq, int crs) const {
     return col_at(g, x, crs, npq);
+  }
+  // (npq..npq+3, crs)
+  __device__ __forceinline__ float4 quad(int npq, int crs) const {
+    const int RS = g.RS(), c = crs / RS, r = crs % RS / g.S, s = crs % g.S;
+    Walk at(npq, g.P, g.Q);
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i, at.next()) v[i] = x_at(g, x, at.n, c, at.a, at.b, r, s);
+    return make_float4(v[0], v[1], v[2], v[3]);
   }
 };
 
@@ -298,10 +329,15 @@ struct ColByNpq {
 // take consecutive npq.
 struct ColByCrs {
   static constexpr bool kMajor = false;
+  static constexpr bool aligned = true;
   Geo g;
   const float* x;
   __device__ __forceinline__ float operator()(int crs, int npq) const {
     return col_at(g, x, crs, npq);
+  }
+  // (crs, npq..npq+3)
+  __device__ __forceinline__ float4 quad(int crs, int npq) const {
+    return ColByNpq{g, x}.quad(npq, crs);
   }
 };
 
@@ -309,17 +345,28 @@ struct ColByCrs {
 // consecutive krs (runs of R*S consecutive floats).
 struct WeightT {
   static constexpr bool kMajor = false;
+  static constexpr bool aligned = true;
   Geo g;
   const float* w;
   __device__ __forceinline__ float operator()(int c, int krs) const {
     const int RS = g.RS(), k = krs / RS, rs = krs % RS;
     return w[(int64_t(k) * g.C + c) * RS + rs];
   }
+  // (c, krs..krs+3)
+  __device__ __forceinline__ float4 quad(int c, int krs) const {
+    Walk at(krs, g.R, g.S);
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i, at.next())
+      v[i] = w[(int64_t(at.n) * g.C + c) * g.RS() + at.a * g.S + at.b];
+    return make_float4(v[0], v[1], v[2], v[3]);
+  }
 };
 
 // B of the backward-data GEMM: (j = nhw, k = krs) -> dy tap or 0.
 struct DyTaps {
   static constexpr bool kMajor = true;
+  static constexpr bool aligned = true;
   Geo g;
   const float* dy;
   __device__ __forceinline__ float operator()(int nhw, int krs) const {
@@ -327,16 +374,34 @@ struct DyTaps {
     const int s = krs % g.S, u = krs / g.S, r = u % g.R, k = u / g.R;
     return dy_tap(g, dy, n, k, h, wi, r, s);
   }
+  // (nhw..nhw+3, krs)
+  __device__ __forceinline__ float4 quad(int nhw, int krs) const {
+    const int s = krs % g.S, u = krs / g.S, r = u % g.R, k = u / g.R;
+    Walk at(nhw, g.H, g.W);
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i, at.next()) v[i] = dy_tap(g, dy, at.n, k, at.a, at.b, r, s);
+    return make_float4(v[0], v[1], v[2], v[3]);
+  }
 };
 
 // dy as A of the backward-weight GEMM, [k, npq]; threads along npq.
 struct DyRows {
   static constexpr bool kMajor = false;
+  static constexpr bool aligned = true;
   Geo g;
   const float* dy;
   __device__ __forceinline__ float operator()(int k, int npq) const {
     const int PQ = g.PQ(), n = npq / PQ, pq = npq % PQ;
     return dy[(int64_t(n) * g.K + k) * PQ + pq];
+  }
+  // (k, npq..npq+3)
+  __device__ __forceinline__ float4 quad(int k, int npq) const {
+    Walk at(npq, 1, g.PQ());
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i, at.next()) v[i] = dy[(int64_t(at.n) * g.K + k) * g.PQ() + at.b];
+    return make_float4(v[0], v[1], v[2], v[3]);
   }
 };
 

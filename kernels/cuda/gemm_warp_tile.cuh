@@ -46,7 +46,10 @@
 // two quads of a warp share each bank: a 2-way conflict on those stores.)
 //
 // The operands are accessors as in gemm_tile.cuh (kMajor, operator()(j, k)),
-// with an optional quad(j, k) and `aligned` for 16-byte loads. The result
+// with an optional quad(j, k): the four elements along the contiguous index,
+// used for quads wholly inside the matrix when the operand's `aligned` is
+// true (a strided matrix: one 16-byte load, where its address allows; a
+// gathered one, conv.cu's: four loads sharing their index arithmetic). The result
 // goes through put(m, n, v, valid): a float4 of C[m][n..n+3] of which the
 // first `valid` (1-4) lie inside N, called only for m < M.
 //
