@@ -12,8 +12,9 @@
 // and 1..kConvVariants. Every result (the vendor's too) is first compared with
 // the CPU kernel (anvil::cpu::gemm / conv2d_*); a wrong variant is reported by
 // name, is not timed, and makes the exit status 1. Timing: --warmup calls,
-// then --repeats calls each between two CUDA events on one stream; the median
-// is reported as ms, GFLOP/s (2*M*N*K; 2*N*K*C*R*S*P*Q for every conv
+// then --repeats calls each between two CUDA events on one stream (3 calls,
+// after one warm-up, for a variant whose first call takes over 100 ms); the
+// median is reported as ms, GFLOP/s (2*M*N*K; 2*N*K*C*R*S*P*Q for every conv
 // direction) and as a percentage of the vendor's time (vendor ms / ours ms).
 //
 // FP32 throughout: cuBLAS in CUBLAS_DEFAULT_MATH (TF32 would need
@@ -175,11 +176,28 @@ class Timer {
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
 
+  // A call slower than kSlowMs (the naive variants at 4096^3) is timed
+  // kSlowRepeats times after one warm-up, so that the whole benchmark stays
+  // within minutes; its median is still of several calls.
+  static constexpr float kSlowMs = 100.0f;
+  static constexpr int kSlowRepeats = 3;
+
   template <typename F>
   double median_ms(F&& call) {
-    for (int i = 0; i < warmup_; ++i) call();
+    int warmup = warmup_, repeats = repeats_;
+    if (warmup > 0) {
+      cu::check(cudaEventRecord(start_, stream_), "cudaEventRecord");
+      call();
+      cu::check(cudaEventRecord(end_, stream_), "cudaEventRecord");
+      cu::check(cudaEventSynchronize(end_), "cudaEventSynchronize");
+      float first = 0;
+      cu::check(cudaEventElapsedTime(&first, start_, end_), "cudaEventElapsedTime");
+      --warmup;
+      if (first > kSlowMs) warmup = 0, repeats = std::min(repeats, kSlowRepeats);
+    }
+    for (int i = 0; i < warmup; ++i) call();
     cu::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    std::vector<float> ms(repeats_);
+    std::vector<float> ms(repeats);
     for (float& t : ms) {
       cu::check(cudaEventRecord(start_, stream_), "cudaEventRecord");
       call();
