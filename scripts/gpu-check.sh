@@ -10,7 +10,8 @@
 # writes OUTDIR/report.md and OUTDIR/figures.json, plus the logs behind them
 # (tests.log, bench.log, train.log, sanitizer.log: at most 6 files, as a
 # device call brings back 8). Part 1: nvidia-smi, the library check, the whole
-# test suite (the CUDA tests, which skip without a GPU, run), the kernel
+# test suite (anvil-tests, and anvil-parallel-tests' NCCL tests; the CUDA
+# tests, which skip without a GPU, run), the kernel
 # benchmark's smoke test, then bench_cuda_kernels (every GEMM and conv variant
 # checked, then timed against cuBLAS and cuDNN). Part 2: LeNet's seed recipe
 # for 10 epochs and one ResNet-18 epoch on cuda:0, the same two runs by
@@ -134,7 +135,7 @@ step() {
   echo "== $name (limit ${limit} s)" | tee -a "$work/$log"
   local t0=$SECONDS rc=0
   if declare -F "$1" >/dev/null; then  # a function of this script: timeout runs programs
-    timeout --kill-after=10 "$limit" bash -c "$(declare -f "$1"); \"\$@\"" _ "$@" \
+    timeout --kill-after=10 "$limit" bash -c "$(declare -f); \"\$@\"" _ "$@" \
       >>"$work/$log" 2>&1 || rc=$?
   else
     timeout --kill-after=10 "$limit" "$@" >>"$work/$log" 2>&1 || rc=$?
@@ -174,17 +175,26 @@ libcheck() {  # every library resolves: from the bundle, or one the GPU image ha
   done
   return $bad
 }
-tests_both() {  # the CUDA tests and the rest, side by side
+gpu_tests() {  # the tests that use the GPU, one after the other
+  local only=$1 rc=0
+  "$files/bin/anvil-tests" "$only[cuda]" >"$work/tests-cuda.log" 2>&1 || rc=$?
+  if [[ -x "$files/bin/anvil-parallel-tests" ]]; then
+    "$files/bin/anvil-parallel-tests" "$only[nccl]" >"$work/tests-nccl.log" 2>&1 || rc=$?
+  fi
+  return $rc
+}
+tests_both() {  # the GPU's tests and the rest, side by side
   local only=${ANVIL_GPU_CHECK_TESTS:-}  # a tag expression: CI's short form
-  "$files/bin/anvil-tests" "$only[cuda]" >"$work/tests-cuda.log" 2>&1 &
-  local cuda_pid=$!
-  local rc=0
+  gpu_tests "$only" &
+  local gpu_pid=$! rc=0
   "$files/bin/anvil-tests" "$only~[cuda]" >"$work/tests-other.log" 2>&1 || rc=$?
-  wait $cuda_pid || rc=$((rc ? rc : $?))
-  echo "--- anvil-tests \"[cuda]\""
-  cat "$work/tests-cuda.log"
-  echo "--- anvil-tests \"~[cuda]\""
-  cat "$work/tests-other.log"
+  wait $gpu_pid || rc=$((rc ? rc : $?))
+  local half
+  for half in cuda nccl other; do
+    [[ -f "$work/tests-$half.log" ]] || continue
+    echo "--- tests-$half"
+    cat "$work/tests-$half.log"
+  done
   return $rc
 }
 sanitizer() {  # sanitizer TOOL: compute-sanitizer over the CUDA tests

@@ -9,9 +9,10 @@
 #       CI's rehearsal: packs an existing build (its own flags: not for the
 #       GPU machine), uncompressed, into another folder
 #
-# .gpu/bundle.tar.xz  bin/: anvil-tests, anvil-train, bench_cuda_kernels,
-#                     bench_train (and bench_allreduce once that benchmark
-#                     exists), stripped; lib/: the shared libraries they load
+# .gpu/bundle.tar.xz  bin/: anvil-tests, anvil-parallel-tests (the NCCL
+#                     tests), anvil-train, bench_cuda_kernels, bench_train,
+#                     bench_allreduce, stripped (built without MPI: one GPU
+#                     machine runs no multi-process job); lib/: the shared libraries they load
 #                     that the GPU image lacks (OpenBLAS with gfortran and
 #                     quadmath, OpenMP, fmt, zlib, the CUDA runtime, ...).
 #                     libstdc++ and libgcc are linked statically; glibc, the
@@ -49,12 +50,16 @@ if [[ -z "$reuse" ]] && ! command -v nvcc >/dev/null; then
 fi
 targets=(anvil-tests anvil-train bench_cuda_kernels bench_train)
 if [[ -f bench/bench_allreduce.cpp ]]; then targets+=(bench_allreduce); fi
+if [[ -f tests/parallel/CMakeLists.txt ]]; then targets+=(anvil-parallel-tests); fi
 if [[ -z "$reuse" ]]; then
   bash scripts/install-deps.sh
   echo "== gpu-pack: configure $build (sm_90, -march=x86-64-v3)"
   # The tests run from the repository root there: tests/ for the golden
   # files, and anvil-train where gpu-check.sh unpacks it.
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=ON \
+  # No MPI: one GPU machine runs no multi-process jobs, and OpenMPI's
+  # runtime (plugins, help files, mpiexec) would not travel in a few files.
+  # NCCL stays: the image has libnccl (nvidia-nccl-cu13).
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=ON -DANVIL_MPI=OFF \
     -DANVIL_CUDA_ARCHITECTURES=90 -DANVIL_NATIVE=OFF -DCMAKE_CXX_FLAGS="-march=x86-64-v3" \
     -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" \
     -DANVIL_TEST_DATA_DIR=tests -DANVIL_TEST_TRAIN_BIN=.gpu/unpacked/bin/anvil-train >/dev/null
@@ -65,7 +70,7 @@ fi
 rm -rf "$pack" "$stage"
 mkdir -p "$stage/bin" "$stage/lib" "$pack/data/fashion-mnist"
 for t in "${targets[@]}"; do
-  exe=$(find "$build" -maxdepth 2 -type f -name "$t" -perm -u+x | head -1)
+  exe=$(find "$build" -maxdepth 3 -type f -name "$t" -perm -u+x | head -1)
   [[ -n "$exe" ]] || { echo "gpu-pack: $t was not built in $build" >&2; exit 1; }
   strip -o "$stage/bin/$t" "$exe"
 done
@@ -113,7 +118,7 @@ glibc=$(for f in "$stage"/bin/* "$stage"/lib/*; do objdump -T "$f" 2>/dev/null; 
   echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . || echo ' (with uncommitted changes)')"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(. /etc/os-release && echo "$PRETTY_NAME")"
   echo "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*, V[0-9.]*'); CUDA architectures: 90"
-  echo "host code: -O3 -march=x86-64-v3, libstdc++ and libgcc static; needs glibc >= ${glibc#GLIBC_}"
+  echo "host code: -O3 -march=x86-64-v3, libstdc++ and libgcc static, no MPI; needs glibc >= ${glibc#GLIBC_}"
   echo "from the image: glibc, libgcc_s, the driver (libcuda), cuBLAS, cuBLASLt, cuDNN (bench_cuda_kernels), NCCL where linked"
   echo "image libraries: $on_image"
   echo

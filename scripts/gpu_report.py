@@ -5,7 +5,7 @@
 
 WORKDIR holds what gpu-check.sh's steps left: steps.tsv (name, status,
 seconds, note per step), notes, nvidia-smi.txt, tests-cuda.log and
-tests-other.log (anvil-tests), tests.log, bench.log (bench_cuda_kernels),
+tests-other.log (anvil-tests), tests-nccl.log (anvil-parallel-tests), tests.log, bench.log (bench_cuda_kernels),
 anvil-*.jsonl (anvil-train --metrics), torch-*.jsonl
 (scripts/torch_gpu_recipes.py), sanitizer.log. Anything missing is reported
 as not run. Standard library only (it runs under the GPU image's Python).
@@ -47,15 +47,16 @@ def gpu_info(work):
 
 
 def catch_summary(text):
-    """Catch2's closing line, and how many CUDA tests said they did not run."""
+    """Catch2's closing line, and how many CUDA or NCCL tests said they did
+    not run (too few GPUs)."""
     r = {"ran": bool(text), "passed": None, "failed": None, "assertions": None,
-         "cuda_not_run": text.count("CUDA kernel test not run")}
+         "cuda_not_run": len(re.findall(r"(CUDA kernel|NCCL) test not run", text))}
     m = re.search(r"All tests passed \((\d+) assertions? in (\d+) test cases?\)", text)
     if m:
         r.update(assertions=int(m.group(1)), passed=int(m.group(2)), failed=0)
-    m = re.search(r"test cases:\s*(\d+) \|\s*(\d+) passed \|\s*(\d+) failed", text)
+    m = re.search(r"test cases:\s*(\d+) \|\s*(\d+) passed(?: \|\s*(\d+) failed)?", text)
     if m:
-        r.update(passed=int(m.group(2)), failed=int(m.group(3)))
+        r.update(passed=int(m.group(2)), failed=int(m.group(3) or 0))
     m = re.search(r"No tests ran", text)
     if m:
         r.update(passed=0, failed=0)
@@ -159,8 +160,7 @@ def main():
     manifest = read(Path(os.environ.get("ANVIL_GPU_PACK", ".gpu")) / "MANIFEST")
     commit = re.search(r"^commit: (.+)$", manifest, re.M)
     part = re.search(r"part=(\S+)", notes)
-    tests = {"cuda": catch_summary(read(work / "tests-cuda.log")),
-             "other": catch_summary(read(work / "tests-other.log"))}
+    tests = {half: catch_summary(read(work / f"tests-{half}.log")) for half in ("cuda", "nccl", "other")}
     rows, fails = bench_rows(read(work / "bench.log"))
     head = headline(rows)
     anvil, torch = runs(work, "anvil"), runs(work, "torch")
@@ -191,10 +191,12 @@ def main():
     else:
         md.append(f"- **No GPU present** (nvidia-smi lists none): the GPU steps did not run; CPU "
                   f"{gpu['cpu']} ({gpu['cpus']} CPUs).")
-    for half, label in (("other", "tests without [cuda]"), ("cuda", "CUDA tests ([cuda])")):
+    for half, label in (("other", "tests without [cuda]"), ("cuda", "CUDA tests ([cuda])"),
+                        ("nccl", "NCCL tests (anvil-parallel-tests [nccl])")):
         t = tests[half]
         if t["ran"]:
-            skipped = f", {t['cuda_not_run']} said no CUDA device (skipped)" if t["cuda_not_run"] else ""
+            skipped = (f", {t['cuda_not_run']} said they found too few GPUs and did not run"
+                       if t["cuda_not_run"] else "")
             md.append(f"- {label}: {fmt(t['passed'])} test cases passed, {fmt(t['failed'])} failed{skipped}.")
     if "gemm_4096" in head:
         g = head["gemm_4096"]
