@@ -12,8 +12,9 @@
 // and 1..kConvVariants. Every result (the vendor's too) is first compared with
 // the CPU kernel (anvil::cpu::gemm / conv2d_*); a wrong variant is reported by
 // name, is not timed, and makes the exit status 1. Timing: --warmup calls,
-// then --repeats calls each between two CUDA events on one stream; the median
-// is reported as ms, GFLOP/s (2*M*N*K; 2*N*K*C*R*S*P*Q for every conv
+// then --repeats calls each between two CUDA events on one stream (3 calls,
+// after one warm-up, for a variant whose first call takes over 100 ms); the
+// median is reported as ms, GFLOP/s (2*M*N*K; 2*N*K*C*R*S*P*Q for every conv
 // direction) and as a percentage of the vendor's time (vendor ms / ours ms).
 //
 // FP32 throughout: cuBLAS in CUBLAS_DEFAULT_MATH (TF32 would need
@@ -35,6 +36,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <source_location>
@@ -174,11 +176,28 @@ class Timer {
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
 
+  // A call slower than kSlowMs (the naive variants at 4096^3) is timed
+  // kSlowRepeats times after one warm-up, so that the whole benchmark stays
+  // within minutes; its median is still of several calls.
+  static constexpr float kSlowMs = 100.0f;
+  static constexpr int kSlowRepeats = 3;
+
   template <typename F>
   double median_ms(F&& call) {
-    for (int i = 0; i < warmup_; ++i) call();
+    int warmup = warmup_, repeats = repeats_;
+    if (warmup > 0) {
+      cu::check(cudaEventRecord(start_, stream_), "cudaEventRecord");
+      call();
+      cu::check(cudaEventRecord(end_, stream_), "cudaEventRecord");
+      cu::check(cudaEventSynchronize(end_), "cudaEventSynchronize");
+      float first = 0;
+      cu::check(cudaEventElapsedTime(&first, start_, end_), "cudaEventElapsedTime");
+      --warmup;
+      if (first > kSlowMs) warmup = 0, repeats = std::min(repeats, kSlowRepeats);
+    }
+    for (int i = 0; i < warmup; ++i) call();
     cu::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    std::vector<float> ms(repeats_);
+    std::vector<float> ms(repeats);
     for (float& t : ms) {
       cu::check(cudaEventRecord(start_, stream_), "cudaEventRecord");
       call();
@@ -240,8 +259,12 @@ struct Bench {
   void conv(const char* name, const Conv2dShape& s);
 };
 
-const char* const kGemmNames[] = {"naive", "coalesced", "smem tiled", "register-blocked"};
-const char* const kConvNames[] = {"naive direct", "im2col + gemm", "implicit gemm"};
+const char* const kGemmNames[] = {"naive",      "coalesced",   "smem tiled",     "register-blocked",
+                                  "vectorised", "warp-tiled",  "double-buffered"};
+const char* const kConvNames[] = {"naive direct", "im2col + gemm", "implicit gemm",
+                                  "implicit warp-tiled"};
+static_assert(std::size(kGemmNames) == cu::kGemmVariants && std::size(kConvNames) == cu::kConvVariants,
+              "a name for every variant");
 
 std::string variant_name(int v, const char* const* names, int count) {
   return fmt::format("v{} {}", v, v <= count ? names[v - 1] : "");
@@ -277,7 +300,7 @@ void Bench::gemm(int64_t M, int64_t N, int64_t K) {
   }
 #endif
   for (int v = 1; v <= cu::kGemmVariants; ++v) {
-    const std::string impl = variant_name(v, kGemmNames, 4);
+    const std::string impl = variant_name(v, kGemmNames, int(std::size(kGemmNames)));
     auto call = [&] {
       cu::gemm(v, false, false, M, N, K, 1.0f, da.get(), K, db.get(), N, 0.0f, dc.get(), N,
                stream);
@@ -456,7 +479,7 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
     }
 #endif
     for (int v = 1; v <= cu::kConvVariants; ++v) {
-      const std::string impl = variant_name(v, kConvNames, 3);
+      const std::string impl = variant_name(v, kConvNames, int(std::size(kConvNames)));
       // Checked with the bias (gradient), timed without, as cuDNN.
       auto call = [&](bool with_bias) {
         if (dir == kForward)

@@ -3,7 +3,9 @@
 // Runs on the simulator (ANVIL_CUDA=SIM) or on a real GPU when there is one.
 #if defined(ANVIL_CUDA_BACKEND)
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -96,13 +98,77 @@ TEST_CASE("cuda gemm: every variant and transpose matches the CPU GEMM on ragged
   REQUIRE(checked == anvil::cuda::kGemmVariants * 4 * 7 * 2);
 }
 
+TEST_CASE("cuda gemm: the tiled variants on shapes of several tiles, with and without 16-byte "
+          "alignment", "[cuda][gemm]") {
+  if (!cuda_test::have_device()) return;
+  // Variants 3-7 on results of several 64x64 and 128x128 tiles, ragged at
+  // the far edges (K = 75 also leaves a partial last step of 8 and of 16).
+  // Row strides rounded up to a multiple of 4 floats, from a 16-byte aligned
+  // base, let variants 5-7 use 16-byte loads and stores; the quads that
+  // cross the edge of a ragged dimension must still be read as scalars (the
+  // rest of such a quad is padding, NaN here). An odd stride, or a base one
+  // float past a 16-byte boundary, must fall back to scalars everywhere: the
+  // simulator fails a launch whose 16-byte access is misaligned, as a GPU
+  // faults.
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const Shape shapes[] = {{260, 136, 72}, {131, 257, 75}};
+  struct Layout {
+    const char* name;
+    int64_t (*ld)(int64_t cols);  // the row stride for a row of `cols`
+    size_t offset;                // floats from the allocation's 16-byte aligned start
+  };
+  const auto round4 = [](int64_t cols) { return (cols + 3) / 4 * 4 + 4; };
+  const Layout layouts[] = {{"strides multiple of 4", round4, 0},
+                            {"odd strides", [](int64_t cols) { return cols | 1; }, 0},
+                            {"base 4 bytes past 16", round4, 1}};
+  const float alpha = 1.5f, beta = -0.5f;
+  for (int variant = 3; variant <= anvil::cuda::kGemmVariants; ++variant) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      for (const Shape& s : shapes) {
+        for (const Layout& lay : layouts) {
+          INFO("variant " << variant << ", trans_a " << ta << ", trans_b " << tb << ", " << s.M
+                          << "x" << s.N << "x" << s.K << ", " << lay.name);
+          const int64_t a_rows = ta ? s.K : s.M, a_cols = ta ? s.M : s.K;
+          const int64_t b_rows = tb ? s.N : s.K, b_cols = tb ? s.K : s.N;
+          const int64_t lda = lay.ld(a_cols), ldb = lay.ld(b_cols), ldc = lay.ld(s.N);
+          // NaN in A's and B's padding on the device, zeros for the CPU.
+          const Vec A = strided_random(a_rows, a_cols, lda, 4, kNaN);
+          const Vec B = strided_random(b_rows, b_cols, ldb, 5, kNaN);
+          const Vec C = strided_random(s.M, s.N, ldc, 6, kSentinel);
+          Vec ref = C;
+          const Vec A0 = replace_padding(A, a_rows, a_cols, lda, 0.0f);
+          const Vec B0 = replace_padding(B, b_rows, b_cols, ldb, 0.0f);
+          anvil::cpu::gemm(ta, tb, s.M, s.N, s.K, alpha, A0.data(), lda, B0.data(), ldb, beta,
+                           ref.data(), ldc);
+          // The same values `offset` floats into each device buffer.
+          auto shifted = [&](const Vec& v) {
+            Vec out(v.size() + lay.offset, kNaN);
+            std::copy(v.begin(), v.end(), out.begin() + std::ptrdiff_t(lay.offset));
+            return out;
+          };
+          DeviceBuffer<float> dA(shifted(A)), dB(shifted(B)), dC(shifted(C));
+          anvil::cuda::gemm(variant, ta, tb, s.M, s.N, s.K, alpha, dA.ptr + lay.offset, lda,
+                            dB.ptr + lay.offset, ldb, beta, dC.ptr + lay.offset, ldc, nullptr);
+          const Vec got = dC.to_host();
+          // C's padding (the sentinel) must come back untouched too.
+          cuda_test::require_close(Vec(got.begin() + std::ptrdiff_t(lay.offset), got.end()), ref,
+                                   1e-4f, 1e-4f);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda gemm: bad arguments are refused, naming the argument", "[cuda][gemm]") {
   if (!cuda_test::have_device()) return;
   using anvil::cuda::gemm;
   float* p = nullptr;
   SECTION("an unknown variant") {
-    REQUIRE_THROWS_WITH(gemm(5, false, false, 1, 1, 1, 1.0f, p, 1, p, 1, 0.0f, p, 1, nullptr),
-                        Catch::Contains("no variant 5"));
+    REQUIRE_THROWS_WITH(gemm(8, false, false, 1, 1, 1, 1.0f, p, 1, p, 1, 0.0f, p, 1, nullptr),
+                        Catch::Contains("no variant 8"));
     REQUIRE_THROWS_AS(gemm(0, false, false, 1, 1, 1, 1.0f, p, 1, p, 1, 0.0f, p, 1, nullptr),
                       std::invalid_argument);
   }

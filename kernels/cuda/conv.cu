@@ -1,7 +1,7 @@
 // 2-D convolution (cross-correlation, as PyTorch and cpu::conv2d_*), NCHW:
 //   y[n,k,p,q] = bias[k] + sum_{c,r,s} w[k,c,r,s] * x[n, c, p*sh - ph + r, q*sw - pw + s]
 // with zeros outside the image. Three directions (forward, backward-data,
-// backward-weight), three numbered variants each; every one overwrites its
+// backward-weight), four numbered variants each; every one overwrites its
 // output. All three directions are GEMMs in disguise over the "column
 // matrix" col[(c,r,s), (n,p,q)] = x[n, c, p*sh - ph + r, q*sw - pw + s]:
 //   forward          y[k, (n,p,q)]   = W[k, (c,r,s)] * col
@@ -64,6 +64,23 @@
 //   The index arithmetic (divisions by P*Q, Q, R*S, S per element) is what a
 //   production kernel would precompute per tile; here it is left plain.
 //
+// 4 implicit GEMM on the warp tile. Variant 3's operands (the same index
+//   functions, the same three GEMMs) on GEMM variant 7's tile
+//   (warp_tile::multiply, gemm_warp_tile.cuh): 8x8 outputs per thread in
+//   warp sub-tiles, K steps of 8 through two shared-memory stages, the
+//   gathers of step t+1 in flight during the multiply-adds of step t. Results
+//   of more than 64 rows (forward and backward-weight: K output channels;
+//   backward-data: C input channels) use the 128x128 tile of 256 threads;
+//   64 rows or fewer the 64x128 tile of 128 threads (DoubleBufferedNarrow),
+//   so that a 64-channel layer does not leave half of every tile empty. The
+//   weights, when they are A as stored (forward: w is [K, C*R*S]), are read
+//   with 16-byte loads where C*R*S is a multiple of 4 and w is 16-byte
+//   aligned. The gathered operands have no aligned vector (a window crosses
+//   the padding and row ends); each reads its quad as four scalar loads that
+//   share one set of index divisions (the Walk helper carries from one
+//   position to the next), where variant 3 divides afresh for every element.
+//   The output is written through the same index functions as variant 3's.
+//
 // dbias (backward-weight, all variants, when dbias is non-null) is a separate
 // deterministic reduction: one block of 256 threads per output channel, each
 // thread summing a strided slice of dy over (n, p, q), then a shared-memory
@@ -84,6 +101,7 @@
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm_tile.cuh"
+#include "kernels/cuda/gemm_warp_tile.cuh"
 
 // Target size of variant 2's column buffer per chunk, in floats. The
 // simulator build uses a small one so that the tests exercise chunks of
@@ -267,14 +285,43 @@ __global__ void to_nchw(Geo g, const float* __restrict__ staged, const float* __
 
 // ---- variant 3: implicit GEMM (operands for tile::register_blocked) ----
 
+// Four consecutive positions of an index space [n][a][b] (sizes A and B
+// inside), from the flat index of the first: one set of divisions, then
+// carries. The quad() members below use it so that the four elements of a
+// quad (variant 4) share their index arithmetic.
+struct Walk {
+  int n, a, b, A, B;
+  __device__ __forceinline__ Walk(int flat, int A_, int B_)
+      : n(flat / (A_ * B_)), a(flat / B_ % A_), b(flat % B_), A(A_), B(B_) {}
+  __device__ __forceinline__ void next() {
+    if (++b == B) {
+      b = 0;
+      if (++a == A) {
+        a = 0;
+        ++n;
+      }
+    }
+  }
+};
+
 // The column matrix as B of the forward GEMM: (j = npq, k = crs); threads
 // take consecutive npq (consecutive q: x read with stride sw).
 struct ColByNpq {
   static constexpr bool kMajor = true;
+  static constexpr bool aligned = true;  // quad() serves any whole quad
   Geo g;
   const float* x;
   __device__ __forceinline__ float operator()(int npq, int crs) const {
     return col_at(g, x, crs, npq);
+  }
+  // (npq..npq+3, crs)
+  __device__ __forceinline__ float4 quad(int npq, int crs) const {
+    const int RS = g.RS(), c = crs / RS, r = crs % RS / g.S, s = crs % g.S;
+    Walk at(npq, g.P, g.Q);
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i, at.next()) v[i] = x_at(g, x, at.n, c, at.a, at.b, r, s);
+    return make_float4(v[0], v[1], v[2], v[3]);
   }
 };
 
@@ -282,10 +329,15 @@ struct ColByNpq {
 // take consecutive npq.
 struct ColByCrs {
   static constexpr bool kMajor = false;
+  static constexpr bool aligned = true;
   Geo g;
   const float* x;
   __device__ __forceinline__ float operator()(int crs, int npq) const {
     return col_at(g, x, crs, npq);
+  }
+  // (crs, npq..npq+3)
+  __device__ __forceinline__ float4 quad(int crs, int npq) const {
+    return ColByNpq{g, x}.quad(npq, crs);
   }
 };
 
@@ -293,17 +345,28 @@ struct ColByCrs {
 // consecutive krs (runs of R*S consecutive floats).
 struct WeightT {
   static constexpr bool kMajor = false;
+  static constexpr bool aligned = true;
   Geo g;
   const float* w;
   __device__ __forceinline__ float operator()(int c, int krs) const {
     const int RS = g.RS(), k = krs / RS, rs = krs % RS;
     return w[(int64_t(k) * g.C + c) * RS + rs];
   }
+  // (c, krs..krs+3)
+  __device__ __forceinline__ float4 quad(int c, int krs) const {
+    Walk at(krs, g.R, g.S);
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i, at.next())
+      v[i] = w[(int64_t(at.n) * g.C + c) * g.RS() + at.a * g.S + at.b];
+    return make_float4(v[0], v[1], v[2], v[3]);
+  }
 };
 
 // B of the backward-data GEMM: (j = nhw, k = krs) -> dy tap or 0.
 struct DyTaps {
   static constexpr bool kMajor = true;
+  static constexpr bool aligned = true;
   Geo g;
   const float* dy;
   __device__ __forceinline__ float operator()(int nhw, int krs) const {
@@ -311,16 +374,34 @@ struct DyTaps {
     const int s = krs % g.S, u = krs / g.S, r = u % g.R, k = u / g.R;
     return dy_tap(g, dy, n, k, h, wi, r, s);
   }
+  // (nhw..nhw+3, krs)
+  __device__ __forceinline__ float4 quad(int nhw, int krs) const {
+    const int s = krs % g.S, u = krs / g.S, r = u % g.R, k = u / g.R;
+    Walk at(nhw, g.H, g.W);
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i, at.next()) v[i] = dy_tap(g, dy, at.n, k, at.a, at.b, r, s);
+    return make_float4(v[0], v[1], v[2], v[3]);
+  }
 };
 
 // dy as A of the backward-weight GEMM, [k, npq]; threads along npq.
 struct DyRows {
   static constexpr bool kMajor = false;
+  static constexpr bool aligned = true;
   Geo g;
   const float* dy;
   __device__ __forceinline__ float operator()(int k, int npq) const {
     const int PQ = g.PQ(), n = npq / PQ, pq = npq % PQ;
     return dy[(int64_t(n) * g.K + k) * PQ + pq];
+  }
+  // (k, npq..npq+3)
+  __device__ __forceinline__ float4 quad(int k, int npq) const {
+    Walk at(npq, 1, g.PQ());
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i, at.next()) v[i] = dy[(int64_t(at.n) * g.K + k) * g.PQ() + at.b];
+    return make_float4(v[0], v[1], v[2], v[3]);
   }
 };
 
@@ -349,6 +430,54 @@ __global__ void backward_weight_implicit(Geo g, const float* __restrict__ x,
   const int CRS = g.C * g.RS();
   tile::register_blocked(g.K, CRS, g.N * g.PQ(), DyRows{g, dy}, ColByCrs{g, x},
                          [&](int k, int crs, float acc) { dw[int64_t(k) * CRS + crs] = acc; });
+}
+
+// ---- variant 4: implicit GEMM on the warp tile (tile shape S) ----
+
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    forward_warp_tiled(Geo g, tile::Strided<false> w, const float* __restrict__ x,
+                       const float* __restrict__ bias, float* __restrict__ y) {
+  const int CRS = g.C * g.RS(), PQ = g.PQ();
+  warp_tile::multiply<S>(g.K, g.N * PQ, CRS, w, ColByNpq{g, x},
+                         [&](int k, int npq, const float4& acc, int valid) {
+                           const float b = bias ? bias[k] : 0.0f;
+#pragma unroll
+                           for (int j = 0; j < 4; ++j) {
+                             if (j >= valid) break;
+                             const int n = (npq + j) / PQ, pq = (npq + j) % PQ;
+                             y[(int64_t(n) * g.K + k) * PQ + pq] = vec::at(acc, j) + b;
+                           }
+                         });
+}
+
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    backward_data_warp_tiled(Geo g, const float* __restrict__ dy, const float* __restrict__ w,
+                             float* __restrict__ dx) {
+  const int HW = g.H * g.W;
+  warp_tile::multiply<S>(g.C, g.N * HW, g.K * g.RS(), WeightT{g, w}, DyTaps{g, dy},
+                         [&](int c, int nhw, const float4& acc, int valid) {
+#pragma unroll
+                           for (int j = 0; j < 4; ++j) {
+                             if (j >= valid) break;
+                             const int n = (nhw + j) / HW, hw = (nhw + j) % HW;
+                             dx[(int64_t(n) * g.C + c) * HW + hw] = vec::at(acc, j);
+                           }
+                         });
+}
+
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    backward_weight_warp_tiled(Geo g, const float* __restrict__ x, const float* __restrict__ dy,
+                               float* __restrict__ dw) {
+  const int CRS = g.C * g.RS();
+  warp_tile::multiply<S>(g.K, CRS, g.N * g.PQ(), DyRows{g, dy}, ColByCrs{g, x},
+                         [&](int k, int crs, const float4& acc, int valid) {
+#pragma unroll
+                           for (int j = 0; j < 4; ++j)
+                             if (j < valid) dw[int64_t(k) * CRS + crs + j] = vec::at(acc, j);
+                         });
 }
 
 // ---- host side ----
@@ -428,6 +557,27 @@ dim3 tile_grid(int64_t M, int64_t N) {
               static_cast<unsigned>((M + tile::kBM - 1) / tile::kBM));
 }
 
+// Variant 4: calls f(S{}) with the tile shape S for a result of M rows (see
+// the top of this file).
+template <class F>
+void with_warp_tile(int64_t M, F&& f) {
+  if (M <= warp_tile::DoubleBufferedNarrow::kBM)
+    f(warp_tile::DoubleBufferedNarrow{});
+  else
+    f(warp_tile::DoubleBuffered{});
+}
+
+template <class S>
+dim3 warp_tile_grid(int64_t M, int64_t N) {
+  return dim3(static_cast<unsigned>((N + S::kBN - 1) / S::kBN),
+              static_cast<unsigned>((M + S::kBM - 1) / S::kBM));
+}
+
+// w [K, C*R*S] as A of the forward GEMM, with 16-byte loads where aligned.
+tile::Strided<false> weights(const Conv2dShape& s, const float* w) {
+  return tile::strided<false>(w, s.C * s.R * s.S);
+}
+
 }  // namespace
 
 }  // namespace conv_kernels
@@ -467,9 +617,15 @@ void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const flo
         launch_1d(to_nchw, cnt * KPQ, stream, g, staged, bias, int(cnt), yc);
       }
     }
-  } else {
+  } else if (variant == 3) {
     launch(forward_implicit, tile_grid(s.K, s.N * PQ), dim3(tile::kThreads), 0, stream, g, x, w,
            bias, y);
+  } else {
+    with_warp_tile(s.K, [&](auto shape) {
+      using S = decltype(shape);
+      launch(forward_warp_tiled<S>, warp_tile_grid<S>(s.K, s.N * PQ), dim3(S::kThreads), 0,
+             stream, g, weights(s, w), x, bias, y);
+    });
   }
 }
 
@@ -501,9 +657,15 @@ void conv2d_backward_data(int variant, const Conv2dShape& s, const float* dy, co
       gemm(4, true, false, CRS, cols, s.K, 1.0f, w, CRS, dyp, cols, 0.0f, dcol, cols, stream);
       launch_1d(col2im, cnt * s.C * HW, stream, g, dcol, int(n0), int(cnt), dx);
     }
-  } else {
+  } else if (variant == 3) {
     launch(backward_data_implicit, tile_grid(s.C, s.N * HW), dim3(tile::kThreads), 0, stream, g,
            dy, w, dx);
+  } else {
+    with_warp_tile(s.C, [&](auto shape) {
+      using S = decltype(shape);
+      launch(backward_data_warp_tiled<S>, warp_tile_grid<S>(s.C, s.N * HW), dim3(S::kThreads), 0,
+             stream, g, dy, w, dx);
+    });
   }
 }
 
@@ -538,9 +700,15 @@ void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, c
       gemm(4, false, true, s.K, CRS, cols, 1.0f, dyp, cols, col, cols, n0 == 0 ? 0.0f : 1.0f, dw,
            CRS, stream);
     }
-  } else {
+  } else if (variant == 3) {
     launch(backward_weight_implicit, tile_grid(s.K, CRS), dim3(tile::kThreads), 0, stream, g, x,
            dy, dw);
+  } else {
+    with_warp_tile(s.K, [&](auto shape) {
+      using S = decltype(shape);
+      launch(backward_weight_warp_tiled<S>, warp_tile_grid<S>(s.K, CRS), dim3(S::kThreads), 0,
+             stream, g, x, dy, dw);
+    });
   }
 }
 

@@ -24,11 +24,12 @@ namespace anvil::cuda {
 // Row-major C[M,N] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T;
 // lda/ldb/ldc are the row strides of A, B, C as stored (as cblas: A is M x K,
 // or K x M when trans_a). C is not read when beta == 0. Variants 1 naive,
-// 2 coalesced, 3 smem tiled, 4 register-blocked (see gemm.cu); all take every
-// transpose combination and stride. Throws std::invalid_argument, naming the
+// 2 coalesced, 3 smem tiled, 4 register-blocked, 5 vectorised (16-byte
+// loads), 6 warp-tiled (8x8 outputs per thread), 7 double-buffered (see
+// gemm.cu); all take every transpose combination and stride. Throws std::invalid_argument, naming the
 // argument, for an unknown variant, sizes < 0 or >= 2^31, or an ld smaller
 // than the stored row.
-constexpr int kGemmVariants = 4;
+constexpr int kGemmVariants = 7;
 constexpr int kBestGemm = 4;
 void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
@@ -40,10 +41,11 @@ void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 // dbias); bias / dbias may be null. Variants per direction (see conv.cu):
 // 1 naive direct (one thread per output element), 2 explicit im2col/col2im in
 // the workspace, a chunk of images at a time, + GEMM variant 4, 3 implicit
-// GEMM (column tiles gathered straight into shared memory, no workspace).
+// GEMM (column tiles gathered straight into shared memory, no workspace),
+// 4 implicit GEMM on GEMM variant 7's warp-tiled, double-buffered tile.
 // conv2d_workspace_floats covers all three directions of a variant (0 for
-// 1 and 3). Bad shapes or variants throw std::invalid_argument.
-constexpr int kConvVariants = 3;
+// 1, 3 and 4). Bad shapes or variants throw std::invalid_argument.
+constexpr int kConvVariants = 4;
 constexpr int kBestConv = 3;
 size_t conv2d_workspace_floats(int variant, const Conv2dShape& s);
 void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const float* w,

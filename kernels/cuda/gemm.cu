@@ -8,7 +8,7 @@
 // (j, k) of an operand is p[k*ld + j] or p[j*ld + k] depending on how it is
 // stored, so a transpose costs nothing but a different address.
 //
-// Four variants, each a step from the one before (run with gemm(variant, ...)):
+// Seven variants, each a step from the one before (run with gemm(variant, ...)):
 //
 // 1 naive      One thread per element of C, threadIdx.x walking down M. Each
 //              thread reads a row of op(A) and a column of op(B) from global
@@ -47,16 +47,43 @@
 //              and its columns tx+16*j, so neighbouring threads read
 //              neighbouring shared-memory words (no bank conflicts) and write
 //              neighbouring columns of C.
+// 5 vectorised The same 64x64 tile, 4x4 outputs and K steps of 16, moved in
+//              16-byte pieces (warp_tile::multiply, gemm_warp_tile.cuh): each
+//              thread fetches one float4 of op(A) and one of op(B) per step
+//              (one LDG.E.128 each where the matrix is 16-byte aligned with a
+//              row stride that is a multiple of 4 and the four floats are
+//              inside it; four scalar loads at ragged edges), and owns 4
+//              consecutive rows and 4 consecutive columns of C (not variant
+//              4's strided ones), so its A and B values for one k are one
+//              LDS.128 each: 2 shared-memory loads per 16 multiply-adds
+//              instead of 8. C is written as float4 rows where aligned.
+// 6 warp-tiled A 128x128 tile, K steps of 8, 256 threads as 2 x 4 warps, each
+//              warp a 64x32 sub-tile and each lane an 8x8 register block
+//              (2 x 2 quads of 4x4, 32 rows and 16 columns apart): 4 LDS.128
+//              per 64 multiply-adds, and each staged element feeds 128
+//              threads' FMAs instead of 64, so a block reads half as many
+//              bytes of global memory per multiply-add as variant 5. The
+//              lanes of a warp read 8 distinct A quads (128 consecutive
+//              bytes) and 4 B quads, broadcast to the rest: no bank conflicts.
+//              At most 128 registers per thread (__launch_bounds__(256, 2)):
+//              two blocks per SM.
+// 7 double-    Variant 6 with two shared-memory stages: the global loads of
+//   buffered   step t+1 go out into registers before the multiply-adds of step
+//              t and are stored into the other stage after them, so their
+//              latency hides behind 512 FMAs per thread; one __syncthreads
+//              per step instead of two.
 //
 // Every variant handles ragged sizes: threads outside C write nothing, and
 // tiles are padded with zeros where they pass the edge of op(A) or op(B).
 // With beta == 0, C is not read (it may hold garbage or NaN, as in BLAS).
 // Limits: M, N, K below 2^31 (indices are int); addresses are 64-bit.
+#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm_tile.cuh"
+#include "kernels/cuda/gemm_warp_tile.cuh"
 
 namespace anvil::cuda {
 
@@ -129,6 +156,61 @@ __global__ void gemm_register_blocked(int M, int N, int K, float alpha, OpA<TA> 
   });
 }
 
+// C = alpha * acc + beta * C for a row quad C[m][n..n+3] of which `valid`
+// lie inside N: one 16-byte store (and load, for beta != 0) when aligned.
+struct StoreC {
+  float* C;
+  int64_t ldc;
+  float alpha, beta;
+  bool aligned;  // C on a 16-byte boundary, ldc a multiple of 4
+  __device__ __forceinline__ void operator()(int m, int n, const float4& acc, int valid) const {
+    float* c = C + int64_t(m) * ldc + n;
+    if (valid == 4 && aligned) {
+      float4 v = make_float4(alpha * acc.x, alpha * acc.y, alpha * acc.z, alpha * acc.w);
+      if (beta != 0.0f) {  // beta == 0: C not read
+        const float4 old = vec::load4(c);
+        v = make_float4(v.x + beta * old.x, v.y + beta * old.y, v.z + beta * old.z,
+                        v.w + beta * old.w);
+      }
+      vec::store4(c, v);
+    } else {
+      for (int j = 0; j < valid; ++j) store(C, ldc, m, n + j, vec::at(acc, j), alpha, beta);
+    }
+  }
+};
+
+template <bool TA, bool TB>
+__global__ void __launch_bounds__(warp_tile::Vectorised::kThreads,
+                                  warp_tile::Vectorised::kMinBlocks)
+    gemm_vectorised(int M, int N, int K, OpA<TA> a, OpB<TB> b, StoreC c) {
+  warp_tile::multiply<warp_tile::Vectorised>(M, N, K, a, b, c);
+}
+
+template <bool TA, bool TB>
+__global__ void __launch_bounds__(warp_tile::WarpTiled::kThreads,
+                                  warp_tile::WarpTiled::kMinBlocks)
+    gemm_warp_tiled(int M, int N, int K, OpA<TA> a, OpB<TB> b, StoreC c) {
+  warp_tile::multiply<warp_tile::WarpTiled>(M, N, K, a, b, c);
+}
+
+template <bool TA, bool TB>
+__global__ void __launch_bounds__(warp_tile::DoubleBuffered::kThreads,
+                                  warp_tile::DoubleBuffered::kMinBlocks)
+    gemm_double_buffered(int M, int N, int K, OpA<TA> a, OpB<TB> b, StoreC c) {
+  warp_tile::multiply<warp_tile::DoubleBuffered>(M, N, K, a, b, c);
+}
+
+// Variants 5-7: the kernel of tile shape S, one block per S::kBM x S::kBN tile.
+template <class S, bool TA, bool TB>
+void launch_warp_tile(void (*kernel)(int, int, int, OpA<TA>, OpB<TB>, StoreC), int M, int N,
+                      int K, float alpha, const float* A, int64_t lda, const float* B,
+                      int64_t ldb, float beta, float* C, int64_t ldc, cudaStream_t stream) {
+  auto up = [](int n, int d) { return static_cast<unsigned>((n + d - 1) / d); };
+  const StoreC c{C, ldc, alpha, beta, reinterpret_cast<std::uintptr_t>(C) % 16 == 0 && ldc % 4 == 0};
+  launch(kernel, dim3(up(N, S::kBN), up(M, S::kBM)), dim3(S::kThreads), 0, stream, M, N, K,
+         tile::strided<OpA<TA>::kMajor>(A, lda), tile::strided<OpB<TB>::kMajor>(B, ldb), c);
+}
+
 template <bool TA, bool TB>
 void run(int variant, int M, int N, int K, float alpha, const float* A, int64_t lda,
          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, cudaStream_t stream) {
@@ -148,9 +230,21 @@ void run(int variant, int M, int N, int K, float alpha, const float* A, int64_t 
       launch(gemm_tiled<TA, TB>, dim3(up(N, kTile), up(M, kTile)), dim3(kTile, kTile), 0, stream,
              M, N, K, alpha, a, b, beta, C, ldc);
       break;
-    default:  // 4 (checked by the caller)
+    case 4:
       launch(gemm_register_blocked<TA, TB>, dim3(up(N, tile::kBN), up(M, tile::kBM)),
              dim3(tile::kThreads), 0, stream, M, N, K, alpha, a, b, beta, C, ldc);
+      break;
+    case 5:
+      launch_warp_tile<warp_tile::Vectorised, TA, TB>(gemm_vectorised<TA, TB>, M, N, K, alpha, A, lda, B,
+                                              ldb, beta, C, ldc, stream);
+      break;
+    case 6:
+      launch_warp_tile<warp_tile::WarpTiled, TA, TB>(gemm_warp_tiled<TA, TB>, M, N, K, alpha, A, lda, B,
+                                             ldb, beta, C, ldc, stream);
+      break;
+    default:  // 7 (checked by the caller)
+      launch_warp_tile<warp_tile::DoubleBuffered, TA, TB>(gemm_double_buffered<TA, TB>, M, N, K, alpha, A,
+                                                  lda, B, ldb, beta, C, ldc, stream);
       break;
   }
 }

@@ -1,0 +1,271 @@
+#!/usr/bin/env bash
+# The GPU run, from the bundle scripts/gpu-pack.sh made (.gpu/), in one
+# command on the GPU machine (a device call with carry [".gpu"], from the
+# repository root; docs/gpu.md):
+#
+#   bash scripts/gpu-check.sh "$OUT"            # everything (may not fit 10 min)
+#   bash scripts/gpu-check.sh "$OUT" --part 1   # tests + kernel benchmark
+#   bash scripts/gpu-check.sh "$OUT" --part 2   # training runs, PyTorch, sanitizers
+#
+# writes OUTDIR/report.md and OUTDIR/figures.json, plus the logs behind them
+# (tests.log, bench.log, train.log, sanitizer.log: at most 6 files, as a
+# device call brings back 8). Part 1: nvidia-smi, the library check, the whole
+# test suite (anvil-tests, and anvil-parallel-tests' NCCL tests; the CUDA
+# tests, which skip without a GPU, run), the kernel
+# benchmark's smoke test, then bench_cuda_kernels (every GEMM and conv variant
+# checked, then timed against cuBLAS and cuDNN). Part 2: LeNet's seed recipe
+# for 10 epochs and one ResNet-18 epoch on cuda:0, the same two runs by
+# PyTorch on the same GPU (scripts/torch_gpu_recipes.py) for the ratios, and
+# compute-sanitizer memcheck and racecheck over the CUDA tests.
+#
+# Without a GPU (here) it runs what it can from the bundle alone, with the
+# same environment: the library check, the whole test suite (CUDA tests skip),
+# the smoke test, and a small CPU run of each training command instead of the
+# GPU one; the GPU steps say that no GPU is present. Each step has a time
+# limit and the whole check a deadline (ANVIL_GPU_CHECK_SECONDS, 570 s with a
+# GPU: a device command may run 10 minutes); a step that would pass it is
+# reported as not run. The report is rewritten after every step, so a check
+# stopped early still leaves one. Exits 0 when every step that ran passed.
+# ANVIL_GPU_CHECK_TESTS=EXPR runs only the tests matching a Catch2 tag
+# expression (CI's short rehearsal: "[gemm]"), not the whole suite.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+usage="usage: bash scripts/gpu-check.sh OUTDIR [--part 1|2|all]"
+out=${1:?$usage}
+part=all
+if [[ $# -ge 3 && "$2" == "--part" ]]; then part=$3; fi
+[[ "$part" == 1 || "$part" == 2 || "$part" == all ]] || { echo "$usage" >&2; exit 2; }
+pack=${ANVIL_GPU_PACK:-.gpu}  # where gpu-pack.sh put the bundle
+start=$SECONDS
+# bin/ and lib/ come packed (bundle.tar.xz, unpacked into $pack/unpacked for
+# this run and removed at its end, so that the folder stays small enough to
+# carry), or, from gpu-pack.sh --reuse, as they are.
+files=$pack
+if [[ -f "$pack/bundle.tar.xz" ]]; then
+  files=$pack/unpacked
+  rm -rf "$files"
+  mkdir -p "$files"
+  trap 'rm -rf "$files"' EXIT
+  if command -v xz >/dev/null; then
+    tar -C "$files" -xJf "$pack/bundle.tar.xz"
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$pack/bundle.tar.xz" "$files"
+  fi
+fi
+if [[ ! -x "$files/bin/anvil-tests" ]]; then
+  echo "gpu-check: no bundle in $pack/: run bash scripts/gpu-pack.sh first (and carry .gpu)" >&2
+  exit 2
+fi
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+work=$(mktemp -d /tmp/anvil-gpu-check.XXXXXX)
+export pack files work ANVIL_GPU_PACK=$pack  # the step functions below run in child shells
+
+# ---- the environment (the same with and without a GPU) ----
+# The bundle's libraries first, then the CUDA libraries of the image: its
+# CUDA toolkit and its Python packages (nvidia-cublas, nvidia-cudnn-cu13,
+# nvidia-nccl-cu13, ...), where cuBLAS, cuDNN and NCCL are.
+lib_path="$(cd "$files" && pwd)/lib"
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [[ -d "$d" ]] && lib_path+=":$d"
+done
+python=""
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c 'import torch' 2>/dev/null; then python=$p; break; fi
+done
+for p in $python python3; do
+  dirs=$("$p" - 2>/dev/null <<'EOF'
+import os
+try:
+    import nvidia
+except ImportError:
+    raise SystemExit
+for root in nvidia.__path__:
+    for d in sorted(os.listdir(root)):
+        if os.path.isdir(os.path.join(root, d, "lib")):
+            print(os.path.join(root, d, "lib"))
+EOF
+) || true
+  for d in $dirs; do lib_path+=":$d"; done
+  [[ -n "$dirs" ]] && break
+done
+export LD_LIBRARY_PATH="$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export OMP_WAIT_POLICY=passive  # as the test presets
+data="$(cd "$pack" && pwd)/data/fashion-mnist"
+
+gpu=0
+if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  gpu=1
+  # With #23, a CUDA test that finds no usable device fails instead of skipping.
+  export ANVIL_REQUIRE_CUDA=1
+fi
+deadline=${ANVIL_GPU_CHECK_SECONDS:-$((gpu ? 570 : 7200))}
+# The tests read Fashion-MNIST from the Debian package's folder; give them the
+# bundle's copy there if it is missing and the folder can be made (root).
+system_data=/usr/share/datasets/fashion-mnist
+if [[ ! -f "$system_data/train-images-idx3-ubyte.gz" && ! -f "$system_data/train-images-idx3-ubyte" ]]; then
+  if mkdir -p "$system_data" 2>/dev/null; then
+    for f in "$data"/*.gz; do ln -sf "$f" "$system_data/"; done
+    echo "data: linked the bundle's Fashion-MNIST into $system_data" >>"$work/notes"
+  else
+    echo "data: $system_data is missing and cannot be made: the Fashion-MNIST tests use synthetic data or skip" >>"$work/notes"
+  fi
+fi
+{
+  echo "gpu=$gpu part=$part"
+  [[ -n "${ANVIL_GPU_CHECK_TESTS:-}" ]] && echo "tests: only $ANVIL_GPU_CHECK_TESTS (ANVIL_GPU_CHECK_TESTS), not the whole suite"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  echo "python=${python:-none}"
+} >>"$work/notes"
+
+# ---- steps ----
+# step NAME LOG SECONDS COMMAND...: runs COMMAND with a time limit, appending
+# its output to $work/LOG, and records NAME, status, seconds in steps.tsv.
+step() {
+  local name=$1 log=$2 limit=$3
+  shift 3
+  local left=$((deadline - (SECONDS - start)))
+  if ((left < limit / 2)); then
+    printf '%s\tnot run\t0\t%s\n' "$name" "would pass the deadline ($deadline s); run the other --part on its own" >>"$work/steps.tsv"
+    report
+    return 0
+  fi
+  ((limit > left)) && limit=$left
+  echo "== $name (limit ${limit} s)" | tee -a "$work/$log"
+  local t0=$SECONDS rc=0
+  if declare -F "$1" >/dev/null; then  # a function of this script: timeout runs programs
+    timeout --kill-after=10 "$limit" bash -c "$(declare -f); \"\$@\"" _ "$@" \
+      >>"$work/$log" 2>&1 || rc=$?
+  else
+    timeout --kill-after=10 "$limit" "$@" >>"$work/$log" 2>&1 || rc=$?
+  fi
+  local status=ok
+  ((rc == 124 || rc == 137)) && status="timed out"
+  ((rc != 0 && rc != 124 && rc != 137)) && status="failed (exit $rc)"
+  printf '%s\t%s\t%s\t\n' "$name" "$status" "$((SECONDS - t0))" >>"$work/steps.tsv"
+  echo "   $status in $((SECONDS - t0)) s" | tee -a "$work/$log"
+  report
+}
+skip() {  # skip NAME WHY
+  printf '%s\tnot run\t0\t%s\n' "$1" "$2" >>"$work/steps.tsv"
+  report
+}
+report() {
+  "${python:-python3}" scripts/gpu_report.py "$work" "$out" >/dev/null 2>"$work/report.err" ||
+    { echo "gpu-check: the report failed:" >&2; cat "$work/report.err" >&2; }
+}
+libcheck() {  # every library resolves: from the bundle, or one the GPU image has
+  local bad=0 image lib_dir name path
+  image=$(sed -n 's/^image libraries: //p' "$pack/MANIFEST")
+  lib_dir=$(cd "$files/lib" && pwd)
+  for exe in "$files"/bin/*; do
+    echo "$exe:"
+    while read -r name _ path _; do
+      if [[ "$path" == "not" ]]; then
+        echo "  $name: NOT FOUND"; bad=1
+      elif [[ "$path" == "$lib_dir"/* ]]; then
+        echo "  $name: the bundle's"
+      elif [[ -n "$image" && "$name" =~ $image ]]; then
+        echo "  $name: $path (one the GPU image has)"
+      else
+        echo "  $name: $path: NOT IN THE BUNDLE (the GPU image may lack it)"; bad=1
+      fi
+    done < <(ldd "$exe" | awk '/=>/ {print $1, $2, $3, $4}')
+  done
+  return $bad
+}
+gpu_tests() {  # the tests that use the GPU, one after the other
+  local only=$1 rc=0
+  "$files/bin/anvil-tests" "$only[cuda]" >"$work/tests-cuda.log" 2>&1 || rc=$?
+  if [[ -x "$files/bin/anvil-parallel-tests" ]]; then
+    "$files/bin/anvil-parallel-tests" "$only[nccl]" >"$work/tests-nccl.log" 2>&1 || rc=$?
+  fi
+  return $rc
+}
+tests_both() {  # the GPU's tests and the rest, side by side
+  local only=${ANVIL_GPU_CHECK_TESTS:-}  # a tag expression: CI's short form
+  gpu_tests "$only" &
+  local gpu_pid=$! rc=0
+  "$files/bin/anvil-tests" "$only~[cuda]" >"$work/tests-other.log" 2>&1 || rc=$?
+  wait $gpu_pid || rc=$((rc ? rc : $?))
+  local half
+  for half in cuda nccl other; do
+    [[ -f "$work/tests-$half.log" ]] || continue
+    echo "--- tests-$half"
+    cat "$work/tests-$half.log"
+  done
+  return $rc
+}
+sanitizer() {  # sanitizer TOOL: compute-sanitizer over the CUDA tests
+  local cs
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
+       /opt/nvidia/*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
+  [[ -n "$cs" ]] || { echo "compute-sanitizer not found"; return 3; }
+  "$cs" --tool "$1" --error-exitcode 99 "$files/bin/anvil-tests" "[cuda]"
+}
+
+: >"$work/steps.tsv"
+step "environment: nvidia-smi" nvidia-smi.txt 30 bash -c \
+  'if command -v nvidia-smi >/dev/null; then nvidia-smi; nvidia-smi -L; else echo "nvidia-smi: not installed (no GPU)"; fi; uname -srm; lscpu | grep -E "^(Model name|CPU\(s\)):"'
+step "environment: every library of the bundle resolves" libs.log 30 libcheck
+
+if [[ "$part" != 2 ]]; then
+  step "tests: the whole suite (anvil-tests)" tests.log 330 tests_both
+  step "tests: bench_cuda_kernels --smoke" tests.log 60 "$files/bin/bench_cuda_kernels" --smoke
+  if ((gpu)); then
+    step "bench_cuda_kernels: GEMM and conv variants vs cuBLAS/cuDNN" bench.log 300 \
+      "$files/bin/bench_cuda_kernels"
+  else
+    skip "bench_cuda_kernels: GEMM and conv variants vs cuBLAS/cuDNN" "no GPU (nvidia-smi lists none)"
+  fi
+fi
+
+if [[ "$part" != 1 ]]; then
+  train=("$files/bin/anvil-train" --recipe seed --data-dir "$data")
+  torch_run=("$python" scripts/torch_gpu_recipes.py --data-dir "$data")
+  if ((gpu)); then
+    step "anvil: LeNet, seed recipe, 10 epochs on cuda:0" train.log 200 \
+      "${train[@]}" --model lenet --device cuda:0 --metrics "$work/anvil-lenet.jsonl"
+    step "anvil: ResNet-18, seed recipe, 1 epoch on cuda:0" train.log 200 \
+      "${train[@]}" --model resnet18 --epochs 1 --device cuda:0 --metrics "$work/anvil-resnet18.jsonl"
+  else
+    step "anvil: LeNet (no GPU: 1 epoch of 2048 images on cpu instead)" train.log 300 \
+      "${train[@]}" --model lenet --epochs 1 --limit-train 2048 --limit-test 512 --device cpu \
+      --metrics "$work/anvil-lenet.jsonl"
+    step "anvil: ResNet-18 (no GPU: 1 epoch of 64 images on cpu instead)" train.log 300 \
+      "${train[@]}" --model resnet18 --epochs 1 --limit-train 64 --limit-test 64 --device cpu \
+      --metrics "$work/anvil-resnet18.jsonl"
+  fi
+  if [[ -z "$python" ]]; then
+    skip "pytorch: the same recipes" "no python3 with torch found"
+  elif ((gpu)); then
+    step "pytorch: LeNet, seed recipe, 10 epochs on cuda:0" train.log 200 bash -c \
+      '"$@" > "'"$work"'/torch-lenet.jsonl"' _ "${torch_run[@]}" --model lenet --epochs 10 --device cuda:0
+    step "pytorch: ResNet-18, seed recipe, 1 epoch on cuda:0" train.log 200 bash -c \
+      '"$@" > "'"$work"'/torch-resnet18.jsonl"' _ "${torch_run[@]}" --model resnet18 --epochs 1 --device cuda:0
+  else
+    step "pytorch: LeNet (no GPU: 1 epoch of 2048 images on cpu instead)" train.log 300 bash -c \
+      '"$@" > "'"$work"'/torch-lenet.jsonl"' _ "${torch_run[@]}" --model lenet --epochs 1 \
+      --limit-train 2048 --limit-test 512 --device cpu
+    step "pytorch: ResNet-18 (no GPU: 1 epoch of 64 images on cpu instead)" train.log 300 bash -c \
+      '"$@" > "'"$work"'/torch-resnet18.jsonl"' _ "${torch_run[@]}" --model resnet18 --epochs 1 \
+      --limit-train 64 --limit-test 64 --device cpu
+  fi
+  if ((gpu)); then
+    step "compute-sanitizer memcheck over the CUDA tests" sanitizer.log 150 sanitizer memcheck
+    step "compute-sanitizer racecheck over the CUDA tests" sanitizer.log 150 sanitizer racecheck
+  else
+    skip "compute-sanitizer memcheck and racecheck over the CUDA tests" "no GPU (nvidia-smi lists none)"
+  fi
+fi
+
+report
+for log in tests.log bench.log train.log sanitizer.log; do
+  # At most 4 MiB of each (the end), well under what a device call returns.
+  [[ -f "$work/$log" ]] && tail -c 4194304 "$work/$log" >"$out/$log"
+done
+echo "gpu-check: $(grep -c . "$work/steps.tsv") steps in $((SECONDS - start)) s; report: $out/report.md"
+sed -n '/^## Summary/,/^## /p' "$out/report.md" | sed '$d'
+if grep -qP '\t(failed|timed out)' "$work/steps.tsv"; then exit 1; fi
+exit 0

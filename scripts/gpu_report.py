@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Writes report.md and figures.json for scripts/gpu-check.sh.
+
+    python3 scripts/gpu_report.py WORKDIR OUTDIR
+
+WORKDIR holds what gpu-check.sh's steps left: steps.tsv (name, status,
+seconds, note per step), notes, nvidia-smi.txt, tests-cuda.log and
+tests-other.log (anvil-tests), tests-nccl.log (anvil-parallel-tests), tests.log, bench.log (bench_cuda_kernels),
+anvil-*.jsonl (anvil-train --metrics), torch-*.jsonl
+(scripts/torch_gpu_recipes.py), sanitizer.log. Anything missing is reported
+as not run. Standard library only (it runs under the GPU image's Python).
+"""
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+
+def read(path):
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def steps(work):
+    out = []
+    for line in read(work / "steps.tsv").splitlines():
+        name, status, seconds, note = (line.split("\t") + ["", "", ""])[:4]
+        out.append({"name": name, "status": status, "seconds": int(seconds or 0), "note": note})
+    return out
+
+
+def gpu_info(work):
+    text = "\n".join(line for line in read(work / "nvidia-smi.txt").splitlines()
+                     if not re.match(r"== |   (ok|failed|timed out)", line))
+    names = re.findall(r"^GPU \d+: (.+?) \(UUID", text, re.M)
+    driver = re.search(r"Driver Version: ([\d.]+)", text)
+    cuda = re.search(r"CUDA Version: ([\d.]+)", text)
+    cpu = re.search(r"Model name:\s*(.+)", text)
+    cpus = re.search(r"^CPU\(s\):\s*(\d+)", text, re.M)
+    return {"present": bool(names), "names": names, "driver": driver.group(1) if driver else None,
+            "cuda": cuda.group(1) if cuda else None, "cpu": cpu.group(1).strip() if cpu else None,
+            "cpus": int(cpus.group(1)) if cpus else None, "nvidia_smi": text.strip()}
+
+
+def catch_summary(text):
+    """Catch2's closing line, and how many CUDA or NCCL tests said they did
+    not run (too few GPUs)."""
+    r = {"ran": bool(text), "passed": None, "failed": None, "assertions": None,
+         "cuda_not_run": len(re.findall(r"(CUDA kernel|NCCL) test not run", text))}
+    m = re.search(r"All tests passed \((\d+) assertions? in (\d+) test cases?\)", text)
+    if m:
+        r.update(assertions=int(m.group(1)), passed=int(m.group(2)), failed=0)
+    m = re.search(r"test cases:\s*(\d+) \|\s*(\d+) passed(?: \|\s*(\d+) failed)?", text)
+    if m:
+        r.update(passed=int(m.group(2)), failed=int(m.group(3) or 0))
+    m = re.search(r"No tests ran", text)
+    if m:
+        r.update(passed=0, failed=0)
+    return r
+
+
+ROW = re.compile(r"^(gemm|fwd|bwdD|bwdW)\s+(.+?)\s+(v\d+ .+?|cuBLAS SGEMM|cuDNN algo \d+)\s+"
+                 r"([\d.]+)\s+(\S+)\s+(\S+)\s*$")
+
+
+def bench_rows(text):
+    rows, fails = [], []
+    for line in text.splitlines():
+        if line.startswith("FAIL:"):
+            fails.append(line)
+            continue
+        m = ROW.match(line)
+        if not m:
+            continue
+        num = lambda s: None if s == "-" else float(s)  # noqa: E731
+        rows.append({"op": m.group(1), "shape": m.group(2), "impl": m.group(3),
+                     "ms": float(m.group(4)), "gflops": num(m.group(5)), "pct_vendor": num(m.group(6))})
+    return rows, fails
+
+
+def headline(rows):
+    """Best anvil variant against the vendor: GEMM at 4096^3 (goal 85%), and on
+    the ResNet-18 3x3 layers per direction (goal 70%)."""
+    h = {}
+    gemm = [r for r in rows if r["op"] == "gemm" and r["shape"].startswith("4096x4096x4096")
+            and r["impl"].startswith("v") and r["pct_vendor"] is not None]
+    if gemm:
+        best = max(gemm, key=lambda r: r["pct_vendor"])
+        h["gemm_4096"] = {"best": best["impl"], "pct_cublas": best["pct_vendor"], "goal": 85,
+                          "by_variant": {r["impl"]: r["pct_vendor"] for r in gemm}}
+    for op in ("fwd", "bwdD", "bwdW"):
+        conv = [r for r in rows if r["op"] == op and r["shape"].startswith("resnet")
+                and r["impl"].startswith("v") and r["pct_vendor"] is not None]
+        if not conv:
+            continue
+        by_variant = {}
+        for r in conv:
+            by_variant.setdefault(r["impl"], []).append(r["pct_vendor"])
+        # A variant's figure: its time over all four stages against cuDNN's.
+        total = {}
+        for r in conv:
+            vendor_ms = r["ms"] * r["pct_vendor"] / 100
+            t = total.setdefault(r["impl"], [0.0, 0.0])
+            t[0] += r["ms"]
+            t[1] += vendor_ms
+        pct = {impl: 100 * v / ms for impl, (ms, v) in total.items()}
+        best = max(pct, key=pct.get)
+        h[f"conv_resnet_3x3_{op}"] = {"best": best, "pct_cudnn": round(pct[best], 1), "goal": 70,
+                                      "by_variant": {k: round(v, 1) for k, v in pct.items()}}
+    return h
+
+
+def runs(work, prefix):
+    out = {}
+    for f in sorted(work.glob(f"{prefix}-*.jsonl")):
+        epochs = []
+        for line in read(f).splitlines():
+            try:
+                epochs.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+        if not epochs:
+            continue
+        secs = [e["epoch_seconds"] for e in epochs]
+        later = secs[1:] or secs
+        out[f.stem.split("-", 1)[1]] = {
+            "epochs": len(epochs), "device": epochs[-1].get("device"),
+            "test_acc": epochs[-1]["test_acc"], "train_loss": epochs[-1]["train_loss"],
+            "seconds_per_epoch": round(sum(secs) / len(secs), 3),
+            "seconds_per_epoch_after_first": round(sum(later) / len(later), 3),
+            "images_per_second": epochs[-1].get("images_per_second"),
+            "per_epoch": [{"epoch": e["epoch"], "test_acc": e["test_acc"], "seconds": e["epoch_seconds"]}
+                          for e in epochs]}
+    return out
+
+
+def sanitizer_summary(text):
+    out = {}
+    for tool, body in re.findall(r"== compute-sanitizer (\w+)[^\n]*\n(.*?)(?=\n== |\Z)", text, re.S):
+        errors = re.findall(r"ERROR SUMMARY: (\d+) error", body)
+        hazards = re.findall(r"RACECHECK SUMMARY: (\d+) hazard", body)
+        out[tool] = {"errors": int(errors[-1]) if errors else None,
+                     "hazards": int(hazards[-1]) if hazards else None}
+    return out
+
+
+def fmt(v, spec="", none="-"):
+    return none if v is None else format(v, spec)
+
+
+def main():
+    work, out = Path(sys.argv[1]), Path(sys.argv[2])
+    st = steps(work)
+    gpu = gpu_info(work)
+    notes = read(work / "notes")
+    manifest = read(Path(os.environ.get("ANVIL_GPU_PACK", ".gpu")) / "MANIFEST")
+    commit = re.search(r"^commit: (.+)$", manifest, re.M)
+    part = re.search(r"part=(\S+)", notes)
+    tests = {half: catch_summary(read(work / f"tests-{half}.log")) for half in ("cuda", "nccl", "other")}
+    rows, fails = bench_rows(read(work / "bench.log"))
+    head = headline(rows)
+    anvil, torch = runs(work, "anvil"), runs(work, "torch")
+    ratios = {}
+    for model in anvil:
+        if model in torch and gpu["present"]:
+            a, t = anvil[model], torch[model]
+            ratios[model] = {"anvil_over_pytorch_seconds_per_epoch":
+                             round(a["seconds_per_epoch_after_first"] / t["seconds_per_epoch_after_first"], 2),
+                             "test_acc_anvil": a["test_acc"], "test_acc_pytorch": t["test_acc"]}
+    san = sanitizer_summary(read(work / "sanitizer.log"))
+    figures = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "part": part.group(1) if part else None,
+               "bundle_commit": commit.group(1) if commit else None,
+               "gpu": {k: v for k, v in gpu.items() if k != "nvidia_smi"},
+               "steps": st, "tests": tests, "kernel_failures": fails, "headline": head,
+               "kernels": rows, "training": {"anvil": anvil, "pytorch": torch, "ratios": ratios},
+               "sanitizer": san}
+    (out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
+
+    bad = [s for s in st if s["status"].startswith(("failed", "timed out"))]
+    md = ["# anvil GPU check", "",
+          f"{figures['generated']}, part {figures['part']}, bundle {figures['bundle_commit'] or '?'}; "
+          f"`scripts/gpu-check.sh` (docs/gpu.md).", "", "## Summary", ""]
+    if gpu["present"]:
+        md.append(f"- GPU: {', '.join(gpu['names'])}, driver {gpu['driver']}, CUDA {gpu['cuda']}; "
+                  f"CPU {gpu['cpu']} ({gpu['cpus']} CPUs).")
+    else:
+        md.append(f"- **No GPU present** (nvidia-smi lists none): the GPU steps did not run; CPU "
+                  f"{gpu['cpu']} ({gpu['cpus']} CPUs).")
+    for half, label in (("other", "tests without [cuda]"), ("cuda", "CUDA tests ([cuda])"),
+                        ("nccl", "NCCL tests (anvil-parallel-tests [nccl])")):
+        t = tests[half]
+        if t["ran"]:
+            skipped = (f", {t['cuda_not_run']} said they found too few GPUs and did not run"
+                       if t["cuda_not_run"] else "")
+            md.append(f"- {label}: {fmt(t['passed'])} test cases passed, {fmt(t['failed'])} failed{skipped}.")
+    if "gemm_4096" in head:
+        g = head["gemm_4096"]
+        md.append(f"- GEMM 4096^3: best {g['best']} at {g['pct_cublas']:.1f}% of cuBLAS SGEMM (goal 85%).")
+    for op in ("fwd", "bwdD", "bwdW"):
+        c = head.get(f"conv_resnet_3x3_{op}")
+        if c:
+            md.append(f"- conv {op}, ResNet-18 3x3 layers: best {c['best']} at {c['pct_cudnn']:.1f}% "
+                      f"of cuDNN (goal 70%).")
+    if fails:
+        md.append(f"- **{len(fails)} kernel result(s) differ from the CPU** (bench.log).")
+    for model, r in anvil.items():
+        t = torch.get(model)
+        line = (f"- {model}: anvil {r['epochs']} epoch(s) on {r['device']}: test acc {r['test_acc']:.4f}, "
+                f"{r['seconds_per_epoch']:.2f} s/epoch")
+        if t:
+            line += (f"; PyTorch {t['epochs']} on {t['device']}: {t['test_acc']:.4f}, "
+                     f"{t['seconds_per_epoch']:.2f} s/epoch")
+        if model in ratios:
+            line += f"; anvil/PyTorch time {ratios[model]['anvil_over_pytorch_seconds_per_epoch']}x"
+        md.append(line + ".")
+    for tool, s in san.items():
+        md.append(f"- compute-sanitizer {tool}: {fmt(s['errors'])} errors"
+                  + (f", {s['hazards']} hazards" if s["hazards"] is not None else "") + ".")
+    md.append(f"- Steps: {sum(s['status'] == 'ok' for s in st)} passed, {len(bad)} failed or timed out, "
+              f"{sum(s['status'] == 'not run' for s in st)} not run.")
+    md += ["", "## Steps", "", "| step | status | s | note |", "|---|---|---|---|"]
+    md += [f"| {s['name']} | {s['status']} | {s['seconds']} | {s['note']} |" for s in st]
+    md += ["", "## nvidia-smi", "", "```", gpu["nvidia_smi"] or "(not run)", "```"]
+    if rows:
+        md += ["", "## Kernels (bench_cuda_kernels)", "",
+               "| op | shape | impl | ms | GFLOP/s | % vendor |", "|---|---|---|---|---|---|"]
+        md += [f"| {r['op']} | {r['shape']} | {r['impl']} | {r['ms']:.4f} | {fmt(r['gflops'], '.1f')} | "
+               f"{fmt(r['pct_vendor'], '.1f')} |" for r in rows]
+        md += [f"- {f}" for f in fails]
+    if anvil or torch:
+        md += ["", "## Training", "", "| framework | model | device | epochs | test acc | s/epoch | "
+               "s/epoch after the first | img/s (last) |", "|---|---|---|---|---|---|---|---|"]
+        for name, group in (("anvil", anvil), ("PyTorch", torch)):
+            for model, r in group.items():
+                md.append(f"| {name} | {model} | {r['device']} | {r['epochs']} | {r['test_acc']:.4f} | "
+                          f"{r['seconds_per_epoch']:.3f} | {r['seconds_per_epoch_after_first']:.3f} | "
+                          f"{fmt(r['images_per_second'], '.0f')} |")
+    md += ["", "## Environment", "", "```", notes.strip(), "```", ""]
+    (out / "report.md").write_text("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
