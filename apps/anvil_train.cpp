@@ -22,6 +22,7 @@
 
 using namespace anvil;
 using app::Options;
+using app::RankUsageError;
 using app::UsageError;
 
 namespace {
@@ -120,7 +121,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // In an MPI job every rank finds the same bad flag: rank 0 says so.
     const bool usage = dynamic_cast<const UsageError*>(&e) != nullptr;
-    if (!usage || !o.distributed || parallel::mpi_rank_from_environment() <= 0)
+    const bool this_rank_only = dynamic_cast<const RankUsageError*>(&e) != nullptr;
+    if (!usage || this_rank_only || !o.distributed || parallel::mpi_rank_from_environment() <= 0)
       std::cerr << "anvil-train: error: " << e.what() << '\n';
     return usage ? 2 : 1;
   }

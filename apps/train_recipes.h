@@ -64,6 +64,12 @@ struct Options {
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// A usage error that only this rank of an MPI job finds (flags that differ
+// from rank 0's): it prints its message, where a plain UsageError, which
+// every rank finds alike, is printed by rank 0 alone.
+struct RankUsageError : UsageError {
+  using UsageError::UsageError;
+};
 
 // The recipe's settings for `o.model`, in a copy of `o` (other fields kept).
 // Throws UsageError for an unknown --recipe; an unknown --model gets the

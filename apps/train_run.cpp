@@ -383,7 +383,7 @@ Shared agree_on_run(const Options& o, const Replica& r, const Resumed& resumed) 
   const auto& theirs = root["settings"];
   for (auto& [key, value] : mine["settings"].items())
     if (!theirs.contains(key) || theirs[key] != value)
-      throw UsageError(fmt::format(
+      throw RankUsageError(fmt::format(
           "rank {} was started with --{} {}, rank 0 with --{} {}: every rank of a run needs "
           "the same flags",
           r.rank, key, value.dump(), key, theirs.contains(key) ? theirs[key].dump() : "(none)"));

@@ -20,8 +20,10 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/device.h"
 #include "nn/safetensors.h"
 #include "tests/test_util.h"
 
@@ -313,5 +315,32 @@ TEST_CASE("bad data-parallel flags get one clear error", "[cli][distributed]") {
   REQUIRE_THAT(gpu.output, Contains("--device cuda:1 with --distributed"));
   const Run mixed = shell(train_bin() + " --gpus 1 --device cpu", dir);
   REQUIRE(mixed.code == 2);
+  // More GPUs than the machine has (2 simulated GPUs in the simulator build).
+  const int have = anvil::device_count();
+  const Run many = shell(train_bin() + " --gpus " + std::to_string(have + 1), dir);
+  INFO(many.output);
+  REQUIRE(many.code == 2);
+  REQUIRE_THAT(many.output, Contains(fmt::format("--gpus {}: this machine has {} GPU(s)",
+                                                 have + 1, have)));
+  const Run twice = shell(train_bin() + " --devices cuda:0,cuda:0", dir);
+  INFO(twice.output);
+  REQUIRE(twice.code == 2);
+  REQUIRE_THAT(twice.output, Contains(have > 0 ? "--devices cuda:0,cuda:0: cuda:0 is named twice"
+                                               : "--devices cuda:0,cuda:0: cuda:0 is not available"));
+}
+
+TEST_CASE("ranks started with different flags stop, naming the flag", "[cli][distributed]") {
+  TempDir dir("dist_mismatch");
+  write_data(dir.path / "data");
+  const std::string common = train_bin() + " --distributed --model lenet --epochs 1 --batch-size 16 "
+                             "--device cpu --comm-timeout 20 --data-dir " +
+                             (dir.path / "data").string();
+  // One job, two programs (mpirun's MPMD form): rank 1 has another rate.
+  const Run r = shell(kMpiEnv + ANVIL_MPIEXEC + std::string(" --oversubscribe -np 1 ") + common +
+                          " --lr 0.1 : -np 1 " + common + " --lr 0.2",
+                      dir);
+  INFO(r.output);
+  REQUIRE(r.code != 0);
+  REQUIRE_THAT(r.output, Contains("rank 1 was started with --lr 0.2, rank 0 with --lr 0.1"));
 }
 #endif
