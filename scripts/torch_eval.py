@@ -77,6 +77,19 @@ def read_idx(directory, name, offset):
         return np.frombuffer(f.read()[offset:], np.uint8)
 
 
+def evaluate(net, x, y, batch_size=256):
+    """Mean cross-entropy and accuracy in eval mode (running statistics)."""
+    net.eval()
+    loss_sum, correct = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(x), batch_size):
+            logits = net(x[start:start + batch_size])
+            target = y[start:start + batch_size]
+            loss_sum += F.cross_entropy(logits, target, reduction="sum").item()
+            correct += (logits.argmax(1) == target).sum().item()
+    return loss_sum / len(x), correct / len(x)
+
+
 def recalibrate_batch_norm(net, train, prepare, batches, batch_size=256):
     if batches < 0:
         sys.exit(f"--bn-recalibrate: {batches} batches: must be >= 0")

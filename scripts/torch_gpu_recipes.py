@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "golden"))
 sys.path.insert(0, HERE)
 from seed_models import lenet, resnet18  # noqa: E402
-from torch_eval import read_idx  # noqa: E402
+from torch_eval import evaluate, read_idx  # noqa: E402
 
 RECIPES = {"lenet": (lenet, 0.2, True), "resnet18": (lambda: resnet18(10), 0.1, False)}
 
@@ -111,18 +111,11 @@ def main():
             correct += (logits.argmax(1) == y).sum()
         sync()
         seconds = time.perf_counter() - start
-        net.eval()
-        test_loss, test_correct = 0.0, 0
-        with torch.no_grad():
-            for s in range(0, len(test_x), batch_size):
-                logits = net(test_x[s:s + batch_size])
-                target = test_y[s:s + batch_size]
-                test_loss += nn.functional.cross_entropy(logits, target, reduction="sum").item()
-                test_correct += (logits.argmax(1) == target).sum().item()
+        test_loss, test_acc = evaluate(net, test_x, test_y, batch_size)
         print(json.dumps({
             "epoch": epoch, "train_loss": round(loss_sum.item() / len(train_x), 4),
             "train_acc": round(correct.item() / len(train_x), 4),
-            "test_loss": round(test_loss / len(test_x), 4), "test_acc": test_correct / len(test_x),
+            "test_loss": round(test_loss, 4), "test_acc": test_acc,
             "epoch_seconds": round(seconds, 3), "images_per_second": round(len(train_x) / seconds, 1),
             "device": str(device), "model": args.model, "torch": torch.__version__}), flush=True)
 

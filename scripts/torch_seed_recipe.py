@@ -37,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "golden"))
 sys.path.insert(0, HERE)
 from seed_models import resnet18  # noqa: E402
-from torch_eval import read_anvil_model, read_idx, recalibrate_batch_norm  # noqa: E402
+from torch_eval import evaluate, read_anvil_model, read_idx, recalibrate_batch_norm  # noqa: E402
 
 
 def read_split(data_dir, images_name, labels_name):
@@ -52,19 +52,6 @@ def read_split(data_dir, images_name, labels_name):
         sys.exit(f"{data_dir}: {len(images)} images but {len(labels)} labels")
     return (torch.from_numpy(images.astype(np.float32) / 255.0),
             torch.from_numpy(labels.astype(np.int64)))
-
-
-def evaluate(net, x, y, batch_size=256):
-    """Mean cross-entropy and accuracy in eval mode (running statistics)."""
-    net.eval()
-    loss_sum, correct = 0.0, 0
-    with torch.no_grad():
-        for start in range(0, len(x), batch_size):
-            logits = net(x[start:start + batch_size])
-            target = y[start:start + batch_size]
-            loss_sum += nn.functional.cross_entropy(logits, target, reduction="sum").item()
-            correct += (logits.argmax(1) == target).sum().item()
-    return loss_sum / len(x), correct / len(x)
 
 
 def main():
