@@ -11,17 +11,12 @@
 #include "core/stream.h"
 #include "core/tensor.h"
 #include "data/device_prefetcher.h"
+#include "tests/cuda_test_util.h"
 
 using namespace anvil;
 using Catch::Matchers::Contains;
 
 namespace {
-
-bool have_gpu() {
-  if (device_count() > 0) return true;
-  WARN("no CUDA device (" << no_gpu_reason() << "): CUDA part not run");
-  return false;
-}
 
 std::vector<float> iota_floats(size_t n, float start) {
   std::vector<float> v(n);
@@ -82,7 +77,7 @@ TEST_CASE("copy_async checks shapes and copies between CPU tensors", "[stream]")
 TEST_CASE("pin_memory", "[stream]") {
   Tensor a = Tensor::from_vector(iota_floats(1000, -3), {10, 100});
   CHECK_FALSE(a.is_pinned());
-  if (device_count() == 0) {
+  if (!cuda_test::have_device("CUDA part")) {
     CHECK_THROWS_WITH(a.pin_memory(), Contains("pinned host memory needs a CUDA device"));
     return;
   }
@@ -105,8 +100,10 @@ TEST_CASE("pin_memory", "[stream]") {
   }
 }
 
+
+
 TEST_CASE("copy_async and events on a CUDA device", "[stream][cuda]") {
-  if (!have_gpu()) return;
+  if (!cuda_test::have_device("CUDA part")) return;
   const Device gpu = Device::cuda(0);
   const std::vector<float> values = iota_floats(4096, 0.5f);
   Tensor host = Tensor::from_vector(values, {64, 64}).pin_memory();
@@ -153,7 +150,7 @@ TEST_CASE("copy_async and events on a CUDA device", "[stream][cuda]") {
 TEST_CASE("DevicePrefetcher hands out every batch, on the device, in order", "[stream][data]") {
   const data::ImageSet set = numbered_set(23, 5, 4);
   std::vector<Device> devices{Device::cpu()};
-  if (device_count() > 0) devices.push_back(Device::cuda(0));
+  if (cuda_test::have_device("cuda:0 part")) devices.push_back(Device::cuda(0));
   for (Device device : devices) {
     DYNAMIC_SECTION("on " << device.str()) {
       data::DataLoader loader(set, 4, /*shuffle=*/true, /*drop_last=*/false, /*seed=*/7);
@@ -181,7 +178,7 @@ TEST_CASE("DevicePrefetcher hands out every batch, on the device, in order", "[s
 }
 
 TEST_CASE("DevicePrefetcher keeps batches apart when the caller holds several", "[stream][data]") {
-  if (!have_gpu()) return;
+  if (!cuda_test::have_device("CUDA part")) return;
   const data::ImageSet set = numbered_set(12, 3, 3);
   data::DataLoader loader(set, 2, /*shuffle=*/false, /*drop_last=*/false, /*seed=*/1);
   data::DevicePrefetcher batches(loader, Device::cuda(0));

@@ -3,6 +3,7 @@
 // gets, on first use, a caching allocator, a compute stream and a Backend.
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -17,25 +18,69 @@ namespace {
 struct Probe {
   int count = 0;
   std::string reason;
+  CudaVersions versions;
 };
+
+#if !defined(ANVIL_CUDA_SIM)
+// Why cudaGetDeviceCount found no device, told apart by its error code and the
+// driver's version (0 when no driver library could be loaded: cudart then
+// answers cudaErrorInsufficientDriver too, as for a driver that is too old).
+std::string no_device_reason(cudaError_t err, CudaVersions v) {
+  const std::string runtime = cuda_version_text(v.runtime);
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string hidden =
+      visible ? fmt::format(" (CUDA_VISIBLE_DEVICES={})", visible) : std::string();
+  switch (err) {
+    case cudaSuccess:
+      return fmt::format("no CUDA device: the driver (CUDA {}) reports none{}",
+                         cuda_version_text(v.driver), hidden);
+    case cudaErrorNoDevice:
+      return fmt::format("no CUDA device: the driver (CUDA {}) reports none{} (cudaErrorNoDevice)",
+                         cuda_version_text(v.driver), hidden);
+    case cudaErrorInsufficientDriver:
+      if (v.driver == 0)
+        return fmt::format(
+            "no CUDA driver: libcuda.so.1 could not be loaded (cudaErrorInsufficientDriver; "
+            "this build's runtime is CUDA {})",
+            runtime);
+      return fmt::format(
+          "CUDA driver too old: it supports CUDA {}, this build's runtime is CUDA {} "
+          "(cudaErrorInsufficientDriver)",
+          cuda_version_text(v.driver), runtime);
+    case cudaErrorStubLibrary:
+      return "no CUDA driver: libcuda.so.1 is the CUDA toolkit's stub library, not a driver "
+             "(cudaErrorStubLibrary)";
+    case cudaErrorInitializationError:
+      return fmt::format("no CUDA driver: the driver did not initialise (cudaErrorInitializationError: {})",
+                         cudaGetErrorString(err));
+    default:
+      return fmt::format("no usable CUDA device: cudaGetDeviceCount failed with {}: {}",
+                         cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+}
+#endif
 
 const Probe& probe() {
   static const Probe result = [] {
     Probe p;
+#if !defined(ANVIL_CUDA_SIM)
+    // Neither call needs a driver: without one the driver's version is 0.
+    if (cudaDriverGetVersion(&p.versions.driver) != cudaSuccess) p.versions.driver = 0;
+    if (cudaRuntimeGetVersion(&p.versions.runtime) != cudaSuccess) p.versions.runtime = 0;
+#endif
     cudaError_t err = cudaGetDeviceCount(&p.count);
     if (err != cudaSuccess) {
-      // No driver (cudaErrorInsufficientDriver) or no device: zero GPUs, not a crash.
+      // No driver, a driver too old, or no device: zero GPUs, not a crash.
       (void)cudaGetLastError();
       p.count = 0;
-#if defined(ANVIL_CUDA_SIM)
-      p.reason = fmt::format("the CUDA simulator has no devices ({}; set ANVIL_SIM_DEVICES)",
-                             cudaGetErrorString(err));
-#else
-      p.reason = fmt::format("no usable CUDA driver or device: {}", cudaGetErrorString(err));
-#endif
-    } else if (p.count == 0) {
-      p.reason = "the CUDA driver reports no GPU";
     }
+    if (p.count > 0) return p;
+#if defined(ANVIL_CUDA_SIM)
+    p.reason = fmt::format("the CUDA simulator has no devices ({}; set ANVIL_SIM_DEVICES)",
+                           cudaGetErrorString(err));
+#else
+    p.reason = no_device_reason(err, p.versions);
+#endif
     return p;
   }();
   return result;
@@ -79,6 +124,7 @@ namespace anvil::cuda_hooks {
 
 int device_count() { return cuda::probe().count; }
 std::string no_device_reason() { return cuda::probe().reason; }
+CudaVersions versions() { return cuda::probe().versions; }
 
 bool simulated() {
 #if defined(ANVIL_CUDA_SIM)
