@@ -12,6 +12,9 @@
 #include "core/tensor.h"
 #include "data/device_prefetcher.h"
 #include "tests/cuda_test_util.h"
+#if defined(ANVIL_CUDA_BACKEND)
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 using namespace anvil;
 using Catch::Matchers::Contains;
@@ -91,8 +94,9 @@ TEST_CASE("pin_memory", "[stream]") {
   SECTION("freed pinned blocks are reused once their copies are done") {
     auto before = pinned_host_allocator().stats();
     { Tensor q = Tensor::empty({123, 7}).pin_memory(); }
-    // The free recorded an event on every stream; once the devices are idle
-    // the block is free to reuse.
+    // The free recorded an event on every stream of every device in use;
+    // once those are idle the block is free to reuse. (synchronize opens no
+    // context on a device nothing has used.)
     for (int d = 0; d < device_count(); ++d) synchronize(Device::cuda(d));
     { Tensor q = Tensor::empty({123, 7}).pin_memory(); }
     auto after = pinned_host_allocator().stats();
@@ -100,7 +104,42 @@ TEST_CASE("pin_memory", "[stream]") {
   }
 }
 
-
+#if defined(ANVIL_CUDA_BACKEND)
+TEST_CASE("freeing pinned memory never throws, touches only devices in use, keeps the current device",
+          "[stream][cuda]") {
+  if (!cuda_test::have_device("CUDA test")) return;
+  const int n = device_count();
+  const int other = n - 1;  // the current device while freeing (cuda:0 on a one-GPU machine)
+  Tensor pinned = Tensor::from_vector(iota_floats(64, 1), {64}).pin_memory();
+  (void)pinned.to(Device::cuda(0));  // cuda:0 is in use
+  const bool other_was_in_use = anvil::cuda::initialised(other);
+  SECTION("an ordinary free") {
+    anvil::cuda::check(cudaSetDevice(other), "cudaSetDevice");
+    pinned = Tensor();
+    int current = -1;
+    anvil::cuda::check(cudaGetDevice(&current), "cudaGetDevice");
+    CHECK(current == other);
+    CHECK(anvil::cuda::initialised(other) == other_was_in_use);  // no context opened there
+  }
+  SECTION("a free after a CUDA error (as after a kernel fault) leaks the block, saying so") {
+    const size_t leaked = anvil::cuda::pinned_blocks_leaked();
+    const MemoryStats before = pinned_host_allocator().stats();
+    anvil::cuda::check(cudaSetDevice(other), "cudaSetDevice");
+    anvil::cuda::fail_next_pinned_free(cudaErrorLaunchFailure);
+    pinned = Tensor();  // ~Storage: would terminate the test run if the free threw
+    CHECK(anvil::cuda::pinned_blocks_leaked() == leaked + 1);
+    const MemoryStats after = pinned_host_allocator().stats();
+    CHECK(after.allocated == before.allocated - 64 * sizeof(float));
+    CHECK(after.reserved == before.reserved - 64 * sizeof(float));
+    int current = -1;
+    anvil::cuda::check(cudaGetDevice(&current), "cudaGetDevice");
+    CHECK(current == other);
+    // Nothing is left in an error state: the next CUDA work runs.
+    CHECK(Tensor::ones({4}, DType::Float32, Device::cuda(0)).to_vector() == std::vector<float>(4, 1));
+  }
+  anvil::cuda::check(cudaSetDevice(0), "cudaSetDevice");
+}
+#endif
 
 TEST_CASE("copy_async and events on a CUDA device", "[stream][cuda]") {
   if (!cuda_test::have_device("CUDA part")) return;

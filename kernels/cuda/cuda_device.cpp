@@ -3,6 +3,7 @@
 // gets, on first use, a caching allocator, a compute stream and a Backend.
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -88,32 +89,44 @@ const Probe& probe() {
 
 struct DeviceState {
   std::once_flag once;
+  std::atomic<bool> ready{false};      // set once everything below exists
   std::unique_ptr<Allocator> allocator;
   cudaStream_t stream = nullptr;       // kernels and ordinary copies
   cudaStream_t copy_stream = nullptr;  // asynchronous copies that overlap compute
   std::unique_ptr<Backend> backend;
 };
 
-// One state per device, created at first use and never destroyed: tensors in
-// static objects may be freed after static destructors would have run.
-DeviceState& state(int index) {
-  static auto* states = [] {
+// One state per device, never destroyed: tensors in static objects may be
+// freed after static destructors would have run. Made before any device is
+// touched; each device's state is filled in at its first use (state()).
+std::vector<std::unique_ptr<DeviceState>>& states() {
+  static auto* all = [] {
     auto* v = new std::vector<std::unique_ptr<DeviceState>>();
     for (int i = 0; i < probe().count; ++i) v->push_back(std::make_unique<DeviceState>());
     return v;
   }();
-  DeviceState& s = *(*states)[size_t(index)];
+  return *all;
+}
+
+DeviceState& state(int index) {
+  DeviceState& s = *states()[size_t(index)];
   std::call_once(s.once, [&] {
     check(cudaSetDevice(index), "cudaSetDevice");
     s.allocator = make_caching_allocator(index);
     check(cudaStreamCreate(&s.stream), "cudaStreamCreate");
     check(cudaStreamCreate(&s.copy_stream), "cudaStreamCreate");
     s.backend = make_backend(index, s.stream);
+    s.ready.store(true, std::memory_order_release);
   });
   return s;
 }
 
 }  // namespace
+
+bool initialised(int device) {
+  if (device < 0 || device >= probe().count) return false;
+  return states()[size_t(device)]->ready.load(std::memory_order_acquire);
+}
 
 cudaStream_t compute_stream(int device) { return state(device).stream; }
 cudaStream_t copy_stream(int device) { return state(device).copy_stream; }
@@ -152,6 +165,10 @@ Backend& backend(int index) { return *cuda::state(index).backend; }
 Allocator& allocator(int index) { return *cuda::state(index).allocator; }
 
 void synchronize(int index) {
+  // A device not used yet has nothing queued: waiting for it must not create
+  // a context on it (on a machine with several GPUs, a test on cuda:0 touches
+  // no other).
+  if (!cuda::initialised(index)) return;
   const cuda::DeviceState& s = cuda::state(index);
   cuda::check(cudaSetDevice(index), "cudaSetDevice");
   cuda::check(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
