@@ -14,6 +14,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "tests/cuda_test_util.h"
+#include "tests/sync_launches.h"
 #include "sim_broken_kernels.cu"
 
 namespace {
@@ -82,6 +83,7 @@ TEST_CASE("sim: launches with a bad configuration are refused", "[sim]") {
 
 TEST_CASE("sim: a __syncthreads reached by part of a block is reported, not a hang", "[sim]") {
   DeviceBuffer out(64);
+  const cuda_test::SyncLaunches no_sync(false);  // (ANVIL_CUDA_SYNC=1 would report it at once)
   // The launch is accepted; the failure comes back from the sync that runs it.
   anvil::cuda::launch(sim_test_kernels::divergent_sync, 2, dim3(32), 0, nullptr, out.ptr);
   REQUIRE_THROWS_WITH(out.to_host(), Catch::Contains("divergent __syncthreads") &&
@@ -98,11 +100,7 @@ TEST_CASE("ANVIL_CUDA_SYNC=1 reports a kernel's fault at its launch, naming kern
           "[sim][cuda-sync]") {
   DeviceBuffer out(64);
   // As the variable would (it is read once): launch() waits for every kernel.
-  struct SyncLaunches {
-    bool before = anvil::cuda::sync_launches();
-    SyncLaunches() { anvil::cuda::set_sync_launches(true); }
-    ~SyncLaunches() { anvil::cuda::set_sync_launches(before); }
-  } sync_launches;
+  cuda_test::SyncLaunches sync_launches(true);
   const int line = __LINE__ + 1;  // the launch's line: that of the macro around it
   REQUIRE_THROWS_WITH(
       anvil::cuda::launch(sim_test_kernels::divergent_sync, dim3(2, 3), dim3(32), 0, nullptr,
