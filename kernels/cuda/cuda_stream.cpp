@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
-#include <string_view>
 #include <stdexcept>
 #include <vector>
 
@@ -131,7 +130,8 @@ class PinnedHostAllocator final : public Allocator {
     try {
       events.reserve(size_t(2 * cuda_hooks::device_count()));
       int current = 0;
-      if ((err = cudaGetDevice(&current)) != cudaSuccess) what = "cudaGetDevice";
+      const bool know_current = (err = cudaGetDevice(&current)) == cudaSuccess;
+      if (!know_current) what = "cudaGetDevice";
       if (const int injected = injected_free_error.exchange(0); err == cudaSuccess && injected) {
         err = cudaError_t(injected);
         what = "cudaSetDevice (an error injected by a test)";
@@ -155,7 +155,7 @@ class PinnedHostAllocator final : public Allocator {
           }
         }
       }
-      if (std::string_view(what) != "cudaGetDevice") (void)cudaSetDevice(current);
+      if (know_current) (void)cudaSetDevice(current);
       if (err == cudaSuccess) {
         std::lock_guard lock(mutex_);
         stats_.allocated -= size;
