@@ -18,6 +18,7 @@ namespace anvil::cuda_hooks {
 int device_count();                 // asks the runtime once; 0 on any error
 std::string no_device_reason();     // "" when there are devices
 bool simulated();
+CudaVersions versions();            // {0, 0} without a driver, CUDA build or real runtime
 DeviceProperties properties(int index);   // index already checked
 Backend& backend(int index);              // index already checked
 Allocator& allocator(int index);          // index already checked

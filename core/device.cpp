@@ -33,6 +33,13 @@ std::string no_gpu_reason() { return cuda_hooks::no_device_reason(); }
 
 bool devices_are_simulated() { return cuda_hooks::simulated(); }
 
+CudaVersions cuda_versions() { return cuda_hooks::versions(); }
+
+std::string cuda_version_text(int version) {
+  if (version <= 0) return "none";
+  return fmt::format("{}.{}", version / 1000, version % 1000 / 10);
+}
+
 void check_cuda_device(Device device) {
   if (!device.is_cuda()) return;
   int n = device_count();

@@ -36,6 +36,16 @@ int device_count();
 std::string no_gpu_reason();
 // True when cuda:N are simulated devices (ANVIL_CUDA=SIM build).
 bool devices_are_simulated();
+// The CUDA driver's and runtime's versions as CUDA encodes them (12040 is
+// 12.4); 0 when there is none: no driver installed, a build without CUDA, or
+// the simulator (which has neither).
+struct CudaVersions {
+  int driver = 0;
+  int runtime = 0;
+};
+CudaVersions cuda_versions();
+// "12.4" for 12040, "none" for 0.
+std::string cuda_version_text(int version);
 
 struct DeviceProperties {
   std::string name;

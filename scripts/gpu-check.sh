@@ -97,7 +97,9 @@ data="$(cd "$pack" && pwd)/data/fashion-mnist"
 gpu=0
 if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   gpu=1
-  # With #23, a CUDA test that finds no usable device fails instead of skipping.
+  # A GPU is listed, so a CUDA test that finds no usable device (no driver,
+  # a driver too old, none visible) fails, naming why, instead of skipping:
+  # this run cannot pass by running nothing (tests/cuda_test_util.h).
   export ANVIL_REQUIRE_CUDA=1
 fi
 deadline=${ANVIL_GPU_CHECK_SECONDS:-$((gpu ? 570 : 7200))}
@@ -114,6 +116,11 @@ if [[ ! -f "$system_data/train-images-idx3-ubyte.gz" && ! -f "$system_data/train
 fi
 {
   echo "gpu=$gpu part=$part"
+  if ((gpu)); then
+    echo "ANVIL_REQUIRE_CUDA=1: nvidia-smi lists a GPU, so a CUDA test that finds no usable device fails"
+  else
+    echo "ANVIL_REQUIRE_CUDA unset: nvidia-smi lists no GPU, so the CUDA tests skip (no device here)"
+  fi
   [[ -n "${ANVIL_GPU_CHECK_TESTS:-}" ]] && echo "tests: only $ANVIL_GPU_CHECK_TESTS (ANVIL_GPU_CHECK_TESTS), not the whole suite"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   echo "python=${python:-none}"

@@ -108,6 +108,39 @@ for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte 
   fi
 done
 
+# Nothing in the bundle may need more than x86-64-v3 unconditionally: an
+# AVX-512 (EVEX-encoded) instruction in host code dies with SIGILL on a CPU
+# without it. Counted from the instruction bytes (EVEX starts with 0x62 in
+# 64-bit code) on lines that name a vector register. OpenBLAS (Debian's is
+# built DYNAMIC_ARCH) and libgfortran (its matmul) hold AVX-512 code behind
+# a check of the CPU at run time, so they are reported, not refused.
+evex_count() {
+  objdump -d --no-addresses "$1" 2>/dev/null | grep -cP '^\s*(?:6[67] )?62 (?:[0-9a-f]{2} ){3}.*%[xyz]mm' || true
+}
+isa_report=()
+isa_bad=()
+for f in "$stage"/bin/* "$stage"/lib/*; do
+  n=$(evex_count "$f")
+  ((n == 0)) && continue
+  name=$(basename "$f")
+  # (grep -c reads all of strings' output: -q would end the pipe early, a
+  # failure under pipefail.)
+  if [[ "$name" =~ ^libopenblas && $(strings "$f" | grep -c DYNAMIC_ARCH) -gt 0 ]]; then
+    isa_report+=("$name: $n AVX-512 instructions, chosen at run time (DYNAMIC_ARCH)")
+  elif [[ "$name" =~ ^libgfortran ]]; then
+    isa_report+=("$name: $n AVX-512 instructions in matmul variants chosen at run time")
+  else
+    isa_bad+=("$name: $n AVX-512 instructions")
+  fi
+done
+if ((${#isa_bad[@]})); then
+  if [[ -z "$reuse" ]]; then
+    echo "gpu-pack: host code beyond x86-64-v3 would die with SIGILL on a CPU without AVX-512: ${isa_bad[*]}" >&2
+    exit 1
+  fi
+  isa_report+=("${isa_bad[@]/%/ (a reused build: not for the GPU machine)}")
+fi
+
 # The newest glibc symbol version the binaries need: the GPU image's glibc
 # must be at least as new.
 glibc=$(for f in "$stage"/bin/* "$stage"/lib/*; do objdump -T "$f" 2>/dev/null; done |
@@ -119,6 +152,12 @@ glibc=$(for f in "$stage"/bin/* "$stage"/lib/*; do objdump -T "$f" 2>/dev/null; 
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(. /etc/os-release && echo "$PRETTY_NAME")"
   echo "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*, V[0-9.]*'); CUDA architectures: 90"
   echo "host code: -O3 -march=x86-64-v3, libstdc++ and libgcc static, no MPI; needs glibc >= ${glibc#GLIBC_}"
+  if ((${#isa_report[@]})); then
+    echo "AVX-512 (EVEX) instructions: none in bin/ or lib/ except:"
+    printf '  %s\n' "${isa_report[@]}"
+  else
+    echo "AVX-512 (EVEX) instructions: none in bin/ or lib/"
+  fi
   echo "from the image: glibc, libgcc_s, the driver (libcuda), cuBLAS, cuBLASLt, cuDNN (bench_cuda_kernels), NCCL where linked"
   echo "image libraries: $on_image"
   echo

@@ -50,13 +50,25 @@ def catch_summary(text):
     """Catch2's closing line, and how many CUDA or NCCL tests said they did
     not run (too few GPUs)."""
     r = {"ran": bool(text), "passed": None, "failed": None, "assertions": None,
-         "cuda_not_run": len(re.findall(r"(CUDA kernel|NCCL) test not run", text))}
+         # The skips' warnings ("...): CUDA kernel test not run"), not the
+         # failures ANVIL_REQUIRE_CUDA=1 makes of them ("(CUDA kernel test not run)").
+         # Catch's console reporter wraps messages at 80 columns: any
+         # whitespace between the words.
+         "cuda_not_run": len(re.findall(
+             r"(?<!\()(?:CUDA\s+kernel\s+test|CUDA\s+test|CUDA\s+part|cuda:0\s+part|NCCL\s+test)"
+             r"\s+not\s+run", text)),
+         "cuda_required_failures": len(re.findall(
+             r"ANVIL_REQUIRE_CUDA=1\s+and\s+no\s+usable\s+CUDA\s+device", text)),
+         "cuda_banner": next(iter(re.findall(r"^CUDA: .*$", text, re.M)), None)}
     m = re.search(r"All tests passed \((\d+) assertions? in (\d+) test cases?\)", text)
     if m:
         r.update(assertions=int(m.group(1)), passed=int(m.group(2)), failed=0)
     m = re.search(r"test cases:\s*(\d+) \|\s*(\d+) passed(?: \|\s*(\d+) failed)?", text)
     if m:
         r.update(passed=int(m.group(2)), failed=int(m.group(3) or 0))
+    m = re.search(r"test cases:\s*(\d+) \|\s*(\d+) failed", text)  # none passed
+    if m:
+        r.update(passed=0, failed=int(m.group(2)))
     m = re.search(r"No tests ran", text)
     if m:
         r.update(passed=0, failed=0)
@@ -195,9 +207,17 @@ def main():
                         ("nccl", "NCCL tests (anvil-parallel-tests [nccl])")):
         t = tests[half]
         if t["ran"]:
-            skipped = (f", {t['cuda_not_run']} said they found too few GPUs and did not run"
+            skipped = (f", {t['cuda_not_run']} said they found no usable GPU (or too few) and did not run"
                        if t["cuda_not_run"] else "")
+            if t["cuda_required_failures"]:
+                skipped += (f", {t['cuda_required_failures']} failed for want of a usable CUDA "
+                            f"device (ANVIL_REQUIRE_CUDA=1)")
             md.append(f"- {label}: {fmt(t['passed'])} test cases passed, {fmt(t['failed'])} failed{skipped}.")
+            if half == "cuda" and t["cuda_banner"]:
+                md.append(f"  - {t['cuda_banner']}")
+    if "ANVIL_REQUIRE_CUDA=1" in notes:
+        md.append("- ANVIL_REQUIRE_CUDA=1 (nvidia-smi lists a GPU): a CUDA test without a usable "
+                  "device fails instead of skipping.")
     if "gemm_4096" in head:
         g = head["gemm_4096"]
         md.append(f"- GEMM 4096^3: best {g['best']} at {g['pct_cublas']:.1f}% of cuBLAS SGEMM (goal 85%).")

@@ -1,30 +1,88 @@
-// Helpers for tests of kernels/cuda: device buffers, random inputs and a
-// tolerance check against the CPU reference. Used by the kernel tests, which
-// run on the simulator (ANVIL_CUDA=SIM builds) or on a real GPU when present.
+// Helpers for tests of kernels/cuda: the one place a CUDA test decides
+// whether it can run (have_device), the banner the test runners print, device
+// buffers, random inputs and a tolerance check against the CPU reference.
+// The kernel tests run on the simulator (ANVIL_CUDA=SIM builds) or on a real
+// GPU when present.
 #pragma once
-#if defined(ANVIL_CUDA_BACKEND)
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "core/device.h"
+#if defined(ANVIL_CUDA_BACKEND)
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace cuda_test {
+
+// ANVIL_REQUIRE_CUDA=1 (scripts/gpu-check.sh sets it when nvidia-smi lists a
+// GPU): a CUDA test that finds no usable device fails instead of skipping,
+// so that a GPU run cannot pass by running nothing.
+inline bool cuda_required() {
+  static const bool required = [] {
+    const char* v = std::getenv("ANVIL_REQUIRE_CUDA");
+    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  return required;
+}
+
+// One line for the start of a test run: cuda:0's name and compute
+// capability (the device the tests use), the CUDA driver's and runtime's
+// versions, or why there is no device and what the CUDA tests will do.
+inline std::string device_banner() {
+  const anvil::CudaVersions v = anvil::cuda_versions();
+  const std::string versions = "CUDA driver " + anvil::cuda_version_text(v.driver) +
+                               ", runtime " + anvil::cuda_version_text(v.runtime);
+  const int n = anvil::device_count();
+  if (n == 0)
+    return "CUDA: no usable device: " + anvil::no_gpu_reason() + "; " + versions + "; " +
+           (cuda_required() ? "ANVIL_REQUIRE_CUDA=1: the CUDA tests fail"
+                            : "the CUDA tests skip (ANVIL_REQUIRE_CUDA=1 makes them fail)");
+  std::string line;
+  try {
+    const anvil::DeviceProperties p = anvil::device_properties(anvil::Device::cuda(0));
+    line = "CUDA: tests run on cuda:0, " + p.name + (p.simulated ? " (simulated)" : "") +
+           ", compute capability " + std::to_string(p.major) + "." + std::to_string(p.minor);
+  } catch (const std::exception& e) {
+    line = std::string("CUDA: cuda:0's properties could not be read: ") + e.what();
+  }
+  return line + "; " + std::to_string(n) + " device" + (n == 1 ? "" : "s") + " visible; " +
+         versions + (cuda_required() ? "; ANVIL_REQUIRE_CUDA=1" : "");
+}
+
+// True when cuda:0 is there to test on (and is then the current device).
+// Otherwise the caller's CUDA part must not run: with ANVIL_REQUIRE_CUDA=1
+// the test fails here, naming the reason (no driver, driver too old, no
+// device); without it, it warns and returns false, and the caller returns
+// or runs its CPU part only (a real-CUDA build on a machine without a GPU;
+// the simulator build runs these).
+inline bool have_device(const char* what = "CUDA kernel test") {
+  if (anvil::device_count() > 0) {
+#if defined(ANVIL_CUDA_BACKEND)
+    // The kernel tests call the runtime themselves (cudaMalloc): on cuda:0.
+    anvil::cuda::check(cudaSetDevice(0), "cudaSetDevice");
+#endif
+    return true;
+  }
+  if (cuda_required())
+    FAIL("ANVIL_REQUIRE_CUDA=1 and no usable CUDA device: " << anvil::no_gpu_reason() << " ("
+         << what << " not run)");
+  WARN("no CUDA device (" << anvil::no_gpu_reason() << "): " << what << " not run");
+  return false;
+}
+
+}  // namespace cuda_test
+
+#if defined(ANVIL_CUDA_BACKEND)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
-#include "core/device.h"
-#include "kernels/cuda/runtime.h"
-
 namespace cuda_test {
-
-// True when there is a CUDA device to run on; otherwise the caller returns
-// (a real-CUDA build on a machine without a GPU: the simulator build runs these).
-inline bool have_device() {
-  if (anvil::device_count() > 0) {
-    anvil::cuda::check(cudaSetDevice(0), "cudaSetDevice");
-    return true;
-  }
-  WARN("no CUDA device (" << anvil::no_gpu_reason() << "): CUDA kernel test not run");
-  return false;
-}
 
 inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f,
                                         float hi = 1.0f) {

@@ -38,6 +38,7 @@
 #include "tests/nn_test_util.h"
 #if defined(ANVIL_CUDA_BACKEND)
 #include "tests/cuda_test_util.h"
+#include "tests/sync_launches.h"
 #endif
 
 #ifndef ANVIL_TEST_DATA_DIR
@@ -528,6 +529,7 @@ TEST_CASE("cuda: a tiny ResNet-18 forward, backward and SGD step on cuda:0 match
 TEST_CASE("cuda: a training step waits for the device as often for ResNet-18 as for LeNet",
           "[cuda][nn][resnet]") {
   if (!cuda_test::have_device()) return;
+  const cuda_test::SyncLaunches no_sync(false);  // ANVIL_CUDA_SYNC=1 would wait at every launch
   const Device gpu = Device::cuda(0);
   // Host waits of one step (forward, cross-entropy, backward, SGD with
   // momentum) after a first step that has created the momentum buffers.

@@ -14,6 +14,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "tests/cuda_test_util.h"
+#include "tests/sync_launches.h"
 #include "sim_broken_kernels.cu"
 
 namespace {
@@ -82,6 +83,7 @@ TEST_CASE("sim: launches with a bad configuration are refused", "[sim]") {
 
 TEST_CASE("sim: a __syncthreads reached by part of a block is reported, not a hang", "[sim]") {
   DeviceBuffer out(64);
+  const cuda_test::SyncLaunches no_sync(false);  // (ANVIL_CUDA_SYNC=1 would report it at once)
   // The launch is accepted; the failure comes back from the sync that runs it.
   anvil::cuda::launch(sim_test_kernels::divergent_sync, 2, dim3(32), 0, nullptr, out.ptr);
   REQUIRE_THROWS_WITH(out.to_host(), Catch::Contains("divergent __syncthreads") &&
@@ -92,6 +94,33 @@ TEST_CASE("sim: a __syncthreads reached by part of a block is reported, not a ha
   anvil::cuda::launch(sim_test_kernels::reverse_through_shared, 4, dim3(32), 32 * sizeof(float),
                       nullptr, in.ptr, out.ptr, 64);
   REQUIRE(out.to_host()[0] == 2.0f);
+}
+
+TEST_CASE("ANVIL_CUDA_SYNC=1 reports a kernel's fault at its launch, naming kernel, grid and block",
+          "[sim][cuda-sync]") {
+  DeviceBuffer out(64);
+  // As the variable would (it is read once): launch() waits for every kernel.
+  cuda_test::SyncLaunches sync_launches(true);
+  const int line = __LINE__ + 1;  // the launch's line: that of the macro around it
+  REQUIRE_THROWS_WITH(
+      anvil::cuda::launch(sim_test_kernels::divergent_sync, dim3(2, 3), dim3(32), 0, nullptr,
+                          out.ptr),
+      Catch::Contains("test_sim.cpp:" + std::to_string(line)) &&
+          Catch::Contains("kernel sim_test_kernels::divergent_sync(float*) failed while running") &&
+          Catch::Contains("grid (2, 3, 1), block (32, 1, 1), 0 shared bytes") &&
+          Catch::Contains("divergent __syncthreads"));
+  // Reported once, at that launch: the next kernel runs and is checked too.
+  DeviceBuffer in(Vec(100, 2.0f));
+  anvil::cuda::launch(sim_test_kernels::reverse_through_shared, 4, dim3(32), 32 * sizeof(float),
+                      nullptr, in.ptr, out.ptr, 64);
+  REQUIRE(out.to_host()[0] == 2.0f);
+}
+
+TEST_CASE("a launch's kernel has a readable name", "[sim][cuda-sync]") {
+  CHECK(anvil::cuda::kernel_name(reinterpret_cast<const void*>(&sim_test_kernels::count_threads)) ==
+        "sim_test_kernels::count_threads(int*, float*)");
+  const int not_a_kernel = 0;
+  CHECK_THAT(anvil::cuda::kernel_name(&not_a_kernel), Catch::StartsWith("kernel at 0x"));
 }
 
 TEST_CASE("sim: shared memory, atomics and thread indexing", "[sim]") {

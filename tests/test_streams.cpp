@@ -11,17 +11,15 @@
 #include "core/stream.h"
 #include "core/tensor.h"
 #include "data/device_prefetcher.h"
+#include "tests/cuda_test_util.h"
+#if defined(ANVIL_CUDA_BACKEND)
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 using namespace anvil;
 using Catch::Matchers::Contains;
 
 namespace {
-
-bool have_gpu() {
-  if (device_count() > 0) return true;
-  WARN("no CUDA device (" << no_gpu_reason() << "): CUDA part not run");
-  return false;
-}
 
 std::vector<float> iota_floats(size_t n, float start) {
   std::vector<float> v(n);
@@ -82,7 +80,7 @@ TEST_CASE("copy_async checks shapes and copies between CPU tensors", "[stream]")
 TEST_CASE("pin_memory", "[stream]") {
   Tensor a = Tensor::from_vector(iota_floats(1000, -3), {10, 100});
   CHECK_FALSE(a.is_pinned());
-  if (device_count() == 0) {
+  if (!cuda_test::have_device("CUDA part")) {
     CHECK_THROWS_WITH(a.pin_memory(), Contains("pinned host memory needs a CUDA device"));
     return;
   }
@@ -96,8 +94,9 @@ TEST_CASE("pin_memory", "[stream]") {
   SECTION("freed pinned blocks are reused once their copies are done") {
     auto before = pinned_host_allocator().stats();
     { Tensor q = Tensor::empty({123, 7}).pin_memory(); }
-    // The free recorded an event on every stream; once the devices are idle
-    // the block is free to reuse.
+    // The free recorded an event on every stream of every device in use;
+    // once those are idle the block is free to reuse. (synchronize opens no
+    // context on a device nothing has used.)
     for (int d = 0; d < device_count(); ++d) synchronize(Device::cuda(d));
     { Tensor q = Tensor::empty({123, 7}).pin_memory(); }
     auto after = pinned_host_allocator().stats();
@@ -105,8 +104,45 @@ TEST_CASE("pin_memory", "[stream]") {
   }
 }
 
+#if defined(ANVIL_CUDA_BACKEND)
+TEST_CASE("freeing pinned memory never throws, touches only devices in use, keeps the current device",
+          "[stream][cuda]") {
+  if (!cuda_test::have_device("CUDA test")) return;
+  const int n = device_count();
+  const int other = n - 1;  // the current device while freeing (cuda:0 on a one-GPU machine)
+  Tensor pinned = Tensor::from_vector(iota_floats(64, 1), {64}).pin_memory();
+  (void)pinned.to(Device::cuda(0));  // cuda:0 is in use
+  const bool other_was_in_use = anvil::cuda::initialised(other);
+  SECTION("an ordinary free") {
+    anvil::cuda::check(cudaSetDevice(other), "cudaSetDevice");
+    pinned = Tensor();
+    int current = -1;
+    anvil::cuda::check(cudaGetDevice(&current), "cudaGetDevice");
+    CHECK(current == other);
+    CHECK(anvil::cuda::initialised(other) == other_was_in_use);  // no context opened there
+  }
+  SECTION("a free after a CUDA error (as after a kernel fault) leaks the block, saying so") {
+    const size_t leaked = anvil::cuda::pinned_blocks_leaked();
+    const MemoryStats before = pinned_host_allocator().stats();
+    anvil::cuda::check(cudaSetDevice(other), "cudaSetDevice");
+    anvil::cuda::fail_next_pinned_free(cudaErrorLaunchFailure);
+    pinned = Tensor();  // ~Storage: would terminate the test run if the free threw
+    CHECK(anvil::cuda::pinned_blocks_leaked() == leaked + 1);
+    const MemoryStats after = pinned_host_allocator().stats();
+    CHECK(after.allocated == before.allocated - 64 * sizeof(float));
+    CHECK(after.reserved == before.reserved - 64 * sizeof(float));
+    int current = -1;
+    anvil::cuda::check(cudaGetDevice(&current), "cudaGetDevice");
+    CHECK(current == other);
+    // Nothing is left in an error state: the next CUDA work runs.
+    CHECK(Tensor::ones({4}, DType::Float32, Device::cuda(0)).to_vector() == std::vector<float>(4, 1));
+  }
+  anvil::cuda::check(cudaSetDevice(0), "cudaSetDevice");
+}
+#endif
+
 TEST_CASE("copy_async and events on a CUDA device", "[stream][cuda]") {
-  if (!have_gpu()) return;
+  if (!cuda_test::have_device("CUDA part")) return;
   const Device gpu = Device::cuda(0);
   const std::vector<float> values = iota_floats(4096, 0.5f);
   Tensor host = Tensor::from_vector(values, {64, 64}).pin_memory();
@@ -153,7 +189,7 @@ TEST_CASE("copy_async and events on a CUDA device", "[stream][cuda]") {
 TEST_CASE("DevicePrefetcher hands out every batch, on the device, in order", "[stream][data]") {
   const data::ImageSet set = numbered_set(23, 5, 4);
   std::vector<Device> devices{Device::cpu()};
-  if (device_count() > 0) devices.push_back(Device::cuda(0));
+  if (cuda_test::have_device("cuda:0 part")) devices.push_back(Device::cuda(0));
   for (Device device : devices) {
     DYNAMIC_SECTION("on " << device.str()) {
       data::DataLoader loader(set, 4, /*shuffle=*/true, /*drop_last=*/false, /*seed=*/7);
@@ -181,7 +217,7 @@ TEST_CASE("DevicePrefetcher hands out every batch, on the device, in order", "[s
 }
 
 TEST_CASE("DevicePrefetcher keeps batches apart when the caller holds several", "[stream][data]") {
-  if (!have_gpu()) return;
+  if (!cuda_test::have_device("CUDA part")) return;
   const data::ImageSet set = numbered_set(12, 3, 3);
   data::DataLoader loader(set, 2, /*shuffle=*/false, /*drop_last=*/false, /*seed=*/1);
   data::DevicePrefetcher batches(loader, Device::cuda(0));

@@ -15,8 +15,19 @@ std::unique_ptr<Allocator> make_caching_allocator(int device);
 // (cuda_backend.cpp).
 std::unique_ptr<Backend> make_backend(int device, cudaStream_t stream);
 
+// True once the device's state (allocator, streams, backend) exists: a
+// device no tensor or stream has used yet is false, and asking does not
+// create a context on it.
+bool initialised(int device);
+
 // The device's compute stream and copy stream (created with the device's state).
 cudaStream_t compute_stream(int device);
 cudaStream_t copy_stream(int device);
+
+// For tests of the pinned host allocator (cuda_stream.cpp): the next free
+// of a pinned block fails with `err`, as on a device left in an error state
+// by a faulted kernel; and how many blocks such failures leaked.
+void fail_next_pinned_free(cudaError_t err);
+size_t pinned_blocks_leaked();
 
 }  // namespace anvil::cuda

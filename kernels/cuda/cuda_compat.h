@@ -42,17 +42,19 @@ __device__ __forceinline__ T* dynamic_shared() {
 }
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), then a check that
-// the launch was accepted (throws std::runtime_error naming the call site).
+// the launch was accepted; with ANVIL_CUDA_SYNC=1 also a wait for the kernel
+// and a check that it ran. Either failure throws std::runtime_error naming
+// the kernel, grid, block and the caller's file:line.
 template <typename... KArgs, typename... Args>
 void launch(void (*kernel)(KArgs...), GridArg grid, dim3 block, size_t shared_bytes,
             cudaStream_t stream, Args&&... args) {
   static_assert(sizeof...(KArgs) == sizeof...(Args), "kernel argument count mismatch");
+  const void* kernel_ptr = reinterpret_cast<const void*>(kernel);
 #if defined(__CUDACC__)
   kernel<<<grid.dims, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string("kernel launch at ") + grid.where.file_name() + ":" +
-                             std::to_string(grid.where.line()) + ": " + cudaGetErrorString(err));
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess)
+    throw_launch_error(kernel_ptr, grid.dims, block, shared_bytes, grid.where,
+                       "was refused at launch", err);
 #else
   // Arguments are converted once, as the launch would copy them to the
   // device; every CUDA thread then gets its own copies, as its parameters.
@@ -68,6 +70,11 @@ void launch(void (*kernel)(KArgs...), GridArg grid, dim3 block, size_t shared_by
       grid.dims, block, shared_bytes, stream, grid.where,
       std::make_unique<Call>(kernel, std::tuple<KArgs...>(std::forward<Args>(args)...)));
 #endif
+  if (sync_launches()) {
+    if (cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess)
+      throw_launch_error(kernel_ptr, grid.dims, block, shared_bytes, grid.where,
+                         "failed while running (ANVIL_CUDA_SYNC=1 checks every launch)", err);
+  }
 }
 
 }  // namespace anvil::cuda

@@ -3,6 +3,8 @@
 // gets, on first use, a caching allocator, a compute stream and a Backend.
 #include <fmt/format.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -17,25 +19,69 @@ namespace {
 struct Probe {
   int count = 0;
   std::string reason;
+  CudaVersions versions;
 };
+
+#if !defined(ANVIL_CUDA_SIM)
+// Why cudaGetDeviceCount found no device, told apart by its error code and the
+// driver's version (0 when no driver library could be loaded: cudart then
+// answers cudaErrorInsufficientDriver too, as for a driver that is too old).
+std::string no_device_reason(cudaError_t err, CudaVersions v) {
+  const std::string runtime = cuda_version_text(v.runtime);
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string hidden =
+      visible ? fmt::format(" (CUDA_VISIBLE_DEVICES={})", visible) : std::string();
+  switch (err) {
+    case cudaSuccess:
+      return fmt::format("no CUDA device: the driver (CUDA {}) reports none{}",
+                         cuda_version_text(v.driver), hidden);
+    case cudaErrorNoDevice:
+      return fmt::format("no CUDA device: the driver (CUDA {}) reports none{} (cudaErrorNoDevice)",
+                         cuda_version_text(v.driver), hidden);
+    case cudaErrorInsufficientDriver:
+      if (v.driver == 0)
+        return fmt::format(
+            "no CUDA driver: libcuda.so.1 could not be loaded (cudaErrorInsufficientDriver; "
+            "this build's runtime is CUDA {})",
+            runtime);
+      return fmt::format(
+          "CUDA driver too old: it supports CUDA {}, this build's runtime is CUDA {} "
+          "(cudaErrorInsufficientDriver)",
+          cuda_version_text(v.driver), runtime);
+    case cudaErrorStubLibrary:
+      return "no CUDA driver: libcuda.so.1 is the CUDA toolkit's stub library, not a driver "
+             "(cudaErrorStubLibrary)";
+    case cudaErrorInitializationError:
+      return fmt::format("no CUDA driver: the driver did not initialise (cudaErrorInitializationError: {})",
+                         cudaGetErrorString(err));
+    default:
+      return fmt::format("no usable CUDA device: cudaGetDeviceCount failed with {}: {}",
+                         cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+}
+#endif
 
 const Probe& probe() {
   static const Probe result = [] {
     Probe p;
+#if !defined(ANVIL_CUDA_SIM)
+    // Neither call needs a driver: without one the driver's version is 0.
+    if (cudaDriverGetVersion(&p.versions.driver) != cudaSuccess) p.versions.driver = 0;
+    if (cudaRuntimeGetVersion(&p.versions.runtime) != cudaSuccess) p.versions.runtime = 0;
+#endif
     cudaError_t err = cudaGetDeviceCount(&p.count);
     if (err != cudaSuccess) {
-      // No driver (cudaErrorInsufficientDriver) or no device: zero GPUs, not a crash.
+      // No driver, a driver too old, or no device: zero GPUs, not a crash.
       (void)cudaGetLastError();
       p.count = 0;
-#if defined(ANVIL_CUDA_SIM)
-      p.reason = fmt::format("the CUDA simulator has no devices ({}; set ANVIL_SIM_DEVICES)",
-                             cudaGetErrorString(err));
-#else
-      p.reason = fmt::format("no usable CUDA driver or device: {}", cudaGetErrorString(err));
-#endif
-    } else if (p.count == 0) {
-      p.reason = "the CUDA driver reports no GPU";
     }
+    if (p.count > 0) return p;
+#if defined(ANVIL_CUDA_SIM)
+    p.reason = fmt::format("the CUDA simulator has no devices ({}; set ANVIL_SIM_DEVICES)",
+                           cudaGetErrorString(err));
+#else
+    p.reason = no_device_reason(err, p.versions);
+#endif
     return p;
   }();
   return result;
@@ -43,32 +89,44 @@ const Probe& probe() {
 
 struct DeviceState {
   std::once_flag once;
+  std::atomic<bool> ready{false};      // set once everything below exists
   std::unique_ptr<Allocator> allocator;
   cudaStream_t stream = nullptr;       // kernels and ordinary copies
   cudaStream_t copy_stream = nullptr;  // asynchronous copies that overlap compute
   std::unique_ptr<Backend> backend;
 };
 
-// One state per device, created at first use and never destroyed: tensors in
-// static objects may be freed after static destructors would have run.
-DeviceState& state(int index) {
-  static auto* states = [] {
+// One state per device, never destroyed: tensors in static objects may be
+// freed after static destructors would have run. Made before any device is
+// touched; each device's state is filled in at its first use (state()).
+std::vector<std::unique_ptr<DeviceState>>& states() {
+  static auto* all = [] {
     auto* v = new std::vector<std::unique_ptr<DeviceState>>();
     for (int i = 0; i < probe().count; ++i) v->push_back(std::make_unique<DeviceState>());
     return v;
   }();
-  DeviceState& s = *(*states)[size_t(index)];
+  return *all;
+}
+
+DeviceState& state(int index) {
+  DeviceState& s = *states()[size_t(index)];
   std::call_once(s.once, [&] {
     check(cudaSetDevice(index), "cudaSetDevice");
     s.allocator = make_caching_allocator(index);
     check(cudaStreamCreate(&s.stream), "cudaStreamCreate");
     check(cudaStreamCreate(&s.copy_stream), "cudaStreamCreate");
     s.backend = make_backend(index, s.stream);
+    s.ready.store(true, std::memory_order_release);
   });
   return s;
 }
 
 }  // namespace
+
+bool initialised(int device) {
+  if (device < 0 || device >= probe().count) return false;
+  return states()[size_t(device)]->ready.load(std::memory_order_acquire);
+}
 
 cudaStream_t compute_stream(int device) { return state(device).stream; }
 cudaStream_t copy_stream(int device) { return state(device).copy_stream; }
@@ -79,6 +137,7 @@ namespace anvil::cuda_hooks {
 
 int device_count() { return cuda::probe().count; }
 std::string no_device_reason() { return cuda::probe().reason; }
+CudaVersions versions() { return cuda::probe().versions; }
 
 bool simulated() {
 #if defined(ANVIL_CUDA_SIM)
@@ -106,6 +165,10 @@ Backend& backend(int index) { return *cuda::state(index).backend; }
 Allocator& allocator(int index) { return *cuda::state(index).allocator; }
 
 void synchronize(int index) {
+  // A device not used yet has nothing queued: waiting for it must not create
+  // a context on it (on a machine with several GPUs, a test on cuda:0 touches
+  // no other).
+  if (!cuda::initialised(index)) return;
   const cuda::DeviceState& s = cuda::state(index);
   cuda::check(cudaSetDevice(index), "cudaSetDevice");
   cuda::check(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");

@@ -15,6 +15,8 @@ std::string no_device_reason() {
 
 bool simulated() { return false; }
 
+CudaVersions versions() { return {}; }
+
 [[noreturn]] static void unreachable() {
   throw std::logic_error("cuda_hooks called in a build without CUDA (device checks bypassed)");
 }

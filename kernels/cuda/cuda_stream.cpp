@@ -11,6 +11,8 @@
 // batch computes).
 #include <fmt/format.h>
 
+#include <atomic>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -78,6 +80,10 @@ void wait_for_compute(int device, cudaStream_t stream) {
   check(cudaEventDestroy(event), "cudaEventDestroy");
 }
 
+// Set by fail_next_pinned_free: the next PinnedHostAllocator::deallocate
+// fails with this error, as after a kernel fault (0: none).
+std::atomic<int> injected_free_error{0};
+
 // Page-locked host blocks, cached by size: cudaHostAlloc maps the pages for
 // the GPU, which costs milliseconds. A freed block may still be the source or
 // destination of a queued copy, so it is reused only once events recorded on
@@ -110,21 +116,58 @@ class PinnedHostAllocator final : public Allocator {
     return p;
   }
 
-  void deallocate(void* ptr, size_t bytes) override {
+  // Called by ~Storage, so it never throws: a CUDA error here (a device
+  // left in an error state by a faulted kernel) leaks the block, says so
+  // once on stderr, and leaves the next CUDA call to report the error. It
+  // records on the devices already in use only (a queued copy can only be on
+  // one of those; asking another would create a context on it) and leaves
+  // the caller's current device as it was.
+  void deallocate(void* ptr, size_t bytes) noexcept override {
     const size_t size = std::max<size_t>(bytes, 1);
     std::vector<cudaEvent_t> events;
-    for (int d = 0; d < cuda_hooks::device_count(); ++d) {
-      check(cudaSetDevice(d), "cudaSetDevice");
-      for (cudaStream_t s : {compute_stream(d), copy_stream(d)}) {
-        cudaEvent_t e;
-        check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-        check(cudaEventRecord(e, s), "cudaEventRecord");
-        events.push_back(e);
+    cudaError_t err = cudaSuccess;
+    const char* what = "";
+    try {
+      events.reserve(size_t(2 * cuda_hooks::device_count()));
+      int current = 0;
+      const bool know_current = (err = cudaGetDevice(&current)) == cudaSuccess;
+      if (!know_current) what = "cudaGetDevice";
+      if (const int injected = injected_free_error.exchange(0); err == cudaSuccess && injected) {
+        err = cudaError_t(injected);
+        what = "cudaSetDevice (an error injected by a test)";
       }
+      for (int d = 0; err == cudaSuccess && d < cuda_hooks::device_count(); ++d) {
+        if (!initialised(d)) continue;
+        if ((err = cudaSetDevice(d)) != cudaSuccess) {
+          what = "cudaSetDevice";
+          break;
+        }
+        for (cudaStream_t s : {compute_stream(d), copy_stream(d)}) {
+          cudaEvent_t e = nullptr;
+          if ((err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming)) != cudaSuccess) {
+            what = "cudaEventCreateWithFlags";
+            break;
+          }
+          events.push_back(e);
+          if ((err = cudaEventRecord(e, s)) != cudaSuccess) {
+            what = "cudaEventRecord";
+            break;
+          }
+        }
+      }
+      if (know_current) (void)cudaSetDevice(current);
+      if (err == cudaSuccess) {
+        std::lock_guard lock(mutex_);
+        stats_.allocated -= size;
+        free_.emplace(size, Block{ptr, std::move(events)});
+        return;
+      }
+    } catch (...) {  // std::bad_alloc from the event list or the cache
+      what = "caching the block (out of host memory)";
     }
-    std::lock_guard lock(mutex_);
-    stats_.allocated -= size;
-    free_.emplace(size, Block{ptr, std::move(events)});
+    for (cudaEvent_t e : events) (void)cudaEventDestroy(e);
+    (void)cudaGetLastError();
+    leak(size, what, err);
   }
 
   void empty_cache() override {
@@ -163,6 +206,31 @@ class PinnedHostAllocator final : public Allocator {
     }
     return true;
   }
+  // A block that cannot be cached safely is leaked: freeing it could pull
+  // the pages from under a copy still queued (cudaFreeHost is as unsafe as
+  // the calls that just failed). Said once, on the first such block.
+  void leak(size_t size, const char* what, cudaError_t err) noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      stats_.allocated -= size;
+      stats_.reserved -= size;
+      ++leaked_blocks_;
+    }
+    if (!warned_leak_.exchange(true))
+      std::fprintf(stderr,
+                   "anvil: a pinned host block of %zu bytes was not returned to the cache "
+                   "(%s failed: %s); it and any later such blocks are leaked\n",
+                   size, what, err == cudaSuccess ? "no CUDA error" : cudaGetErrorString(err));
+  }
+
+ public:
+  // Blocks leaked by deallocate after a CUDA error (for tests).
+  size_t leaked_blocks() const {
+    std::lock_guard lock(mutex_);
+    return leaked_blocks_;
+  }
+
+ private:
   static void release_events(std::vector<cudaEvent_t>& events) {
     for (cudaEvent_t e : events) check(cudaEventDestroy(e), "cudaEventDestroy");
     events.clear();
@@ -171,9 +239,18 @@ class PinnedHostAllocator final : public Allocator {
   mutable std::mutex mutex_;
   std::multimap<size_t, Block> free_;
   MemoryStats stats_;
+  size_t leaked_blocks_ = 0;
+  std::atomic<bool> warned_leak_{false};
 };
 
 }  // namespace
+
+void fail_next_pinned_free(cudaError_t err) { injected_free_error.store(int(err)); }
+
+size_t pinned_blocks_leaked() {
+  return static_cast<const PinnedHostAllocator&>(cuda_hooks::pinned_allocator()).leaked_blocks();
+}
+
 }  // namespace anvil::cuda
 
 namespace anvil::cuda_hooks {

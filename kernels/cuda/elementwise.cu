@@ -55,7 +55,7 @@ __device__ __forceinline__ int64_t grid_stride() {
 }
 
 // `v < 0 ? 0 : v` keeps NaN (as torch.relu and cpu::relu_forward do).
-__global__ void relu_forward_kernel(int64_t n, const float* x, float* y) {
+__global__ void __launch_bounds__(kBlock) relu_forward_kernel(int64_t n, const float* x, float* y) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const float v = x[i];
     y[i] = v < 0.0f ? 0.0f : v;
@@ -63,36 +63,36 @@ __global__ void relu_forward_kernel(int64_t n, const float* x, float* y) {
 }
 
 // dx = dy where y > 0, else 0 (also at y == 0 exactly, and for NaN y).
-__global__ void relu_backward_kernel(int64_t n, const float* y, const float* dy, float* dx) {
+__global__ void __launch_bounds__(kBlock) relu_backward_kernel(int64_t n, const float* y, const float* dy, float* dx) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
-__global__ void add_kernel(int64_t n, const float* a, const float* b, float* y) {
+__global__ void __launch_bounds__(kBlock) add_kernel(int64_t n, const float* a, const float* b, float* y) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = a[i] + b[i];
 }
 
-__global__ void mul_kernel(int64_t n, const float* a, const float* b, float* y) {
+__global__ void __launch_bounds__(kBlock) mul_kernel(int64_t n, const float* a, const float* b, float* y) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = a[i] * b[i];
 }
 
 // y += alpha * x
-__global__ void axpy_kernel(int64_t n, float alpha, const float* x, float* y) {
+__global__ void __launch_bounds__(kBlock) axpy_kernel(int64_t n, float alpha, const float* x, float* y) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] += alpha * x[i];
 }
 
 // y = alpha * x
-__global__ void scale_kernel(int64_t n, float alpha, const float* x, float* y) {
+__global__ void __launch_bounds__(kBlock) scale_kernel(int64_t n, float alpha, const float* x, float* y) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = alpha * x[i];
 }
 
 template <typename T>
-__global__ void fill_kernel(int64_t n, T value, T* y) {
+__global__ void __launch_bounds__(kBlock) fill_kernel(int64_t n, T value, T* y) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = value;
 }
 
 // y += value over int64: counters such as BatchNorm's num_batches_tracked,
 // advanced on the device so that no step waits on a device-to-host read.
-__global__ void add_scalar_kernel(int64_t n, int64_t value, int64_t* y) {
+__global__ void __launch_bounds__(kBlock) add_scalar_kernel(int64_t n, int64_t value, int64_t* y) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] += value;
 }
 
@@ -100,7 +100,7 @@ __global__ void add_scalar_kernel(int64_t n, int64_t value, int64_t* y) {
 // gradient) spread over y with no round trip to the host. Every thread reads
 // x[0] (one cached load); x must not lie inside y, or a thread could read it
 // after another has overwritten it.
-__global__ void broadcast_scalar_kernel(int64_t n, float alpha, const float* x, float* y) {
+__global__ void __launch_bounds__(kBlock) broadcast_scalar_kernel(int64_t n, float alpha, const float* x, float* y) {
   const float value = alpha * x[0];
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = value;
 }
@@ -111,7 +111,7 @@ __global__ void broadcast_scalar_kernel(int64_t n, float alpha, const float* x, 
 // total fits in 31 bits (32-bit division is several times cheaper than
 // 64-bit on a GPU), int64 otherwise.
 template <typename Index>
-__global__ void add_channel_bias_kernel(Index total, Index C, Index inner, const float* x,
+__global__ void __launch_bounds__(kBlock) add_channel_bias_kernel(Index total, Index C, Index inner, const float* x,
                                         const float* bias, float* y) {
   const Index stride = static_cast<Index>(gridDim.x) * static_cast<Index>(blockDim.x);
   for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) +

@@ -87,7 +87,7 @@ __device__ __forceinline__ void covering(I x, I k, I stride, I pad, I out, I& lo
 }
 
 template <typename I>
-__global__ void max_pool_forward_kernel(I total, Shape<I> s, const float* __restrict__ x,
+__global__ void __launch_bounds__(kBlock) max_pool_forward_kernel(I total, Shape<I> s, const float* __restrict__ x,
                                         float* __restrict__ y, int64_t* __restrict__ argmax) {
   for (I o = first_index<I>(); o < total; o += grid_stride<I>()) {
     const I q = o % s.Q;
@@ -124,7 +124,7 @@ __global__ void max_pool_forward_kernel(I total, Shape<I> s, const float* __rest
 }
 
 template <typename I>
-__global__ void max_pool_backward_kernel(I total, Shape<I> s, const float* __restrict__ dy,
+__global__ void __launch_bounds__(kBlock) max_pool_backward_kernel(I total, Shape<I> s, const float* __restrict__ dy,
                                          const int64_t* __restrict__ argmax,
                                          float* __restrict__ dx) {
   for (I i = first_index<I>(); i < total; i += grid_stride<I>()) {
@@ -148,7 +148,7 @@ __global__ void max_pool_backward_kernel(I total, Shape<I> s, const float* __res
 }
 
 template <typename I>
-__global__ void avg_pool_forward_kernel(I total, Shape<I> s, float inv,
+__global__ void __launch_bounds__(kBlock) avg_pool_forward_kernel(I total, Shape<I> s, float inv,
                                         const float* __restrict__ x, float* __restrict__ y) {
   for (I o = first_index<I>(); o < total; o += grid_stride<I>()) {
     const I q = o % s.Q;
@@ -167,7 +167,7 @@ __global__ void avg_pool_forward_kernel(I total, Shape<I> s, float inv,
 }
 
 template <typename I>
-__global__ void avg_pool_backward_kernel(I total, Shape<I> s, float inv,
+__global__ void __launch_bounds__(kBlock) avg_pool_backward_kernel(I total, Shape<I> s, float inv,
                                          const float* __restrict__ dy, float* __restrict__ dx) {
   for (I i = first_index<I>(); i < total; i += grid_stride<I>()) {
     const I w = i % s.W;

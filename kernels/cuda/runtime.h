@@ -27,4 +27,25 @@ inline void check(cudaError_t err, const char* what,
   }
 }
 
+// ANVIL_CUDA_SYNC=1 (like CUDA_LAUNCH_BLOCKING=1): launch() waits for every
+// kernel and checks it, so that a fault is reported by the launch of the
+// kernel that caused it, naming it, instead of by a later unrelated call.
+// Slow: for finding a fault, not for training. The variable is read once;
+// set_sync_launches overrides it (tests, tools).
+bool sync_launches();
+void set_sync_launches(bool on);
+
+// "namespace::kernel(argument types)" for a kernel's host-side pointer, or
+// "kernel at 0x..." where no symbol is found (the simulator build finds
+// symbols only in a binary linked with its symbols exported).
+std::string kernel_name(const void* kernel);
+
+// Throws std::runtime_error naming the kernel, its grid, block and shared
+// bytes, the launch's file:line, `when` (refused at launch, or failed while
+// running with ANVIL_CUDA_SYNC=1) and CUDA's error text. Clears the error
+// state first, so the next call starts clean (where the error is not sticky).
+[[noreturn]] void throw_launch_error(const void* kernel, dim3 grid, dim3 block,
+                                     size_t shared_bytes, std::source_location where,
+                                     const char* when, cudaError_t err);
+
 }  // namespace anvil::cuda

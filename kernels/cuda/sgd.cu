@@ -33,7 +33,7 @@ constexpr int64_t kMaxBlocks = 2048;
 enum class Mode { kPlain, kFirstStep, kMomentum };
 
 template <Mode kMode, bool kNesterov>
-__global__ void sgd_kernel(int64_t n, float* __restrict__ param, const float* __restrict__ grad,
+__global__ void __launch_bounds__(kBlock) sgd_kernel(int64_t n, float* __restrict__ param, const float* __restrict__ grad,
                            float* __restrict__ buf, float lr, float momentum,
                            float weight_decay) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;

@@ -58,6 +58,8 @@ namespace softmax_kernels {
 constexpr int kRowsPerBlock1 = 128;  // variant 1: threads (= rows) per block
 constexpr int kThreads2 = 256;       // variant 2: threads per row
 constexpr int kWarps3 = 8;           // variant 3: rows (= warps) per block
+constexpr int kBackwardThreads = 256;
+constexpr int kCountThreads = 256;   // whole warps: count_correct_kernel's ballots need them
 constexpr unsigned kFullMask = 0xffffffffu;
 
 __device__ __forceinline__ float fmax2(float a, float b) { return a > b ? a : b; }
@@ -69,7 +71,7 @@ __device__ __forceinline__ float row_loss(float s, float label_gap, float gap_su
   return logf(s) + (1.0f - e) * label_gap + (e / float(C)) * gap_sum;
 }
 
-__global__ void forward_thread_per_row(int64_t N, int64_t C, const float* __restrict__ logits,
+__global__ void __launch_bounds__(kRowsPerBlock1) forward_thread_per_row(int64_t N, int64_t C, const float* __restrict__ logits,
                                        const int64_t* __restrict__ labels, float smoothing,
                                        float* __restrict__ loss, float* __restrict__ probs) {
   const int64_t row = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
@@ -90,7 +92,7 @@ __global__ void forward_thread_per_row(int64_t N, int64_t C, const float* __rest
   loss[row] = row_loss(s, m - x[labels[row]], gap_sum, smoothing, C);
 }
 
-__global__ void forward_block_per_row(int64_t C, const float* __restrict__ logits,
+__global__ void __launch_bounds__(kThreads2) forward_block_per_row(int64_t C, const float* __restrict__ logits,
                                       const int64_t* __restrict__ labels, float smoothing,
                                       float* __restrict__ loss, float* __restrict__ probs) {
   __shared__ float red[kThreads2];
@@ -134,7 +136,7 @@ __global__ void forward_block_per_row(int64_t C, const float* __restrict__ logit
   if (t == 0) loss[row] = row_loss(sum, m - x[labels[row]], red_x[0], smoothing, C);
 }
 
-__global__ void forward_warp_per_row(int64_t N, int64_t C, const float* __restrict__ logits,
+__global__ void __launch_bounds__(kWarps3 * 32) forward_warp_per_row(int64_t N, int64_t C, const float* __restrict__ logits,
                                      const int64_t* __restrict__ labels, float smoothing,
                                      float* __restrict__ loss, float* __restrict__ probs) {
   const int lane = threadIdx.x % 32;
@@ -165,7 +167,7 @@ __global__ void forward_warp_per_row(int64_t N, int64_t C, const float* __restri
   if (lane == 0) loss[row] = row_loss(sum, m - x[labels[row]], gap_sum, smoothing, C);
 }
 
-__global__ void backward_kernel(int64_t N, int64_t C, const float* __restrict__ probs,
+__global__ void __launch_bounds__(kBackwardThreads) backward_kernel(int64_t N, int64_t C, const float* __restrict__ probs,
                                 const int64_t* __restrict__ labels, float smoothing,
                                 const float* __restrict__ dloss, float* __restrict__ dlogits) {
   const int64_t total = N * C, stride = int64_t{gridDim.x} * blockDim.x;
@@ -179,7 +181,7 @@ __global__ void backward_kernel(int64_t N, int64_t C, const float* __restrict__ 
 
 // Whole blocks walk the rows together (base is the same for every thread of
 // a block), so all 32 lanes reach each __ballot_sync, rows past N voting 0.
-__global__ void count_correct_kernel(int64_t N, int64_t C, const float* __restrict__ logits,
+__global__ void __launch_bounds__(kCountThreads) count_correct_kernel(int64_t N, int64_t C, const float* __restrict__ logits,
                                      const int64_t* __restrict__ labels,
                                      unsigned long long* __restrict__ counter) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
@@ -246,9 +248,9 @@ void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
   using namespace softmax_kernels;
   check_shape("softmax_cross_entropy_backward", N, C);
   if (N == 0) return;
-  constexpr int kThreads = 256;
-  const int64_t blocks = (N * C + kThreads - 1) / kThreads;
-  launch(backward_kernel, static_cast<unsigned>(blocks < 65536 ? blocks : 65536), dim3(kThreads),
+  const int64_t blocks = (N * C + kBackwardThreads - 1) / kBackwardThreads;
+  launch(backward_kernel, static_cast<unsigned>(blocks < 65536 ? blocks : 65536),
+         dim3(kBackwardThreads),
          0, stream, N, C, probs, labels, label_smoothing, dloss, dlogits);
 }
 
@@ -257,12 +259,11 @@ void count_correct(int64_t N, int64_t C, const float* logits, const int64_t* lab
   using namespace softmax_kernels;
   check_shape("count_correct", N, C);
   if (N == 0) return;
-  constexpr int kThreads = 256;
-  const int64_t blocks = (N + kThreads - 1) / kThreads;
+  const int64_t blocks = (N + kCountThreads - 1) / kCountThreads;
   // The int64 counter is added to as unsigned: two's complement makes the sum
   // the same, and CUDA's 64-bit atomicAdd is the unsigned one.
   launch(count_correct_kernel, static_cast<unsigned>(blocks < 1024 ? blocks : 1024),
-         dim3(kThreads), 0, stream, N, C, logits, labels,
+         dim3(kCountThreads), 0, stream, N, C, logits, labels,
          reinterpret_cast<unsigned long long*>(counter));
 }
 

@@ -12,11 +12,17 @@
 #include <iostream>
 #include <string>
 
+#include "tests/cuda_test_util.h"
+
 int main(int argc, char** argv) {
   Catch::Session session;
   if (const int code = session.applyCommandLine(argc, argv); code != 0) return code;
   const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
   const int rank = world_rank ? std::atoi(world_rank) : 0;
+  const Catch::ConfigData& config = session.configData();
+  const bool listing = config.listTests || config.listTestNamesOnly || config.listTags ||
+                       config.listReporters || config.showHelp;
+  if (!listing && rank == 0) std::cout << cuda_test::device_banner() << std::endl;
   std::string log;
   if (rank > 0) {
     log = "/tmp/anvil-parallel-tests-rank" + std::to_string(rank) + "-" +

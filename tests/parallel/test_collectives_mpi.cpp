@@ -3,6 +3,7 @@
 // every process checks its own results against the host's reference.
 #include <catch2/catch.hpp>
 
+#include "tests/cuda_test_util.h"
 #include "tests/parallel/scenarios.h"
 
 using namespace parallel_test;
@@ -42,7 +43,7 @@ TEST_CASE("mpi: argument errors are refused before anything moves, naming what i
                       Contains("uint8; reductions take float32 or int64"));
   REQUIRE_THROWS_WITH(comm->allreduce(Tensor::zeros({3}, DType::Int64), ReduceOp::kAverage),
                       Contains("average of int64"));
-  if (anvil::device_count() > 0) {
+  if (cuda_test::have_device("CUDA part")) {
     REQUIRE_THROWS_WITH(comm->allreduce(Tensor::zeros({3}, DType::Float32, anvil::Device::cuda(0))),
                         Contains("not CUDA-aware"));
   }
