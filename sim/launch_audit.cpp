@@ -68,6 +68,8 @@ constexpr size_t kSharedUnit = 128;
 // The relative jitter of one block's measured time on a busy host (see
 // record_launch).
 constexpr double kJitter = 0.25;
+// Blocks in the median that replaces each block's time (see record_launch).
+constexpr size_t kWindow = 9;
 
 struct Resources {
   unsigned registers = 0;
@@ -420,21 +422,24 @@ void detail::record_launch(const KernelLaunch& launch, std::vector<double>& seco
   for (double t : seconds)
     if (t >= 0) ran.push_back(t);
   for (double t : ran) launch_seconds += t;
-  // The prediction takes each block's time as the median of its own and its
-  // two neighbours' on either side (in launch order, among the blocks that
-  // ran). A lone slow block is the host's noise far more often than the
-  // kernel's (a page fault, caches cold after the simulator's thread was
-  // descheduled), and one such block in the last wave would set the busiest
-  // slot's time; a real difference of work (edge tiles, a split that is
-  // uneven) spans runs of neighbouring blocks and stays.
+  // The prediction takes each block's time as the lower quartile of the
+  // times of the 9 blocks around it (in launch order, among the blocks that
+  // ran). The host only ever adds to a block's time (page faults, caches
+  // cold after the simulator's thread was descheduled, another process's
+  // memory traffic), often for a few blocks in a row, and one such block in
+  // the last wave would set the busiest slot's time; a real difference of
+  // work (edge tiles, an uneven split) spans runs of neighbouring blocks and
+  // stays, and a lone light block does not lower its neighbours'.
   std::vector<double> smooth(ran.size());
   for (size_t i = 0; i < ran.size(); ++i) {
-    const size_t lo = i < 2 ? 0 : i - 2, hi = std::min(ran.size(), i + 3);
-    double window[5];
-    std::copy(ran.begin() + std::ptrdiff_t(lo), ran.begin() + std::ptrdiff_t(hi), window);
-    const size_t n = hi - lo;
-    std::nth_element(window, window + (n - 1) / 2, window + n);
-    smooth[i] = window[(n - 1) / 2];
+    // The window keeps its width at the ends: the first blocks of a launch
+    // (cold caches, first touches of new memory) are the slowest.
+    const size_t n = std::min(ran.size(), kWindow);
+    const size_t lo = std::min(i - std::min(i, kWindow / 2), ran.size() - n);
+    double window[kWindow];
+    std::copy(ran.begin() + std::ptrdiff_t(lo), ran.begin() + std::ptrdiff_t(lo + n), window);
+    std::nth_element(window, window + (n - 1) / 4, window + n);
+    smooth[i] = window[(n - 1) / 4];
   }
   // Blocks within a quarter of the launch's median are taken to do the
   // median's work: the host's jitter on one block's time is of that order,
