@@ -60,7 +60,7 @@ def table(rows):
         out.append(f"| `{short_name(r['kernel'])}` | {r['launches']} | {span(r['blocks_min'], r['blocks_max'])} | "
                    f"{span(r['threads_per_block_min'], r['threads_per_block'])} | "
                    f"{span(r['blocks_per_sm'], r['blocks_per_sm_max'])} ({r['residency_limit']}, {source}) | "
-                   f"{100 * r['work_share']:.1f}% | {'**' + util + '**' if flagged else util} |")
+                   f"{100 * r['work_share']:.2f}% | {'**' + util + '**' if flagged else util} |")
     return out
 
 
