@@ -125,6 +125,42 @@ double predicted_utilisation(const std::vector<double>& seconds, uint64_t slots)
   return total / double(slots) / busiest;
 }
 
+// The blocks' times as the prediction takes them (in launch order, the blocks
+// that ran).
+std::vector<double> without_host_noise(const std::vector<double>& ran) {
+  // Each block's time becomes the lower quartile of the times of the 9
+  // blocks around it. The host only ever adds to a block's time (page faults, caches
+  // cold after the simulator's thread was descheduled, another process's
+  // memory traffic), often for a few blocks in a row, and one such block in
+  // the last wave would set the busiest slot's time; a real difference of
+  // work (edge tiles, an uneven split) spans runs of neighbouring blocks and
+  // stays, and a lone light block does not lower its neighbours'.
+  std::vector<double> smooth(ran.size());
+  for (size_t i = 0; i < ran.size(); ++i) {
+    // The window keeps its width at the ends: the first blocks of a launch
+    // (cold caches, first touches of new memory) are the slowest.
+    const size_t n = std::min(ran.size(), kWindow);
+    const size_t lo = std::min(i - std::min(i, kWindow / 2), ran.size() - n);
+    double window[kWindow];
+    std::copy(ran.begin() + std::ptrdiff_t(lo), ran.begin() + std::ptrdiff_t(lo + n), window);
+    std::nth_element(window, window + (n - 1) / 4, window + n);
+    smooth[i] = window[(n - 1) / 4];
+  }
+  // Blocks within a quarter of the launch's median are taken to do the
+  // median's work: the host's jitter on one block's time is of that order,
+  // and over a launch's 132 x R slots the busiest would pick up its largest
+  // excursions (equal elementwise blocks scored 0.7 instead of 0.97). Work
+  // that really differs more (a partial edge tile, an uneven split) stays.
+  if (!smooth.empty()) {
+    std::vector<double> sorted = smooth;
+    std::nth_element(sorted.begin(), sorted.begin() + std::ptrdiff_t(sorted.size() / 2), sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    for (double& t : smooth)
+      if (std::abs(t - median) <= kJitter * median) t = median;
+  }
+  return smooth;
+}
+
 // ---- naming a kernel by its symbol ----
 
 struct Symbol {
@@ -422,37 +458,7 @@ void detail::record_launch(const KernelLaunch& launch, std::vector<double>& seco
   for (double t : seconds)
     if (t >= 0) ran.push_back(t);
   for (double t : ran) launch_seconds += t;
-  // The prediction takes each block's time as the lower quartile of the
-  // times of the 9 blocks around it (in launch order, among the blocks that
-  // ran). The host only ever adds to a block's time (page faults, caches
-  // cold after the simulator's thread was descheduled, another process's
-  // memory traffic), often for a few blocks in a row, and one such block in
-  // the last wave would set the busiest slot's time; a real difference of
-  // work (edge tiles, an uneven split) spans runs of neighbouring blocks and
-  // stays, and a lone light block does not lower its neighbours'.
-  std::vector<double> smooth(ran.size());
-  for (size_t i = 0; i < ran.size(); ++i) {
-    // The window keeps its width at the ends: the first blocks of a launch
-    // (cold caches, first touches of new memory) are the slowest.
-    const size_t n = std::min(ran.size(), kWindow);
-    const size_t lo = std::min(i - std::min(i, kWindow / 2), ran.size() - n);
-    double window[kWindow];
-    std::copy(ran.begin() + std::ptrdiff_t(lo), ran.begin() + std::ptrdiff_t(lo + n), window);
-    std::nth_element(window, window + (n - 1) / 4, window + n);
-    smooth[i] = window[(n - 1) / 4];
-  }
-  // Blocks within a quarter of the launch's median are taken to do the
-  // median's work: the host's jitter on one block's time is of that order,
-  // and over a launch's 132 x R slots the busiest would pick up its largest
-  // excursions (equal elementwise blocks scored 0.7 instead of 0.97). Work
-  // that really differs more (a partial edge tile, an uneven split) stays.
-  if (!smooth.empty()) {
-    std::vector<double> sorted = smooth;
-    std::nth_element(sorted.begin(), sorted.begin() + std::ptrdiff_t(sorted.size() / 2), sorted.end());
-    const double median = sorted[sorted.size() / 2];
-    for (double& t : smooth)
-      if (std::abs(t - median) <= kJitter * median) t = median;
-  }
+  std::vector<double> smooth = without_host_noise(ran);
   // A block the sample skipped is taken to last the mean of those that ran.
   const bool sampled = ran.size() < seconds.size();
   double mean = 0;
