@@ -6,6 +6,7 @@
 # and roofline bounds of LeNet's and ResNet-18's layers. No GPU needed.
 #
 #   bash scripts/kernel-table.sh           # rewrite the table in docs/kernels.md
+#                                          # and docs/kernel-resources.json
 #   bash scripts/kernel-table.sh --print   # print it, change nothing
 #
 # Needs nvcc (CUDA 13; /usr/local/cuda/bin is searched) and cuobjdump with
@@ -53,6 +54,9 @@ python3 scripts/kernel_table.py "$out" "nvcc $(nvcc --version | grep -o "release
 if [[ "$mode" == print ]]; then
   cat "$out/table.md"
 else
+  # The launch audit (sim/launch_audit.cpp) reads the registers and shared
+  # memory of each kernel from here.
+  cp "$out/kernel-resources.json" docs/kernel-resources.json
   python3 - "$out/table.md" <<'EOF'
 import sys
 doc = "docs/kernels.md"

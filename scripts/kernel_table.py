@@ -5,7 +5,9 @@ Called by scripts/kernel-table.sh with the folder holding, for every
 kernels/cuda/NAME.cu, NAME.ptxas (nvcc -Xptxas -v), NAME.sass (cuobjdump
 --dump-sass) and NAME.names (the mangled kernel names, demangled, one
 "mangled<TAB>demangled" per line). Prints the Markdown that goes between the
-kernel-table markers. Standard library only.
+kernel-table markers, and writes FOLDER/kernel-resources.json (each kernel's
+registers and static shared memory, for the simulator's launch audit).
+Standard library only.
 
 Occupancy uses the documented limits of one H100 SM (compute capability 9.0,
 CUDA C++ Programming Guide, "Technical Specifications per Compute
@@ -13,6 +15,7 @@ Capability"); the roofline uses the H100 SXM5 datasheet's FP32 peak and HBM3
 bandwidth. Nothing here is measured: see docs/kernels.md for what each figure
 means, and bench_cuda_kernels for times on a GPU.
 """
+import json
 import math
 import re
 import sys
@@ -373,8 +376,26 @@ def shape_table(rows):
     return out, summary
 
 
+def write_resources(folder, compiler):
+    """FOLDER/kernel-resources.json: every kernel instantiation's registers
+    and static shared memory for sm_90, by mangled name (g++ mangles the
+    simulator build's kernels alike), for the simulator's launch audit
+    (sim/launch_audit.cpp)."""
+    kernels = {}
+    for ptxas in sorted(folder.glob("*.ptxas")):
+        names = dict(line.split("\t", 1) for line in (folder / f"{ptxas.stem}.names").read_text().splitlines()
+                     if "\t" in line)
+        for mangled, r in parse_ptxas(ptxas.read_text()).items():
+            kernels[mangled] = {"name": names.get(mangled, mangled), "file": f"{ptxas.stem}.cu",
+                                "registers": r["regs"], "static_shared_bytes": r["smem"]}
+    doc = {"source": f"ptxas -v of nvcc -O3 -arch=sm_90 ({compiler}), by scripts/kernel-table.sh",
+           "kernels": dict(sorted(kernels.items()))}
+    (folder / "kernel-resources.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
 def main():
     folder = Path(sys.argv[1])
+    write_resources(folder, sys.argv[2] if len(sys.argv) > 2 else "nvcc")
     rows = kernel_rows(folder)
     table, problems, rows = kernel_table(rows)
     shapes, summary = shape_table(rows)

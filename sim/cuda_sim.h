@@ -330,6 +330,9 @@ struct KernelCall {
   // The kernel's body for one CUDA thread: called by every thread of every
   // block, from several worker threads at once.
   virtual void run_thread() const = 0;
+  // The kernel function's address, by which the launch audit names the
+  // kernel (its symbol); null when unknown.
+  virtual const void* kernel_address() const { return nullptr; }
 };
 
 // The launch behind anvil::cuda::launch: checks the configuration and queues
@@ -368,6 +371,25 @@ StreamMode stream_mode();
 // deferred stream mode (the default; eager mode runs work as it is queued).
 // Tests use it to keep such waits out of the training step.
 uint64_t host_waits();
+
+// The launch audit (docs/kernels.md, "Launch audit"): while it records, every
+// block of every launch is timed (thread CPU time) and each kernel's launches,
+// blocks, share of the run's block time and predicted SM utilisation on an
+// H100 are kept; finishing writes them to `path`, one JSON object per kernel
+// per line. ANVIL_SIM_LAUNCH_AUDIT=FILE starts it at the first launch and
+// finishes it at exit. start_launch_audit throws std::runtime_error naming
+// `path` when it cannot be written (and when an audit is already recording);
+// finish_launch_audit when the file cannot be written, and does nothing when
+// no audit records.
+void start_launch_audit(const std::string& path);
+void finish_launch_audit();
+
+// Run only `count` evenly spread blocks of each launch (0: all; the first
+// value comes from ANVIL_SIM_SAMPLE_BLOCKS). For the launch audit of a run
+// too slow to simulate whole: the blocks skipped leave their outputs
+// unwritten, so the run's numeric results are invalid.
+void set_sample_blocks(uint64_t count);
+uint64_t sample_blocks();
 
 // Limits the launch enforces (a compute-capability 8.x/9.x device's).
 constexpr unsigned kMaxThreadsPerBlock = 1024;

@@ -14,6 +14,7 @@
 // stacks, the sanitizers' view of the host thread) is thread_local, set by
 // each worker when it joins the launch.
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -507,12 +508,23 @@ std::atomic<unsigned>& worker_setting() {
   return count;
 }
 
+// This thread's CPU time: a block's cost for the launch audit. Every fiber
+// of a block runs on the worker thread that runs the block, and CPU time
+// leaves out the time other processes hold the core.
+double thread_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 // One launch as its workers share it. Block numbers run x fastest, then y,
 // then z: with one worker, the order blocks always ran in.
 struct LaunchJob {
   explicit LaunchJob(const detail::KernelLaunch& l) : launch(l) {}
   const detail::KernelLaunch& launch;
   uint64_t blocks = 0;
+  uint64_t run = 0;  // the blocks that run: all, or ANVIL_SIM_SAMPLE_BLOCKS of them
+  double* seconds = nullptr;  // per block, while the launch audit records
   std::atomic<uint64_t> next{0};
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
@@ -526,8 +538,12 @@ struct LaunchJob {
     const dim3 g = launch.grid;
     const size_t shared_bytes = launch.shared_bytes;
     while (!failed.load(std::memory_order_relaxed)) {
-      const uint64_t b = next.fetch_add(1, std::memory_order_relaxed);
-      if (b >= blocks) return;
+      const uint64_t taken = next.fetch_add(1, std::memory_order_relaxed);
+      if (taken >= run) return;
+      // A sample is spread evenly: the middle block of each run-th of the grid.
+      using Wide = unsigned __int128;  // (2 taken + 1) * blocks may pass 2^64
+      const uint64_t b =
+          run == blocks ? taken : static_cast<uint64_t>((2 * Wide(taken) + 1) * blocks / (2 * run));
       blockIdx = uint3{static_cast<unsigned>(b % g.x), static_cast<unsigned>(b / g.x % g.y),
                        static_cast<unsigned>(b / (uint64_t{g.x} * g.y))};
       try {
@@ -538,7 +554,9 @@ struct LaunchJob {
         if (shared_bytes && !smem) throw std::bad_alloc();
         if (shared_bytes) std::memset(smem.get(), 0xFF, shared_bytes);
         t_dynamic_shared = smem.get();
+        const double start = seconds ? thread_seconds() : 0.0;
         run_block(*launch.call, launch.where);
+        if (seconds) seconds[b] = thread_seconds() - start;
         t_dynamic_shared = nullptr;
       } catch (const std::exception& e) {
         t_dynamic_shared = nullptr;
@@ -647,13 +665,21 @@ void detail::run_kernel(const detail::KernelLaunch& launch) {
   LaunchJob job(launch);
   const dim3 g = launch.grid;
   job.blocks = uint64_t{g.x} * g.y * g.z;
-  const uint64_t helpers = std::min<uint64_t>(workers() - 1, job.blocks - 1);
+  const uint64_t sample = detail::sample_blocks_for_launch();
+  job.run = sample > 0 && sample < job.blocks ? sample : job.blocks;
+  std::vector<double> seconds;  // negative: not run (sampled out)
+  if (detail::launch_audit_recording()) {
+    seconds.assign(job.blocks, -1.0);
+    job.seconds = seconds.data();
+  }
+  const uint64_t helpers = std::min<uint64_t>(workers() - 1, job.run - 1);
   if (helpers == 0) {
     job.work();  // one worker: blocks in order on this thread, no pool involved
   } else {
     pool().run(job, static_cast<unsigned>(helpers));
   }
   if (!job.error.empty()) throw std::runtime_error(job.error);
+  if (job.seconds) detail::record_launch(launch, seconds);
 }
 
 void set_workers(unsigned count) { worker_setting().store(std::max(count, 1u)); }

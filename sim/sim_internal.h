@@ -8,6 +8,7 @@
 #include <memory>
 #include <source_location>
 #include <string>
+#include <vector>
 
 #include "sim/cuda_sim.h"
 
@@ -35,6 +36,19 @@ void check_launch_config(dim3 grid, dim3 block, size_t shared_bytes,
 // with the first error: a divergent barrier, a misused warp collective, or an
 // exception thrown by a CUDA thread; workers take no new block after it.
 void run_kernel(const KernelLaunch& launch);
+
+// ---- launch_audit.cpp ----
+// True while the launch audit records; the first call starts it when
+// ANVIL_SIM_LAUNCH_AUDIT names a file (throws std::runtime_error when that
+// file cannot be written).
+bool launch_audit_recording();
+// Records a launch that has run: seconds[b] is block b's thread CPU time, or
+// negative for a block that ANVIL_SIM_SAMPLE_BLOCKS skipped (it is then taken
+// to have lasted the mean of those that ran).
+void record_launch(const KernelLaunch& launch, std::vector<double>& seconds);
+// sample_blocks(), and a one-time note on stderr that sampling makes the
+// run's numbers invalid (throws for a malformed ANVIL_SIM_SAMPLE_BLOCKS).
+uint64_t sample_blocks_for_launch();
 
 // ---- runtime.cpp ----
 // Records err and its readable detail as this thread's last error.

@@ -65,6 +65,7 @@ void launch(void (*kernel)(KArgs...), GridArg grid, dim3 block, size_t shared_by
     std::tuple<KArgs...> params;
     Call(void (*k)(KArgs...), std::tuple<KArgs...>&& p) : kernel(k), params(std::move(p)) {}
     void run_thread() const override { std::apply(kernel, params); }
+    const void* kernel_address() const override { return reinterpret_cast<const void*>(kernel); }
   };
   anvil::sim::launch_kernel(
       grid.dims, block, shared_bytes, stream, grid.where,

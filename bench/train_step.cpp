@@ -1,0 +1,77 @@
+// train_step: training steps (forward, loss, backward, SGD) of one of
+// anvil-train's models at a batch size, on one device, with a recipe's
+// optimizer, and nothing else: no data set to read, no evaluation. It is
+// what the simulator's launch audit records (scripts/launch-audit.sh;
+// docs/kernels.md, "Launch audit"), where anvil-train would add an
+// evaluation's launches to the step's.
+//
+//   ANVIL_SIM_LAUNCH_AUDIT=audit.jsonl ./build/sim/train_step --model resnet18 --batch-size 256
+//
+// The images are a fixed synthetic pattern: a step launches the same kernels
+// on the same shapes whatever the pixels are. The recipe (seed by default)
+// gives the init, the SGD options and the label smoothing, so the step is the
+// one anvil-train --recipe takes; its CPU-side transforms do not change what
+// the device runs, except --resize, which sets the images' size here.
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "apps/train_recipes.h"
+#include "core/device.h"
+#include "data/dataloader.h"
+#include "data/idx.h"
+#include "nn/models.h"
+#include "nn/optim.h"
+#include "nn/train.h"
+
+using namespace anvil;
+
+int main(int argc, char** argv) {
+  CLI::App cli{"Training steps of a model on one device, for the simulator's launch audit"};
+  app::Options o;
+  std::string device = "cuda:0";
+  int64_t batch = 0;  // 0: the recipe's
+  int steps = 1;
+  cli.add_option("--model", o.model, "lenet, resnet18 or resnet18-96")->capture_default_str();
+  cli.add_option("--recipe", o.recipe, "seed or best: init, SGD options, label smoothing")
+      ->capture_default_str();
+  cli.add_option("--batch-size", batch, "Images per step (default: the recipe's)");
+  cli.add_option("--steps", steps, "Training steps")->capture_default_str()->check(CLI::PositiveNumber);
+  cli.add_option("--device", device, "cpu or cuda:N")->capture_default_str();
+  CLI11_PARSE(cli, argc, argv);
+  try {
+    o = app::apply_recipe(o);
+    if (batch > 0) o.batch_size = batch;
+    const Device dev = Device::parse(device);
+    auto model = models::create(o.model, app::parse_init(o.init));
+    model->to(dev);
+
+    data::ImageSet set;
+    set.count = o.batch_size * steps;
+    set.rows = set.cols = o.model == "resnet18-96" ? 96 : o.resize > 0 ? o.resize : 28;
+    set.pixels.resize(size_t(set.count * set.rows * set.cols));
+    for (size_t i = 0; i < set.pixels.size(); ++i) set.pixels[i] = uint8_t(i * 31 % 251);
+    set.labels.resize(size_t(set.count));
+    for (int64_t i = 0; i < set.count; ++i) set.labels[size_t(i)] = i % 10;
+    data::DataLoader loader(set, o.batch_size, false, false, o.seed);
+
+    optim::SGD optimizer(model->parameters(), {.lr = o.lr, .momentum = o.momentum,
+                                               .weight_decay = o.weight_decay,
+                                               .nesterov = o.nesterov});
+    train::EpochOptions epoch;
+    epoch.label_smoothing = o.label_smoothing;
+    const train::EpochStats stats = train::train_epoch(*model, optimizer, loader, dev, epoch);
+    synchronize(dev);
+    fmt::print("{} ({} recipe) on {}: {} step(s) of batch {}, loss {:.4f}, {:.1f} s\n", o.model,
+               o.recipe, dev.str(), steps, o.batch_size, stats.loss, stats.seconds);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_step: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The launch audit of one training step (docs/kernels.md, "Launch audit"):
+# runs build/sim/train_step (the simulator build) for MODEL at BATCH with
+# ANVIL_SIM_LAUNCH_AUDIT, then prints the Markdown table of its kernels,
+# sorted by their share of the step's simulated work, with the predicted SM
+# utilisation on an H100 of each; rows with >= 1% of the work and a
+# utilisation below 0.8 are in bold.
+#
+#   bash scripts/launch-audit.sh lenet 256                 # print the table
+#   bash scripts/launch-audit.sh resnet18 128 --sample 8   # at most 8 blocks per launch run
+#   bash scripts/launch-audit.sh lenet 256 --write         # also rewrite its table in docs/kernels.md
+#
+# --sample N sets ANVIL_SIM_SAMPLE_BLOCKS=N: each launch runs N evenly spread
+# blocks and skips the rest (a full ResNet-18 step takes too long on the
+# simulator); the timings stay usable, the step's numbers do not. --recipe R
+# (default seed) picks the optimizer, as anvil-train's --recipe. The build
+# folder is build/sim unless ANVIL_BUILD says otherwise; train_step is
+# (re)built there first. The audit file stays in build/launch-audit/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+usage="usage: scripts/launch-audit.sh MODEL BATCH [--sample N] [--recipe R] [--write]"
+[[ $# -ge 2 ]] || { echo "$usage" >&2; exit 2; }
+model=$1 batch=$2
+shift 2
+sample=0 recipe=seed write=
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --sample) sample=${2:?--sample needs a block count}; shift 2 ;;
+    --recipe) recipe=${2:?--recipe needs seed or best}; shift 2 ;;
+    --write) write=1; shift ;;
+    *) echo "launch-audit: unknown argument '$1'" >&2; echo "$usage" >&2; exit 2 ;;
+  esac
+done
+[[ $batch =~ ^[1-9][0-9]*$ ]] || { echo "launch-audit: BATCH '$batch' is not a positive number" >&2; exit 2; }
+[[ $sample =~ ^[0-9]+$ ]] || { echo "launch-audit: --sample '$sample' is not a block count" >&2; exit 2; }
+
+build=${ANVIL_BUILD:-build/sim}
+if ! grep -q 'ANVIL_CUDA:STRING=SIM' "$build/CMakeCache.txt" 2>/dev/null; then
+  echo "launch-audit: $build is not a simulator build (cmake --preset sim)" >&2
+  exit 2
+fi
+nice -n 19 cmake --build "$build" --target train_step -j2 >/dev/null
+
+out=build/launch-audit
+mkdir -p "$out"
+audit="$out/$model-$batch.jsonl"
+start=$(date +%s)
+ANVIL_SIM_LAUNCH_AUDIT="$audit" ANVIL_SIM_SAMPLE_BLOCKS="$sample" \
+  nice -n 19 "$build/train_step" --model "$model" --batch-size "$batch" --recipe "$recipe" >&2
+seconds=$(( $(date +%s) - start ))
+
+cmd="scripts/launch-audit.sh $model $batch"
+[[ $sample != 0 ]] && cmd+=" --sample $sample"
+[[ $recipe != seed ]] && cmd+=" --recipe $recipe"
+title="**$model, batch $batch, one training step ($recipe recipe)**, \`$cmd\` ($(date -u +%Y-%m-%d), ${seconds} s on this machine)"
+args=("$audit" --title "$title")
+[[ -n $write ]] && args+=(--write "$model $batch")
+python3 scripts/launch_audit.py "${args[@]}"

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Turns a launch audit (ANVIL_SIM_LAUNCH_AUDIT's file: one JSON object per
+kernel per line, sim/launch_audit.cpp) into the Markdown table of
+docs/kernels.md's "Launch audit", and optionally puts it there.
+
+  launch_audit.py AUDIT.jsonl --title TEXT [--note TEXT] [--write MARKER]
+
+--write MARKER replaces what lies between "<!-- launch-audit MARKER: begin"
+and "<!-- launch-audit MARKER: end -->" in docs/kernels.md; without it the
+table is printed. Rows are sorted by work share; a row is flagged when the
+kernel has at least 1% of the step's simulated block time and a predicted
+SM utilisation below 0.8 (issue #23's goal). Standard library only.
+"""
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+SHARE_FLOOR = 0.01
+UTILISATION_GOAL = 0.8
+DOC = Path(__file__).resolve().parent.parent / "docs" / "kernels.md"
+
+
+def read(path):
+    rows = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        try:
+            row = json.loads(line)
+            row["kernel"], row["work_share"], row["predicted_sm_utilisation"]
+        except (ValueError, KeyError, TypeError) as e:
+            sys.exit(f"launch_audit: {path}:{n}: not an audit line ({e})")
+        rows.append(row)
+    if not rows:
+        sys.exit(f"launch_audit: {path}: no kernels (was the run on a simulated device?)")
+    return sorted(rows, key=lambda r: -r["work_share"])
+
+
+def short_name(name):
+    """A warp_tile::Shape<...> argument as the tile it makes (128x128), as
+    docs/kernels.md's kernel table names the variants."""
+    def tile(m):
+        bk, wm, wn, lanes_m, sub_m, sub_n, *_ = (int(v) for v in m.group(1).split(","))
+        return f"{wm * sub_m * lanes_m * 4}x{wn * sub_n * (32 // lanes_m) * 4}"
+    return re.sub(r"warp_tile::Shape<([\d, ]+)>", tile, name).replace("> >", ">>")
+
+
+def span(lo, hi):
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def table(rows):
+    out = ["| kernel | launches | blocks | threads/block | blocks/SM (limit, source) | work share | "
+           "predicted SM utilisation |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        source = "ptxas" if r["residency_source"].startswith("ptxas") else "assumed"
+        flagged = r["work_share"] >= SHARE_FLOOR and r["predicted_sm_utilisation"] < UTILISATION_GOAL
+        util = f"{r['predicted_sm_utilisation']:.3f}"
+        out.append(f"| `{short_name(r['kernel'])}` | {r['launches']} | {span(r['blocks_min'], r['blocks_max'])} | "
+                   f"{span(r['threads_per_block_min'], r['threads_per_block'])} | "
+                   f"{span(r['blocks_per_sm'], r['blocks_per_sm_max'])} ({r['residency_limit']}, {source}) | "
+                   f"{100 * r['work_share']:.2f}% | {'**' + util + '**' if flagged else util} |")
+    return out
+
+
+def summary(rows):
+    flagged = [r for r in rows if r["work_share"] >= SHARE_FLOOR and r["predicted_sm_utilisation"] < UTILISATION_GOAL]
+    big = [r for r in rows if r["work_share"] >= SHARE_FLOOR]
+    seconds = sum(r["simulated_seconds"] for r in rows)
+    sample = max(r.get("sample_blocks", 0) for r in rows)
+    sampled = sum(r.get("sampled_launches", 0) for r in rows)
+    launches = sum(r["launches"] for r in rows)
+    weighted = sum(r["work_share"] * r["predicted_sm_utilisation"] for r in rows)
+    if sample:
+        how = (f"at most {sample} evenly spread blocks of each launch ran ({sampled} of {launches} launches "
+               f"sampled; a skipped block counts as the mean of its launch's sampled ones), so the run's "
+               f"numeric results were discarded")
+    else:
+        how = "every block ran (no sampling)"
+    return (f"{len(rows)} kernels, {launches} launches, {seconds:.1f} s of simulated block time; {how}. "
+            f"Work-weighted predicted utilisation {weighted:.3f}; {len(flagged)} of the {len(big)} kernels "
+            f"with >= 1% of the work are below {UTILISATION_GOAL} (bold).")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("audit")
+    ap.add_argument("--title", required=True)
+    ap.add_argument("--note", default="")
+    ap.add_argument("--write", metavar="MARKER")
+    a = ap.parse_args()
+    rows = read(a.audit)
+    lines = [f"{a.title}: {summary(rows)}{(' ' + a.note) if a.note else ''}", ""] + table(rows)
+    text = "\n".join(lines)
+    if not a.write:
+        print(text)
+        return
+    begin = re.compile(rf"<!-- launch-audit {re.escape(a.write)}: begin[^>]*-->\n")
+    end = f"<!-- launch-audit {a.write}: end -->"
+    doc = DOC.read_text()
+    m = begin.search(doc)
+    if not m or end not in doc[m.end():]:
+        sys.exit(f"launch_audit: {DOC} has no '<!-- launch-audit {a.write}: begin ... -->' ... '{end}' markers")
+    tail = doc[m.end():].split(end, 1)[1]
+    DOC.write_text(doc[:m.end()] + text + "\n" + end + tail)
+    print(f"launch_audit: {DOC.name}, {a.write}: updated")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+// The simulator's launch audit (sim/launch_audit.cpp; docs/kernels.md,
+// "Launch audit"): ANVIL_SIM_LAUNCH_AUDIT=FILE writes one JSON object per
+// kernel, and a launch that would leave an H100's SMs idle is flagged by its
+// predicted utilisation.
+#if defined(ANVIL_CUDA_SIM)
+#include <catch2/catch.hpp>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "tests/cli_test_util.h"
+#include "tests/cuda_test_util.h"
+#include "sim_audit_kernels.cu"
+
+namespace {
+
+using Catch::Contains;
+using anvil::testing::TempDir;
+using anvil::testing::cli::quote;
+
+// The audit's file as rows by kernel name; every line must be a JSON object
+// with every field the audit promises.
+std::map<std::string, nlohmann::json> read_audit(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in);
+  std::map<std::string, nlohmann::json> rows;
+  double shares = 0;
+  for (std::string line; std::getline(in, line);) {
+    INFO(path << ": " << line);
+    nlohmann::json row;
+    REQUIRE_NOTHROW(row = nlohmann::json::parse(line));
+    REQUIRE(row.is_object());
+    for (const char* field :
+         {"kernel", "launches", "blocks_min", "blocks_max", "threads_per_block", "blocks_per_sm",
+          "residency_source", "work_share", "predicted_sm_utilisation", "sample_blocks"})
+      REQUIRE(row.contains(field));
+    CHECK(row["blocks_min"].get<uint64_t>() <= row["blocks_max"].get<uint64_t>());
+    const double u = row["predicted_sm_utilisation"].get<double>();
+    CHECK(u >= 0.0);
+    CHECK(u <= 1.0 + 1e-9);
+    shares += row["work_share"].get<double>();
+    rows[row["kernel"].get<std::string>()] = row;
+  }
+  REQUIRE(!rows.empty());
+  CHECK(shares == Approx(1.0).epsilon(1e-6));
+  return rows;
+}
+
+// Finishes the audit even when a REQUIRE leaves the test early, so that no
+// later test records into it.
+struct AuditScope {
+  explicit AuditScope(const std::string& path) { anvil::sim::start_launch_audit(path); }
+  ~AuditScope() {
+    try {
+      anvil::sim::finish_launch_audit();
+    } catch (...) {
+    }
+  }
+};
+
+constexpr int kIterations = 2000;  // tens of microseconds per 32-thread block
+constexpr unsigned kEqualBlocks = 132 * 20;
+
+void launch_and_wait(void (*kernel)(float*, int), unsigned blocks, float* out) {
+  anvil::cuda::launch(kernel, blocks, 32, 0, nullptr, out, kIterations);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+}
+
+// anvil-train with ANVIL_SIM_LAUNCH_AUDIT set for it alone.
+anvil::testing::cli::CliResult train_with_audit(const std::string& audit, const std::string& args) {
+  TempDir dir("audit_cli");
+  const std::string out = dir.file("output.txt");
+  const std::string cmd = "env ANVIL_SIM_LAUNCH_AUDIT=" + quote(audit) + " " +
+                          quote(ANVIL_TRAIN_BIN) + " " + args + " > " + quote(out) +
+                          " 2>&1 < /dev/null";
+  const int rc = std::system(cmd.c_str());
+  REQUIRE(rc != -1);
+  anvil::testing::cli::CliResult r;
+  r.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+  r.output = anvil::testing::read_file(out);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("sim: the launch audit flags a one-block launch and passes many equal blocks",
+          "[sim][audit]") {
+  TempDir dir("audit");
+  const std::string path = dir.file("audit.jsonl");
+  cuda_test::DeviceBuffer<float> out(kEqualBlocks);
+  // Once before the audit: each worker's first blocks also map fiber stacks.
+  launch_and_wait(sim_audit_kernels::equal_blocks, kEqualBlocks, out.ptr);
+  {
+    AuditScope audit(path);
+    launch_and_wait(sim_audit_kernels::lone_block, 1, out.ptr);
+    launch_and_wait(sim_audit_kernels::equal_blocks, kEqualBlocks, out.ptr);
+  }
+  auto rows = read_audit(path);
+  REQUIRE(rows.size() == 2);
+  const auto& lone = rows.at("sim_audit_kernels::lone_block");
+  const auto& equal = rows.at("sim_audit_kernels::equal_blocks");
+  INFO(lone.dump() << "\n" << equal.dump());
+  CHECK(lone["launches"] == 1);
+  CHECK(lone["blocks_max"] == 1);
+  CHECK(lone["threads_per_block"] == 32);
+  // Test kernels have no ptxas figures: one block per SM is assumed, so the
+  // lone block keeps 1 of 132 SMs busy.
+  CHECK_THAT(lone["residency_source"].get<std::string>(), Contains("assumed"));
+  CHECK(lone["blocks_per_sm"] == 1);
+  CHECK(lone["predicted_sm_utilisation"].get<double>() == Approx(1.0 / 132));
+  CHECK(lone["predicted_sm_utilisation"].get<double>() < 0.01);
+  CHECK(equal["blocks_min"] == kEqualBlocks);
+  CHECK(equal["predicted_sm_utilisation"].get<double>() > 0.9);
+  // 2640 blocks against 1: the equal blocks hold nearly all the time.
+  CHECK(equal["work_share"].get<double>() > 0.9);
+  CHECK(equal["sample_blocks"] == 0);
+}
+
+TEST_CASE("sim: ANVIL_SIM_SAMPLE_BLOCKS runs an evenly spread sample of each launch's blocks",
+          "[sim][audit]") {
+  TempDir dir("audit");
+  const std::string path = dir.file("audit.jsonl");
+  std::vector<float> host(kEqualBlocks, -1.0f);
+  cuda_test::DeviceBuffer<float> out(host);
+  const uint64_t before = anvil::sim::sample_blocks();
+  {
+    AuditScope audit(path);
+    anvil::sim::set_sample_blocks(10);
+    launch_and_wait(sim_audit_kernels::equal_blocks, kEqualBlocks, out.ptr);
+    anvil::sim::set_sample_blocks(before);
+  }
+  REQUIRE(cudaMemcpy(host.data(), out.ptr, host.size() * sizeof(float), cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
+  std::vector<size_t> ran;
+  for (size_t b = 0; b < host.size(); ++b)
+    if (host[b] != -1.0f) ran.push_back(b);
+  REQUIRE(ran.size() == 10);
+  CHECK(ran.front() == kEqualBlocks / 20);  // the middle of the first tenth
+  CHECK(ran.back() == kEqualBlocks - kEqualBlocks / 20);
+  auto rows = read_audit(path);
+  const auto& equal = rows.at("sim_audit_kernels::equal_blocks");
+  CHECK(equal["blocks_max"] == kEqualBlocks);  // the launch's blocks, not the sample's
+  CHECK(equal["sampled_launches"] == 1);
+  CHECK(equal["sample_blocks"] == 10);
+  CHECK(equal["predicted_sm_utilisation"].get<double>() > 0.9);
+}
+
+TEST_CASE("sim: ANVIL_SIM_LAUNCH_AUDIT writes a training step's kernels at exit, or says why not",
+          "[sim][audit][cli]") {
+  TempDir dir("audit");
+  anvil::testing::cli::write_synthetic_split(dir.path / "data", 16, 8);
+  const std::string args = "--device cuda:0 --epochs 1 --limit-train 16 --limit-test 8 "
+                           "--batch-size 16 --data-dir " + quote((dir.path / "data").string());
+  SECTION("a LeNet step: its kernels, with ptxas's registers where known") {
+    const std::string path = dir.file("audit.jsonl");
+    auto r = train_with_audit(path, args);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    auto rows = read_audit(path);
+    bool conv = false, sgd = false;
+    int from_ptxas = 0;
+    for (const auto& [name, row] : rows) {
+      INFO(row.dump());
+      conv |= name.starts_with("conv_kernels::");
+      sgd |= name.starts_with("sgd_kernels::sgd_kernel<");
+      CHECK(row["launches"].get<int>() >= 1);
+      from_ptxas += row["residency_source"].get<std::string>().starts_with("ptxas");
+    }
+    CHECK(conv);
+    CHECK(sgd);
+    // docs/kernel-resources.json was read and matched by mangled name (a
+    // kernel added since it was last made is assumed 1 block per SM).
+    CHECK(from_ptxas > 0);
+  }
+  SECTION("a file that cannot be written is an error naming it, not a crash") {
+    const std::string path = dir.file("no-such-dir/audit.jsonl");
+    auto r = train_with_audit(path, args);
+    INFO(r.output);
+    CHECK(r.code != 0);
+    anvil::testing::cli::check_no_crash(r);
+    CHECK_THAT(r.output, Contains(path));
+    CHECK_THAT(r.output, Contains("cannot open for writing"));
+  }
+}
+
+#endif  // ANVIL_CUDA_SIM
