@@ -137,7 +137,8 @@ class CudaBackend final : public Backend {
   void channel_sum(int64_t outer, int64_t C, int64_t inner, const Tensor& dy,
                    const Tensor& db) override {
     activate();
-    cuda::channel_sum(outer, C, inner, f(dy), f(db), stream_);
+    Tensor ws = workspace(channel_sum_workspace_floats(kBestChannelSum, outer, C, inner));
+    cuda::channel_sum(kBestChannelSum, outer, C, inner, f(dy), f(db), f(ws), stream_);
   }
   void sum(const Tensor& x, double scale, const Tensor& out) override {
     activate();

@@ -93,9 +93,15 @@ constexpr int kBestSum = 4;
 size_t sum_workspace_floats(int variant, int64_t n);
 void sum(int variant, int64_t n, const float* x, float* out, float* workspace,
          cudaStream_t stream);
-// db[C] = sum over outer and inner of dy[outer, C, inner] (overwrites db).
-void channel_sum(int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
-                 cudaStream_t stream);
+// db[C] = sum over outer and inner of dy[outer, C, inner] (overwrites db;
+// deterministic). Variants: 1 one block per channel, 2 several blocks per
+// channel and a fixed-order second pass over their partials, which needs
+// channel_sum_workspace_floats (see reduce.cu).
+constexpr int kChannelSumVariants = 2;
+constexpr int kBestChannelSum = 2;
+size_t channel_sum_workspace_floats(int variant, int64_t outer, int64_t C, int64_t inner);
+void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
+                 float* workspace, cudaStream_t stream);
 // out[0] = min, out[1] = max of labels[0..n), n >= 1 (out: two int64 of device memory).
 void label_min_max(int64_t n, const int64_t* labels, int64_t* out, cudaStream_t stream);
 
