@@ -145,13 +145,11 @@ __device__ __forceinline__ void block_sum2(float& a, float& b, float* buf_a, flo
 }
 
 __global__ void __launch_bounds__(kBlock)
-    forward_train_kernel(int64_t N, int64_t C, int64_t HW,
-                                     const float* __restrict__ x, const float* __restrict__ gamma,
-                                     const float* __restrict__ beta, float eps, float momentum,
-                                     float* __restrict__ running_mean,
-                                     float* __restrict__ running_var,
-                                     float* __restrict__ save_mean,
-                                     float* __restrict__ save_invstd, float* __restrict__ y) {
+    forward_train_kernel(int64_t N, int64_t C, int64_t HW, const float* __restrict__ x,
+                         const float* __restrict__ gamma, const float* __restrict__ beta, float eps,
+                         float momentum, float* __restrict__ running_mean,
+                         float* __restrict__ running_var, float* __restrict__ save_mean,
+                         float* __restrict__ save_invstd, float* __restrict__ y) {
   __shared__ float buf[kBlock];
   const int64_t c = blockIdx.x;
   const int64_t M = N * HW;
@@ -186,13 +184,11 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 __global__ void __launch_bounds__(kBlock)
-    backward_train_kernel(int64_t N, int64_t C, int64_t HW,
-                                      const float* __restrict__ x,
-                                      const float* __restrict__ gamma,
-                                      const float* __restrict__ save_mean,
-                                      const float* __restrict__ save_invstd,
-                                      const float* __restrict__ dy, float* __restrict__ dx,
-                                      float* __restrict__ dgamma, float* __restrict__ dbeta) {
+    backward_train_kernel(int64_t N, int64_t C, int64_t HW, const float* __restrict__ x,
+                          const float* __restrict__ gamma, const float* __restrict__ save_mean,
+                          const float* __restrict__ save_invstd, const float* __restrict__ dy,
+                          float* __restrict__ dx, float* __restrict__ dgamma,
+                          float* __restrict__ dbeta) {
   __shared__ float buf_dy[kBlock];
   __shared__ float buf_dyx[kBlock];
   const int64_t c = blockIdx.x;
@@ -401,11 +397,9 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
 template <typename Index>
 __global__ void __launch_bounds__(kBlock)
     forward_eval_kernel(Index total, Index C, Index HW, const float* __restrict__ x,
-                                    const float* __restrict__ gamma,
-                                    const float* __restrict__ beta,
-                                    const float* __restrict__ running_mean,
-                                    const float* __restrict__ running_var, float eps,
-                                    float* __restrict__ y) {
+                        const float* __restrict__ gamma, const float* __restrict__ beta,
+                        const float* __restrict__ running_mean,
+                        const float* __restrict__ running_var, float eps, float* __restrict__ y) {
   const Index stride = static_cast<Index>(gridDim.x) * static_cast<Index>(blockDim.x);
   for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) +
                  static_cast<Index>(threadIdx.x);

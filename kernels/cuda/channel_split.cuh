@@ -17,14 +17,14 @@
 // issues all their loads and only then uses the values, so 4 to 8 floats of
 // each tensor read are in flight per thread instead of one.
 //
-// The per-block results (partials) go to a workspace, [C][S] records of
-// kRecord floats; a second kernel merges each channel's S partials in a fixed
-// order, in double precision, one warp per channel (fold_partials). No float
-// atomics anywhere.
+// The per-block results (partials) go to a workspace, [C][S] records (a sum,
+// or BatchNorm's few floats); a second kernel merges each channel's S
+// records in a fixed order, in double precision, one warp per channel
+// (fold_partials). No float atomics anywhere.
 //
 // Choosing S: 256-thread blocks with at most 32 registers per thread
-// (__launch_bounds__(256, 8), int indices) leave 8 blocks resident on each of an H100's
-// 132 SMs, kWaveBlocks = 1056 block slots. S = floor(1056 / C) makes the
+// (__launch_bounds__(256, 8), int indices) leave 8 blocks resident on each
+// of an H100's 132 SMs, kWaveBlocks = 1056 block slots. S = floor(1056 / C) makes the
 // launch one full wave (C = 64: 16 splits, 1024 blocks), but never below one
 // float4 per thread per slice (S <= ceil(M / 1024)), and at least enough
 // splits that a slice's count stays exact in float (below 2^24).
@@ -48,7 +48,7 @@ constexpr int kUnroll = V == 4 ? 2 : 4;
 // indices; 4 (64 registers) with int64 ones (tensors of 2^31 floats or more,
 // where 1056 blocks are two full waves of 528).
 template <typename Index>
-constexpr int kMinBlocks = sizeof(Index) == 4 ? 8 : 4;
+constexpr int kMinBlocks = sizeof(Index) == 4 ? kMinBlocksPerSM : kMinBlocksPerSM / 2;
 constexpr int64_t kMinSliceFloats = kThreads * 4;
 constexpr int64_t kMaxSliceFloats = int64_t{1} << 24;  // counts exact in float
 constexpr unsigned kFullMask = 0xffffffffu;

@@ -51,9 +51,9 @@
 //              cut into S contiguous slices, S = floor(1056 / C) so that the
 //              C*S blocks fill every SM's 8 block slots once (64 channels:
 //              1024 blocks), but with at least 1024 floats per slice. Each
-//              thread loads 4 independent units (float4 when inner is a
-//              multiple of 4 and dy is 16-byte aligned) before adding them, so
-//              4 loads are in flight. Each block's sum goes to workspace[c*S +
+//              thread issues 4 independent scalar loads, or 2 float4 loads
+//              when inner is a multiple of 4 and dy is 16-byte aligned,
+//              before adding them. Each block's sum goes to workspace[c*S +
 //              s]; a second kernel (one warp per channel) adds each channel's
 //              S partials in double, in a fixed order. The default
 //              (kBestChannelSum): C*S blocks fill the GPU where variant 1's C
@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    channel_sum_kernel(int64_t outer, int64_t C, int64_t inner,
-                                   const float* __restrict__ dy, float* __restrict__ db) {
+    channel_sum_kernel(int64_t outer, int64_t C, int64_t inner, const float* __restrict__ dy,
+                       float* __restrict__ db) {
   __shared__ float warp_sums[kWarps];
   const int64_t c = blockIdx.x, count = outer * inner;
   float acc = 0.0f;
@@ -201,8 +201,7 @@ __global__ void __launch_bounds__(channel_split::kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    label_min_max_kernel(int64_t n, const int64_t* __restrict__ labels,
-                                     int64_t* __restrict__ out) {
+    label_min_max_kernel(int64_t n, const int64_t* __restrict__ labels, int64_t* __restrict__ out) {
   __shared__ int64_t warp_min[kWarps], warp_max[kWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   int64_t lo = labels[0], hi = labels[0];  // n >= 1; a neutral start for idle threads
