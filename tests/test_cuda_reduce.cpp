@@ -127,10 +127,16 @@ TEST_CASE("cuda reduce: channel_sum matches cpu::channel_sum on ragged shapes", 
   // into several slices whose last one is short (5 x 999 floats on one
   // channel: 5 slices), and the bias shapes of LeNet's and ResNet-18's
   // layers at batch 2 (Linear: inner 1; convolutions and BatchNorm: HW).
+  // Under the sanitizers (the simulator about 10 times slower, a launch
+  // costing in proportion to its blocks) the widest of those are left out.
   const ChannelShape shapes[] = {
-      {3, 5, 7},    {1, 1, 1},    {2, 64, 1},   {4, 3, 50},    {0, 4, 3},    {33, 2, 17},
-      {5, 1, 999},  {1, 3, 1373}, {7, 3, 256},  {9, 1, 1020},  {2, 20, 676}, {2, 50, 81},
-      {2, 128, 1},  {2, 10, 1},   {2, 64, 784}, {2, 128, 196}, {2, 256, 49}, {2, 512, 16}};
+      {3, 5, 7},     {1, 1, 1},     {2, 64, 1},   {4, 3, 50},   {0, 4, 3},
+      {33, 2, 17},   {5, 1, 999},   {1, 3, 1373}, {7, 3, 256},  {9, 1, 1020},
+      {2, 20, 676},  {2, 50, 81},   {2, 128, 1},  {2, 10, 1},   {2, 64, 784},
+#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+      {2, 128, 196}, {2, 256, 49},  {2, 512, 16},
+#endif
+  };
   for (int variant = 1; variant <= anvil::cuda::kChannelSumVariants; ++variant) {
     for (const ChannelShape& s : shapes) {
       DYNAMIC_SECTION("variant " << variant << ", outer " << s.outer << ", C " << s.C
