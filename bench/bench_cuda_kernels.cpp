@@ -1,6 +1,9 @@
 // bench_cuda_kernels: checks and times every numbered variant of the CUDA
 // backend's GEMM and convolution kernels, one kernel at a time (in the manner
-// of llm.c's dev/cuda), against the vendor libraries measured in the same run.
+// of llm.c's dev/cuda), against the vendor libraries measured in the same run;
+// also both variants of channel_sum (op csum) and of BatchNorm's training
+// forward and backward (bnF, bnB) on ResNet-18's shapes (--no-norm skips
+// them), memory-bound, so their GFLOP/s column is 0.
 //
 //   bench_cuda_kernels                         # GEMM 1024, 2048, 4096 + the conv shapes
 //   bench_cuda_kernels --gemm-sizes 512,1024 --repeats 50 --no-conv
@@ -80,6 +83,7 @@ struct Options {
   bool smoke = false;
   bool no_gemm = false;
   bool no_conv = false;
+  bool no_norm = false;
   uint64_t seed = 0;
 };
 
@@ -259,13 +263,19 @@ struct Bench {
 
   void gemm(int64_t M, int64_t N, int64_t K);
   void conv(const char* name, const Conv2dShape& s);
+  void channel_sum(const char* name, int64_t outer, int64_t C, int64_t inner);
+  void batch_norm(const char* name, int64_t N, int64_t C, int64_t HW);
 };
 
 const char* const kGemmNames[] = {"naive",      "coalesced",   "smem tiled",     "register-blocked",
                                   "vectorised", "warp-tiled",  "double-buffered"};
 const char* const kConvNames[] = {"naive direct", "im2col + gemm", "implicit gemm",
                                   "implicit warp-tiled"};
-static_assert(std::size(kGemmNames) == cu::kGemmVariants && std::size(kConvNames) == cu::kConvVariants,
+const char* const kChannelNames[] = {"block per channel", "split"};
+static_assert(std::size(kGemmNames) == cu::kGemmVariants &&
+                  std::size(kConvNames) == cu::kConvVariants &&
+                  std::size(kChannelNames) == cu::kChannelSumVariants &&
+                  std::size(kChannelNames) == cu::kBatchNormVariants,
               "a name for every variant");
 
 std::string variant_name(int v, const char* const* names, int count) {
@@ -504,6 +514,81 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
   }
 }
 
+// Per-channel sums of dy[outer, C, inner] (bias gradients): every variant
+// checked against the CPU, then timed. Bytes: dy read once.
+void Bench::channel_sum(const char* name, int64_t outer, int64_t C, int64_t inner) {
+  std::mt19937_64 rng(opt.seed + uint64_t(outer * 31 + C * 7 + inner));
+  const std::vector<float> dy = random_vector(static_cast<size_t>(outer * C * inner), rng);
+  std::vector<float> ref(static_cast<size_t>(C));
+  cpu::channel_sum(outer, C, inner, dy.data(), ref.data());
+  DeviceBuffer d_dy(dy.size()), d_db(ref.size());
+  d_dy.upload(dy);
+  const std::string shape = fmt::format("{} {}x{}x{}", name, outer, C, inner);
+  for (int v = 1; v <= cu::kChannelSumVariants; ++v) {
+    const std::string impl = variant_name(v, kChannelNames, int(std::size(kChannelNames)));
+    DeviceBuffer ws(cu::channel_sum_workspace_floats(v, outer, C, inner));
+    auto call = [&] {
+      cu::channel_sum(v, outer, C, inner, d_dy.get(), d_db.get(), ws.get(), stream);
+    };
+    d_db.poison(stream);
+    call();
+    if (!verify("csum", shape, impl, d_db.download(), ref, outer * inner)) continue;
+    row("csum", shape, impl, timer->median_ms(call), 0.0, kNoVendor);
+  }
+}
+
+// BatchNorm training forward (y, mean, invstd) and backward (dx, dgamma,
+// dbeta): every variant checked against the CPU, then timed.
+void Bench::batch_norm(const char* name, int64_t N, int64_t C, int64_t HW) {
+  std::mt19937_64 rng(opt.seed + uint64_t(N * 31 + C * 7 + HW));
+  const size_t n = static_cast<size_t>(N * C * HW), nc = static_cast<size_t>(C);
+  const std::vector<float> x = random_vector(n, rng), dy = random_vector(n, rng);
+  const std::vector<float> gamma = random_vector(nc, rng), beta = random_vector(nc, rng);
+  std::vector<float> y(n), mean(nc), invstd(nc), dx(n), dgamma(nc), dbeta(nc);
+  const float eps = 1e-5f, momentum = 0.1f;
+  cpu::batch_norm_forward_train(N, C, HW, x.data(), gamma.data(), beta.data(), eps, momentum,
+                                nullptr, nullptr, mean.data(), invstd.data(), y.data());
+  cpu::batch_norm_backward_train(N, C, HW, x.data(), gamma.data(), mean.data(), invstd.data(),
+                                 dy.data(), dx.data(), dgamma.data(), dbeta.data());
+  DeviceBuffer d_x(n), d_dy(n), d_gamma(nc), d_beta(nc), d_y(n), d_mean(nc), d_invstd(nc),
+      d_dx(n), d_dgamma(nc), d_dbeta(nc);
+  d_x.upload(x);
+  d_dy.upload(dy);
+  d_gamma.upload(gamma);
+  d_beta.upload(beta);
+  const std::string shape = fmt::format("{} {}x{}x{}", name, N, C, HW);
+  const int64_t M = N * HW;
+  for (int v = 1; v <= cu::kBatchNormVariants; ++v) {
+    const std::string impl = variant_name(v, kChannelNames, int(std::size(kChannelNames)));
+    DeviceBuffer ws(cu::batch_norm_workspace_floats(v, N, C, HW));
+    auto forward = [&] {
+      cu::batch_norm_forward_train(v, N, C, HW, d_x.get(), d_gamma.get(), d_beta.get(), eps,
+                                   momentum, nullptr, nullptr, d_mean.get(), d_invstd.get(),
+                                   d_y.get(), ws.get(), stream);
+    };
+    d_y.poison(stream);
+    forward();
+    if (verify("bnF", shape, impl, d_y.download(), y, M) &&
+        verify("bnF", shape, impl + " mean", d_mean.download(), mean, M) &&
+        verify("bnF", shape, impl + " invstd", d_invstd.download(), invstd, M))
+      row("bnF", shape, impl, timer->median_ms(forward), 0.0, kNoVendor);
+    // The backward from the CPU's saved statistics, as the CPU's backward.
+    d_mean.upload(mean);
+    d_invstd.upload(invstd);
+    auto backward = [&] {
+      cu::batch_norm_backward_train(v, N, C, HW, d_x.get(), d_gamma.get(), d_mean.get(),
+                                    d_invstd.get(), d_dy.get(), d_dx.get(), d_dgamma.get(),
+                                    d_dbeta.get(), ws.get(), stream);
+    };
+    d_dx.poison(stream);
+    backward();
+    if (verify("bnB", shape, impl, d_dx.download(), dx, M) &&
+        verify("bnB", shape, impl + " dgamma", d_dgamma.download(), dgamma, M) &&
+        verify("bnB", shape, impl + " dbeta", d_dbeta.download(), dbeta, M))
+      row("bnB", shape, impl, timer->median_ms(backward), 0.0, kNoVendor);
+  }
+}
+
 int run(Options opt) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
@@ -586,6 +671,23 @@ int run(Options opt) {
     }
   }
 
+  if (!opt.no_norm) {
+    if (smoke) {
+      b.channel_sum("tiny", 3, 5, 1001);
+      b.channel_sum("tiny f4", 2, 3, 1024);
+      b.batch_norm("tiny", 3, 2, 999);
+      b.batch_norm("tiny f4", 2, 3, 1024);
+    } else {
+      b.channel_sum("resnet s1", 256, 64, 784);
+      b.channel_sum("lenet fc1 bias", 256, 128, 1);
+      b.batch_norm("resnet s1", 256, 64, 784);
+      b.batch_norm("resnet s2", 256, 128, 196);
+      b.batch_norm("resnet s3", 256, 256, 49);
+      b.batch_norm("resnet s4", 256, 512, 16);
+      b.batch_norm("resnet s1 b128", 128, 64, 784);
+    }
+  }
+
 #if BENCH_CUDNN
   b.cudnn_ws = nullptr;
   check_cudnn(cudnnDestroy(b.cudnn), "cudnnDestroy");
@@ -616,6 +718,7 @@ int main(int argc, char** argv) {
   app.add_flag("--smoke", opt.smoke, "tiny shapes: a correctness smoke test");
   app.add_flag("--no-gemm", opt.no_gemm, "skip the GEMM shapes");
   app.add_flag("--no-conv", opt.no_conv, "skip the conv shapes");
+  app.add_flag("--no-norm", opt.no_norm, "skip the channel-sum and BatchNorm shapes");
   CLI11_PARSE(app, argc, argv);
 #if defined(ANVIL_CUDA_BACKEND)
   try {

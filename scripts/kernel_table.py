@@ -66,10 +66,27 @@ KERNELS = {
     "sum_shuffle": ("sum 3", 256),
     "sum_partials": ("sum 4", 256),
     "sum_final": ("sum 4", 256),
+    "channel_sum_kernel": ("channel_sum 1", 256),
+    "channel_sum_split": ("channel_sum 2", 256),
+    "channel_sum_fold": ("channel_sum 2", 256),
+    "forward_train_kernel": ("batchnorm 1", 256),
+    "backward_train_kernel": ("batchnorm 1", 256),
+    "forward_stats_split": ("batchnorm 2", 256),
+    "forward_fold": ("batchnorm 2", 256),
+    "forward_normalize_split": ("batchnorm 2", 256),
+    "backward_sums_split": ("batchnorm 2", 256),
+    "backward_fold": ("batchnorm 2", 256),
+    "backward_dx_split": ("batchnorm 2", 256),
     "forward_thread_per_row": ("softmax 1", 128),
     "forward_block_per_row": ("softmax 2", 256),
     "forward_warp_per_row": ("softmax 3", 256),
 }
+
+# Split reductions (channel_split.cuh): a row per instantiation, named by its
+# unit width and index type ("V4 int"), as they differ in registers and in
+# the 16-byte loads that only V = 4 makes.
+SPLIT_KERNELS = {"channel_sum_split", "forward_stats_split", "forward_normalize_split",
+                 "backward_sums_split", "backward_dx_split"}
 
 # What the explanations at the top of the kernel files claim, checked in the
 # SASS: 16-byte global loads (LDG.E.128), 16-byte shared loads (LDS.128).
@@ -81,6 +98,7 @@ CLAIMS = {
     "forward_warp_tiled": {"ldg128", "lds128"},
     "backward_data_warp_tiled": {"lds128"},
     "backward_weight_warp_tiled": {"lds128"},
+    **{(base, f"V4 {index}"): {"ldg128"} for base in SPLIT_KERNELS for index in ("int", "long")},
 }
 
 
@@ -99,6 +117,9 @@ def base_and_tile(demangled):
             break
     shape = re.search(r"warp_tile::Shape<([\d, ]+)>", name)
     base = re.sub(r"<.*", "", name).split("::")[-1]
+    split = re.search(r"<(\d+), (\w+)>$", name)
+    if base in SPLIT_KERNELS and split:
+        return base, f"V{split.group(1)} {split.group(2)}", None
     if not shape:
         return base, "", None
     bk, wm, wn, lanes_m, sub_m, sub_n, _stages, _min_blocks = (int(v) for v in shape.group(1).split(","))
@@ -244,7 +265,7 @@ def kernel_table(rows):
     for (cu, base, tile), r in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[1]["variant"], kv[0][1], kv[0][2])):
         regs = f"{min(r['regs'])}" if min(r["regs"]) == max(r["regs"]) else f"{min(r['regs'])}-{max(r['regs'])}"
         blocks, occ, limiter = occupancy(r["threads"], max(r["regs"]), r["smem"])
-        claims = CLAIMS.get(base, set())
+        claims = CLAIMS.get((base, tile), CLAIMS.get(base, set()))
         cells = []
         for what in ("ldg128", "lds128"):
             n = min(r[what])

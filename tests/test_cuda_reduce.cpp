@@ -82,29 +82,104 @@ TEST_CASE("cuda reduce: the two-pass sum is bitwise deterministic", "[cuda][redu
   }
 }
 
+namespace {
+
+struct ChannelShape {
+  int64_t outer, C, inner;
+};
+
+// channel_sum(variant) of dy (from dy_offset floats into its device copy, to
+// test unaligned starts); db starts as garbage, which must be overwritten.
+Vec device_channel_sum(int variant, const ChannelShape& s, const Vec& dy, size_t dy_offset = 0) {
+  Vec padded(dy_offset, 0.0f);
+  padded.insert(padded.end(), dy.begin(), dy.end());
+  DeviceBuffer<float> ddy(padded), ddb(Vec(size_t(s.C), 777.0f));
+  DeviceBuffer<float> ws(anvil::cuda::channel_sum_workspace_floats(variant, s.outer, s.C, s.inner));
+  anvil::cuda::channel_sum(variant, s.outer, s.C, s.inner, ddy.ptr + dy_offset, ddb.ptr,
+                           ws.count ? ws.ptr : nullptr, nullptr);
+  return ddb.to_host();
+}
+
+void require_channel_sum_close(const ChannelShape& s, const Vec& dy, const Vec& got) {
+  Vec want(size_t(s.C));
+  anvil::cpu::channel_sum(s.outer, s.C, s.inner, dy.data(), want.data());
+  for (int64_t c = 0; c < s.C; ++c) {
+    double scale = 0.0;
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t i = 0; i < s.inner; ++i)
+        scale += std::fabs(dy[size_t((o * s.C + c) * s.inner + i)]);
+    INFO("channel " << c);
+    REQUIRE(std::fabs(got[size_t(c)] - want[size_t(c)]) <= 1e-5 * scale + 1e-7);
+  }
+}
+
+// Blocks per channel of variant 2 (its workspace is one float per block).
+int64_t channel_sum_splits(const ChannelShape& s) {
+  return int64_t(anvil::cuda::channel_sum_workspace_floats(2, s.outer, s.C, s.inner)) / s.C;
+}
+
+}  // namespace
+
 TEST_CASE("cuda reduce: channel_sum matches cpu::channel_sum on ragged shapes", "[cuda][reduce]") {
   if (!cuda_test::have_device()) return;
-  struct Shape {
-    int64_t outer, C, inner;
+  // Ragged: one channel, 3 channels, odd and tiny runs, N = 1, inner not a
+  // multiple of 4 (scalar loads) or a multiple of 4 (float4), channels cut
+  // into several slices whose last one is short (5 x 999 floats on one
+  // channel: 5 slices), and the bias shapes of LeNet's and ResNet-18's
+  // layers at batch 2 (Linear: inner 1; convolutions and BatchNorm: HW).
+  // Under the sanitizers (the simulator about 10 times slower, a launch
+  // costing in proportion to its blocks) the widest of those are left out.
+  const ChannelShape shapes[] = {
+      {3, 5, 7},     {1, 1, 1},     {2, 64, 1},   {4, 3, 50},   {0, 4, 3},
+      {33, 2, 17},   {5, 1, 999},   {1, 3, 1373}, {7, 3, 256},  {9, 1, 1020},
+      {2, 20, 676},  {2, 50, 81},   {2, 128, 1},  {2, 10, 1},   {2, 64, 784},
+#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+      {2, 128, 196}, {2, 256, 49},  {2, 512, 16},
+#endif
   };
-  for (Shape s : {Shape{3, 5, 7}, Shape{1, 1, 1}, Shape{2, 64, 1}, Shape{4, 3, 50},
-                  Shape{0, 4, 3}, Shape{33, 2, 17}}) {
-    DYNAMIC_SECTION("outer " << s.outer << ", C " << s.C << ", inner " << s.inner) {
-      const Vec dy = cuda_test::random_floats(size_t(s.outer * s.C * s.inner), 5);
-      Vec want(size_t(s.C));
-      anvil::cpu::channel_sum(s.outer, s.C, s.inner, dy.data(), want.data());
-      DeviceBuffer<float> ddy(dy), ddb(Vec(size_t(s.C), 777.0f));  // overwritten, not added to
-      anvil::cuda::channel_sum(s.outer, s.C, s.inner, ddy.ptr, ddb.ptr, nullptr);
-      const Vec got = ddb.to_host();
-      for (int64_t c = 0; c < s.C; ++c) {
-        double scale = 0.0;
-        for (int64_t o = 0; o < s.outer; ++o)
-          for (int64_t i = 0; i < s.inner; ++i)
-            scale += std::fabs(dy[size_t((o * s.C + c) * s.inner + i)]);
-        INFO("channel " << c);
-        REQUIRE(std::fabs(got[size_t(c)] - want[size_t(c)]) <= 1e-5 * scale + 1e-7);
+  for (int variant = 1; variant <= anvil::cuda::kChannelSumVariants; ++variant) {
+    for (const ChannelShape& s : shapes) {
+      DYNAMIC_SECTION("variant " << variant << ", outer " << s.outer << ", C " << s.C
+                                 << ", inner " << s.inner) {
+        const Vec dy = cuda_test::random_floats(size_t(s.outer * s.C * s.inner), 5);
+        require_channel_sum_close(s, dy, device_channel_sum(variant, s, dy));
+        // A start 4 bytes past a 16-byte boundary: variant 2 must fall back to
+        // scalar loads (the simulator fails a misaligned float4).
+        require_channel_sum_close(s, dy, device_channel_sum(variant, s, dy, 1));
       }
     }
+  }
+  SECTION("variant 2 splits the channels that need it, and one wave of blocks is its goal") {
+    REQUIRE(channel_sum_splits({5, 1, 999}) == 5);
+    REQUIRE(channel_sum_splits({7, 3, 256}) == 2);
+    REQUIRE(channel_sum_splits({1, 1, 1}) == 1);
+    REQUIRE(channel_sum_splits({256, 64, 784}) == 16);  // ResNet-18 stage 1: 1024 blocks
+    REQUIRE(channel_sum_splits({128, 512, 16}) == 2);   // stage 4 at batch 128
+    REQUIRE(channel_sum_splits({256, 1, 1 << 20}) == 1056);
+  }
+  SECTION("workspace, variants and a missing workspace") {
+    REQUIRE(anvil::cuda::channel_sum_workspace_floats(1, 256, 64, 784) == 0);
+    REQUIRE(anvil::cuda::channel_sum_workspace_floats(2, 0, 4, 3) == 4);
+    REQUIRE(anvil::cuda::channel_sum_workspace_floats(2, 3, 0, 3) == 0);
+    REQUIRE_THROWS_WITH(anvil::cuda::channel_sum(3, 1, 1, 1, nullptr, nullptr, nullptr, nullptr),
+                        Catch::Contains("no variant 3"));
+    REQUIRE_THROWS_WITH(anvil::cuda::channel_sum(2, 1, 1, 1, nullptr, nullptr, nullptr, nullptr),
+                        Catch::Contains("workspace"));
+  }
+}
+
+TEST_CASE("cuda reduce: channel_sum variant 2 is bitwise deterministic", "[cuda][reduce]") {
+  if (!cuda_test::have_device()) return;
+  for (const ChannelShape& s : {ChannelShape{5, 1, 999}, ChannelShape{2, 64, 784}}) {
+    INFO("outer " << s.outer << ", C " << s.C << ", inner " << s.inner);
+    // Magnitudes from 1e-3 to 1e4, so that any change of order shows.
+    Vec dy = cuda_test::random_floats(size_t(s.outer * s.C * s.inner), 17);
+    for (size_t i = 0; i < dy.size(); i += 7) dy[i] *= 1e4f;
+    for (size_t i = 3; i < dy.size(); i += 11) dy[i] *= 1e-3f;
+    REQUIRE(channel_sum_splits(s) > 1);
+    const Vec a = device_channel_sum(2, s, dy), b = device_channel_sum(2, s, dy);
+    REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    require_channel_sum_close(s, dy, a);
   }
 }
 

@@ -137,7 +137,8 @@ class CudaBackend final : public Backend {
   void channel_sum(int64_t outer, int64_t C, int64_t inner, const Tensor& dy,
                    const Tensor& db) override {
     activate();
-    cuda::channel_sum(outer, C, inner, f(dy), f(db), stream_);
+    Tensor ws = workspace(channel_sum_workspace_floats(kBestChannelSum, outer, C, inner));
+    cuda::channel_sum(kBestChannelSum, outer, C, inner, f(dy), f(db), f(ws), stream_);
   }
   void sum(const Tensor& x, double scale, const Tensor& out) override {
     activate();
@@ -188,9 +189,10 @@ class CudaBackend final : public Backend {
                                 const Tensor& save_invstd, const Tensor& y) override {
     activate();
     auto [N, C, HW] = nchw_view(x);
-    cuda::batch_norm_forward_train(N, C, HW, f(x), f(gamma), f(beta), eps, momentum,
-                                   f(running_mean), f(running_var), f(save_mean),
-                                   f(save_invstd), f(y), stream_);
+    Tensor ws = workspace(batch_norm_workspace_floats(kBestBatchNorm, N, C, HW));
+    cuda::batch_norm_forward_train(kBestBatchNorm, N, C, HW, f(x), f(gamma), f(beta), eps,
+                                   momentum, f(running_mean), f(running_var), f(save_mean),
+                                   f(save_invstd), f(y), f(ws), stream_);
   }
   void batch_norm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                const Tensor& running_mean, const Tensor& running_var, float eps,
@@ -205,8 +207,10 @@ class CudaBackend final : public Backend {
                                  const Tensor& dgamma, const Tensor& dbeta) override {
     activate();
     auto [N, C, HW] = nchw_view(x);
-    cuda::batch_norm_backward_train(N, C, HW, f(x), f(gamma), f(save_mean), f(save_invstd),
-                                    f(dy), f(dx), f(dgamma), f(dbeta), stream_);
+    Tensor ws = workspace(batch_norm_workspace_floats(kBestBatchNorm, N, C, HW));
+    cuda::batch_norm_backward_train(kBestBatchNorm, N, C, HW, f(x), f(gamma), f(save_mean),
+                                    f(save_invstd), f(dy), f(dx), f(dgamma), f(dbeta), f(ws),
+                                    stream_);
   }
 
   void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, float lr,

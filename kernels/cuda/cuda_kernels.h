@@ -93,9 +93,15 @@ constexpr int kBestSum = 4;
 size_t sum_workspace_floats(int variant, int64_t n);
 void sum(int variant, int64_t n, const float* x, float* out, float* workspace,
          cudaStream_t stream);
-// db[C] = sum over outer and inner of dy[outer, C, inner] (overwrites db).
-void channel_sum(int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
-                 cudaStream_t stream);
+// db[C] = sum over outer and inner of dy[outer, C, inner] (overwrites db;
+// deterministic). Variants: 1 one block per channel, 2 several blocks per
+// channel and a fixed-order second pass over their partials, which needs
+// channel_sum_workspace_floats (see reduce.cu).
+constexpr int kChannelSumVariants = 2;
+constexpr int kBestChannelSum = 2;
+size_t channel_sum_workspace_floats(int variant, int64_t outer, int64_t C, int64_t inner);
+void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
+                 float* workspace, cudaStream_t stream);
 // out[0] = min, out[1] = max of labels[0..n), n >= 1 (out: two int64 of device memory).
 void label_min_max(int64_t n, const int64_t* labels, int64_t* out, cudaStream_t stream);
 
@@ -120,17 +126,27 @@ void count_correct(int64_t N, int64_t C, const float* logits, const int64_t* lab
 
 // ---- BatchNorm (batch_norm.cu) ----
 // As cpu::batch_norm_*, over x[N, C, HW] per channel; running_* may be null.
-void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const float* x,
+// Training forward and backward, deterministic in both variants: 1 one block
+// per channel, 2 several blocks per channel, their partials merged in a fixed
+// order by a second kernel (see batch_norm.cu). Variant 2 needs
+// batch_norm_workspace_floats of workspace (forward and backward alike; 0 for
+// variant 1).
+constexpr int kBatchNormVariants = 2;
+constexpr int kBestBatchNorm = 2;
+size_t batch_norm_workspace_floats(int variant, int64_t N, int64_t C, int64_t HW);
+void batch_norm_forward_train(int variant, int64_t N, int64_t C, int64_t HW, const float* x,
                               const float* gamma, const float* beta, float eps, float momentum,
                               float* running_mean, float* running_var, float* save_mean,
-                              float* save_invstd, float* y, cudaStream_t stream);
+                              float* save_invstd, float* y, float* workspace,
+                              cudaStream_t stream);
 void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const float* x,
                              const float* gamma, const float* beta, const float* running_mean,
                              const float* running_var, float eps, float* y, cudaStream_t stream);
-void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const float* x,
+void batch_norm_backward_train(int variant, int64_t N, int64_t C, int64_t HW, const float* x,
                                const float* gamma, const float* save_mean,
                                const float* save_invstd, const float* dy, float* dx,
-                               float* dgamma, float* dbeta, cudaStream_t stream);
+                               float* dgamma, float* dbeta, float* workspace,
+                               cudaStream_t stream);
 
 // ---- SGD (sgd.cu) ----
 // As cpu::sgd_update (PyTorch semantics); momentum_buf may be null when momentum == 0.

@@ -1,5 +1,6 @@
 // Reductions: the sum of a vector (four variants), per-channel sums of a
-// gradient (bias gradients), and the min and max of int64 labels.
+// gradient (bias gradients, two variants), and the min and max of int64
+// labels. Every kernel is launched with 256 threads (__launch_bounds__).
 //
 // sum(variant, n, x, out): out[0] = x[0] + ... + x[n-1]. Each variant is a
 // step from the one before (run with sum(variant, ...)):
@@ -35,12 +36,28 @@
 // kernel. The grid is capped (kMaxBlocks), each thread looping over its
 // grid-stride slice; indices are int64, so n may exceed 2^31. n == 0 gives 0.
 //
-// channel_sum(outer, C, inner, dy, db): db[c] = the sum of dy[o, c, i] over o
-// and i. One 256-thread block per channel walks the channel's outer*inner
-// elements as one flat range k (o = k / inner, i = k % inner): consecutive
-// threads read consecutive i, coalesced when inner is large. The block sum is
-// done as in variant 3, with no atomics, so db is overwritten and the result
-// deterministic. The grid is C blocks (C < 2^31).
+// channel_sum(variant, outer, C, inner, dy, db, workspace): db[c] = the sum
+// of dy[o, c, i] over o and i, overwriting db; deterministic in both
+// variants (no atomics). A channel is `outer` runs of `inner` contiguous
+// floats, C*inner apart.
+//
+// 1 block per  One 256-thread block per channel walks the channel's
+//   channel    outer*inner elements as one flat range k (o = k / inner,
+//              i = k % inner): consecutive threads read consecutive i,
+//              coalesced when inner is large. The block sum is done as in sum
+//              variant 3. The grid is C blocks: 64 channels fill 64 of an
+//              H100's 132 SMs, each thread with one load in flight at a time.
+// 2 split      Several blocks per channel (channel_split.cuh): the channel is
+//              cut into S contiguous slices, S = floor(1056 / C) so that the
+//              C*S blocks fill every SM's 8 block slots once (64 channels:
+//              1024 blocks), but with at least 1024 floats per slice. Each
+//              thread issues 4 independent scalar loads, or 2 float4 loads
+//              when inner is a multiple of 4 and dy is 16-byte aligned,
+//              before adding them. Each block's sum goes to workspace[c*S +
+//              s]; a second kernel (one warp per channel) adds each channel's
+//              S partials in double, in a fixed order. The default
+//              (kBestChannelSum): C*S blocks fill the GPU where variant 1's C
+//              blocks leave most SMs idle.
 //
 // label_min_max(n, labels, out): one block of 256 threads (labels are a
 // batch, a few thousand at most), each thread keeping the min and max of its
@@ -49,6 +66,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/channel_split.cuh"
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -87,13 +105,15 @@ __device__ __forceinline__ float thread_slice_sum(int64_t n, const float* __rest
   return acc;
 }
 
-__global__ void sum_atomic(int64_t n, const float* __restrict__ x, float* out) {
+__global__ void __launch_bounds__(kThreads)
+    sum_atomic(int64_t n, const float* __restrict__ x, float* out) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
     atomicAdd(out, x[i]);
 }
 
-__global__ void sum_tree(int64_t n, const float* __restrict__ x, float* out) {
+__global__ void __launch_bounds__(kThreads)
+    sum_tree(int64_t n, const float* __restrict__ x, float* out) {
   __shared__ float partial[kThreads];
   const int t = threadIdx.x;
   partial[t] = thread_slice_sum(n, x);
@@ -105,28 +125,32 @@ __global__ void sum_tree(int64_t n, const float* __restrict__ x, float* out) {
   if (t == 0) atomicAdd(out, partial[0]);
 }
 
-__global__ void sum_shuffle(int64_t n, const float* __restrict__ x, float* out) {
+__global__ void __launch_bounds__(kThreads)
+    sum_shuffle(int64_t n, const float* __restrict__ x, float* out) {
   __shared__ float warp_sums[kWarps];
   const float total = block_sum(thread_slice_sum(n, x), warp_sums);
   if (threadIdx.x == 0) atomicAdd(out, total);
 }
 
 // Pass 1 of variant 4: partials[block] = the block's sum.
-__global__ void sum_partials(int64_t n, const float* __restrict__ x, float* __restrict__ partials) {
+__global__ void __launch_bounds__(kThreads)
+    sum_partials(int64_t n, const float* __restrict__ x, float* __restrict__ partials) {
   __shared__ float warp_sums[kWarps];
   const float total = block_sum(thread_slice_sum(n, x), warp_sums);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
 // Pass 2 of variant 4 (one block): out[0] = the sum of the partials.
-__global__ void sum_final(int64_t count, const float* __restrict__ partials, float* out) {
+__global__ void __launch_bounds__(kThreads)
+    sum_final(int64_t count, const float* __restrict__ partials, float* out) {
   __shared__ float warp_sums[kWarps];
   const float total = block_sum(thread_slice_sum(count, partials), warp_sums);
   if (threadIdx.x == 0) out[0] = total;
 }
 
-__global__ void channel_sum_kernel(int64_t outer, int64_t C, int64_t inner,
-                                   const float* __restrict__ dy, float* __restrict__ db) {
+__global__ void __launch_bounds__(kThreads)
+    channel_sum_kernel(int64_t outer, int64_t C, int64_t inner, const float* __restrict__ dy,
+                       float* __restrict__ db) {
   __shared__ float warp_sums[kWarps];
   const int64_t c = blockIdx.x, count = outer * inner;
   float acc = 0.0f;
@@ -138,8 +162,46 @@ __global__ void channel_sum_kernel(int64_t outer, int64_t C, int64_t inner,
   if (threadIdx.x == 0) db[c] = total;
 }
 
-__global__ void label_min_max_kernel(int64_t n, const int64_t* __restrict__ labels,
-                                     int64_t* __restrict__ out) {
+// Variant 2, pass 1: partials[block] = the sum of the block's slice of its
+// channel (block = c*S + s). V floats per unit (4: float4 loads); Index int
+// when dy has fewer than 2^31 floats.
+template <int V, typename Index>
+__global__ void __launch_bounds__(channel_split::kThreads, channel_split::kMinBlocks<Index>)
+    channel_sum_split(channel_split::SplitArgs<Index> a, const float* __restrict__ dy,
+                      float* __restrict__ partials) {
+  using namespace channel_split;
+  __shared__ Sum2<float> warp_vals[kWarps];
+  const Slice<Index> slice(a);
+  float acc = 0.0f;
+  for_each_unit_group<V>(a, slice, [&](const Index* off, const bool* live) {
+    Unit<V> u[kUnroll<V>];
+#pragma unroll
+    for (int k = 0; k < kUnroll<V>; ++k) u[k] = live[k] ? load_unit<V>(dy + off[k]) : Unit<V>{};
+#pragma unroll
+    for (int k = 0; k < kUnroll<V>; ++k)
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc += u[k].v[j];
+  });
+  const Sum2<float> total = block_reduce(Sum2<float>{acc, 0.0f}, warp_vals);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total.a;
+}
+
+// Variant 2, pass 2: db[c] = the sum of channel c's S partials (one warp per
+// channel, in double, in a fixed order).
+__global__ void __launch_bounds__(channel_split::kThreads)
+    channel_sum_fold(int64_t C, int64_t splits, const float* __restrict__ partials,
+                     float* __restrict__ db) {
+  using channel_split::Sum2;
+  int64_t c;
+  Sum2<double> total;
+  const bool mine = channel_split::fold_partials(C, splits, c, total, [&](int64_t ch, int64_t s) {
+    return Sum2<double>{partials[ch * splits + s], 0.0};
+  });
+  if (mine && threadIdx.x % 32 == 0) db[c] = static_cast<float>(total.a);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    label_min_max_kernel(int64_t n, const int64_t* __restrict__ labels, int64_t* __restrict__ out) {
   __shared__ int64_t warp_min[kWarps], warp_max[kWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   int64_t lo = labels[0], hi = labels[0];  // n >= 1; a neutral start for idle threads
@@ -176,6 +238,20 @@ void check_variant(int variant) {
   if (variant < 1 || variant > kSumVariants)
     throw std::invalid_argument("cuda::sum: no variant " + std::to_string(variant) +
                                 " (there are 1 to " + std::to_string(kSumVariants) + ")");
+}
+
+template <typename Index>
+void launch_channel_sum_split(const channel_split::Plan& p, int64_t C, int64_t inner,
+                              const float* dy, float* partials, cudaStream_t stream) {
+  const auto pass1 = p.vec == 4 ? channel_sum_split<4, Index> : channel_sum_split<1, Index>;
+  launch(pass1, static_cast<unsigned>(p.blocks(C)), dim3(channel_split::kThreads), 0, stream,
+         channel_split::SplitArgs<Index>::make(p, C, inner), dy, partials);
+}
+
+void check_channel_sum_variant(int variant) {
+  if (variant < 1 || variant > kChannelSumVariants)
+    throw std::invalid_argument("cuda::channel_sum: no variant " + std::to_string(variant) +
+                                " (there are 1 to " + std::to_string(kChannelSumVariants) + ")");
 }
 
 void check_count(const char* what, int64_t v) {
@@ -221,16 +297,41 @@ void sum(int variant, int64_t n, const float* x, float* out, float* workspace,
   }
 }
 
-void channel_sum(int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
-                 cudaStream_t stream) {
+size_t channel_sum_workspace_floats(int variant, int64_t outer, int64_t C, int64_t inner) {
   using namespace reduce_kernels;
+  check_channel_sum_variant(variant);
+  check_count("cuda::channel_sum_workspace_floats: outer", outer);
+  check_count("cuda::channel_sum_workspace_floats: C", C);
+  check_count("cuda::channel_sum_workspace_floats: inner", inner);
+  if (variant == 1 || C == 0) return 0;
+  return static_cast<size_t>(C * channel_split::split_count(C, outer * inner));
+}
+
+void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
+                 float* workspace, cudaStream_t stream) {
+  using namespace reduce_kernels;
+  check_channel_sum_variant(variant);
   check_count("cuda::channel_sum: outer", outer);
   check_count("cuda::channel_sum: C", C);
   check_count("cuda::channel_sum: inner", inner);
   if (C > INT32_MAX) throw std::invalid_argument("cuda::channel_sum: C is 2^31 or more");
   if (C == 0) return;
-  launch(channel_sum_kernel, static_cast<unsigned>(C), dim3(kThreads), 0, stream, outer, C, inner,
-         dy, db);
+  if (variant == 1) {
+    launch(channel_sum_kernel, static_cast<unsigned>(C), dim3(kThreads), 0, stream, outer, C,
+           inner, dy, db);
+    return;
+  }
+  if (workspace == nullptr)
+    throw std::invalid_argument("cuda::channel_sum: variant 2 needs channel_sum_workspace_floats "
+                                "floats of workspace");
+  const channel_split::Plan p =
+      channel_split::split_plan(outer, C, inner, channel_split::aligned16(dy));
+  if (channel_split::int_indices(outer * C * inner, C * inner))
+    launch_channel_sum_split<int>(p, C, inner, dy, workspace, stream);
+  else
+    launch_channel_sum_split<int64_t>(p, C, inner, dy, workspace, stream);
+  launch(channel_sum_fold, channel_split::fold_blocks(C), dim3(channel_split::kThreads), 0, stream,
+         C, p.splits, workspace, db);
 }
 
 void label_min_max(int64_t n, const int64_t* labels, int64_t* out, cudaStream_t stream) {
