@@ -262,7 +262,7 @@ struct Bench {
 const char* const kGemmNames[] = {"naive",      "coalesced",   "smem tiled",     "register-blocked",
                                   "vectorised", "warp-tiled",  "double-buffered", "split-K"};
 const char* const kConvNames[] = {"naive direct", "im2col + gemm", "implicit gemm",
-                                  "implicit warp-tiled"};
+                                  "implicit warp-tiled", "warp-tiled split-K"};
 static_assert(std::size(kGemmNames) == cu::kGemmVariants && std::size(kConvNames) == cu::kConvVariants,
               "a name for every variant");
 
@@ -575,6 +575,7 @@ int run(Options opt) {
       b.conv("tiny", conv_shape(2, 3, 8, 8, 4, 3, 1, 1));
       b.conv("tiny", conv_shape(2, 4, 7, 7, 6, 5, 1, 0));
       b.conv("tiny s2", conv_shape(2, 5, 9, 9, 8, 3, 2, 1));
+      b.conv("tiny split-K", conv_shape(4, 3, 12, 12, 8, 3, 1, 1));  // variant 5 splits dW
     } else {
       b.conv("lenet c1", conv_shape(256, 1, 28, 28, 20, 3, 1, 0));
       b.conv("lenet c2", conv_shape(256, 20, 13, 13, 50, 5, 1, 0));

@@ -50,11 +50,14 @@ void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 // 1 naive direct (one thread per output element), 2 explicit im2col/col2im in
 // the workspace, a chunk of images at a time, + GEMM variant 4, 3 implicit
 // GEMM (column tiles gathered straight into shared memory, no workspace),
-// 4 implicit GEMM on GEMM variant 7's warp-tiled, double-buffered tile.
-// conv2d_workspace_floats covers all three directions of a variant (0 for
-// 1, 3 and 4). Bad shapes or variants throw std::invalid_argument.
-constexpr int kConvVariants = 4;
-constexpr int kBestConv = 3;
+// 4 implicit GEMM on GEMM variant 7's warp-tiled, double-buffered tile,
+// 5 variant 4 with split-K (each direction's reduction cut into chunks over
+// grid.z when its tiles cannot fill the GPU, above all backward-weight's
+// N*P*Q; partials in the workspace, added in a fixed order). conv2d_workspace_floats covers all three directions of a
+// variant (0 for 1, 3 and 4; for 5, 0 unless a direction splits). Bad shapes
+// or variants throw std::invalid_argument.
+constexpr int kConvVariants = 5;
+constexpr int kBestConv = 5;
 size_t conv2d_workspace_floats(int variant, const Conv2dShape& s);
 void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const float* w,
                     const float* bias, float* y, float* workspace, cudaStream_t stream);
