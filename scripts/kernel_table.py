@@ -45,6 +45,7 @@ KERNELS = {
     "gemm_double_buffered": ("gemm 7", 256),
     "gemm_split_k": ("gemm 8", 256),
     "add_partials": ("split-K sum", 256),
+    "add_partials_by_warp": ("split-K sum", 256),
     "forward_naive": ("conv 1", 256),
     "backward_data_naive": ("conv 1", 256),
     "backward_weight_naive": ("conv 1", 256),
@@ -55,8 +56,8 @@ KERNELS = {
     "forward_implicit": ("conv 3", 256),
     "backward_data_implicit": ("conv 3", 256),
     "backward_weight_implicit": ("conv 3", 256),
-    "forward_warp_tiled": ("conv 4", None),
-    "backward_data_warp_tiled": ("conv 4", None),
+    "forward_warp_tiled": ("conv 4, 5", None),
+    "backward_data_warp_tiled": ("conv 4, 5", None),
     "backward_weight_warp_tiled": ("conv 4, 5", None),
     "fill_zero": ("conv", 256),
     "sum_atomic": ("sum 1", 256),
@@ -312,8 +313,19 @@ def tiles(m, n, bm, bn):
 
 def split_k(m, n, k, tiles, per_sm):
     """kernels/cuda/split_k.h's plan: (splits, chunk) of a reduction of k."""
-    splits = min(-(-2 * SMS * per_sm // tiles), k // 128, 512, (1 << 26) // max(1, m * n))
-    if tiles >= SMS * per_sm or splits <= 1:
+    wave = SMS * per_sm
+    if tiles >= wave:
+        return 1, k
+    most = min(k // 128, 1024, (1 << 26) // max(1, m * n))
+    splits, best = 1, tiles / wave
+    for s in range(2, most + 1):
+        blocks = tiles * s
+        waves = -(-blocks // wave)
+        if waves > 4:
+            break
+        if blocks / (waves * wave) > best:
+            splits, best = s, blocks / (waves * wave)
+    if splits <= 1:
         return 1, k
     chunk = -(-(-(-k // splits)) // 16) * 16
     return -(-k // chunk), chunk

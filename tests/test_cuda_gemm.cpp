@@ -169,19 +169,22 @@ TEST_CASE("cuda gemm: variant 8 splits a long K over grid.z, deterministically",
   if (!cuda_test::have_device()) return;
   using anvil::cuda::gemm_workspace_floats;
   // Results of one or two 128x128 tiles with K long enough to split (every
-  // chunk but the last a multiple of 16, the last ragged), and LeNet's fc1
-  // weight gradient at batch 256 (dW[128, 800] = dY^T X over the batch).
+  // chunk but the last a multiple of 16, the last ragged; from 32 splits
+  // the partials are added a warp per element), and LeNet's fc1 weight
+  // gradient at batch 256 (dW[128, 800] = dY^T X over the batch).
   struct Shape {
     int64_t M, N, K;
     const char* name;
   };
   const Shape shapes[] = {{70, 45, 1000, "70x45x1000"},
                           {130, 9, 517, "130x9x517 (2 row tiles)"},
+                          {20, 9, 8192, "20x9x8192 (64 splits: summed a warp per element)"},
                           {128, 800, 256, "LeNet fc1 weight gradient, batch 256"}};
   for (const Shape& s : shapes) {
     const anvil::cuda::split_k::Plan plan = anvil::cuda::split_k::plan(
         s.M, s.N, s.K, ((s.M + 127) / 128) * ((s.N + 127) / 128), 2);
     REQUIRE(plan.splits > 1);  // the shape does split
+    if (s.K == 8192) REQUIRE(plan.splits >= 32);
     REQUIRE(plan.splits * plan.chunk >= s.K);
     REQUIRE((plan.splits - 1) * plan.chunk < s.K);  // no empty chunk
     REQUIRE(gemm_workspace_floats(8, s.M, s.N, s.K) == size_t(plan.splits * s.M * s.N));

@@ -79,10 +79,11 @@
 //              chunk of K (a multiple of 16, at least 128 long; a K-slice of
 //              the operands, warp_tile::KSlice) and write their partial tile
 //              to the workspace, and a second kernel (add_partials, one thread
-//              per element of C, consecutive threads along n) adds the
-//              partials in the order z = 0, 1, ... and applies alpha and
-//              beta. Where the tiles fill less than one wave (132 SMs x 2
-//              resident blocks) the split aims at two waves. Without
+//              per element of C, consecutive threads along n; from 32 splits
+//              add_partials_by_warp, one warp per element) adds the partials
+//              in a fixed order and applies alpha and beta. Where the tiles
+//              fill less than one wave (132 SMs x 2 resident blocks) the
+//              split aims at whole waves, two where K allows. Without
 //              atomics the sum's order is fixed, so results are bitwise the
 //              same from run to run. Where the tiles already fill a wave or
 //              K is short it is variant 7 (no workspace).
@@ -230,17 +231,33 @@ __global__ void __launch_bounds__(warp_tile::DoubleBuffered::kThreads,
                                                  warp_tile::KSlice(b, k0), c);
 }
 
-// The second pass of a split (split_k.h): one thread per element of C,
-// consecutive threads along n; the partials are added in the order z = 0, 1, ...
-constexpr int kSumThreads = 256;
+// The second pass of a split (split_k.h). Below kWarpSplits partials per
+// element: one thread per element of C, consecutive threads along n
+// (coalesced), adding z = 0, 1, ... in order.
+constexpr int kSumThreads = 256, kWarpSplits = 32;
 __global__ void __launch_bounds__(kSumThreads)
     add_partials(int splits, int M, int N, const float* __restrict__ partials, float alpha,
-                float beta, float* __restrict__ C, int64_t ldc) {
+                 float beta, float* __restrict__ C, int64_t ldc) {
   const int64_t i = int64_t(blockIdx.x) * kSumThreads + threadIdx.x, MN = int64_t(M) * N;
   if (i >= MN) return;
   float acc = 0.0f;
   for (int z = 0; z < splits; ++z) acc += partials[z * MN + i];
   store(C, ldc, int(i / N), int(i % N), acc, alpha, beta);
+}
+
+// From kWarpSplits partials per element: one warp per element of C, lane l
+// adding z = l, l + 32, ... in order, then a shuffle tree (a fixed order
+// too); the reads are scattered, but there are few elements.
+__global__ void __launch_bounds__(kSumThreads)
+    add_partials_by_warp(int splits, int M, int N, const float* __restrict__ partials,
+                         float alpha, float beta, float* __restrict__ C, int64_t ldc) {
+  const int64_t i = (int64_t(blockIdx.x) * kSumThreads + threadIdx.x) / 32, MN = int64_t(M) * N;
+  const int lane = int(threadIdx.x) % 32;
+  if (i >= MN) return;  // i is the same for the whole warp: all its lanes leave
+  float acc = 0.0f;
+  for (int z = lane; z < splits; z += 32) acc += partials[z * MN + i];
+  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_down_sync(0xffffffffu, acc, offset);
+  if (lane == 0) store(C, ldc, int(i / N), int(i % N), acc, alpha, beta);
 }
 
 StoreC store_c(float* C, int64_t ldc, float alpha, float beta) {
@@ -355,11 +372,14 @@ void check_ld(const char* name, int64_t ld, int64_t row, const char* what) {
 
 void split_k::sum_split_k(int splits, int M, int N, const float* partials, float alpha,
                           float beta, float* C, int64_t ldc, cudaStream_t stream) {
+  using namespace gemm_kernels;
   const int64_t MN = int64_t(M) * N;
   if (MN == 0) return;
-  launch(gemm_kernels::add_partials,
-         dim3(static_cast<unsigned>((MN + gemm_kernels::kSumThreads - 1) / gemm_kernels::kSumThreads)),
-         dim3(gemm_kernels::kSumThreads), 0, stream, splits, M, N, partials, alpha, beta, C, ldc);
+  const bool by_warp = splits >= kWarpSplits;
+  const int64_t threads = by_warp ? MN * 32 : MN;
+  launch(by_warp ? add_partials_by_warp : add_partials,
+         dim3(static_cast<unsigned>((threads + kSumThreads - 1) / kSumThreads)),
+         dim3(kSumThreads), 0, stream, splits, M, N, partials, alpha, beta, C, ldc);
 }
 
 size_t gemm_workspace_floats(int variant, int64_t M, int64_t N, int64_t K) {

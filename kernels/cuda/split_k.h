@@ -16,17 +16,20 @@
 
 namespace anvil::cuda::split_k {
 
-// The GPU the splits are sized for: an H100 (132 SMs). Two waves' worth of
-// blocks, so that the last wave's tail costs at most half a wave.
-constexpr int64_t kSMs = 132, kWaves = 2;
+// The GPU the splits are sized for: an H100 (132 SMs). A wave is 132 SMs x
+// the kernel's resident blocks per SM; a split aims at full waves (at most
+// four), since a last wave only partly full idles the rest of the GPU for as
+// long as a full one.
+constexpr int64_t kSMs = 132, kMaxWaves = 4;
 // A chunk does at least 128 steps of k (16 of the warp tile's BK = 8): per
 // 128x128 tile that is 2M multiply-adds against 64 KB of partial written
-// and read back, 32 FMA per byte, above an H100's ~15 FLOP/byte ridge.
+// and read back, 32 FMA per byte, above an H100's ~20 FLOP/byte ridge.
 constexpr int64_t kMinChunk = 128;
 // Chunks start on multiples of 16, so that a K-slice of an aligned operand
 // stays 16-byte aligned and every chunk but the last is whole BK steps.
 constexpr int64_t kChunkAlign = 16;
-constexpr int64_t kMaxSplits = 512;
+// Enough for two waves of a one-tile result at 3 blocks per SM (792).
+constexpr int64_t kMaxSplits = 1024;
 constexpr int64_t kMaxPartialFloats = int64_t(1) << 26;  // 256 MB of partials at most
 
 struct Plan {
@@ -39,11 +42,20 @@ struct Plan {
 // fill a wave already are left alone: splitting them would add the
 // partials' memory traffic for little more than a shorter tail.
 inline Plan plan(int64_t M, int64_t N, int64_t K, int64_t tiles, int64_t blocks_per_sm) {
-  const int64_t wave = kSMs * blocks_per_sm, target = kWaves * wave;
-  if (tiles >= wave) return {1, K};
-  int64_t splits = (target + tiles - 1) / std::max<int64_t>(1, tiles);
-  splits = std::min({splits, K / kMinChunk, kMaxSplits,
-                     kMaxPartialFloats / std::max<int64_t>(1, M * N)});
+  const int64_t wave = kSMs * blocks_per_sm;
+  if (tiles >= wave || tiles < 1) return {1, K};
+  const int64_t most = std::min({K / kMinChunk, kMaxSplits,
+                                 kMaxPartialFloats / std::max<int64_t>(1, M * N)});
+  // The fewest splits whose blocks best fill their waves (blocks / (waves *
+  // wave)); unsplit, the tiles fill tiles / wave of one.
+  int64_t splits = 1;
+  double best = double(tiles) / double(wave);
+  for (int64_t s = 2; s <= most; ++s) {
+    const int64_t blocks = tiles * s, waves = (blocks + wave - 1) / wave;
+    if (waves > kMaxWaves) break;
+    const double fill = double(blocks) / double(waves * wave);
+    if (fill > best) best = fill, splits = s;
+  }
   if (splits <= 1) return {1, K};
   int64_t chunk = (K + splits - 1) / splits;
   chunk = (chunk + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
@@ -56,8 +68,11 @@ inline int64_t workspace_floats(const Plan& p, int64_t M, int64_t N) {
 }
 
 // C[m*ldc + n] = alpha * sum over z of partials[z*M*N + m*N + n] + beta * C
-// (C not read when beta == 0), adding in the order z = 0, 1, ...; one thread
-// per element of C (gemm.cu).
+// (C not read when beta == 0), in an order fixed by `splits` (gemm.cu): below
+// 32 splits one thread per element of C adds z = 0, 1, ...; from 32, one warp
+// per element, lane l adding z = l, l + 32, ..., then a shuffle tree across
+// the lanes, so that hundreds of partials (a one-tile weight gradient) are
+// not one thread's chain of dependent adds.
 void sum_split_k(int splits, int M, int N, const float* partials, float alpha, float beta,
                  float* C, int64_t ldc, cudaStream_t stream);
 
