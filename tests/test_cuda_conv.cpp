@@ -197,8 +197,10 @@ TEST_CASE("cuda conv: split-K (variant 5; variant 2's weight GEMM) matches the C
     SECTION(c.name) {
       INFO(describe(s));
       REQUIRE(anvil::cuda::conv2d_workspace_floats(5, s) > 0);  // variant 5 splits this shape
-      const Vec x = cuda_test::random_floats(x_size(s), 41), w = cuda_test::random_floats(w_size(s), 42);
-      const Vec g = cuda_test::random_floats(y_size(s), 43), bias = cuda_test::random_floats(size_t(s.K), 44);
+      const Vec x = cuda_test::random_floats(x_size(s), 41);
+      const Vec w = cuda_test::random_floats(w_size(s), 42);
+      const Vec g = cuda_test::random_floats(y_size(s), 43);
+      const Vec bias = cuda_test::random_floats(size_t(s.K), 44);
       DeviceBuffer<float> d_x(x), d_w(w), d_g(g), d_bias(bias);
       Vec want_y(y_size(s)), want_dx(x_size(s)), want_dw(w_size(s)), want_db(size_t(s.K));
       anvil::cpu::conv2d_forward(s, x.data(), w.data(), bias.data(), want_y.data());

@@ -94,11 +94,14 @@
 //   warp_tile::KSlice of both operands; within a chunk threads map to data
 //   exactly as in variant 4) into its own partial output in the workspace
 //   (partial z at z * the output's size, in the output's layout); then GEMM's
-//   add_partials, one thread per output element, sums the partials in the
-//   order z = 0, 1, ... (no atomics: bitwise the same from run to run). The
-//   split count comes from the shape (split_k.h): where the tiles fill less
-//   than one wave (132 SMs x the tile's resident blocks), two waves, chunks at least 128 long and multiples of 16
-//   (so a slice of the weights keeps its 16-byte loads). The same applies to
+//   add_partials (one thread per output element; from 32 splits one warp)
+//   sums the partials in a fixed order (no atomics: bitwise the same from
+//   run to run). The split count comes from the shape (split_k.h): where the
+//   tiles fill less than one wave (132 SMs x the tile's resident blocks),
+//   the fewest splits whose blocks best fill whole waves (at most 4), chunks
+//   at least 128 long and multiples of 16 (so a slice of the weights keeps
+//   its 16-byte loads). LeNet's conv1 at batch 256: 1 block -> 387 of the 64x128
+//   tile's 396 slots; ResNet-18's 64-channel layers: 5 -> 395. The same applies to
 //   forward and backward-data, whose K (C*R*S, K*R*S) is shorter but whose
 //   128x128 tiles can be too few at small batches (ResNet-18's 512-channel
 //   layers at batch 128: 64 blocks); the forward adds the bias in partial 0
@@ -193,8 +196,9 @@ __global__ void __launch_bounds__(kThreads) fill_zero(int64_t count, float* out)
 
 // ---- variant 1: naive direct ----
 
-__global__ void __launch_bounds__(kThreads) forward_naive(Geo g, const float* __restrict__ x, const float* __restrict__ w,
-                              const float* __restrict__ bias, float* __restrict__ y) {
+__global__ void __launch_bounds__(kThreads)
+    forward_naive(Geo g, const float* __restrict__ x, const float* __restrict__ w,
+                  const float* __restrict__ bias, float* __restrict__ y) {
   const int64_t i = global_index();
   if (i >= int64_t(g.N) * g.K * g.PQ()) return;
   const int q = int(i % g.Q), p = int(i / g.Q % g.P), k = int(i / g.PQ() % g.K);
@@ -207,8 +211,9 @@ __global__ void __launch_bounds__(kThreads) forward_naive(Geo g, const float* __
   y[i] = bias ? acc + bias[k] : acc;
 }
 
-__global__ void __launch_bounds__(kThreads) backward_data_naive(Geo g, const float* __restrict__ dy,
-                                    const float* __restrict__ w, float* __restrict__ dx) {
+__global__ void __launch_bounds__(kThreads)
+    backward_data_naive(Geo g, const float* __restrict__ dy, const float* __restrict__ w,
+                        float* __restrict__ dx) {
   const int64_t i = global_index();
   if (i >= int64_t(g.N) * g.C * g.H * g.W) return;
   const int wi = int(i % g.W), h = int(i / g.W % g.H), c = int(i / (int64_t(g.H) * g.W) % g.C);
@@ -221,8 +226,9 @@ __global__ void __launch_bounds__(kThreads) backward_data_naive(Geo g, const flo
   dx[i] = acc;
 }
 
-__global__ void __launch_bounds__(kThreads) backward_weight_naive(Geo g, const float* __restrict__ x,
-                                      const float* __restrict__ dy, float* __restrict__ dw) {
+__global__ void __launch_bounds__(kThreads)
+    backward_weight_naive(Geo g, const float* __restrict__ x, const float* __restrict__ dy,
+                          float* __restrict__ dw) {
   const int64_t i = global_index();
   if (i >= int64_t(g.K) * g.C * g.RS()) return;
   const int s = int(i % g.S), r = int(i / g.S % g.R), c = int(i / g.RS() % g.C);
@@ -239,8 +245,8 @@ __global__ void __launch_bounds__(kThreads) backward_weight_naive(Geo g, const f
 
 // col[crs, j] for images [n0, n0 + cnt), j = (n - n0)*PQ + pq; one thread
 // per element, consecutive threads along j.
-__global__ void __launch_bounds__(kThreads) im2col(Geo g, const float* __restrict__ x, int n0, int cnt,
-                       float* __restrict__ col) {
+__global__ void __launch_bounds__(kThreads)
+    im2col(Geo g, const float* __restrict__ x, int n0, int cnt, float* __restrict__ col) {
   const int64_t i = global_index(), cols = int64_t(cnt) * g.PQ();
   if (i >= cols * g.C * g.RS()) return;
   const int crs = int(i / cols), j = int(i % cols);
@@ -249,8 +255,8 @@ __global__ void __launch_bounds__(kThreads) im2col(Geo g, const float* __restric
 
 // dx for images [n0, n0 + cnt) from dcol[crs, j]: each pixel sums the column
 // entries that were read from it (a gather: no atomics).
-__global__ void __launch_bounds__(kThreads) col2im(Geo g, const float* __restrict__ dcol, int n0, int cnt,
-                       float* __restrict__ dx) {
+__global__ void __launch_bounds__(kThreads)
+    col2im(Geo g, const float* __restrict__ dcol, int n0, int cnt, float* __restrict__ dx) {
   const int64_t i = global_index(), HW = int64_t(g.H) * g.W, PQ = g.PQ();
   if (i >= int64_t(cnt) * g.C * HW) return;
   const int wi = int(i % g.W), h = int(i / g.W % g.H), c = int(i / HW % g.C);
@@ -271,8 +277,8 @@ __global__ void __launch_bounds__(kThreads) col2im(Geo g, const float* __restric
 }
 
 // out[k, j] = dy[n0 + j / PQ, k, j % PQ] for a chunk of cnt images.
-__global__ void __launch_bounds__(kThreads) gather_dy(Geo g, const float* __restrict__ dy, int n0, int cnt,
-                          float* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    gather_dy(Geo g, const float* __restrict__ dy, int n0, int cnt, float* __restrict__ out) {
   const int64_t i = global_index(), PQ = g.PQ(), cols = cnt * PQ;
   if (i >= cols * g.K) return;
   const int64_t k = i / cols, j = i % cols;
@@ -281,8 +287,9 @@ __global__ void __launch_bounds__(kThreads) gather_dy(Geo g, const float* __rest
 
 // y[n, k, pq] (cnt images from y) = staged[k, n*PQ + pq] + bias[k]; either
 // may be null (no staged: y = bias).
-__global__ void __launch_bounds__(kThreads) to_nchw(Geo g, const float* __restrict__ staged, const float* __restrict__ bias,
-                        int cnt, float* __restrict__ y) {
+__global__ void __launch_bounds__(kThreads)
+    to_nchw(Geo g, const float* __restrict__ staged, const float* __restrict__ bias, int cnt,
+            float* __restrict__ y) {
   const int64_t i = global_index(), PQ = g.PQ();
   if (i >= int64_t(cnt) * g.K * PQ) return;
   const int64_t pq = i % PQ, k = i / PQ % g.K, n = i / (PQ * g.K);
@@ -412,8 +419,9 @@ struct DyRows {
   }
 };
 
-__global__ void __launch_bounds__(tile::kThreads) forward_implicit(Geo g, const float* __restrict__ x, const float* __restrict__ w,
-                                 const float* __restrict__ bias, float* __restrict__ y) {
+__global__ void __launch_bounds__(tile::kThreads)
+    forward_implicit(Geo g, const float* __restrict__ x, const float* __restrict__ w,
+                     const float* __restrict__ bias, float* __restrict__ y) {
   const int CRS = g.C * g.RS(), PQ = g.PQ();
   tile::register_blocked(g.K, g.N * PQ, CRS, tile::Strided<false>{w, CRS}, ColByNpq{g, x},
                          [&](int k, int npq, float acc) {
@@ -422,8 +430,9 @@ __global__ void __launch_bounds__(tile::kThreads) forward_implicit(Geo g, const 
                          });
 }
 
-__global__ void __launch_bounds__(tile::kThreads) backward_data_implicit(Geo g, const float* __restrict__ dy,
-                                       const float* __restrict__ w, float* __restrict__ dx) {
+__global__ void __launch_bounds__(tile::kThreads)
+    backward_data_implicit(Geo g, const float* __restrict__ dy, const float* __restrict__ w,
+                           float* __restrict__ dx) {
   const int HW = g.H * g.W;
   tile::register_blocked(g.C, g.N * HW, g.K * g.RS(), WeightT{g, w}, DyTaps{g, dy},
                          [&](int c, int nhw, float acc) {
@@ -432,8 +441,9 @@ __global__ void __launch_bounds__(tile::kThreads) backward_data_implicit(Geo g, 
                          });
 }
 
-__global__ void __launch_bounds__(tile::kThreads) backward_weight_implicit(Geo g, const float* __restrict__ x,
-                                         const float* __restrict__ dy, float* __restrict__ dw) {
+__global__ void __launch_bounds__(tile::kThreads)
+    backward_weight_implicit(Geo g, const float* __restrict__ x, const float* __restrict__ dy,
+                             float* __restrict__ dw) {
   const int CRS = g.C * g.RS();
   tile::register_blocked(g.K, CRS, g.N * g.PQ(), DyRows{g, dy}, ColByCrs{g, x},
                          [&](int k, int crs, float acc) { dw[int64_t(k) * CRS + crs] = acc; });
@@ -497,13 +507,13 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
                                int chunk, float* __restrict__ out) {
   const int CRS = g.C * g.RS(), k0 = int(blockIdx.z) * chunk;
   float* dw = out + int64_t(blockIdx.z) * g.K * CRS;
-  warp_tile::multiply<S>(g.K, CRS, chunk_length(g.N * g.PQ(), chunk),
-                         warp_tile::KSlice(DyRows{g, dy}, k0), warp_tile::KSlice(ColByCrs{g, x}, k0),
-                         [&](int k, int crs, const float4& acc, int valid) {
+  warp_tile::multiply<S>(
+      g.K, CRS, chunk_length(g.N * g.PQ(), chunk), warp_tile::KSlice(DyRows{g, dy}, k0),
+      warp_tile::KSlice(ColByCrs{g, x}, k0), [&](int k, int crs, const float4& acc, int valid) {
 #pragma unroll
-                           for (int j = 0; j < 4; ++j)
-                             if (j < valid) dw[int64_t(k) * CRS + crs + j] = vec::at(acc, j);
-                         });
+        for (int j = 0; j < 4; ++j)
+          if (j < valid) dw[int64_t(k) * CRS + crs + j] = vec::at(acc, j);
+      });
 }
 
 // ---- host side ----

@@ -83,7 +83,8 @@
 //              add_partials_by_warp, one warp per element) adds the partials
 //              in a fixed order and applies alpha and beta. Where the tiles
 //              fill less than one wave (132 SMs x 2 resident blocks) the
-//              split aims at whole waves, two where K allows. Without
+//              split takes the fewest chunks whose blocks best fill whole
+//              waves (at most 4). Without
 //              atomics the sum's order is fixed, so results are bitwise the
 //              same from run to run. Where the tiles already fill a wave or
 //              K is short it is variant 7 (no workspace).
@@ -123,8 +124,9 @@ __device__ __forceinline__ void store(float* C, int64_t ldc, int m, int n, float
 constexpr int kNaiveThreads = 32 * 32;  // variants 1-3: 32 x 32 threads per block
 
 template <bool TA, bool TB>
-__global__ void __launch_bounds__(kNaiveThreads) gemm_naive(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b, float beta,
-                           float* __restrict__ C, int64_t ldc) {
+__global__ void __launch_bounds__(kNaiveThreads)
+    gemm_naive(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b, float beta,
+               float* __restrict__ C, int64_t ldc) {
   int row = blockIdx.x * blockDim.x + threadIdx.x;
   int col = blockIdx.y * blockDim.y + threadIdx.y;
   if (row >= M || col >= N) return;
@@ -134,8 +136,9 @@ __global__ void __launch_bounds__(kNaiveThreads) gemm_naive(int M, int N, int K,
 }
 
 template <bool TA, bool TB>
-__global__ void __launch_bounds__(kNaiveThreads) gemm_coalesced(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b,
-                               float beta, float* __restrict__ C, int64_t ldc) {
+__global__ void __launch_bounds__(kNaiveThreads)
+    gemm_coalesced(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b, float beta,
+                   float* __restrict__ C, int64_t ldc) {
   int col = blockIdx.x * blockDim.x + threadIdx.x;
   int row = blockIdx.y * blockDim.y + threadIdx.y;
   if (row >= M || col >= N) return;
@@ -147,8 +150,9 @@ __global__ void __launch_bounds__(kNaiveThreads) gemm_coalesced(int M, int N, in
 constexpr int kTile = 32;
 
 template <bool TA, bool TB>
-__global__ void __launch_bounds__(kTile * kTile) gemm_tiled(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b, float beta,
-                           float* __restrict__ C, int64_t ldc) {
+__global__ void __launch_bounds__(kTile* kTile)
+    gemm_tiled(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b, float beta,
+               float* __restrict__ C, int64_t ldc) {
   __shared__ float As[kTile][kTile + 1];  // As[k][m]
   __shared__ float Bs[kTile][kTile + 1];  // Bs[k][n]
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kTile + tx;
@@ -167,11 +171,11 @@ __global__ void __launch_bounds__(kTile * kTile) gemm_tiled(int M, int N, int K,
 }
 
 template <bool TA, bool TB>
-__global__ void __launch_bounds__(tile::kThreads) gemm_register_blocked(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b,
-                                      float beta, float* __restrict__ C, int64_t ldc) {
-  tile::register_blocked(M, N, K, a, b, [&](int m, int n, float acc) {
-    store(C, ldc, m, n, acc, alpha, beta);
-  });
+__global__ void __launch_bounds__(tile::kThreads)
+    gemm_register_blocked(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b, float beta,
+                          float* __restrict__ C, int64_t ldc) {
+  tile::register_blocked(M, N, K, a, b,
+                         [&](int m, int n, float acc) { store(C, ldc, m, n, acc, alpha, beta); });
 }
 
 // C = alpha * acc + beta * C for a row quad C[m][n..n+3] of which `valid`
@@ -249,8 +253,8 @@ __global__ void __launch_bounds__(kSumThreads)
 // adding z = l, l + 32, ... in order, then a shuffle tree (a fixed order
 // too); the reads are scattered, but there are few elements.
 __global__ void __launch_bounds__(kSumThreads)
-    add_partials_by_warp(int splits, int M, int N, const float* __restrict__ partials,
-                         float alpha, float beta, float* __restrict__ C, int64_t ldc) {
+    add_partials_by_warp(int splits, int M, int N, const float* __restrict__ partials, float alpha,
+                         float beta, float* __restrict__ C, int64_t ldc) {
   const int64_t i = (int64_t(blockIdx.x) * kSumThreads + threadIdx.x) / 32, MN = int64_t(M) * N;
   const int lane = int(threadIdx.x) % 32;
   if (i >= MN) return;  // i is the same for the whole warp: all its lanes leave
