@@ -158,7 +158,7 @@ constexpr bool kSanitizerBuild = true;
 constexpr bool kSanitizerBuild = false;
 #endif
 
-TEST_CASE("cuda conv: split-K (variant 5; variant 2's weight GEMM) matches the CPU and is "
+TEST_CASE("cuda conv: split-K (variant 5, and variant 2's weight GEMM) matches the CPU and is "
           "bitwise deterministic", "[cuda][conv][split-k]") {
   if (!cuda_test::have_device()) return;
   // Every shape splits at least one direction in variant 5 (checked below):
