@@ -268,9 +268,9 @@ struct Bench {
 };
 
 const char* const kGemmNames[] = {"naive",      "coalesced",   "smem tiled",     "register-blocked",
-                                  "vectorised", "warp-tiled",  "double-buffered"};
+                                  "vectorised", "warp-tiled",  "double-buffered", "split-K"};
 const char* const kConvNames[] = {"naive direct", "im2col + gemm", "implicit gemm",
-                                  "implicit warp-tiled"};
+                                  "implicit warp-tiled", "warp-tiled split-K"};
 const char* const kChannelNames[] = {"block per channel", "split"};
 static_assert(std::size(kGemmNames) == cu::kGemmVariants &&
                   std::size(kConvNames) == cu::kConvVariants &&
@@ -289,6 +289,10 @@ void Bench::gemm(int64_t M, int64_t N, int64_t K) {
   std::vector<float> ref(size_t(M * N));
   cpu::gemm(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, ref.data(), N);
   DeviceBuffer da(a.size()), db(b.size()), dc(ref.size());
+  size_t ws_floats = 0;
+  for (int v = 1; v <= cu::kGemmVariants; ++v)
+    ws_floats = std::max(ws_floats, cu::gemm_workspace_floats(v, M, N, K));
+  DeviceBuffer dws(ws_floats);
   da.upload(a);
   db.upload(b);
   const std::string shape = fmt::format("{}x{}x{} (MxNxK)", M, N, K);
@@ -315,7 +319,7 @@ void Bench::gemm(int64_t M, int64_t N, int64_t K) {
     const std::string impl = variant_name(v, kGemmNames, int(std::size(kGemmNames)));
     auto call = [&] {
       cu::gemm(v, false, false, M, N, K, 1.0f, da.get(), K, db.get(), N, 0.0f, dc.get(), N,
-               stream);
+               dws.get(), stream);
     };
     dc.poison(stream);
     call();
@@ -652,8 +656,10 @@ int run(Options opt) {
     if (smoke) {
       b.gemm(64, 64, 64);
       b.gemm(96, 80, 72);
+      b.gemm(40, 24, 600);  // one tile, a long K: variant 8 splits it
     } else {
       for (int64_t n : opt.gemm_sizes) b.gemm(n, n, n);
+      b.gemm(128, 128, 1 << 16);  // one tile, a long K: variant 8 splits it
     }
   }
   if (!opt.no_conv) {
@@ -661,6 +667,7 @@ int run(Options opt) {
       b.conv("tiny", conv_shape(2, 3, 8, 8, 4, 3, 1, 1));
       b.conv("tiny", conv_shape(2, 4, 7, 7, 6, 5, 1, 0));
       b.conv("tiny s2", conv_shape(2, 5, 9, 9, 8, 3, 2, 1));
+      b.conv("tiny split-K", conv_shape(4, 3, 12, 12, 8, 3, 1, 1));  // variant 5 splits dW
     } else {
       b.conv("lenet c1", conv_shape(256, 1, 28, 28, 20, 3, 1, 0));
       b.conv("lenet c2", conv_shape(256, 20, 13, 13, 50, 5, 1, 0));

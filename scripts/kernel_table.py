@@ -46,6 +46,9 @@ KERNELS = {
     "gemm_vectorised": ("gemm 5", 256),
     "gemm_warp_tiled": ("gemm 6", 256),
     "gemm_double_buffered": ("gemm 7", 256),
+    "gemm_split_k": ("gemm 8", 256),
+    "add_partials": ("split-K sum", 256),
+    "add_partials_by_warp": ("split-K sum", 256),
     "forward_naive": ("conv 1", 256),
     "backward_data_naive": ("conv 1", 256),
     "backward_weight_naive": ("conv 1", 256),
@@ -56,10 +59,9 @@ KERNELS = {
     "forward_implicit": ("conv 3", 256),
     "backward_data_implicit": ("conv 3", 256),
     "backward_weight_implicit": ("conv 3", 256),
-    "forward_warp_tiled": ("conv 4", None),
-    "backward_data_warp_tiled": ("conv 4", None),
-    "backward_weight_warp_tiled": ("conv 4", None),
-    "bias_grad": ("conv dbias", 256),
+    "forward_warp_tiled": ("conv 4, 5", None),
+    "backward_data_warp_tiled": ("conv 4, 5", None),
+    "backward_weight_warp_tiled": ("conv 4, 5", None),
     "fill_zero": ("conv", 256),
     "sum_atomic": ("sum 1", 256),
     "sum_tree": ("sum 2", 256),
@@ -95,6 +97,7 @@ CLAIMS = {
     "gemm_vectorised": {"ldg128", "lds128"},
     "gemm_warp_tiled": {"ldg128", "lds128"},
     "gemm_double_buffered": {"ldg128", "lds128"},
+    "gemm_split_k": {"ldg128", "lds128"},
     "forward_warp_tiled": {"ldg128", "lds128"},
     "backward_data_warp_tiled": {"lds128"},
     "backward_weight_warp_tiled": {"lds128"},
@@ -332,6 +335,26 @@ def tiles(m, n, bm, bn):
     return math.ceil(m / bm) * math.ceil(n / bn)
 
 
+def split_k(m, n, k, tiles, per_sm):
+    """kernels/cuda/split_k.h's plan: (splits, chunk) of a reduction of k."""
+    wave = SMS * per_sm
+    if tiles >= wave:
+        return 1, k
+    most = min(k // 128, 1024, (1 << 26) // max(1, m * n))
+    splits, best = 1, tiles / wave
+    for s in range(2, most + 1):
+        blocks = tiles * s
+        waves = -(-blocks // wave)
+        if waves > 4:
+            break
+        if blocks / (waves * wave) > best:
+            splits, best = s, blocks / (waves * wave)
+    if splits <= 1:
+        return 1, k
+    chunk = -(-(-(-k // splits)) // 16) * 16
+    return -(-k // chunk), chunk
+
+
 def fill(blocks, per_sm):
     """Share of the SMs' block slots that the launch's last wave leaves busy,
     averaged over its waves: blocks / (waves * SMs * per_sm)."""
@@ -348,8 +371,8 @@ def shape_table(rows):
 
     lenet, lenet_fc, resnet = layers()
     out = ["| layer (batch 256) | dir | GEMM M x N x K | GFLOP | MB (min) | FLOP/B | roofline us | bound | "
-           "conv 3 blocks (SM fill) | conv 4 tile, blocks (SM fill) |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "conv 3 blocks (SM fill) | conv 4 tile, blocks (SM fill) | conv 5 blocks (SM fill) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     totals = {}
     for model, convs in (("LeNet", lenet), ("ResNet-18", resnet)):
         for s in convs:
@@ -368,11 +391,13 @@ def shape_table(rows):
                 b4 = tiles(m, n, bm4, 128)
                 f3 = fill(b3, resident(base3, ""))
                 f4 = fill(b4, resident(base4, tile4))
+                b5 = b4 * split_k(m, n, k, b4, 3 if m <= 64 else 2)[0]
+                f5 = fill(b5, resident(base4, tile4))
                 times = f" (x{s['count']})" if s["count"] > 1 else ""
                 work = f" ({extra:.1f}x the useful work)" if extra > 1.01 else ""
                 out.append(f"| {s['name']}{times} | {d} | {m} x {n} x {k}{work} | {flop / 1e9:.2f} | {nbytes / 1e6:.1f} | "
                            f"{flop / nbytes:.0f} | {t * 1e6:.1f} | {bound} | {b3} ({100 * f3:.0f}%) | "
-                           f"{tile4}, {b4} ({100 * f4:.0f}%) |")
+                           f"{tile4}, {b4} ({100 * f4:.0f}%) | {b5} ({100 * f5:.0f}%) |")
                 tot = totals.setdefault(model, [0.0, 0.0])
                 tot[0] += s["count"] * flop
                 tot[1] += s["count"] * t
@@ -383,14 +408,14 @@ def shape_table(rows):
             t = max(flop / FP32_PEAK, nbytes / HBM_BW)
             bound = "FP32" if flop / FP32_PEAK >= nbytes / HBM_BW else "HBM"
             out.append(f"| {name} | {d} | {m} x {n} x {k} | {flop / 1e9:.3f} | {nbytes / 1e6:.2f} | "
-                       f"{flop / nbytes:.0f} | {t * 1e6:.1f} | {bound} | - | - |")
+                       f"{flop / nbytes:.0f} | {t * 1e6:.1f} | {bound} | - | - | - |")
             totals["LeNet"][0] += flop
             totals["LeNet"][1] += t
     m = n = k = 4096
     flop, nbytes = 2.0 * m * n * k, 4 * 3 * m * n
     out.append(f"| GEMM 4096^3 (bench) | - | 4096 x 4096 x 4096 | {flop / 1e9:.1f} | {nbytes / 1e6:.0f} | "
                f"{flop / nbytes:.0f} | {flop / FP32_PEAK * 1e6:.0f} | FP32 | - | 128x128, {tiles(m, n, 128, 128)} "
-               f"({100 * fill(tiles(m, n, 128, 128), resident('gemm_double_buffered', '')):.0f}%) |")
+               f"({100 * fill(tiles(m, n, 128, 128), resident('gemm_double_buffered', '')):.0f}%) | - |")
     summary = [f"- {model}: {tot[0] / 1e9:.1f} GFLOP of convolution and linear layers per training step "
                f"(forward + both backward GEMMs), at least {tot[1] * 1e3:.3f} ms on one H100 at the roofline "
                f"(each GEMM at max(FLOP / FP32 peak, minimum bytes / HBM bandwidth))." for model, tot in totals.items()]

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -149,6 +150,95 @@ TEST_CASE("cuda conv: backward-weight and dbias, every variant, match the CPU", 
   }
 }
 
+// The sanitizer builds run the simulator several times slower: there the
+// split-K test keeps to its small shapes.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizerBuild = true;
+#else
+constexpr bool kSanitizerBuild = false;
+#endif
+
+TEST_CASE("cuda conv: split-K (variant 5, and variant 2's weight GEMM) matches the CPU and is "
+          "bitwise deterministic", "[cuda][conv][split-k]") {
+  if (!cuda_test::have_device()) return;
+  // Every shape splits at least one direction in variant 5 (checked below):
+  // ragged ones (a short last chunk, strides, pads, a 128-row tile with
+  // K = 70) and the layers of LeNet and ResNet-18 (scripts/kernel_table.py)
+  // at small batches. Backward-weight splits over N*P*Q wherever that is long;
+  // forward and backward-data where C*R*S or K*R*S is long and the tiles few
+  // (the 512-channel layer). Variant 2 splits each chunk's weight GEMM
+  // (GEMM variant 8). Each direction runs twice, each time with a fresh
+  // workspace of NaN, and must give the same bits.
+  struct Case {
+    const char* name;
+    Conv2dShape s;
+    bool small;  // run under the sanitizers too
+  };
+  const Case cases[] = {
+      {"ragged 3x3, last chunk short", make_shape(3, 3, 17, 17, 5, 3, 3, 1, 0), true},
+      {"ragged 3x2 stride 2,1 pad 1,0, K = 70", make_shape(4, 6, 15, 13, 70, 3, 2, 2, 1, 1, 0),
+       true},
+      {"LeNet conv1 1->20 3x3 @28, batch 8 (42 splits)", make_shape(8, 1, 28, 28, 20, 3, 3, 1, 0),
+       true},
+      {"LeNet conv2 20->50 5x5 @13, batch 4", make_shape(4, 20, 13, 13, 50, 5, 5, 1, 0), false},
+      {"ResNet-18 stem 1->64 3x3 @28, batch 1", make_shape(1, 1, 28, 28, 64, 3, 3, 1, 1), true},
+      {"ResNet-18 s1 64->64 3x3 @28, batch 1", make_shape(1, 64, 28, 28, 64, 3, 3, 1, 1), false},
+      {"ResNet-18 s2 64->128 3x3/2 @28, batch 2", make_shape(2, 64, 28, 28, 128, 3, 3, 2, 1),
+       false},
+      {"ResNet-18 s2 shortcut 64->128 1x1/2 @28, batch 2",
+       make_shape(2, 64, 28, 28, 128, 1, 1, 2, 0), false},
+      {"ResNet-18 s3 256->256 3x3 @7, batch 6", make_shape(6, 256, 7, 7, 256, 3, 3, 1, 1), false},
+      {"ResNet-18 s4 512->512 3x3 @4, batch 1", make_shape(1, 512, 4, 4, 512, 3, 3, 1, 1), false},
+  };
+  enum Direction { kForward, kBackwardData, kBackwardWeight };
+  for (const Case& c : cases) {
+    if (kSanitizerBuild && !c.small) continue;
+    const Conv2dShape& s = c.s;
+    SECTION(c.name) {
+      INFO(describe(s));
+      REQUIRE(anvil::cuda::conv2d_workspace_floats(5, s) > 0);  // variant 5 splits this shape
+      const Vec x = cuda_test::random_floats(x_size(s), 41);
+      const Vec w = cuda_test::random_floats(w_size(s), 42);
+      const Vec g = cuda_test::random_floats(y_size(s), 43);
+      const Vec bias = cuda_test::random_floats(size_t(s.K), 44);
+      DeviceBuffer<float> d_x(x), d_w(w), d_g(g), d_bias(bias);
+      Vec want_y(y_size(s)), want_dx(x_size(s)), want_dw(w_size(s)), want_db(size_t(s.K));
+      anvil::cpu::conv2d_forward(s, x.data(), w.data(), bias.data(), want_y.data());
+      anvil::cpu::conv2d_backward_data(s, g.data(), w.data(), want_dx.data());
+      anvil::cpu::conv2d_backward_weight(s, x.data(), g.data(), want_dw.data(), want_db.data());
+      const Vec* wants[] = {&want_y, &want_dx, &want_dw};
+      for (int variant : {2, 5}) {
+        for (Direction dir : {kForward, kBackwardData, kBackwardWeight}) {
+          if (variant == 2 && dir != kBackwardWeight) continue;  // only its weight GEMM splits
+          INFO("variant " << variant << ", direction " << int(dir));
+          Vec first;
+          for (int run = 0; run < 2; ++run) {
+            Workspace ws(variant, s);  // fresh NaN: every partial must be written
+            DeviceBuffer<float> out(Vec(wants[dir]->size(), kNaN)), db(Vec(size_t(s.K), kNaN));
+            if (dir == kForward)
+              anvil::cuda::conv2d_forward(variant, s, d_x.ptr, d_w.ptr, d_bias.ptr, out.ptr,
+                                          ws.ptr(), nullptr);
+            else if (dir == kBackwardData)
+              anvil::cuda::conv2d_backward_data(variant, s, d_g.ptr, d_w.ptr, out.ptr, ws.ptr(),
+                                                nullptr);
+            else
+              anvil::cuda::conv2d_backward_weight(variant, s, d_x.ptr, d_g.ptr, out.ptr, db.ptr,
+                                                  ws.ptr(), nullptr);
+            const Vec got = out.to_host();
+            if (run == 0) {
+              require_close_scaled(got, *wants[dir]);
+              if (dir == kBackwardWeight) require_close_scaled(db.to_host(), want_db);
+              first = got;
+            } else {  // bitwise the same as the first run
+              REQUIRE(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) == 0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda conv: degenerate shapes give empty or zero results", "[cuda][conv]") {
   if (!cuda_test::have_device()) return;
   // The window does not fit (P = 0): y is empty, dx and dw are zeros, dbias 0.
@@ -178,13 +268,17 @@ TEST_CASE("cuda conv: bad shapes and variants are refused", "[cuda][conv]") {
   REQUIRE(conv2d_workspace_floats(1, s) == 0);
   REQUIRE(conv2d_workspace_floats(3, s) == 0);
   REQUIRE(conv2d_workspace_floats(4, s) == 0);
+  REQUIRE(conv2d_workspace_floats(5, s) == 0);  // N*P*Q = 9: too short to split
   REQUIRE(conv2d_workspace_floats(2, s) > 0);
 #if defined(ANVIL_CUDA_SIM)
   // The simulator's 2^15-float column chunk: the batch-5 test shape runs as
-  // chunks of 3 and 2 images (columns [108, 3*100] plus a [4, 3*100] matrix).
-  REQUIRE(conv2d_workspace_floats(2, test_shapes().back()) == 3 * 100 * (108 + 4));
+  // chunks of 3 and 2 images (columns [108, 3*100] plus a [4, 3*100] matrix),
+  // then the partials of the weight GEMM [4, 108] over K = 3*100, which
+  // GEMM variant 8 splits in two.
+  REQUIRE(anvil::cuda::gemm_workspace_floats(8, 4, 108, 300) == 2 * 4 * 108);
+  REQUIRE(conv2d_workspace_floats(2, test_shapes().back()) == 3 * 100 * (108 + 4) + 2 * 4 * 108);
 #endif
-  REQUIRE_THROWS_WITH(conv2d_workspace_floats(5, s), Catch::Contains("no variant 5"));
+  REQUIRE_THROWS_WITH(conv2d_workspace_floats(6, s), Catch::Contains("no variant 6"));
   REQUIRE_THROWS_WITH(conv2d_forward(0, s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
                       Catch::Contains("no variant 0"));
   REQUIRE_THROWS_WITH(conv2d_forward(2, s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),

@@ -7,12 +7,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/split_k.h"
 #include "tests/cuda_test_util.h"
 
 namespace {
@@ -22,6 +24,12 @@ using cuda_test::DeviceBuffer;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kSentinel = 12345.0f;  // C's padding: must come back untouched
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizerBuild = true;
+#else
+constexpr bool kSanitizerBuild = false;
+#endif
 
 // A rows x cols matrix stored with row stride ld; the padding holds `pad`.
 Vec strided_random(int64_t rows, int64_t cols, int64_t ld, uint32_t seed, float pad) {
@@ -162,13 +170,89 @@ TEST_CASE("cuda gemm: the tiled variants on shapes of several tiles, with and wi
   }
 }
 
+TEST_CASE("cuda gemm: variant 8 splits a long K over grid.z, deterministically",
+          "[cuda][gemm][split-k]") {
+  if (!cuda_test::have_device()) return;
+  using anvil::cuda::gemm_workspace_floats;
+  // Results of one or two 128x128 tiles with K long enough to split (every
+  // chunk but the last a multiple of 16, the last ragged; from 32 splits
+  // the partials are added a warp per element), and LeNet's fc1 weight
+  // gradient at batch 256 (dW[128, 800] = dY^T X over the batch).
+  // The sanitizer builds run the simulator several times slower: there
+  // only the shapes marked small.
+  struct Shape {
+    int64_t M, N, K;
+    const char* name;
+    bool small;
+  };
+  const Shape shapes[] = {{70, 45, 1000, "70x45x1000", true},
+                          {130, 9, 517, "130x9x517 (2 row tiles)", true},
+                          {20, 9, 4096, "20x9x4096 (32 splits: summed a warp per element)", true},
+                          {128, 800, 256, "LeNet fc1 weight gradient, batch 256", false}};
+  for (const Shape& s : shapes) {
+    if (kSanitizerBuild && !s.small) continue;
+    const anvil::cuda::split_k::Plan plan = anvil::cuda::split_k::plan(
+        s.M, s.N, s.K, ((s.M + 127) / 128) * ((s.N + 127) / 128), 2);
+    REQUIRE(plan.splits > 1);  // the shape does split
+    if (s.K == 4096) REQUIRE(plan.splits >= 32);
+    REQUIRE(plan.splits * plan.chunk >= s.K);
+    REQUIRE((plan.splits - 1) * plan.chunk < s.K);  // no empty chunk
+    REQUIRE(gemm_workspace_floats(8, s.M, s.N, s.K) == size_t(plan.splits * s.M * s.N));
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      SECTION(std::string(s.name) + ", trans_a " + std::to_string(ta) + ", trans_b " +
+              std::to_string(tb)) {
+        INFO(plan.splits << " chunks of " << plan.chunk);
+        const int64_t pad = 3;  // odd strides: the scalar edge paths
+        const int64_t a_rows = ta ? s.K : s.M, a_cols = ta ? s.M : s.K;
+        const int64_t b_rows = tb ? s.N : s.K, b_cols = tb ? s.K : s.N;
+        const int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = s.N + pad;
+        const Vec A = strided_random(a_rows, a_cols, lda, 7, kNaN);
+        const Vec B = strided_random(b_rows, b_cols, ldb, 8, kNaN);
+        const Vec C = strided_random(s.M, s.N, ldc, 9, kSentinel);
+        const float alpha = 0.75f, beta = t == 3 ? 0.0f : -1.25f;
+        Vec ref = C;
+        const Vec A0 = replace_padding(A, a_rows, a_cols, lda, 0.0f);
+        const Vec B0 = replace_padding(B, b_rows, b_cols, ldb, 0.0f);
+        anvil::cpu::gemm(ta, tb, s.M, s.N, s.K, alpha, A0.data(), lda, B0.data(), ldb, beta,
+                         ref.data(), ldc);
+        DeviceBuffer<float> dA(A), dB(B);
+        Vec first;
+        for (int run = 0; run < 2; ++run) {
+          // A fresh workspace of NaN each run: every partial must be written.
+          DeviceBuffer<float> dC(C), ws(Vec(gemm_workspace_floats(8, s.M, s.N, s.K), kNaN));
+          anvil::cuda::gemm(8, ta, tb, s.M, s.N, s.K, alpha, dA.ptr, lda, dB.ptr, ldb, beta,
+                            dC.ptr, ldc, ws.ptr, nullptr);
+          const Vec got = dC.to_host();
+          if (run == 0) {
+            cuda_test::require_close(got, ref, 1e-4f, 1e-4f * std::sqrt(float(s.K)));
+            first = got;
+          } else {  // bitwise the same as the first run
+            REQUIRE(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) == 0);
+          }
+        }
+      }
+    }
+  }
+  SECTION("the workspace: none for variants 1-7 or for shapes that fill the GPU, required "
+          "where 8 splits") {
+    for (int v = 1; v <= 7; ++v) REQUIRE(gemm_workspace_floats(v, 70, 45, 1000) == 0);
+    REQUIRE(gemm_workspace_floats(8, 4096, 4096, 4096) == 0);  // 1024 tiles: no split
+    REQUIRE(gemm_workspace_floats(8, 70, 45, 255) == 0);       // K too short to split
+    float* p = nullptr;
+    REQUIRE_THROWS_WITH(anvil::cuda::gemm(8, false, false, 70, 45, 1000, 1.0f, p, 1000, p, 45,
+                                          0.0f, p, 45, nullptr),
+                        Catch::Contains("needs") && Catch::Contains("workspace"));
+  }
+}
+
 TEST_CASE("cuda gemm: bad arguments are refused, naming the argument", "[cuda][gemm]") {
   if (!cuda_test::have_device()) return;
   using anvil::cuda::gemm;
   float* p = nullptr;
   SECTION("an unknown variant") {
-    REQUIRE_THROWS_WITH(gemm(8, false, false, 1, 1, 1, 1.0f, p, 1, p, 1, 0.0f, p, 1, nullptr),
-                        Catch::Contains("no variant 8"));
+    REQUIRE_THROWS_WITH(gemm(9, false, false, 1, 1, 1, 1.0f, p, 1, p, 1, 0.0f, p, 1, nullptr),
+                        Catch::Contains("no variant 9"));
     REQUIRE_THROWS_AS(gemm(0, false, false, 1, 1, 1, 1.0f, p, 1, p, 1, 0.0f, p, 1, nullptr),
                       std::invalid_argument);
   }

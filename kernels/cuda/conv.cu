@@ -1,7 +1,7 @@
 // 2-D convolution (cross-correlation, as PyTorch and cpu::conv2d_*), NCHW:
 //   y[n,k,p,q] = bias[k] + sum_{c,r,s} w[k,c,r,s] * x[n, c, p*sh - ph + r, q*sw - pw + s]
 // with zeros outside the image. Three directions (forward, backward-data,
-// backward-weight), four numbered variants each; every one overwrites its
+// backward-weight), five numbered variants each; every one overwrites its
 // output. All three directions are GEMMs in disguise over the "column
 // matrix" col[(c,r,s), (n,p,q)] = x[n, c, p*sh - ph + r, q*sw - pw + s]:
 //   forward          y[k, (n,p,q)]   = W[k, (c,r,s)] * col
@@ -31,8 +31,12 @@
 //   matrix that a copy kernel scatters to NCHW, bias included); backward-data
 //   W^T * dy (trans_a) into dcol, then col2im as a gather, one thread per dx
 //   element summing its dcol entries (no atomics, deterministic); backward-
-//   weight dy * col^T (trans_b), accumulating over chunks with beta = 1. For
-//   chunks of several images dy is first gathered into [K, images*P*Q]. All
+//   weight dy * col^T (trans_b), accumulating over chunks with beta = 1, as
+//   GEMM variant 8: M x N = K x C*R*S is often a handful of tiles while the
+//   chunk's K = images*P*Q is long, so that GEMM splits its reduction over
+//   grid.z when the tiles cannot fill the GPU (its partials follow the
+//   columns in the workspace). For chunks of several images dy is first
+//   gathered into [K, images*P*Q]. All
 //   the arithmetic now runs in the GEMM's shared-memory and register tiles;
 //   the price is the workspace and one write + one read of the column matrix
 //   (R*S times the size of x) through global memory.
@@ -58,9 +62,8 @@
 //     backward-weight  M = K, N = C*R*S, K = N*P*Q; A = dy read as [k, (n,p,q)],
 //                      B gathered from x, threads along (n,p,q). The long
 //                      reduction runs inside one block per 64x64 dw tile
-//                      (deterministic, but few blocks for small layers: a
-//                      split-K with a second reduction pass would add
-//                      parallelism).
+//                      (deterministic, but few blocks for small layers:
+//                      LeNet's first layer is one block; variant 5 splits it).
 //   The index arithmetic (divisions by P*Q, Q, R*S, S per element) is what a
 //   production kernel would precompute per tile; here it is left plain.
 //
@@ -81,10 +84,36 @@
 //   position to the next), where variant 3 divides afresh for every element.
 //   The output is written through the same index functions as variant 3's.
 //
-// dbias (backward-weight, all variants, when dbias is non-null) is a separate
-// deterministic reduction: one block of 256 threads per output channel, each
-// thread summing a strided slice of dy over (n, p, q), then a shared-memory
-// tree (halving, one __syncthreads per level).
+// 5 variant 4 with split-K. Variant 4's threads and tiles; what changes is
+//   how many blocks share a GEMM. Backward-weight is a GEMM of K x C*R*S
+//   outputs, a few tiles (LeNet's layers: 1 to 4; ResNet-18's 64-channel 3x3
+//   layers: 5), over a reduction of N*P*Q, hundreds of thousands of terms at
+//   batch 256: variant 4 leaves most of an H100's 132 SMs idle. Variant 5
+//   launches grid.z = splits copies of variant 4's tile grid, block (tile, z)
+//   reducing the chunk [z*chunk, (z+1)*chunk) of the GEMM's K (a
+//   warp_tile::KSlice of both operands; within a chunk threads map to data
+//   exactly as in variant 4) into its own partial output in the workspace
+//   (partial z at z * the output's size, in the output's layout); then GEMM's
+//   add_partials (one thread per output element; from 32 splits one warp)
+//   sums the partials in a fixed order (no atomics: bitwise the same from
+//   run to run). The split count comes from the shape (split_k.h): where the
+//   tiles fill less than one wave (132 SMs x the tile's resident blocks),
+//   the fewest splits whose blocks best fill whole waves (at most 4), chunks
+//   at least 128 long and multiples of 16 (so a slice of the weights keeps
+//   its 16-byte loads). LeNet's conv1 at batch 256: 1 block -> 387 of the 64x128
+//   tile's 396 slots; ResNet-18's 64-channel layers: 5 -> 395. The same applies to
+//   forward and backward-data, whose K (C*R*S, K*R*S) is shorter but whose
+//   128x128 tiles can be too few at small batches (ResNet-18's 512-channel
+//   layers at batch 128: 64 blocks); the forward adds the bias in partial 0
+//   only. A GEMM whose tiles fill the GPU, or whose K is short, runs
+//   unsplit: variant 4 exactly, no workspace.
+//
+// dbias (backward-weight, all variants, when dbias is non-null) is
+// channel_sum (reduce.cu) over dy [N, K, P*Q]: deterministic, a fixed
+// summation order.
+//
+// Every kernel declares __launch_bounds__ with the block size it is launched
+// with (and, for the warp tiles, the resident blocks they are sized for).
 //
 // Limits: every dimension, and each GEMM dimension above (N*P*Q, N*H*W,
 // C*R*S, K*R*S), below 2^31; element counts and addresses are 64-bit. The
@@ -102,6 +131,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/gemm_warp_tile.cuh"
+#include "kernels/cuda/split_k.h"
 
 // Target size of variant 2's column buffer per chunk, in floats. The
 // simulator build uses a small one so that the tests exercise chunks of
@@ -159,35 +189,16 @@ __device__ __forceinline__ float dy_tap(const Geo& g, const float* dy, int n, in
 
 // ---- shared by all variants ----
 
-__global__ void fill_zero(int64_t count, float* out) {
+__global__ void __launch_bounds__(kThreads) fill_zero(int64_t count, float* out) {
   const int64_t i = global_index();
   if (i < count) out[i] = 0.0f;
 }
 
-// dbias[k] = sum over n, p, q of dy[n, k, p, q]: block k, a fixed summation
-// order (deterministic).
-__global__ void bias_grad(Geo g, const float* __restrict__ dy, float* __restrict__ dbias) {
-  __shared__ float part[kThreads];
-  const int k = blockIdx.x, tid = threadIdx.x;
-  const int64_t PQ = g.PQ(), total = int64_t(g.N) * PQ;
-  float acc = 0.0f;
-  for (int64_t i = tid; i < total; i += kThreads) {
-    const int64_t n = i / PQ, pq = i % PQ;  // consecutive threads: consecutive pq
-    acc += dy[(n * g.K + k) * PQ + pq];
-  }
-  part[tid] = acc;
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (tid < half) part[tid] += part[tid + half];
-    __syncthreads();  // reached by every thread, outside the if
-  }
-  if (tid == 0) dbias[k] = part[0];
-}
-
 // ---- variant 1: naive direct ----
 
-__global__ void forward_naive(Geo g, const float* __restrict__ x, const float* __restrict__ w,
-                              const float* __restrict__ bias, float* __restrict__ y) {
+__global__ void __launch_bounds__(kThreads)
+    forward_naive(Geo g, const float* __restrict__ x, const float* __restrict__ w,
+                  const float* __restrict__ bias, float* __restrict__ y) {
   const int64_t i = global_index();
   if (i >= int64_t(g.N) * g.K * g.PQ()) return;
   const int q = int(i % g.Q), p = int(i / g.Q % g.P), k = int(i / g.PQ() % g.K);
@@ -200,8 +211,9 @@ __global__ void forward_naive(Geo g, const float* __restrict__ x, const float* _
   y[i] = bias ? acc + bias[k] : acc;
 }
 
-__global__ void backward_data_naive(Geo g, const float* __restrict__ dy,
-                                    const float* __restrict__ w, float* __restrict__ dx) {
+__global__ void __launch_bounds__(kThreads)
+    backward_data_naive(Geo g, const float* __restrict__ dy, const float* __restrict__ w,
+                        float* __restrict__ dx) {
   const int64_t i = global_index();
   if (i >= int64_t(g.N) * g.C * g.H * g.W) return;
   const int wi = int(i % g.W), h = int(i / g.W % g.H), c = int(i / (int64_t(g.H) * g.W) % g.C);
@@ -214,8 +226,9 @@ __global__ void backward_data_naive(Geo g, const float* __restrict__ dy,
   dx[i] = acc;
 }
 
-__global__ void backward_weight_naive(Geo g, const float* __restrict__ x,
-                                      const float* __restrict__ dy, float* __restrict__ dw) {
+__global__ void __launch_bounds__(kThreads)
+    backward_weight_naive(Geo g, const float* __restrict__ x, const float* __restrict__ dy,
+                          float* __restrict__ dw) {
   const int64_t i = global_index();
   if (i >= int64_t(g.K) * g.C * g.RS()) return;
   const int s = int(i % g.S), r = int(i / g.S % g.R), c = int(i / g.RS() % g.C);
@@ -232,8 +245,8 @@ __global__ void backward_weight_naive(Geo g, const float* __restrict__ x,
 
 // col[crs, j] for images [n0, n0 + cnt), j = (n - n0)*PQ + pq; one thread
 // per element, consecutive threads along j.
-__global__ void im2col(Geo g, const float* __restrict__ x, int n0, int cnt,
-                       float* __restrict__ col) {
+__global__ void __launch_bounds__(kThreads)
+    im2col(Geo g, const float* __restrict__ x, int n0, int cnt, float* __restrict__ col) {
   const int64_t i = global_index(), cols = int64_t(cnt) * g.PQ();
   if (i >= cols * g.C * g.RS()) return;
   const int crs = int(i / cols), j = int(i % cols);
@@ -242,8 +255,8 @@ __global__ void im2col(Geo g, const float* __restrict__ x, int n0, int cnt,
 
 // dx for images [n0, n0 + cnt) from dcol[crs, j]: each pixel sums the column
 // entries that were read from it (a gather: no atomics).
-__global__ void col2im(Geo g, const float* __restrict__ dcol, int n0, int cnt,
-                       float* __restrict__ dx) {
+__global__ void __launch_bounds__(kThreads)
+    col2im(Geo g, const float* __restrict__ dcol, int n0, int cnt, float* __restrict__ dx) {
   const int64_t i = global_index(), HW = int64_t(g.H) * g.W, PQ = g.PQ();
   if (i >= int64_t(cnt) * g.C * HW) return;
   const int wi = int(i % g.W), h = int(i / g.W % g.H), c = int(i / HW % g.C);
@@ -264,8 +277,8 @@ __global__ void col2im(Geo g, const float* __restrict__ dcol, int n0, int cnt,
 }
 
 // out[k, j] = dy[n0 + j / PQ, k, j % PQ] for a chunk of cnt images.
-__global__ void gather_dy(Geo g, const float* __restrict__ dy, int n0, int cnt,
-                          float* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    gather_dy(Geo g, const float* __restrict__ dy, int n0, int cnt, float* __restrict__ out) {
   const int64_t i = global_index(), PQ = g.PQ(), cols = cnt * PQ;
   if (i >= cols * g.K) return;
   const int64_t k = i / cols, j = i % cols;
@@ -274,8 +287,9 @@ __global__ void gather_dy(Geo g, const float* __restrict__ dy, int n0, int cnt,
 
 // y[n, k, pq] (cnt images from y) = staged[k, n*PQ + pq] + bias[k]; either
 // may be null (no staged: y = bias).
-__global__ void to_nchw(Geo g, const float* __restrict__ staged, const float* __restrict__ bias,
-                        int cnt, float* __restrict__ y) {
+__global__ void __launch_bounds__(kThreads)
+    to_nchw(Geo g, const float* __restrict__ staged, const float* __restrict__ bias, int cnt,
+            float* __restrict__ y) {
   const int64_t i = global_index(), PQ = g.PQ();
   if (i >= int64_t(cnt) * g.K * PQ) return;
   const int64_t pq = i % PQ, k = i / PQ % g.K, n = i / (PQ * g.K);
@@ -405,8 +419,9 @@ struct DyRows {
   }
 };
 
-__global__ void forward_implicit(Geo g, const float* __restrict__ x, const float* __restrict__ w,
-                                 const float* __restrict__ bias, float* __restrict__ y) {
+__global__ void __launch_bounds__(tile::kThreads)
+    forward_implicit(Geo g, const float* __restrict__ x, const float* __restrict__ w,
+                     const float* __restrict__ bias, float* __restrict__ y) {
   const int CRS = g.C * g.RS(), PQ = g.PQ();
   tile::register_blocked(g.K, g.N * PQ, CRS, tile::Strided<false>{w, CRS}, ColByNpq{g, x},
                          [&](int k, int npq, float acc) {
@@ -415,8 +430,9 @@ __global__ void forward_implicit(Geo g, const float* __restrict__ x, const float
                          });
 }
 
-__global__ void backward_data_implicit(Geo g, const float* __restrict__ dy,
-                                       const float* __restrict__ w, float* __restrict__ dx) {
+__global__ void __launch_bounds__(tile::kThreads)
+    backward_data_implicit(Geo g, const float* __restrict__ dy, const float* __restrict__ w,
+                           float* __restrict__ dx) {
   const int HW = g.H * g.W;
   tile::register_blocked(g.C, g.N * HW, g.K * g.RS(), WeightT{g, w}, DyTaps{g, dy},
                          [&](int c, int nhw, float acc) {
@@ -425,23 +441,39 @@ __global__ void backward_data_implicit(Geo g, const float* __restrict__ dy,
                          });
 }
 
-__global__ void backward_weight_implicit(Geo g, const float* __restrict__ x,
-                                         const float* __restrict__ dy, float* __restrict__ dw) {
+__global__ void __launch_bounds__(tile::kThreads)
+    backward_weight_implicit(Geo g, const float* __restrict__ x, const float* __restrict__ dy,
+                             float* __restrict__ dw) {
   const int CRS = g.C * g.RS();
   tile::register_blocked(g.K, CRS, g.N * g.PQ(), DyRows{g, dy}, ColByCrs{g, x},
                          [&](int k, int crs, float acc) { dw[int64_t(k) * CRS + crs] = acc; });
 }
 
-// ---- variant 4: implicit GEMM on the warp tile (tile shape S) ----
+// ---- variants 4 and 5: implicit GEMM on the warp tile (tile shape S) ----
+//
+// Block (x, y, z) reduces the chunk [z*chunk, z*chunk + chunk) of its GEMM's
+// K into out + z * (the output's size): variant 4 and unsplit shapes, one
+// chunk (chunk = K, grid.z = 1) straight into the output; variant 5's splits,
+// partial outputs in the workspace (the forward adds the bias in partial 0
+// only).
+
+// The length of blockIdx.z's chunk of a reduction of K.
+__device__ __forceinline__ int chunk_length(int K, int chunk) {
+  const int k0 = int(blockIdx.z) * chunk;
+  return K - k0 < chunk ? K - k0 : chunk;
+}
 
 template <class S>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     forward_warp_tiled(Geo g, tile::Strided<false> w, const float* __restrict__ x,
-                       const float* __restrict__ bias, float* __restrict__ y) {
-  const int CRS = g.C * g.RS(), PQ = g.PQ();
-  warp_tile::multiply<S>(g.K, g.N * PQ, CRS, w, ColByNpq{g, x},
+                       const float* __restrict__ bias, int chunk, float* __restrict__ out) {
+  const int CRS = g.C * g.RS(), PQ = g.PQ(), k0 = int(blockIdx.z) * chunk;
+  float* y = out + int64_t(blockIdx.z) * g.N * g.K * PQ;
+  const float* b0 = blockIdx.z == 0 ? bias : nullptr;
+  warp_tile::multiply<S>(g.K, g.N * PQ, chunk_length(CRS, chunk), warp_tile::KSlice(w, k0),
+                         warp_tile::KSlice(ColByNpq{g, x}, k0),
                          [&](int k, int npq, const float4& acc, int valid) {
-                           const float b = bias ? bias[k] : 0.0f;
+                           const float b = b0 ? b0[k] : 0.0f;
 #pragma unroll
                            for (int j = 0; j < 4; ++j) {
                              if (j >= valid) break;
@@ -454,9 +486,11 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
 template <class S>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     backward_data_warp_tiled(Geo g, const float* __restrict__ dy, const float* __restrict__ w,
-                             float* __restrict__ dx) {
-  const int HW = g.H * g.W;
-  warp_tile::multiply<S>(g.C, g.N * HW, g.K * g.RS(), WeightT{g, w}, DyTaps{g, dy},
+                             int chunk, float* __restrict__ out) {
+  const int HW = g.H * g.W, k0 = int(blockIdx.z) * chunk;
+  float* dx = out + int64_t(blockIdx.z) * g.N * g.C * HW;
+  warp_tile::multiply<S>(g.C, g.N * HW, chunk_length(g.K * g.RS(), chunk),
+                         warp_tile::KSlice(WeightT{g, w}, k0), warp_tile::KSlice(DyTaps{g, dy}, k0),
                          [&](int c, int nhw, const float4& acc, int valid) {
 #pragma unroll
                            for (int j = 0; j < 4; ++j) {
@@ -470,14 +504,16 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
 template <class S>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     backward_weight_warp_tiled(Geo g, const float* __restrict__ x, const float* __restrict__ dy,
-                               float* __restrict__ dw) {
-  const int CRS = g.C * g.RS();
-  warp_tile::multiply<S>(g.K, CRS, g.N * g.PQ(), DyRows{g, dy}, ColByCrs{g, x},
-                         [&](int k, int crs, const float4& acc, int valid) {
+                               int chunk, float* __restrict__ out) {
+  const int CRS = g.C * g.RS(), k0 = int(blockIdx.z) * chunk;
+  float* dw = out + int64_t(blockIdx.z) * g.K * CRS;
+  warp_tile::multiply<S>(
+      g.K, CRS, chunk_length(g.N * g.PQ(), chunk), warp_tile::KSlice(DyRows{g, dy}, k0),
+      warp_tile::KSlice(ColByCrs{g, x}, k0), [&](int k, int crs, const float4& acc, int valid) {
 #pragma unroll
-                           for (int j = 0; j < 4; ++j)
-                             if (j < valid) dw[int64_t(k) * CRS + crs + j] = vec::at(acc, j);
-                         });
+        for (int j = 0; j < 4; ++j)
+          if (j < valid) dw[int64_t(k) * CRS + crs + j] = vec::at(acc, j);
+      });
 }
 
 // ---- host side ----
@@ -546,8 +582,10 @@ Geo checked(const char* fn, int variant, const Conv2dShape& s) {
              int(s.pad_h),    int(s.pad_w),    int(s.P),     int(s.Q)};
 }
 
+size_t direction_workspace(int variant, const Conv2dShape& s);
+
 float* checked_workspace(const char* fn, int variant, const Conv2dShape& s, float* workspace) {
-  if (conv2d_workspace_floats(variant, s) > 0 && workspace == nullptr)
+  if (direction_workspace(variant, s) > 0 && workspace == nullptr)
     bad_shape(fn, "variant " + std::to_string(variant) + " needs a workspace (null given)");
   return workspace;
 }
@@ -573,9 +611,70 @@ dim3 warp_tile_grid(int64_t M, int64_t N) {
               static_cast<unsigned>((M + S::kBM - 1) / S::kBM));
 }
 
+// The three GEMMs (M x N over a reduction of K) of variants 4 and 5.
+struct Gemm {
+  int64_t M, N, K;
+};
+Gemm forward_gemm(const Conv2dShape& s) { return {s.K, s.N * s.P * s.Q, s.C * s.R * s.S}; }
+Gemm backward_data_gemm(const Conv2dShape& s) { return {s.C, s.N * s.H * s.W, s.K * s.R * s.S}; }
+Gemm backward_weight_gemm(const Conv2dShape& s) {
+  return {s.K, s.C * s.R * s.S, s.N * s.P * s.Q};
+}
+
+// Variant 5's split of a GEMM on tile S (variant 4: one chunk).
+template <class S>
+split_k::Plan split(int variant, const Gemm& m) {
+  if (variant != 5) return {1, m.K};
+  const dim3 grid = warp_tile_grid<S>(m.M, m.N);
+  return split_k::plan(m.M, m.N, m.K, int64_t(grid.x) * grid.y, S::kMinBlocks);
+}
+
+// Variant 5's partials for a GEMM (0 where it does not split).
+size_t split_workspace(const Gemm& m) {
+  size_t floats = 0;
+  with_warp_tile(m.M, [&](auto shape) {
+    floats = size_t(split_k::workspace_floats(split<decltype(shape)>(5, m), m.M, m.N));
+  });
+  return floats;
+}
+
+// Variants 4 and 5: kernel(args..., chunk, out) over the tiles of S and
+// plan.splits chunks, into `out` (M*N floats, in whatever layout the kernel
+// writes) or, split, into the workspace's partials, then added into `out`.
+template <class S, typename... KArgs, typename... Args>
+void launch_split(void (*kernel)(KArgs...), const Gemm& m, const split_k::Plan& plan, float* ws,
+                  float* out, cudaStream_t stream, Args... args) {
+  dim3 grid = warp_tile_grid<S>(m.M, m.N);
+  grid.z = static_cast<unsigned>(plan.splits);
+  const bool is_split = plan.splits > 1;
+  launch(kernel, grid, dim3(S::kThreads), 0, stream, args..., int(plan.chunk), is_split ? ws : out);
+  if (is_split)
+    split_k::sum_split_k(plan.splits, 1, int(m.M * m.N), ws, 1.0f, 0.0f, out, m.M * m.N, stream);
+}
+
+// Variant 2's backward-weight GEMM, dw[K, C*R*S] (+)= dy * col^T over a chunk
+// of nb images, and its workspace (split-K partials).
+constexpr int kWeightGemm = 8;
+size_t weight_gemm_workspace(const Conv2dShape& s, int64_t nb) {
+  return gemm_workspace_floats(kWeightGemm, s.K, s.C * s.R * s.S, nb * s.P * s.Q);
+}
+
 // w [K, C*R*S] as A of the forward GEMM, with 16-byte loads where aligned.
 tile::Strided<false> weights(const Conv2dShape& s, const float* w) {
   return tile::strided<false>(w, s.C * s.R * s.S);
+}
+
+size_t direction_workspace(int variant, const Conv2dShape& s) {
+  if (variant == 5)  // the partials of whichever direction splits most
+    return std::max({split_workspace(forward_gemm(s)), split_workspace(backward_data_gemm(s)),
+                     split_workspace(backward_weight_gemm(s))});
+  if (variant != 2) return 0;
+  // Columns [C*R*S, nb*P*Q] plus a [K, nb*P*Q] matrix (staged output for
+  // forward, gathered dy for the backward passes), then the weight GEMM's
+  // split-K partials.
+  const int64_t nb = images_per_chunk(s);
+  return static_cast<size_t>(nb * s.P * s.Q * (s.C * s.R * s.S + s.K)) +
+         weight_gemm_workspace(s, nb);
 }
 
 }  // namespace
@@ -584,11 +683,10 @@ tile::Strided<false> weights(const Conv2dShape& s, const float* w) {
 
 size_t conv2d_workspace_floats(int variant, const Conv2dShape& s) {
   conv_kernels::checked("conv2d_workspace_floats", variant, s);
-  if (variant != 2) return 0;
-  // Columns [C*R*S, nb*P*Q] plus a [K, nb*P*Q] matrix (staged output for
-  // forward, gathered dy for the backward passes).
-  const int64_t nb = conv_kernels::images_per_chunk(s);
-  return static_cast<size_t>(nb * s.P * s.Q * (s.C * s.R * s.S + s.K));
+  // Backward-weight's dbias (channel_sum's partials) runs first on the same
+  // stream, so it can reuse the space the direction's own work needs after it.
+  return std::max(conv_kernels::direction_workspace(variant, s),
+                  channel_sum_workspace_floats(kBestChannelSum, s.N, s.K, s.P * s.Q));
 }
 
 void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const float* w,
@@ -621,10 +719,11 @@ void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const flo
     launch(forward_implicit, tile_grid(s.K, s.N * PQ), dim3(tile::kThreads), 0, stream, g, x, w,
            bias, y);
   } else {
-    with_warp_tile(s.K, [&](auto shape) {
+    const Gemm m = forward_gemm(s);
+    with_warp_tile(m.M, [&](auto shape) {
       using S = decltype(shape);
-      launch(forward_warp_tiled<S>, warp_tile_grid<S>(s.K, s.N * PQ), dim3(S::kThreads), 0,
-             stream, g, weights(s, w), x, bias, y);
+      launch_split<S>(forward_warp_tiled<S>, m, split<S>(variant, m), ws, y, stream, g,
+                      weights(s, w), x, bias);
     });
   }
 }
@@ -661,10 +760,11 @@ void conv2d_backward_data(int variant, const Conv2dShape& s, const float* dy, co
     launch(backward_data_implicit, tile_grid(s.C, s.N * HW), dim3(tile::kThreads), 0, stream, g,
            dy, w, dx);
   } else {
-    with_warp_tile(s.C, [&](auto shape) {
+    const Gemm m = backward_data_gemm(s);
+    with_warp_tile(m.M, [&](auto shape) {
       using S = decltype(shape);
-      launch(backward_data_warp_tiled<S>, warp_tile_grid<S>(s.C, s.N * HW), dim3(S::kThreads), 0,
-             stream, g, dy, w, dx);
+      launch_split<S>(backward_data_warp_tiled<S>, m, split<S>(variant, m), ws, dx, stream, g, dy,
+                      w);
     });
   }
 }
@@ -675,8 +775,11 @@ void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, c
   const Geo g = checked("conv2d_backward_weight", variant, s);
   float* ws = checked_workspace("conv2d_backward_weight", variant, s, workspace);
   const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S;
-  if (dbias && s.K > 0)
-    launch(bias_grad, dim3(static_cast<unsigned>(s.K)), dim3(kThreads), 0, stream, g, dy, dbias);
+  if (dbias) {
+    if (channel_sum_workspace_floats(kBestChannelSum, s.N, s.K, PQ) > 0 && workspace == nullptr)
+      bad_shape("conv2d_backward_weight", "dbias needs a workspace (null given)");
+    channel_sum(kBestChannelSum, s.N, s.K, PQ, dy, dbias, workspace, stream);
+  }
   if (s.K * CRS == 0) return;  // dw is empty
   if (s.N * PQ == 0) {         // an empty sum
     launch_1d(fill_zero, s.K * CRS, stream, s.K * CRS, dw);
@@ -688,6 +791,7 @@ void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, c
     const int64_t nb = images_per_chunk(s);
     float* col = ws;
     float* dyc = ws + CRS * nb * PQ;
+    float* partials = weight_gemm_workspace(s, nb) > 0 ? dyc + s.K * nb * PQ : nullptr;
     for (int64_t n0 = 0; n0 < s.N; n0 += nb) {
       const int64_t cnt = std::min(nb, s.N - n0), cols = cnt * PQ;
       launch_1d(im2col, CRS * cols, stream, g, x, int(n0), int(cnt), col);
@@ -697,17 +801,18 @@ void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, c
         dyp = dyc;
       }
       // dw[K, C*R*S] (+)= dy[K, cols] * col^T; col is stored [C*R*S, cols].
-      gemm(4, false, true, s.K, CRS, cols, 1.0f, dyp, cols, col, cols, n0 == 0 ? 0.0f : 1.0f, dw,
-           CRS, stream);
+      gemm(kWeightGemm, false, true, s.K, CRS, cols, 1.0f, dyp, cols, col, cols,
+           n0 == 0 ? 0.0f : 1.0f, dw, CRS, partials, stream);
     }
   } else if (variant == 3) {
     launch(backward_weight_implicit, tile_grid(s.K, CRS), dim3(tile::kThreads), 0, stream, g, x,
            dy, dw);
   } else {
-    with_warp_tile(s.K, [&](auto shape) {
+    const Gemm m = backward_weight_gemm(s);
+    with_warp_tile(m.M, [&](auto shape) {
       using S = decltype(shape);
-      launch(backward_weight_warp_tiled<S>, warp_tile_grid<S>(s.K, CRS), dim3(S::kThreads), 0,
-             stream, g, x, dy, dw);
+      launch_split<S>(backward_weight_warp_tiled<S>, m, split<S>(variant, m), ws, dw, stream, g, x,
+                      dy);
     });
   }
 }

@@ -63,8 +63,9 @@ class CudaBackend final : public Backend {
     activate();
     int64_t M = y.size(0), N = y.size(1);
     int64_t K = ta ? a.size(0) : a.size(1);
+    Tensor ws = workspace(gemm_workspace_floats(kBestGemm, M, N, K));
     cuda::gemm(kBestGemm, ta, tb, M, N, K, alpha, f(a), a.size(1), f(b), b.size(1), beta, f(y), N,
-               stream_);
+               f(ws), stream_);
   }
 
   void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& bias,

@@ -8,7 +8,7 @@
 // (j, k) of an operand is p[k*ld + j] or p[j*ld + k] depending on how it is
 // stored, so a transpose costs nothing but a different address.
 //
-// Seven variants, each a step from the one before (run with gemm(variant, ...)):
+// Eight variants, each a step from the one before (run with gemm(variant, ...)):
 //
 // 1 naive      One thread per element of C, threadIdx.x walking down M. Each
 //              thread reads a row of op(A) and a column of op(B) from global
@@ -72,6 +72,22 @@
 //              t and are stored into the other stage after them, so their
 //              latency hides behind 512 FMAs per thread; one __syncthreads
 //              per step instead of two.
+// 8 split-K    Variant 7's tile and threads, plus a third grid dimension over
+//              the reduction when the tiles alone cannot fill the GPU and K is
+//              long (split_k.h): a result of 4 x 4 tiles with K = 50,000 is 16
+//              blocks on 132 SMs, so blockIdx.z = 0..splits-1 each take a
+//              chunk of K (a multiple of 16, at least 128 long; a K-slice of
+//              the operands, warp_tile::KSlice) and write their partial tile
+//              to the workspace, and a second kernel (add_partials, one thread
+//              per element of C, consecutive threads along n; from 32 splits
+//              add_partials_by_warp, one warp per element) adds the partials
+//              in a fixed order and applies alpha and beta. Where the tiles
+//              fill less than one wave (132 SMs x 2 resident blocks) the
+//              split takes the fewest chunks whose blocks best fill whole
+//              waves (at most 4). Without
+//              atomics the sum's order is fixed, so results are bitwise the
+//              same from run to run. Where the tiles already fill a wave or
+//              K is short it is variant 7 (no workspace).
 //
 // Every variant handles ragged sizes: threads outside C write nothing, and
 // tiles are padded with zeros where they pass the edge of op(A) or op(B).
@@ -84,6 +100,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/gemm_warp_tile.cuh"
+#include "kernels/cuda/split_k.h"
 
 namespace anvil::cuda {
 
@@ -104,9 +121,12 @@ __device__ __forceinline__ void store(float* C, int64_t ldc, int m, int n, float
   *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;  // beta == 0: C not read
 }
 
+constexpr int kNaiveThreads = 32 * 32;  // variants 1-3: 32 x 32 threads per block
+
 template <bool TA, bool TB>
-__global__ void gemm_naive(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b, float beta,
-                           float* __restrict__ C, int64_t ldc) {
+__global__ void __launch_bounds__(kNaiveThreads)
+    gemm_naive(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b, float beta,
+               float* __restrict__ C, int64_t ldc) {
   int row = blockIdx.x * blockDim.x + threadIdx.x;
   int col = blockIdx.y * blockDim.y + threadIdx.y;
   if (row >= M || col >= N) return;
@@ -116,8 +136,9 @@ __global__ void gemm_naive(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> 
 }
 
 template <bool TA, bool TB>
-__global__ void gemm_coalesced(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b,
-                               float beta, float* __restrict__ C, int64_t ldc) {
+__global__ void __launch_bounds__(kNaiveThreads)
+    gemm_coalesced(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b, float beta,
+                   float* __restrict__ C, int64_t ldc) {
   int col = blockIdx.x * blockDim.x + threadIdx.x;
   int row = blockIdx.y * blockDim.y + threadIdx.y;
   if (row >= M || col >= N) return;
@@ -129,8 +150,9 @@ __global__ void gemm_coalesced(int M, int N, int K, float alpha, OpA<TA> a, OpB<
 constexpr int kTile = 32;
 
 template <bool TA, bool TB>
-__global__ void gemm_tiled(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b, float beta,
-                           float* __restrict__ C, int64_t ldc) {
+__global__ void __launch_bounds__(kTile* kTile)
+    gemm_tiled(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b, float beta,
+               float* __restrict__ C, int64_t ldc) {
   __shared__ float As[kTile][kTile + 1];  // As[k][m]
   __shared__ float Bs[kTile][kTile + 1];  // Bs[k][n]
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kTile + tx;
@@ -149,11 +171,11 @@ __global__ void gemm_tiled(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> 
 }
 
 template <bool TA, bool TB>
-__global__ void gemm_register_blocked(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b,
-                                      float beta, float* __restrict__ C, int64_t ldc) {
-  tile::register_blocked(M, N, K, a, b, [&](int m, int n, float acc) {
-    store(C, ldc, m, n, acc, alpha, beta);
-  });
+__global__ void __launch_bounds__(tile::kThreads)
+    gemm_register_blocked(int M, int N, int K, float alpha, OpA<TA> a, OpB<TB> b, float beta,
+                          float* __restrict__ C, int64_t ldc) {
+  tile::register_blocked(M, N, K, a, b,
+                         [&](int m, int n, float acc) { store(C, ldc, m, n, acc, alpha, beta); });
 }
 
 // C = alpha * acc + beta * C for a row quad C[m][n..n+3] of which `valid`
@@ -200,20 +222,95 @@ __global__ void __launch_bounds__(warp_tile::DoubleBuffered::kThreads,
   warp_tile::multiply<warp_tile::DoubleBuffered>(M, N, K, a, b, c);
 }
 
+// Variant 8: variant 7 on the K-slice [z*chunk, z*chunk + chunk) of
+// z = blockIdx.z, its tile stored through c at c.C + z*M*N (split: c is the
+// workspace of partials, alpha 1, beta 0; unsplit: C itself, chunk = K).
+template <bool TA, bool TB>
+__global__ void __launch_bounds__(warp_tile::DoubleBuffered::kThreads,
+                                  warp_tile::DoubleBuffered::kMinBlocks)
+    gemm_split_k(int M, int N, int K, int chunk, OpA<TA> a, OpB<TB> b, StoreC c) {
+  const int k0 = int(blockIdx.z) * chunk, length = K - k0 < chunk ? K - k0 : chunk;
+  c.C += int64_t(blockIdx.z) * M * N;
+  warp_tile::multiply<warp_tile::DoubleBuffered>(M, N, length, warp_tile::KSlice(a, k0),
+                                                 warp_tile::KSlice(b, k0), c);
+}
+
+// The second pass of a split (split_k.h). Below kWarpSplits partials per
+// element: one thread per element of C, consecutive threads along n
+// (coalesced), adding z = 0, 1, ... in order.
+constexpr int kSumThreads = 256, kWarpSplits = 32;
+__global__ void __launch_bounds__(kSumThreads)
+    add_partials(int splits, int M, int N, const float* __restrict__ partials, float alpha,
+                 float beta, float* __restrict__ C, int64_t ldc) {
+  const int64_t i = int64_t(blockIdx.x) * kSumThreads + threadIdx.x, MN = int64_t(M) * N;
+  if (i >= MN) return;
+  float acc = 0.0f;
+  for (int z = 0; z < splits; ++z) acc += partials[z * MN + i];
+  store(C, ldc, int(i / N), int(i % N), acc, alpha, beta);
+}
+
+// From kWarpSplits partials per element: one warp per element of C, lane l
+// adding z = l, l + 32, ... in order, then a shuffle tree (a fixed order
+// too); the reads are scattered, but there are few elements.
+__global__ void __launch_bounds__(kSumThreads)
+    add_partials_by_warp(int splits, int M, int N, const float* __restrict__ partials, float alpha,
+                         float beta, float* __restrict__ C, int64_t ldc) {
+  const int64_t i = (int64_t(blockIdx.x) * kSumThreads + threadIdx.x) / 32, MN = int64_t(M) * N;
+  const int lane = int(threadIdx.x) % 32;
+  if (i >= MN) return;  // i is the same for the whole warp: all its lanes leave
+  float acc = 0.0f;
+  for (int z = lane; z < splits; z += 32) acc += partials[z * MN + i];
+  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_down_sync(0xffffffffu, acc, offset);
+  if (lane == 0) store(C, ldc, int(i / N), int(i % N), acc, alpha, beta);
+}
+
+StoreC store_c(float* C, int64_t ldc, float alpha, float beta) {
+  return StoreC{C, ldc, alpha, beta,
+                reinterpret_cast<std::uintptr_t>(C) % 16 == 0 && ldc % 4 == 0};
+}
+
+split_k::Plan split_plan(int64_t M, int64_t N, int64_t K) {
+  using S = warp_tile::DoubleBuffered;
+  const int64_t tiles = ((M + S::kBM - 1) / S::kBM) * ((N + S::kBN - 1) / S::kBN);
+  return split_k::plan(M, N, K, tiles, S::kMinBlocks);
+}
+
+// Variant 8 (see the top of this file).
+template <bool TA, bool TB>
+void launch_split_k(int M, int N, int K, float alpha, const float* A, int64_t lda,
+                    const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                    float* workspace, cudaStream_t stream) {
+  using S = warp_tile::DoubleBuffered;
+  auto up = [](int n, int d) { return static_cast<unsigned>((n + d - 1) / d); };
+  const split_k::Plan plan = split_plan(M, N, K);
+  const dim3 grid(up(N, S::kBN), up(M, S::kBM), static_cast<unsigned>(plan.splits));
+  const auto a = tile::strided<OpA<TA>::kMajor>(A, lda);
+  const auto b = tile::strided<OpB<TB>::kMajor>(B, ldb);
+  if (plan.splits == 1) {
+    launch(gemm_split_k<TA, TB>, grid, dim3(S::kThreads), 0, stream, M, N, K, K, a, b,
+           store_c(C, ldc, alpha, beta));
+    return;
+  }
+  launch(gemm_split_k<TA, TB>, grid, dim3(S::kThreads), 0, stream, M, N, K, int(plan.chunk), a,
+         b, store_c(workspace, N, 1.0f, 0.0f));
+  split_k::sum_split_k(plan.splits, M, N, workspace, alpha, beta, C, ldc, stream);
+}
+
 // Variants 5-7: the kernel of tile shape S, one block per S::kBM x S::kBN tile.
 template <class S, bool TA, bool TB>
 void launch_warp_tile(void (*kernel)(int, int, int, OpA<TA>, OpB<TB>, StoreC), int M, int N,
                       int K, float alpha, const float* A, int64_t lda, const float* B,
                       int64_t ldb, float beta, float* C, int64_t ldc, cudaStream_t stream) {
   auto up = [](int n, int d) { return static_cast<unsigned>((n + d - 1) / d); };
-  const StoreC c{C, ldc, alpha, beta, reinterpret_cast<std::uintptr_t>(C) % 16 == 0 && ldc % 4 == 0};
+  const StoreC c = store_c(C, ldc, alpha, beta);
   launch(kernel, dim3(up(N, S::kBN), up(M, S::kBM)), dim3(S::kThreads), 0, stream, M, N, K,
          tile::strided<OpA<TA>::kMajor>(A, lda), tile::strided<OpB<TB>::kMajor>(B, ldb), c);
 }
 
 template <bool TA, bool TB>
 void run(int variant, int M, int N, int K, float alpha, const float* A, int64_t lda,
-         const float* B, int64_t ldb, float beta, float* C, int64_t ldc, cudaStream_t stream) {
+         const float* B, int64_t ldb, float beta, float* C, int64_t ldc, float* workspace,
+         cudaStream_t stream) {
   auto up = [](int n, int d) { return static_cast<unsigned>((n + d - 1) / d); };
   const OpA<TA> a{A, lda};
   const OpB<TB> b{B, ldb};
@@ -242,14 +339,23 @@ void run(int variant, int M, int N, int K, float alpha, const float* A, int64_t 
       launch_warp_tile<warp_tile::WarpTiled, TA, TB>(gemm_warp_tiled<TA, TB>, M, N, K, alpha, A, lda, B,
                                              ldb, beta, C, ldc, stream);
       break;
-    default:  // 7 (checked by the caller)
+    case 7:
       launch_warp_tile<warp_tile::DoubleBuffered, TA, TB>(gemm_double_buffered<TA, TB>, M, N, K, alpha, A,
                                                   lda, B, ldb, beta, C, ldc, stream);
+      break;
+    default:  // 8 (checked by the caller)
+      launch_split_k<TA, TB>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, workspace, stream);
       break;
   }
 }
 
 namespace {
+
+void check_variant(int variant) {
+  if (variant < 1 || variant > kGemmVariants)
+    throw std::invalid_argument("cuda::gemm: no variant " + std::to_string(variant) +
+                                " (there are 1 to " + std::to_string(kGemmVariants) + ")");
+}
 
 void check_size(const char* name, int64_t v) {
   if (v < 0 || v > INT32_MAX)
@@ -268,28 +374,58 @@ void check_ld(const char* name, int64_t ld, int64_t row, const char* what) {
 
 }  // namespace gemm_kernels
 
+void split_k::sum_split_k(int splits, int M, int N, const float* partials, float alpha,
+                          float beta, float* C, int64_t ldc, cudaStream_t stream) {
+  using namespace gemm_kernels;
+  const int64_t MN = int64_t(M) * N;
+  if (MN == 0) return;
+  const bool by_warp = splits >= kWarpSplits;
+  const int64_t threads = by_warp ? MN * 32 : MN;
+  launch(by_warp ? add_partials_by_warp : add_partials,
+         dim3(static_cast<unsigned>((threads + kSumThreads - 1) / kSumThreads)),
+         dim3(kSumThreads), 0, stream, splits, M, N, partials, alpha, beta, C, ldc);
+}
+
+size_t gemm_workspace_floats(int variant, int64_t M, int64_t N, int64_t K) {
+  using namespace gemm_kernels;
+  check_variant(variant);
+  check_size("M", M);
+  check_size("N", N);
+  check_size("K", K);
+  if (variant != 8) return 0;
+  return static_cast<size_t>(split_k::workspace_floats(split_plan(M, N, K), M, N));
+}
+
 // Host entry: checks the arguments, picks the variant's kernel (one of four
 // instantiations, by the transpose flags) and its launch configuration. A, B,
-// C are device pointers; the launch is asynchronous on `stream` (synchronous
-// in the simulator).
+// C and the workspace are device pointers; the launch is asynchronous on
+// `stream` (synchronous in the simulator).
 void gemm(int variant, bool trans_a, bool trans_b, int64_t M64, int64_t N64, int64_t K64,
           float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-          float* C, int64_t ldc, cudaStream_t stream) {
+          float* C, int64_t ldc, float* workspace, cudaStream_t stream) {
   using namespace gemm_kernels;
-  if (variant < 1 || variant > kGemmVariants)
-    throw std::invalid_argument("cuda::gemm: no variant " + std::to_string(variant) +
-                                " (there are 1 to " + std::to_string(kGemmVariants) + ")");
+  check_variant(variant);
   check_size("M", M64);
   check_size("N", N64);
   check_size("K", K64);
   check_ld("lda", lda, trans_a ? M64 : K64, trans_a ? "A (stored K x M)" : "A (stored M x K)");
   check_ld("ldb", ldb, trans_b ? K64 : N64, trans_b ? "B (stored N x K)" : "B (stored K x N)");
   check_ld("ldc", ldc, N64, "C (M x N)");
+  if (workspace == nullptr && gemm_workspace_floats(variant, M64, N64, K64) > 0)
+    throw std::invalid_argument("cuda::gemm: variant " + std::to_string(variant) + " needs " +
+                                std::to_string(gemm_workspace_floats(variant, M64, N64, K64)) +
+                                " floats of workspace for this shape (null given)");
   const int M = int(M64), N = int(N64), K = int(K64);
   if (M == 0 || N == 0) return;
   auto* entry = trans_a ? (trans_b ? run<true, true> : run<true, false>)
                          : (trans_b ? run<false, true> : run<false, false>);
-  entry(variant, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, stream);
+  entry(variant, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, workspace, stream);
+}
+
+void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc, cudaStream_t stream) {
+  gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr, stream);
 }
 
 }  // namespace anvil::cuda

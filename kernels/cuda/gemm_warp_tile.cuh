@@ -246,4 +246,19 @@ __device__ __forceinline__ void multiply(int M, int N, int K, const GetA& ga, co
   }
 }
 
+// Columns [k0, k0 + length) of an operand's reduction, as an operand of its
+// own (k counted from k0): split-K (split_k.h) gives each blockIdx.z one
+// such slice and multiply() the slice's length as K. k0 is a multiple of 16
+// (split_k::kChunkAlign), so a slice of an aligned operand is aligned.
+template <class Get>
+struct KSlice {
+  static constexpr bool kMajor = Get::kMajor;
+  Get get;
+  int k0;
+  bool aligned;
+  __device__ __forceinline__ KSlice(const Get& g, int k0_) : get(g), k0(k0_), aligned(g.aligned) {}
+  __device__ __forceinline__ float operator()(int j, int k) const { return get(j, k0 + k); }
+  __device__ __forceinline__ float4 quad(int j, int k) const { return get.quad(j, k0 + k); }
+};
+
 }  // namespace anvil::cuda::warp_tile
