@@ -265,11 +265,17 @@ TEST_CASE("cuda conv: bad shapes and variants are refused", "[cuda][conv]") {
   using anvil::cuda::conv2d_forward;
   using anvil::cuda::conv2d_workspace_floats;
   Conv2dShape s = make_shape(1, 2, 5, 5, 3, 3, 3, 1, 0);
-  REQUIRE(conv2d_workspace_floats(1, s) == 0);
-  REQUIRE(conv2d_workspace_floats(3, s) == 0);
-  REQUIRE(conv2d_workspace_floats(4, s) == 0);
-  REQUIRE(conv2d_workspace_floats(5, s) == 0);  // N*P*Q = 9: too short to split
-  REQUIRE(conv2d_workspace_floats(2, s) > 0);
+  // Every variant's workspace holds at least the bias gradient's per-channel
+  // partials (backward-weight's dbias is a channel_sum); beyond that, only
+  // variant 2 (columns) and a variant 5 that splits need space.
+  const size_t bias_partials =
+      anvil::cuda::channel_sum_workspace_floats(anvil::cuda::kBestChannelSum, 1, 3, 3 * 3);
+  REQUIRE(bias_partials > 0);
+  REQUIRE(conv2d_workspace_floats(1, s) == bias_partials);
+  REQUIRE(conv2d_workspace_floats(3, s) == bias_partials);
+  REQUIRE(conv2d_workspace_floats(4, s) == bias_partials);
+  REQUIRE(conv2d_workspace_floats(5, s) == bias_partials);  // N*P*Q = 9: too short to split
+  REQUIRE(conv2d_workspace_floats(2, s) > bias_partials);
 #if defined(ANVIL_CUDA_SIM)
   // The simulator's 2^15-float column chunk: the batch-5 test shape runs as
   // chunks of 3 and 2 images (columns [108, 3*100] plus a [4, 3*100] matrix),
@@ -283,6 +289,10 @@ TEST_CASE("cuda conv: bad shapes and variants are refused", "[cuda][conv]") {
                       Catch::Contains("no variant 0"));
   REQUIRE_THROWS_WITH(conv2d_forward(2, s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
                       Catch::Contains("needs a workspace"));
+  float not_read = 0;  // dbias: refused before anything runs
+  REQUIRE_THROWS_WITH(anvil::cuda::conv2d_backward_weight(3, s, nullptr, nullptr, nullptr,
+                                                          &not_read, nullptr, nullptr),
+                      Catch::Contains("dbias needs a workspace"));
   Conv2dShape bad = s;
   bad.P = 4;
   REQUIRE_THROWS_WITH(conv2d_forward(1, bad, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
