@@ -157,6 +157,11 @@ TEST_CASE("sim: ANVIL_SIM_LAUNCH_AUDIT writes a training step's kernels at exit,
   anvil::testing::cli::write_synthetic_split(dir.path / "data", 16, 8);
   const std::string args = "--device cuda:0 --epochs 1 --limit-train 16 --limit-test 8 "
                            "--batch-size 16 --data-dir " + quote((dir.path / "data").string());
+#if !defined(__SANITIZE_THREAD__)
+  // Under ThreadSanitizer this section (anvil-train's whole step and
+  // evaluation on the simulator, every CUDA thread a fiber) took 900 s in CI;
+  // the audit's own bookkeeping is checked there by the one-block test above,
+  // and this section runs in the release-sim and ASan builds.
   SECTION("a LeNet step: its kernels, with ptxas's registers where known") {
     const std::string path = dir.file("audit.jsonl");
     auto r = train_with_audit(path, args);
@@ -178,6 +183,7 @@ TEST_CASE("sim: ANVIL_SIM_LAUNCH_AUDIT writes a training step's kernels at exit,
     // kernel added since it was last made is assumed 1 block per SM).
     CHECK(from_ptxas > 0);
   }
+#endif
   SECTION("a file that cannot be written is an error naming it, not a crash") {
     const std::string path = dir.file("no-such-dir/audit.jsonl");
     auto r = train_with_audit(path, args);
