@@ -36,7 +36,7 @@
 //              load in flight per thread).
 // 2 split      SEVERAL BLOCKS PER CHANNEL (channel_split.cuh): each channel
 //              is cut into S contiguous slices, one 256-thread block each,
-//              S = floor(1056 / C) (at least 1024 floats a slice): C*S blocks
+//              S = floor(1056 / C) (at least 512 floats a slice): C*S blocks
 //              fill the 8 block slots of every SM once (C = 64: 1024 blocks
 //              where variant 1 had 64). Each thread issues 4 independent
 //              loads (float4 when HW is a multiple of 4 and the tensors are
@@ -225,7 +225,7 @@ using channel_split::Sum2;
 using channel_split::Unit;
 using channel_split::for_each_unit_group;
 using channel_split::kUnroll;
-using channel_split::load_unit;
+using channel_split::load_group;
 using channel_split::SplitArgs;
 
 constexpr int kSplitThreads = channel_split::kThreads;
@@ -249,8 +249,7 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
   Moments<float> m{};
   for_each_unit_group<V>(a, slice, [&](const Index* off, const bool* live) {
     Unit<V> u[kUnroll<V>];
-#pragma unroll
-    for (int k = 0; k < kUnroll<V>; ++k) u[k] = live[k] ? load_unit<V>(x + off[k]) : Unit<V>{};
+    load_group<V>(u, x, off, live);
 #pragma unroll
     for (int k = 0; k < kUnroll<V>; ++k)
       if (live[k]) channel_split::add_unit<V>(m, u[k], shift);
@@ -300,8 +299,7 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
               shift = beta[slice.c];
   for_each_unit_group<V>(a, slice, [&](const Index* off, const bool* live) {
     Unit<V> u[kUnroll<V>];
-#pragma unroll
-    for (int k = 0; k < kUnroll<V>; ++k) u[k] = live[k] ? load_unit<V>(x + off[k]) : Unit<V>{};
+    load_group<V>(u, x, off, live);
 #pragma unroll
     for (int k = 0; k < kUnroll<V>; ++k) {
       if (!live[k]) continue;
@@ -325,11 +323,8 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
   Sum2<float> acc{};
   for_each_unit_group<V>(a, slice, [&](const Index* off, const bool* live) {
     Unit<V> g[kUnroll<V>], u[kUnroll<V>];
-#pragma unroll
-    for (int k = 0; k < kUnroll<V>; ++k) {
-      g[k] = live[k] ? load_unit<V>(dy + off[k]) : Unit<V>{};
-      u[k] = live[k] ? load_unit<V>(x + off[k]) : Unit<V>{};
-    }
+    load_group<V>(g, dy, off, live);
+    load_group<V>(u, x, off, live);
 #pragma unroll
     for (int k = 0; k < kUnroll<V>; ++k)
       if (live[k])
@@ -378,11 +373,8 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
   const float k_x = -k_dy * invstd * dgamma[c] / Mf, k_1 = -k_dy * dbeta[c] / Mf;
   for_each_unit_group<V>(a, slice, [&](const Index* off, const bool* live) {
     Unit<V> g[kUnroll<V>], u[kUnroll<V>];
-#pragma unroll
-    for (int k = 0; k < kUnroll<V>; ++k) {
-      g[k] = live[k] ? load_unit<V>(dy + off[k]) : Unit<V>{};
-      u[k] = live[k] ? load_unit<V>(x + off[k]) : Unit<V>{};
-    }
+    load_group<V>(g, dy, off, live);
+    load_group<V>(u, x, off, live);
 #pragma unroll
     for (int k = 0; k < kUnroll<V>; ++k) {
       if (!live[k]) continue;

@@ -49,7 +49,10 @@ constexpr int kUnroll = V == 4 ? 2 : 4;
 // where 1056 blocks are two full waves of 528).
 template <typename Index>
 constexpr int kMinBlocks = sizeof(Index) == 4 ? kMinBlocksPerSM : kMinBlocksPerSM / 2;
-constexpr int64_t kMinSliceFloats = kThreads * 4;
+// At least 2 floats a thread per slice: small tensors (LeNet's conv2 at batch
+// 128, 50 x 10,368 floats) still get a wave of blocks, each with its loads in
+// flight together; a tensor this small is latency-bound on a GPU anyway.
+constexpr int64_t kMinSliceFloats = kThreads * 2;
 constexpr int64_t kMaxSliceFloats = int64_t{1} << 24;  // counts exact in float
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -179,6 +182,14 @@ __device__ __forceinline__ Unit<V> load_unit(const float* __restrict__ p) {
     u.v[0] = *p;
   }
   return u;
+}
+// The group's units of p, all loaded before any is used (several loads in
+// flight per thread); units outside the slice are zeros.
+template <int V, typename Index>
+__device__ __forceinline__ void load_group(Unit<V> (&u)[kUnroll<V>], const float* __restrict__ p,
+                                           const Index* off, const bool* live) {
+#pragma unroll
+  for (int k = 0; k < kUnroll<V>; ++k) u[k] = live[k] ? load_unit<V>(p + off[k]) : Unit<V>{};
 }
 template <int V>
 __device__ __forceinline__ void store_unit(float* __restrict__ p, const Unit<V>& u) {

@@ -50,7 +50,7 @@
 // 2 split      Several blocks per channel (channel_split.cuh): the channel is
 //              cut into S contiguous slices, S = floor(1056 / C) so that the
 //              C*S blocks fill every SM's 8 block slots once (64 channels:
-//              1024 blocks), but with at least 1024 floats per slice. Each
+//              1024 blocks), but with at least 512 floats per slice. Each
 //              thread issues 4 independent scalar loads, or 2 float4 loads
 //              when inner is a multiple of 4 and dy is 16-byte aligned,
 //              before adding them. Each block's sum goes to workspace[c*S +
@@ -175,8 +175,7 @@ __global__ void __launch_bounds__(channel_split::kThreads, channel_split::kMinBl
   float acc = 0.0f;
   for_each_unit_group<V>(a, slice, [&](const Index* off, const bool* live) {
     Unit<V> u[kUnroll<V>];
-#pragma unroll
-    for (int k = 0; k < kUnroll<V>; ++k) u[k] = live[k] ? load_unit<V>(dy + off[k]) : Unit<V>{};
+    load_group<V>(u, dy, off, live);
 #pragma unroll
     for (int k = 0; k < kUnroll<V>; ++k)
 #pragma unroll
