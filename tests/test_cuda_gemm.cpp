@@ -238,7 +238,11 @@ TEST_CASE("cuda gemm: variant 8 splits a long K over grid.z, deterministically",
           "where 8 splits") {
     for (int v = 1; v <= 7; ++v) REQUIRE(gemm_workspace_floats(v, 70, 45, 1000) == 0);
     REQUIRE(gemm_workspace_floats(8, 4096, 4096, 4096) == 0);  // 1024 tiles: no split
-    REQUIRE(gemm_workspace_floats(8, 70, 45, 255) == 0);       // K too short to split
+    REQUIRE(gemm_workspace_floats(8, 70, 45, 200) == 0);       // K too short to split
+    // Every chunk but the last at least 128 long: K = 255 is 128 + 127, and
+    // K = 500 is 128 + 128 + 128 + 116 (one tile: as many splits as allowed).
+    REQUIRE(gemm_workspace_floats(8, 70, 45, 255) == 2 * 70 * 45);
+    REQUIRE(gemm_workspace_floats(8, 70, 45, 500) == 4 * 70 * 45);
     float* p = nullptr;
     REQUIRE_THROWS_WITH(anvil::cuda::gemm(8, false, false, 70, 45, 1000, 1.0f, p, 1000, p, 45,
                                           0.0f, p, 45, nullptr),

@@ -150,8 +150,9 @@ TEST_CASE("cuda reduce: channel_sum matches cpu::channel_sum on ragged shapes", 
     }
   }
   SECTION("variant 2 splits the channels that need it, and one wave of blocks is its goal") {
-    REQUIRE(channel_sum_splits({5, 1, 999}) == 5);
-    REQUIRE(channel_sum_splits({7, 3, 256}) == 2);
+    REQUIRE(channel_sum_splits({5, 1, 999}) == 10);  // slices of >= 512 floats
+    REQUIRE(channel_sum_splits({7, 3, 256}) == 4);
+    REQUIRE(channel_sum_splits({128, 50, 81}) == 21);  // LeNet's conv2 at batch 128: 1050 blocks
     REQUIRE(channel_sum_splits({1, 1, 1}) == 1);
     REQUIRE(channel_sum_splits({256, 64, 784}) == 16);  // ResNet-18 stage 1: 1024 blocks
     REQUIRE(channel_sum_splits({128, 512, 16}) == 2);   // stage 4 at batch 128

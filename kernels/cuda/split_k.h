@@ -21,9 +21,11 @@ namespace anvil::cuda::split_k {
 // four), since a last wave only partly full idles the rest of the GPU for as
 // long as a full one.
 constexpr int64_t kSMs = 132, kMaxWaves = 4;
-// A chunk does at least 128 steps of k (16 of the warp tile's BK = 8): per
-// 128x128 tile that is 2M multiply-adds against 64 KB of partial written
-// and read back, 32 FMA per byte, above an H100's ~20 FLOP/byte ridge.
+// Every chunk but the last does at least 128 steps of k (16 of the warp
+// tile's BK = 8): per 128x128 tile that is 2M multiply-adds against 64 KB of
+// partial written and read back, 32 FMA per byte, above an H100's ~20
+// FLOP/byte ridge. (The bound is on the aligned chunk, not on K / 128: K =
+// 500 takes 4 chunks of 128, 116, not 3 of 176, 176, 148.)
 constexpr int64_t kMinChunk = 128;
 // Chunks start on multiples of 16, so that a K-slice of an aligned operand
 // stays 16-byte aligned and every chunk but the last is whole BK steps.
@@ -37,6 +39,24 @@ struct Plan {
   int64_t chunk;  // k-steps per split (a multiple of kChunkAlign unless splits == 1)
 };
 
+// K cut into `splits` chunks: each ceil(K / splits), rounded up to kChunkAlign.
+inline int64_t chunk_length(int64_t K, int64_t splits) {
+  const int64_t chunk = (K + splits - 1) / splits;
+  return (chunk + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+}
+
+// The most chunks K can be cut into with every chunk but the last at least
+// kMinChunk long (the aligned chunk shrinks as the count grows).
+inline int64_t max_splits(int64_t K) {
+  int64_t s = K / kMinChunk;
+  while (s >= 1) {
+    const int64_t next = chunk_length(K, s + 1);
+    if (next < kMinChunk || (K + next - 1) / next != s + 1) break;
+    ++s;
+  }
+  return s;
+}
+
 // The plan for an M x N result of `tiles` blocks, reduction length K, of a
 // kernel that keeps `blocks_per_sm` blocks resident on an SM. Tiles that
 // fill a wave already are left alone: splitting them would add the
@@ -44,7 +64,7 @@ struct Plan {
 inline Plan plan(int64_t M, int64_t N, int64_t K, int64_t tiles, int64_t blocks_per_sm) {
   const int64_t wave = kSMs * blocks_per_sm;
   if (tiles >= wave || tiles < 1) return {1, K};
-  const int64_t most = std::min({K / kMinChunk, kMaxSplits,
+  const int64_t most = std::min({max_splits(K), kMaxSplits,
                                  kMaxPartialFloats / std::max<int64_t>(1, M * N)});
   // The fewest splits whose blocks best fill their waves (blocks / (waves *
   // wave)); unsplit, the tiles fill tiles / wave of one.
@@ -57,8 +77,7 @@ inline Plan plan(int64_t M, int64_t N, int64_t K, int64_t tiles, int64_t blocks_
     if (fill > best) best = fill, splits = s;
   }
   if (splits <= 1) return {1, K};
-  int64_t chunk = (K + splits - 1) / splits;
-  chunk = (chunk + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+  const int64_t chunk = chunk_length(K, splits);
   return {int((K + chunk - 1) / chunk), chunk};  // no empty chunk
 }
 
