@@ -71,6 +71,7 @@ KERNELS = {
     "channel_sum_kernel": ("channel_sum 1", 256),
     "channel_sum_split": ("channel_sum 2", 256),
     "channel_sum_fold": ("channel_sum 2", 256),
+    "column_sum_rows": ("channel_sum 2", 256),
     "forward_train_kernel": ("batchnorm 1", 256),
     "backward_train_kernel": ("batchnorm 1", 256),
     "forward_stats_split": ("batchnorm 2", 256),
@@ -302,21 +303,24 @@ def conv(name, n, c, h, k, r, stride, pad, count=1):
     return {"name": name, "N": n, "C": c, "H": h, "K": k, "R": r, "stride": stride, "P": p, "count": count}
 
 
-def layers():
-    lenet = [conv("LeNet conv1 1->20 3x3 @28", 256, 1, 28, 20, 3, 1, 0),
-             conv("LeNet conv2 20->50 5x5 @13", 256, 20, 13, 50, 5, 1, 0)]
-    lenet_fc = [("LeNet fc1 800->128", 256, 800, 128), ("LeNet fc2 128->10", 256, 128, 10)]
-    resnet = [conv("ResNet stem 1->64 3x3 @28", 256, 1, 28, 64, 3, 1, 1),
-              conv("ResNet s1 64->64 3x3 @28", 256, 64, 28, 64, 3, 1, 1, 4),
-              conv("ResNet s2 64->128 3x3/2 @28", 256, 64, 28, 128, 3, 2, 1),
-              conv("ResNet s2 128->128 3x3 @14", 256, 128, 14, 128, 3, 1, 1, 3),
-              conv("ResNet s2 shortcut 1x1/2 @28", 256, 64, 28, 128, 1, 2, 0),
-              conv("ResNet s3 128->256 3x3/2 @14", 256, 128, 14, 256, 3, 2, 1),
-              conv("ResNet s3 256->256 3x3 @7", 256, 256, 7, 256, 3, 1, 1, 3),
-              conv("ResNet s3 shortcut 1x1/2 @14", 256, 128, 14, 256, 1, 2, 0),
-              conv("ResNet s4 256->512 3x3/2 @7", 256, 256, 7, 512, 3, 2, 1),
-              conv("ResNet s4 512->512 3x3 @4", 256, 512, 4, 512, 3, 1, 1, 3),
-              conv("ResNet s4 shortcut 1x1/2 @7", 256, 256, 7, 512, 1, 2, 0)]
+def layers(batch=256):
+    """The conv layers of LeNet and ResNet-18 (with repeat counts) and LeNet's
+    linear layers, at `batch` images (shape_table uses 256; scripts/step_time.py
+    imports this for other batches)."""
+    lenet = [conv("LeNet conv1 1->20 3x3 @28", batch, 1, 28, 20, 3, 1, 0),
+             conv("LeNet conv2 20->50 5x5 @13", batch, 20, 13, 50, 5, 1, 0)]
+    lenet_fc = [("LeNet fc1 800->128", batch, 800, 128), ("LeNet fc2 128->10", batch, 128, 10)]
+    resnet = [conv("ResNet stem 1->64 3x3 @28", batch, 1, 28, 64, 3, 1, 1),
+              conv("ResNet s1 64->64 3x3 @28", batch, 64, 28, 64, 3, 1, 1, 4),
+              conv("ResNet s2 64->128 3x3/2 @28", batch, 64, 28, 128, 3, 2, 1),
+              conv("ResNet s2 128->128 3x3 @14", batch, 128, 14, 128, 3, 1, 1, 3),
+              conv("ResNet s2 shortcut 1x1/2 @28", batch, 64, 28, 128, 1, 2, 0),
+              conv("ResNet s3 128->256 3x3/2 @14", batch, 128, 14, 256, 3, 2, 1),
+              conv("ResNet s3 256->256 3x3 @7", batch, 256, 7, 256, 3, 1, 1, 3),
+              conv("ResNet s3 shortcut 1x1/2 @14", batch, 128, 14, 256, 1, 2, 0),
+              conv("ResNet s4 256->512 3x3/2 @7", batch, 256, 7, 512, 3, 2, 1),
+              conv("ResNet s4 512->512 3x3 @4", batch, 512, 4, 512, 3, 1, 1, 3),
+              conv("ResNet s4 shortcut 1x1/2 @7", batch, 256, 7, 512, 1, 2, 0)]
     return lenet, lenet_fc, resnet
 
 
@@ -335,12 +339,29 @@ def tiles(m, n, bm, bn):
     return math.ceil(m / bm) * math.ceil(n / bn)
 
 
+def chunk_length(k, splits):
+    """split_k.h's chunk_length: ceil(k / splits), rounded up to 16."""
+    return -(-(-(-k // splits)) // 16) * 16
+
+
+def max_splits(k):
+    """split_k.h's max_splits: the most chunks of k with every chunk but the
+    last at least 128 long (the aligned chunk, not k / 128: 500 -> 4)."""
+    s = k // 128
+    while s >= 1:
+        nxt = chunk_length(k, s + 1)
+        if nxt < 128 or -(-k // nxt) != s + 1:
+            break
+        s += 1
+    return s
+
+
 def split_k(m, n, k, tiles, per_sm):
     """kernels/cuda/split_k.h's plan: (splits, chunk) of a reduction of k."""
     wave = SMS * per_sm
     if tiles >= wave:
         return 1, k
-    most = min(k // 128, 1024, (1 << 26) // max(1, m * n))
+    most = min(max_splits(k), 1024, (1 << 26) // max(1, m * n))
     splits, best = 1, tiles / wave
     for s in range(2, most + 1):
         blocks = tiles * s
@@ -351,7 +372,7 @@ def split_k(m, n, k, tiles, per_sm):
             splits, best = s, blocks / (waves * wave)
     if splits <= 1:
         return 1, k
-    chunk = -(-(-(-k // splits)) // 16) * 16
+    chunk = chunk_length(k, splits)
     return -(-k // chunk), chunk
 
 

@@ -1,0 +1,458 @@
+#!/usr/bin/env python3
+"""Predicted time of one training step on one H100, before and after issue
+#23's kernel changes (split-K conv 5 and GEMM 8, the split channel_sum and
+BatchNorm variant 2), from the layer shapes and the launch audit.
+
+    scripts/step_time.py                              # LeNet, ResNet-18 at 256, 128
+    scripts/step_time.py --model lenet --batch 128    # one step
+    scripts/step_time.py --markdown                   # what goes into docs/kernels.md
+    scripts/step_time.py --launch-us 2                # another per-launch floor
+
+The model, and every assumption in it:
+
+- The step is seed recipe's (bench/train_step.cpp, what the audit ran):
+  forward, cross-entropy loss, backward, plain SGD. Its launches are
+  enumerated here from the layer shapes of scripts/kernel_table.py's
+  layers(batch) (LeNet's convs and linear layers, ResNet-18's convs; the
+  ResNet's 512 -> 10 classifier and the network's wiring, from nn/models.cpp
+  and nn/layers.cpp, are added here), each launch named as the audit names
+  its kernel. The first conv's backward-data is not launched (the images
+  need no gradient). Before #23 the same work ran as other kernels; each
+  before-launch is put on the row of the after-kernel that now does its
+  work (the "mapping" lines say which), so rows are the after audit's
+  kernel names; a row with no before launches is work #23 added (the
+  split-K sums, the folds of the split reductions).
+- FLOPs: 2 x the useful multiply-adds of each conv direction and linear
+  GEMM, as #21's shape table (kernel_table.py's shape_table) counts them
+  (backward-data of a strided or unpadded conv runs up to 4x that in its
+  implicit GEMM's zero taps; not counted). Elementwise, pooling,
+  normalisation, reduction and SGD kernels count bytes only: their few FLOPs
+  per float are far below the ridge of 20 FLOP/byte.
+- Bytes: the minimum HBM traffic of each launch, every tensor it reads or
+  writes moved once (nothing from L2, no re-reads: BatchNorm variant 1's
+  three passes over x count as one). A split GEMM writes its partials
+  (splits x M x N floats) instead of its output; add_partials reads them
+  and writes the output. Split reductions write and fold 1-3 floats a block.
+  The splits are the kernels' own plans: kernel_table.split_k (split_k.h,
+  conv 5's tiles at 3 or 2 blocks per SM, GEMM 8's at 2) and split_count
+  below (channel_split.cuh); the checks compare the resulting blocks.
+- Roofline of a launch: max(FLOPs / 66.9 TFLOP/s, bytes / 3.35 TB/s), the
+  H100 SXM5 datasheet's FP32 (no tensor cores) and HBM3 figures
+  (kernel_table.py's FP32_PEAK, HBM_BW).
+- Predicted time of a launch: roofline / predicted_sm_utilisation of its
+  kernel in the audit (sim/launch_audit.cpp; after: build/launch-audit/
+  MODEL-BATCH.jsonl, read at run time, else docs/kernels.md's tables; before:
+  docs/kernels.md at git commit 628c0ba). Utilisation only stretches the
+  roofline: it is the share of the GPU's block slots a launch keeps busy, so
+  a fully used GPU is assumed to run at the roofline. Nothing here models how
+  close a kernel comes to peak inside an SM (step_model.py assumes 35% of
+  FP32 peak), so these are lower bounds on a GPU's time. A kernel's figure
+  (the time-weighted mean over its launches) is applied to each of its
+  launches.
+- Per-launch floor: no launch takes less than --launch-us (default 4 us, the
+  figure of scripts/step_model.py and docs/parallel.md, "CUDA's ~3-5 us" per
+  launch when a step is launch-bound; ../shared/notes/anchors.md has no
+  launch-overhead figure). Totals are printed with and without it; the step
+  time and images/s are the floored sum: launches run one after another on
+  one stream, nothing overlaps.
+- Checks: the model's launch count (and blocks, where the model knows the
+  grid) of every kernel against the audit's; the step's GEMM FLOPs against
+  3 x step_model.py's forward FLOPs. Standard library only.
+"""
+import argparse
+import math
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kernel_table as kt  # noqa: E402
+import launch_audit as la  # noqa: E402
+import step_model as sm  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+BEFORE_REV = "628c0ba"
+F = 4  # bytes per float
+CLASSES = 10
+GEMM, CONV, RED, BN, EW, POOL, SOFT = ("gemm_kernels::", "conv_kernels::", "reduce_kernels::",
+                                       "batch_norm_kernels::", "elementwise_kernels::",
+                                       "pool_kernels::", "softmax_kernels::")
+SGD = "sgd_kernels::sgd_kernel<(sgd_kernels::Mode)0,false>"
+# What changed, by a substring of the after-kernel's name (the first that matches).
+WHY = [("warp_tiled", "conv 3's 64x64 implicit GEMM, unsplit -> conv 5 (conv 4's warp tiles, 64x128 up to "
+                      "64 rows, else 128x128; split over grid.z where the tiles fill less than a wave)"),
+       ("gemm_split_k", "GEMM 4 (64x64, register-blocked) -> GEMM 8 (128x128, split-K)"),
+       ("add_partials", "new: the fixed-order sum of a split launch's partials (one warp per output "
+                        "from 32 splits); unsplit, the GEMM kept its sums in registers"),
+       ("fold", "new: merges a split reduction's per-block records, one warp per channel"),
+       ("channel_sum_split", "one block per channel (conv dbias: bias_grad) -> C x S slices"),
+       ("column_sum_rows", "one block per channel (linear bias: channel_sum_kernel, a column of dy "
+                           "read one float per row) -> coalesced column sums over row slices"),
+       ("_split", "BatchNorm 1: one block per channel, one kernel a direction (its whole cost on the "
+                  "stats / sums row) -> variant 2: C x S slices, stats|sums, fold, normalise|dx")]
+
+
+def norm(name):
+    """An audit kernel name as a key: tiles as 64x128, no spaces."""
+    return la.short_name(name).replace(" ", "")
+
+
+def show(key):
+    return key.split("::", 1)[-1].replace("<(sgd_kernels::Mode)0,false>", "<plain>")
+
+
+class Step:
+    """The launches of one step, per era ("before", "after")."""
+
+    def __init__(self):
+        self.launches = {"before": [], "after": []}
+
+    def add(self, era, kernel, flops, nbytes, row=None, blocks=None):
+        for e in (("before", "after") if era == "both" else (era,)):
+            self.launches[e].append(dict(kernel=kernel, row=row or kernel, flops=flops, bytes=nbytes,
+                                         blocks=blocks))
+
+    def gemm(self, kernel, before, m, n, k, flops, read, narrow=False):
+        """An after GEMM (conv 5 or GEMM 8) of an m x n result over k, its split-K
+        sum, and the before launch (GEMM 4 / conv 3: 64x64 tiles, unsplit)."""
+        bm, per_sm = (64, 3) if narrow else (128, 2)
+        tiles = kt.tiles(m, n, bm, 128)
+        splits = kt.split_k(m, n, k, tiles, per_sm)[0]
+        self.add("after", kernel, flops, read + F * splits * m * n, blocks=tiles * splits)
+        if splits > 1:
+            warp = splits >= 32
+            self.add("after", GEMM + ("add_partials_by_warp" if warp else "add_partials"), 0,
+                     F * (splits + 1) * m * n, blocks=math.ceil(m * n * (32 if warp else 1) / 256))
+        self.add("before", before, flops, read + F * m * n, row=kernel, blocks=kt.tiles(m, n, 64, 64))
+
+    def channel_sum(self, outer, c, inner, before):
+        if inner == 1:  # a linear layer's bias: column sums over row slices (reduce.cu)
+            s = column_slices(c, outer)
+            split, blocks = RED + "column_sum_rows", math.ceil(c / 256) * s
+        else:
+            v, s = (4 if inner % 4 == 0 else 1), split_count(c, outer * inner)
+            split, blocks = f"{RED}channel_sum_split<{v},int>", c * s
+        self.add("after", split, 0, F * (outer * c * inner + c * s), blocks=blocks)
+        self.add("after", RED + "channel_sum_fold", 0, F * (c * s + c), blocks=math.ceil(c / 8))
+        self.add("before", before, 0, F * (outer * c * inner + c), row=split, blocks=c)
+
+    def batch_norm(self, n, c, hw):
+        v, s, x = (4 if hw % 4 == 0 else 1), split_count(c, n * hw), n * c * hw
+        for d, passes, before, fold_c, split_bytes in (
+                ("forward", ("stats", "normalize"), "forward_train_kernel", 8, (x, 2 * x + 4 * c)),
+                ("backward", ("sums", "dx"), "backward_train_kernel", 4, (2 * x, 3 * x + 4 * c))):
+            first = f"{BN}{d}_{passes[0]}_split<{v},int>"
+            self.add("after", first, 0, F * (split_bytes[0] + 3 * c * s), blocks=c * s)
+            self.add("after", f"{BN}{d}_fold", 0, F * (3 * c * s + fold_c * c), blocks=math.ceil(c / 8))
+            self.add("after", f"{BN}{d}_{passes[1]}_split<{v},int>", 0, F * split_bytes[1], blocks=c * s)
+            self.add("before", BN + before, 0, F * (split_bytes[1] + 2 * c), row=first, blocks=c)
+        self.add("both", EW + "add_scalar_kernel", 0, 16)  # num_batches_tracked += 1
+
+
+def split_count(c, m):
+    """kernels/cuda/channel_split.cuh's split_count: slices per channel."""
+    s = min(1056 // c, -(-m // 512))
+    return max(s, -(-m // (1 << 24)), 1)
+
+
+def column_slices(c, outer):
+    """kernels/cuda/reduce.cu's column_slices: row slices of >= 8 rows, a wave of blocks."""
+    return max(1, min(1056 // -(-c // 256), -(-outer // 8)))
+
+
+def conv(step, s, need_dx=True):
+    useful = 2.0 * s["N"] * s["K"] * s["P"] ** 2 * s["C"] * s["R"] ** 2
+    sizes = {"fwd": s["N"] * s["K"] * s["P"] ** 2, "bwdD": s["N"] * s["C"] * s["H"] ** 2,
+             "bwdW": s["K"] * s["C"] * s["R"] ** 2}  # each direction's output
+    for d, m, n, k, nbytes in kt.conv_gemms(s):
+        if d == "bwdD" and not need_dx:
+            continue
+        base = {"fwd": "forward", "bwdD": "backward_data", "bwdW": "backward_weight"}[d]
+        tile = "64x128" if m <= 64 else "128x128"
+        read = nbytes - F * sizes[d] + (F * s["K"] if d == "fwd" else 0)  # + the bias
+        step.gemm(f"{CONV}{base}_warp_tiled<{tile}>", f"{CONV}{base}_implicit", m, n, k, useful, read,
+                  narrow=m <= 64)
+    step.channel_sum(s["N"], s["K"], s["P"] ** 2, CONV + "bias_grad")  # dbias
+
+
+def linear(step, b, fin, fout):
+    flops = 2.0 * b * fin * fout
+    for (ta, tb), m, n, k, read in (((0, 1), b, fout, fin, b * fin + fout * fin),
+                                    ((0, 0), b, fin, fout, b * fout + fout * fin),
+                                    ((1, 0), fout, fin, b, b * fout + b * fin)):
+        flags = f"<{'true' if ta else 'false'},{'true' if tb else 'false'}>"
+        step.gemm(f"{GEMM}gemm_split_k{flags}", f"{GEMM}gemm_register_blocked{flags}", m, n, k, flops, F * read)
+    step.add("both", EW + "add_channel_bias_kernel<int>", 0, F * (2 * b * fout + fout))
+    step.channel_sum(b, fout, 1, RED + "channel_sum_kernel")
+
+
+def elementwise(step, relu=(), pool=(), adds=()):
+    for n in relu:
+        step.add("both", EW + "relu_forward_kernel", 0, F * 2 * n)
+        step.add("both", EW + "relu_backward_kernel", 0, F * 3 * n)
+    for x, y in pool:
+        step.add("both", POOL + "avg_pool_forward_kernel<int>", 0, F * (x + y))
+        step.add("both", POOL + "avg_pool_backward_kernel<int>", 0, F * (x + y))
+    for n in adds:  # residual sums; gradient sums where a tensor forks
+        step.add("both", EW + "add_kernel", 0, F * 3 * n)
+
+
+def loss_and_sgd(step, b, params):
+    """Cross-entropy (core/ops_nn.cpp), the trainer's bookkeeping (nn/train.cpp)
+    and one SGD launch per parameter tensor."""
+    logits, labels = F * b * CLASSES, 8 * b
+    for kernel, nbytes in (
+            (RED + "label_min_max_kernel", labels), (SOFT + "forward_warp_per_row", 2 * logits + F * b + labels),
+            (RED + "sum_partials", F * b), (RED + "sum_final", 8), (EW + "scale_kernel", 8),
+            (SOFT + "count_correct_kernel", logits + labels + 8), (EW + "axpy_kernel", 12),
+            (EW + "fill_kernel<float>", 4), (EW + "fill_kernel<float>", 4), (EW + "fill_kernel<long>", 8),
+            (EW + "broadcast_scalar_kernel", F * (b + 1)), (SOFT + "backward_kernel", 2 * logits + F * b + labels)):
+        step.add("both", kernel, 0, nbytes)
+    for p in params:
+        step.add("both", SGD, 0, F * 3 * p)
+
+
+def build(model, batch):
+    """The launches of one training step, and the step's GEMM FLOPs."""
+    lenet, lenet_fc, resnet = kt.layers(batch)
+    step, params = Step(), []
+    if model == "lenet":  # conv, ReLU, avg pool x2; 800-128-10 (nn/models.cpp)
+        for i, s in enumerate(lenet):
+            conv(step, s, need_dx=i > 0)
+            y = s["N"] * s["K"] * s["P"] ** 2
+            elementwise(step, relu=[y], pool=[(y, s["N"] * s["K"] * (s["P"] // 2) ** 2)])
+            params += [s["K"] * s["C"] * s["R"] ** 2, s["K"]]
+        for name, b, fin, fout in lenet_fc:
+            linear(step, b, fin, fout)
+            params += [fin * fout, fout]
+        elementwise(step, relu=[batch * lenet_fc[0][3]])
+    else:  # ResNet-18: every conv but the shortcuts is followed by BatchNorm and a ReLU
+        stages = defaultdict(list)
+        for i, s in enumerate(s for s in resnet for _ in range(s["count"])):
+            conv(step, s, need_dx=i > 0)
+            params += [s["K"] * s["C"] * s["R"] ** 2, s["K"]]
+            stages[s["name"].split()[1]].append(s)
+            if "shortcut" not in s["name"]:
+                step.batch_norm(s["N"], s["K"], s["P"] ** 2)
+                elementwise(step, relu=[s["N"] * s["K"] * s["P"] ** 2])
+                params += [s["K"], s["K"]]
+        for name, convs in stages.items():  # two residuals a stage, after the stem
+            if name == "stem":
+                continue
+            first, last = convs[0], [s for s in convs if "shortcut" not in s["name"]][-1]
+            x_in, y_out = batch * first["C"] * first["H"] ** 2, batch * last["K"] * last["P"] ** 2
+            elementwise(step, adds=[y_out, y_out, x_in, y_out])  # forward, backward
+        top = resnet[-1]
+        elementwise(step, pool=[(batch * top["K"] * top["P"] ** 2, batch * top["K"])])
+        linear(step, batch, top["K"], CLASSES)
+        params += [top["K"] * CLASSES, CLASSES]
+    loss_and_sgd(step, batch, params)
+    return step
+
+
+def parse_table(text, model, batch, where):
+    """kernel key -> dict(launches, util, blocks) from a launch-audit table in Markdown."""
+    m = re.search(rf"<!-- launch-audit {model} {batch}: begin[^>]*-->\n(.*?)<!-- launch-audit {model} "
+                  rf"{batch}: end -->", text, re.S)
+    if not m:
+        sys.exit(f"step_time: no launch-audit {model} {batch} table in {where}")
+    out = {}
+    for line in m.group(1).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not cells[0].startswith("`"):
+            continue
+        lo, _, hi = cells[2].partition("-")
+        # the 7th column: predicted utilisation (later tables add the untimed wave fill after it)
+        out[norm(cells[0].strip("`"))] = dict(launches=int(cells[1]), util=float(cells[6].strip("*")),
+                                              blocks=(int(lo), int(hi or lo)))
+    return out
+
+
+NO_HISTORY = 77  # ctest's SKIP_RETURN_CODE for the test: no git history to read the before tables from
+
+
+def audits(model, batch, before_rev, docs_only=False):
+    try:
+        old = subprocess.run(["git", "-C", str(ROOT), "show", f"{before_rev}:docs/kernels.md"],
+                             check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"step_time: cannot read docs/kernels.md at {before_rev} (a shallow clone?): {e}",
+              file=sys.stderr)
+        sys.exit(NO_HISTORY)
+    before = parse_table(old, model, batch, f"docs/kernels.md at {before_rev}")
+    path = ROOT / "build" / "launch-audit" / f"{model}-{batch}.jsonl"
+    if path.exists() and not docs_only:
+        after = {norm(r["kernel"]): dict(launches=r["launches"], util=r["predicted_sm_utilisation"],
+                                         blocks=(r["blocks_min"], r["blocks_max"])) for r in la.read(path)}
+        source = str(path.relative_to(ROOT))
+    else:
+        after = parse_table((ROOT / "docs" / "kernels.md").read_text(), model, batch, "docs/kernels.md")
+        source = "docs/kernels.md (no " + str(path.relative_to(ROOT)) + ")"
+    return {"before": before, "after": after}, source
+
+
+def predict(model, batch, a):
+    step, (audit, source) = build(model, batch), audits(model, batch, a.before_rev, a.docs)
+    rows = defaultdict(lambda: {e: defaultdict(float, kernels=set()) for e in ("before", "after")})
+    checks, totals = [], {}
+    for era, launches in step.launches.items():
+        seen = defaultdict(list)
+        for x in launches:
+            seen[x["kernel"]].append(x)
+        for kernel, au in audit[era].items():
+            xs, blocks = seen.get(kernel), [x["blocks"] for x in seen.get(kernel, []) if x["blocks"]]
+            if not xs:  # a kernel the model does not know: its launches at the floor
+                checks.append(f"{era}: `{show(kernel)}` ({au['launches']} launches) is not in the model")
+                launches += [dict(kernel=kernel, row=kernel, flops=0, bytes=0, blocks=None)] * au["launches"]
+            elif len(xs) != au["launches"]:
+                checks.append(f"{era}: `{show(kernel)}` {len(xs)} launches in the model, {au['launches']} in the audit")
+            if blocks and (min(blocks), max(blocks)) != au["blocks"]:
+                checks.append(f"{era}: `{show(kernel)}` blocks {min(blocks)}-{max(blocks)} in the model, "
+                              f"{au['blocks'][0]}-{au['blocks'][1]} in the audit")
+        checks += [f"{era}: `{show(k)}` is not in the audit (utilisation 1)" for k in seen if k not in audit[era]]
+        t = totals[era] = defaultdict(float)
+        for x in launches:
+            util = audit[era].get(x["kernel"], {"util": 1.0})["util"]
+            roof = max(x["flops"] / kt.FP32_PEAK, x["bytes"] / kt.HBM_BW)
+            r = rows[x["row"]][era]
+            r["kernels"].add(x["kernel"])
+            for key, v in (("launches", 1), ("flops", x["flops"]), ("bytes", x["bytes"]), ("roof", roof),
+                           ("pred", roof / util), ("floored", max(roof / util, a.launch_us * 1e-6))):
+                r[key] += v
+                t[key] += v
+    reference = 3 * batch * (sm.lenet_forward_flops() if model == "lenet" else sm.resnet18_forward_flops())
+    return dict(model=model, batch=batch, rows=rows, totals=totals, audit=audit, source=source,
+                checks=checks, reference=reference)
+
+
+def pair(b, a, fmt):
+    return fmt.format(a) if fmt.format(b) == fmt.format(a) else f"{fmt.format(b)} → {fmt.format(a)}"
+
+
+def util_cell(r, audit):
+    if not r["launches"]:
+        return "-"
+    if len(r["kernels"]) == 1:
+        return f"{audit[next(iter(r['kernels']))]['util']:.3f}" if next(iter(r["kernels"])) in audit else "1*"
+    return f"{r['roof'] / r['pred']:.3f}*"
+
+
+def fold(p, share):
+    """The rows, those under `share` of the step's predicted time (both eras)
+    merged into one "other" row."""
+    rows = dict(p["rows"])
+    limit = share * min(p["totals"][e]["pred"] for e in ("before", "after"))
+    small = [k for k, r in rows.items() if max(r[e]["pred"] for e in ("before", "after")) < limit]
+    if len(small) < 2:
+        return rows
+    other = {e: defaultdict(float, kernels=set()) for e in ("before", "after")}
+    for key in small:
+        for e, r in rows.pop(key).items():
+            other[e]["kernels"] |= r["kernels"]
+            for k, v in r.items():
+                if k != "kernels":
+                    other[e][k] += v
+    rows[f"{len(small)} other kernels, each under {100 * share:g}% of the step"] = other
+    return rows
+
+
+def line(label, b, a, util_b, util_a, gflop="{:.3f}"):
+    return (f"| {label} | {pair(b['launches'], a['launches'], '{:.0f}')} | "
+            f"{pair(b['flops'] / 1e9, a['flops'] / 1e9, gflop)} | {pair(b['bytes'] / 1e6, a['bytes'] / 1e6, '{:.2f}')} | "
+            f"{pair(b['roof'] * 1e6, a['roof'] * 1e6, '{:.1f}')} | {util_b} | {util_a} | "
+            f"{b['pred'] * 1e6:.1f} | {a['pred'] * 1e6:.1f} |")
+
+
+def table(p, share=0.0):
+    rows, audit = fold(p, share) if share else p["rows"], p["audit"]
+    out = ["| family (after #23) | launches | GFLOP | MB | roofline µs | utilisation before | after | "
+           "predicted µs before | after |", "|---|---|---|---|---|---|---|---|---|"]
+    for key in sorted(rows, key=lambda k: ("::" not in k, -max(rows[k][e]["pred"] for e in ("before", "after")))):
+        b, a = rows[key]["before"], rows[key]["after"]
+        out.append(line(f"`{show(key)}`" if "::" in key else key, b, a, util_cell(b, audit["before"]),
+                        util_cell(a, audit["after"])))
+    tb, ta = p["totals"]["before"], p["totals"]["after"]
+    out.append(line("**total**", tb, ta, f"{tb['roof'] / tb['pred']:.3f}*", f"{ta['roof'] / ta['pred']:.3f}*"))
+    return out
+
+
+def mapping(p):
+    """One line per kind of change: the after rows, and the before kernels put on them."""
+    groups = defaultdict(lambda: (set(), set()))
+    for key, r in p["rows"].items():
+        why = next((w for k, w in WHY if k in key), None)
+        if why and r["before"]["kernels"] != {key}:
+            groups[why][0].add(show(key))
+            groups[why][1].update(show(k) for k in r["before"]["kernels"])
+    return [f"- {', '.join(f'`{k}`' for k in sorted(after))} ← "
+            f"{', '.join(f'`{k}`' for k in sorted(before)) or 'nothing'}: {why}"
+            for why, (after, before) in groups.items()]
+
+
+def summary(p, launch_us):
+    tb, ta, b = p["totals"]["before"], p["totals"]["after"], p["batch"]
+    return (f"step {tb['floored'] * 1e3:.3f} → {ta['floored'] * 1e3:.3f} ms with the {launch_us:g} µs floor "
+            f"({b / tb['floored']:,.0f} → {b / ta['floored']:,.0f} images/s); without it "
+            f"{tb['pred'] * 1e3:.3f} → {ta['pred'] * 1e3:.3f} ms ({b / tb['pred']:,.0f} → "
+            f"{b / ta['pred']:,.0f} images/s); roofline alone {ta['roof'] * 1e3:.3f} ms; "
+            f"{ta['launches']:.0f} launches x {launch_us:g} µs = {ta['launches'] * launch_us / 1e3:.3f} ms")
+
+
+def report(p, a):
+    name = {"lenet": "LeNet", "resnet18": "ResNet-18"}[p["model"]]
+    print(f"### {name}, batch {p['batch']}\n")
+    print(f"After: {p['source']}; before: docs/kernels.md at {a.before_rev}. "
+          f"{summary(p, a.launch_us)}.\n")
+    print("\n".join(table(p, 0.01 if a.markdown else 0.0)))
+    print("\n\\* effective: roofline / predicted over the row's kernels (several kernels, or the total).\n")
+    print("Mapping (before → after):\n\n" + "\n".join(mapping(p)) + "\n")
+    if a.markdown:
+        return
+    ta = p["totals"]["after"]
+    print(f"Sanity: the step's GEMM FLOPs {ta['flops'] / 1e9:.3f} G against 3 x step_model.py's forward "
+          f"{p['reference'] / 1e9:.3f} G ({p['reference'] / 3 / p['batch'] / 1e6:.1f} MFLOP per image): "
+          f"ratio {ta['flops'] / p['reference']:.3f} (the first conv's backward-data is not launched)")
+    print("Checks against the audit: " + ("every kernel's launches and blocks agree" if not p["checks"]
+                                          else "\n- " + "\n- ".join(p["checks"])) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=["lenet", "resnet18"])
+    ap.add_argument("--batch", type=int, choices=[128, 256])
+    ap.add_argument("--launch-us", type=float, default=4.0, help="per-launch floor (µs), default 4")
+    ap.add_argument("--before-rev", default=BEFORE_REV, help="commit of the before tables")
+    ap.add_argument("--markdown", action="store_true", help="print what goes into docs/kernels.md")
+    ap.add_argument("--docs", action="store_true",
+                    help="after: docs/kernels.md's tables even where build/launch-audit has files")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 unless the model's launches and blocks agree with the audits "
+                         "(a test: a kernel change the model does not know of fails it)")
+    a = ap.parse_args()
+    runs = [(m, b) for m in ("lenet", "resnet18") for b in (256, 128)
+            if (a.model in (None, m)) and (a.batch in (None, b))]
+    preds = [predict(m, b, a) for m, b in runs]
+    print(f"Assumptions: H100 SXM5 FP32 {kt.FP32_PEAK / 1e12:.1f} TFLOP/s, HBM {kt.HBM_BW / 1e12:.2f} TB/s; "
+          f"minimum bytes (each tensor once); predicted = roofline / the audit's predicted SM utilisation; "
+          f"floor {a.launch_us:g} µs per launch (see the docstring).\n")
+    print("| step | launches | roofline ms | predicted ms, no floor | with the floor | images/s |")
+    print("|---|---|---|---|---|---|")
+    for p in preds:
+        tb, ta, b = p["totals"]["before"], p["totals"]["after"], p["batch"]
+        print(f"| {p['model']} {b} | {tb['launches']:.0f} → {ta['launches']:.0f} | "
+              f"{pair(tb['roof'] * 1e3, ta['roof'] * 1e3, '{:.3f}')} | {tb['pred'] * 1e3:.3f} → "
+              f"{ta['pred'] * 1e3:.3f} | {tb['floored'] * 1e3:.3f} → {ta['floored'] * 1e3:.3f} | "
+              f"{b / tb['floored']:,.0f} → {b / ta['floored']:,.0f} |")
+    print()
+    for p in preds:
+        report(p, a)
+    failed = [f"{p['model']} {p['batch']}" for p in preds if p["checks"]]
+    if a.check and failed:
+        sys.exit(f"step_time: the model disagrees with the launch audit for {', '.join(failed)} "
+                 f"(the checks above); update scripts/step_time.py or rerun the audits")
+
+
+if __name__ == "__main__":
+    main()
