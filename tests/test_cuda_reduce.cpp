@@ -125,7 +125,8 @@ TEST_CASE("cuda reduce: channel_sum matches cpu::channel_sum on ragged shapes", 
   // Ragged: one channel, 3 channels, odd and tiny runs, N = 1, inner not a
   // multiple of 4 (scalar loads) or a multiple of 4 (float4), channels cut
   // into several slices whose last one is short (5 x 999 floats on one
-  // channel: 5 slices), and the bias shapes of LeNet's and ResNet-18's
+  // channel: 10 slices), column sums (inner 1: 300 columns in 2 blocks of
+  // threads, row slices whose last is short), and the bias shapes of LeNet's and ResNet-18's
   // layers at batch 2 (Linear: inner 1; convolutions and BatchNorm: HW).
   // Under the sanitizers (the simulator about 10 times slower, a launch
   // costing in proportion to its blocks) the widest of those are left out.
@@ -133,6 +134,7 @@ TEST_CASE("cuda reduce: channel_sum matches cpu::channel_sum on ragged shapes", 
       {3, 5, 7},     {1, 1, 1},     {2, 64, 1},   {4, 3, 50},   {0, 4, 3},
       {33, 2, 17},   {5, 1, 999},   {1, 3, 1373}, {7, 3, 256},  {9, 1, 1020},
       {2, 20, 676},  {2, 50, 81},   {2, 128, 1},  {2, 10, 1},   {2, 64, 784},
+      {200, 300, 1}, {1000, 3, 1},  {65, 1, 1},
 #if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
       {2, 128, 196}, {2, 256, 49},  {2, 512, 16},
 #endif
@@ -157,6 +159,14 @@ TEST_CASE("cuda reduce: channel_sum matches cpu::channel_sum on ragged shapes", 
     REQUIRE(channel_sum_splits({256, 64, 784}) == 16);  // ResNet-18 stage 1: 1024 blocks
     REQUIRE(channel_sum_splits({128, 512, 16}) == 2);   // stage 4 at batch 128
     REQUIRE(channel_sum_splits({256, 1, 1 << 20}) == 1056);
+    // inner == 1 (a linear layer's bias): column sums over row slices of at
+    // least 8 rows, as many as a wave of blocks takes.
+    REQUIRE(channel_sum_splits({2, 128, 1}) == 1);
+    REQUIRE(channel_sum_splits({256, 128, 1}) == 32);  // LeNet's fc1 at batch 256
+    REQUIRE(channel_sum_splits({65, 1, 1}) == 9);
+    REQUIRE(channel_sum_splits({200, 300, 1}) == 25);
+    REQUIRE(channel_sum_splits({60000, 10, 1}) == 1056);
+    REQUIRE(channel_sum_splits({100000, 600, 1}) == 352);  // 3 column blocks: 1056 / 3
   }
   SECTION("workspace, variants and a missing workspace") {
     REQUIRE(anvil::cuda::channel_sum_workspace_floats(1, 256, 64, 784) == 0);

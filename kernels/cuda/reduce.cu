@@ -58,11 +58,20 @@
 //              S partials in double, in a fixed order. The default
 //              (kBestChannelSum): C*S blocks fill the GPU where variant 1's C
 //              blocks leave most SMs idle.
+//              With inner == 1 (a linear layer's bias gradient: dy is an
+//              [outer, C] matrix) a channel is a column, one float every C,
+//              and a block over it would read one 32-byte sector per float.
+//              Variant 2 then sums columns instead (column_sum_rows): thread
+//              c of block (x, s) adds column c over row slice s (at least 8
+//              rows, slices enough for a wave of blocks), so a warp reads 32
+//              consecutive floats of each row; the slices' partials go
+//              through the same fixed-order fold.
 //
 // label_min_max(n, labels, out): one block of 256 threads (labels are a
 // batch, a few thousand at most), each thread keeping the min and max of its
 // strided slice, then warp shuffles of the int64 values (__shfl_xor_sync
 // moves 8-byte types) and a shared-memory step across the 8 warps.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -185,6 +194,22 @@ __global__ void __launch_bounds__(channel_split::kThreads, channel_split::kMinBl
   if (threadIdx.x == 0) partials[blockIdx.x] = total.a;
 }
 
+// Variant 2 with inner == 1, pass 1: partials[c*S + s] = the sum of column c
+// of dy [outer, C] over rows [s*rows, (s+1)*rows); consecutive threads, consecutive
+// columns.
+__global__ void __launch_bounds__(channel_split::kThreads)
+    column_sum_rows(int64_t outer, int64_t C, int64_t rows, const float* __restrict__ dy,
+                    float* __restrict__ partials) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int64_t s = blockIdx.y, begin = s * rows;
+  const int64_t end = begin + rows < outer ? begin + rows : outer;
+  float acc = 0.0f;
+#pragma unroll 8
+  for (int64_t o = begin; o < end; ++o) acc += dy[o * C + c];
+  partials[c * gridDim.y + s] = acc;
+}
+
 // Variant 2, pass 2: db[c] = the sum of channel c's S partials (one warp per
 // channel, in double, in a fixed order).
 __global__ void __launch_bounds__(channel_split::kThreads)
@@ -247,6 +272,23 @@ void launch_channel_sum_split(const channel_split::Plan& p, int64_t C, int64_t i
          channel_split::SplitArgs<Index>::make(p, C, inner), dy, partials);
 }
 
+// Row slices of variant 2's column sums (inner == 1): enough for a wave of
+// blocks, each at least kMinColumnRows rows. Short slices keep each thread's
+// loads few and in flight together (a batch of 256 rows: 32 slices of 8, one
+// round trip to memory each, where 4 slices of 64 would be 16 in a row).
+constexpr int64_t kMinColumnRows = 8;
+int64_t column_slices(int64_t C, int64_t outer) {
+  const int64_t column_blocks = (C + channel_split::kThreads - 1) / channel_split::kThreads;
+  const int64_t most = (outer + kMinColumnRows - 1) / kMinColumnRows;
+  const int64_t s = std::min(channel_split::kWaveBlocks / column_blocks, most);
+  return std::max<int64_t>(1, s);
+}
+
+// The number of partials per channel variant 2 writes (its workspace / C).
+int64_t channel_sum_slices(int64_t outer, int64_t C, int64_t inner) {
+  return inner == 1 ? column_slices(C, outer) : channel_split::split_count(C, outer * inner);
+}
+
 void check_channel_sum_variant(int variant) {
   if (variant < 1 || variant > kChannelSumVariants)
     throw std::invalid_argument("cuda::channel_sum: no variant " + std::to_string(variant) +
@@ -303,7 +345,7 @@ size_t channel_sum_workspace_floats(int variant, int64_t outer, int64_t C, int64
   check_count("cuda::channel_sum_workspace_floats: C", C);
   check_count("cuda::channel_sum_workspace_floats: inner", inner);
   if (variant == 1 || C == 0) return 0;
-  return static_cast<size_t>(C * channel_split::split_count(C, outer * inner));
+  return static_cast<size_t>(C * channel_sum_slices(outer, C, inner));
 }
 
 void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
@@ -323,6 +365,15 @@ void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const flo
   if (workspace == nullptr)
     throw std::invalid_argument("cuda::channel_sum: variant 2 needs channel_sum_workspace_floats "
                                 "floats of workspace");
+  if (inner == 1) {
+    const int64_t S = column_slices(C, outer);
+    const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads), static_cast<unsigned>(S));
+    launch(column_sum_rows, grid, dim3(kThreads), 0, stream, outer, C,
+           (outer + S - 1) / S, dy, workspace);
+    launch(channel_sum_fold, channel_split::fold_blocks(C), dim3(channel_split::kThreads), 0,
+           stream, C, S, workspace, db);
+    return;
+  }
   const channel_split::Plan p =
       channel_split::split_plan(outer, C, inner, channel_split::aligned16(dy));
   if (channel_split::int_indices(outer * C * inner, C * inner))
