@@ -13,19 +13,25 @@
 # --sample N sets ANVIL_SIM_SAMPLE_BLOCKS=N: each launch runs N evenly spread
 # blocks and skips the rest (a full ResNet-18 step takes too long on the
 # simulator); the timings stay usable, the step's numbers do not. --recipe R
-# (default seed) picks the optimizer, as anvil-train's --recipe. The build
+# (default seed) picks the optimizer, as anvil-train's --recipe. --runs N
+# (default 5) runs the step N times and reports each kernel's median: one
+# run's block times carry whatever the host took from this virtual machine
+# (scripts/launch_audit.py). The build
 # folder is build/sim unless ANVIL_BUILD says otherwise; train_step is
-# (re)built there first. The audit file stays in build/launch-audit/.
+# (re)built there first. The runs' audit files stay in build/launch-audit/
+# (MODEL-BATCH-runK.jsonl), with their merge in MODEL-BATCH.jsonl, which
+# scripts/step_time.py reads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: scripts/launch-audit.sh MODEL BATCH [--sample N] [--recipe R] [--write]"
+usage="usage: scripts/launch-audit.sh MODEL BATCH [--sample N] [--runs N] [--recipe R] [--write]"
 [[ $# -ge 2 ]] || { echo "$usage" >&2; exit 2; }
 model=$1 batch=$2
 shift 2
-sample=0 recipe=seed write=
+sample=0 runs=5 recipe=seed write=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --sample) sample=${2:?--sample needs a block count}; shift 2 ;;
+    --runs) runs=${2:?--runs needs a count}; shift 2 ;;
     --recipe) recipe=${2:?--recipe needs seed or best}; shift 2 ;;
     --write) write=1; shift ;;
     *) echo "launch-audit: unknown argument '$1'" >&2; echo "$usage" >&2; exit 2 ;;
@@ -33,6 +39,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $batch =~ ^[1-9][0-9]*$ ]] || { echo "launch-audit: BATCH '$batch' is not a positive number" >&2; exit 2; }
 [[ $sample =~ ^[0-9]+$ ]] || { echo "launch-audit: --sample '$sample' is not a block count" >&2; exit 2; }
+[[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "launch-audit: --runs '$runs' is not a positive count" >&2; exit 2; }
 
 build=${ANVIL_BUILD:-build/sim}
 if ! grep -q 'ANVIL_CUDA:STRING=SIM' "$build/CMakeCache.txt" 2>/dev/null; then
@@ -43,16 +50,21 @@ nice -n 19 cmake --build "$build" --target train_step -j2 >/dev/null
 
 out=build/launch-audit
 mkdir -p "$out"
-audit="$out/$model-$batch.jsonl"
+audits=()
 start=$(date +%s)
-ANVIL_SIM_LAUNCH_AUDIT="$audit" ANVIL_SIM_SAMPLE_BLOCKS="$sample" \
-  nice -n 19 "$build/train_step" --model "$model" --batch-size "$batch" --recipe "$recipe" >&2
-seconds=$(( $(date +%s) - start ))
+for ((run = 1; run <= runs; ++run)); do
+  audit="$out/$model-$batch-run$run.jsonl"
+  ANVIL_SIM_LAUNCH_AUDIT="$audit" ANVIL_SIM_SAMPLE_BLOCKS="$sample" \
+    nice -n 19 "$build/train_step" --model "$model" --batch-size "$batch" --recipe "$recipe" >&2
+  audits+=("$audit")
+done
+seconds=$(( ($(date +%s) - start) / runs ))
 
 cmd="scripts/launch-audit.sh $model $batch"
 [[ $sample != 0 ]] && cmd+=" --sample $sample"
 [[ $recipe != seed ]] && cmd+=" --recipe $recipe"
-title="**$model, batch $batch, one training step ($recipe recipe)**, \`$cmd\` ($(date -u +%Y-%m-%d), ${seconds} s on this machine)"
-args=("$audit" --title "$title")
+[[ $runs != 5 ]] && cmd+=" --runs $runs"
+title="**$model, batch $batch, one training step ($recipe recipe)**, \`$cmd\` ($(date -u +%Y-%m-%d), ${seconds} s a run on this machine)"
+args=("${audits[@]}" --title "$title" --save "$out/$model-$batch.jsonl")
 [[ -n $write ]] && args+=(--write "$model $batch")
 python3 scripts/launch_audit.py "${args[@]}"

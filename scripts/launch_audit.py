@@ -3,7 +3,15 @@
 kernel per line, sim/launch_audit.cpp) into the Markdown table of
 docs/kernels.md's "Launch audit", and optionally puts it there.
 
-  launch_audit.py AUDIT.jsonl --title TEXT [--note TEXT] [--write MARKER]
+  launch_audit.py AUDIT.jsonl [AUDIT2.jsonl ...] --title TEXT [--note TEXT] [--write MARKER]
+                  [--save MERGED.jsonl]
+
+Several audits (runs of the same step) are merged kernel by kernel: each
+kernel's work share, simulated seconds and predicted utilisation are the
+median over the runs. A block's simulated time is its worker thread's CPU
+time, which on a shared virtual machine also holds time the host took away
+(steal): one run can mark a launch of equal blocks 0.68 and the next 0.98,
+so the median of a few runs is the figure to read.
 
 --write MARKER replaces what lies between "<!-- launch-audit MARKER: begin"
 and "<!-- launch-audit MARKER: end -->" in docs/kernels.md; without it the
@@ -14,6 +22,7 @@ SM utilisation below 0.8 (issue #23's goal). Standard library only.
 import argparse
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -36,6 +45,28 @@ def read(path):
     return sorted(rows, key=lambda r: -r["work_share"])
 
 
+def merge(runs):
+    """Kernel by kernel, the median of several runs' figures (the first run's
+    other fields). Every run must have launched the same kernels."""
+    if len(runs) == 1:
+        return runs[0]
+    ident = lambda r: r["mangled"] or r["kernel"]  # no symbol: the launch site
+    names = [sorted(ident(r) for r in rows) for rows in runs]
+    if any(n != names[0] for n in names[1:]):
+        sys.exit("launch_audit: the runs launched different kernels; they are not the same step")
+    by_name = [{ident(r): r for r in rows} for rows in runs]
+    merged = []
+    for row in runs[0]:
+        same = [b[ident(row)] for b in by_name]
+        row = dict(row)
+        for key in ("work_share", "predicted_sm_utilisation", "simulated_seconds", "wave_fill"):
+            if key not in row:
+                continue
+            row[key] = statistics.median(r[key] for r in same)
+        merged.append(row)
+    return sorted(merged, key=lambda r: -r["work_share"])
+
+
 def short_name(name):
     """A warp_tile::Shape<...> argument as the tile it makes (128x128), as
     docs/kernels.md's kernel table names the variants."""
@@ -45,14 +76,19 @@ def short_name(name):
     return re.sub(r"warp_tile::Shape<([\d, ]+)>", tile, name).replace("> >", ">>")
 
 
+def fill(row):
+    """The untimed wave fill (audits before it existed have none)."""
+    return f"{row['wave_fill']:.3f}" if "wave_fill" in row else "-"
+
+
 def span(lo, hi):
     return f"{lo}" if lo == hi else f"{lo}-{hi}"
 
 
 def table(rows):
     out = ["| kernel | launches | blocks | threads/block | blocks/SM (limit, source) | work share | "
-           "predicted SM utilisation |",
-           "|---|---|---|---|---|---|---|"]
+           "predicted SM utilisation | wave fill (untimed) |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         source = "ptxas" if r["residency_source"].startswith("ptxas") else "assumed"
         flagged = r["work_share"] >= SHARE_FLOOR and r["predicted_sm_utilisation"] < UTILISATION_GOAL
@@ -60,11 +96,12 @@ def table(rows):
         out.append(f"| `{short_name(r['kernel'])}` | {r['launches']} | {span(r['blocks_min'], r['blocks_max'])} | "
                    f"{span(r['threads_per_block_min'], r['threads_per_block'])} | "
                    f"{span(r['blocks_per_sm'], r['blocks_per_sm_max'])} ({r['residency_limit']}, {source}) | "
-                   f"{100 * r['work_share']:.2f}% | {'**' + util + '**' if flagged else util} |")
+                   f"{100 * r['work_share']:.2f}% | {'**' + util + '**' if flagged else util} | "
+                   f"{fill(r)} |")
     return out
 
 
-def summary(rows):
+def summary(rows, runs=1):
     flagged = [r for r in rows if r["work_share"] >= SHARE_FLOOR and r["predicted_sm_utilisation"] < UTILISATION_GOAL]
     big = [r for r in rows if r["work_share"] >= SHARE_FLOOR]
     seconds = sum(r["simulated_seconds"] for r in rows)
@@ -78,20 +115,31 @@ def summary(rows):
                f"numeric results were discarded")
     else:
         how = "every block ran (no sampling)"
+    if runs > 1:
+        how += f"; each kernel's figures are the median of {runs} runs"
+    filled = [r for r in flagged if r.get("wave_fill", 0) >= UTILISATION_GOAL]
+    untimed = ""
+    if filled:
+        untimed = (f" {len(filled)} of those fill >= {UTILISATION_GOAL} of their waves when every block "
+                   f"counts the same (untimed): their blocks' times differ, by uneven work or by what "
+                   f"the host took.")
     return (f"{len(rows)} kernels, {launches} launches, {seconds:.1f} s of simulated block time; {how}. "
             f"Work-weighted predicted utilisation {weighted:.3f}; {len(flagged)} of the {len(big)} kernels "
-            f"with >= 1% of the work are below {UTILISATION_GOAL} (bold).")
+            f"with >= 1% of the work are below {UTILISATION_GOAL} (bold).{untimed}")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("audit")
+    ap.add_argument("audit", nargs="+")
     ap.add_argument("--title", required=True)
     ap.add_argument("--note", default="")
     ap.add_argument("--write", metavar="MARKER")
+    ap.add_argument("--save", metavar="FILE", help="write the (merged) rows there, one JSON object a line")
     a = ap.parse_args()
-    rows = read(a.audit)
-    lines = [f"{a.title}: {summary(rows)}{(' ' + a.note) if a.note else ''}", ""] + table(rows)
+    rows = merge([read(path) for path in a.audit])
+    if a.save:
+        Path(a.save).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = [f"{a.title}: {summary(rows, len(a.audit))}{(' ' + a.note) if a.note else ''}", ""] + table(rows)
     text = "\n".join(lines)
     if not a.write:
         print(text)

@@ -38,7 +38,8 @@ std::map<std::string, nlohmann::json> read_audit(const std::string& path) {
     REQUIRE(row.is_object());
     for (const char* field :
          {"kernel", "launches", "blocks_min", "blocks_max", "threads_per_block", "blocks_per_sm",
-          "residency_source", "work_share", "predicted_sm_utilisation", "sample_blocks"})
+          "residency_source", "work_share", "predicted_sm_utilisation", "wave_fill",
+          "sample_blocks"})
       REQUIRE(row.contains(field));
     CHECK(row["blocks_min"].get<uint64_t>() <= row["blocks_max"].get<uint64_t>());
     const double u = row["predicted_sm_utilisation"].get<double>();
@@ -115,7 +116,10 @@ TEST_CASE("sim: the launch audit flags a one-block launch and passes many equal 
   CHECK(lone["blocks_per_sm"] == 1);
   CHECK(lone["predicted_sm_utilisation"].get<double>() == Approx(1.0 / 132));
   CHECK(lone["predicted_sm_utilisation"].get<double>() < 0.01);
+  CHECK(lone["wave_fill"].get<double>() == Approx(1.0 / 132));  // untimed: exact
   CHECK(equal["blocks_min"] == kEqualBlocks);
+  // 2640 blocks are 20 full waves of 132 slots.
+  CHECK(equal["wave_fill"].get<double>() == Approx(1.0));
   CHECK(equal["predicted_sm_utilisation"].get<double>() > 0.9);
   // 2640 blocks against 1: the equal blocks hold nearly all the time.
   CHECK(equal["work_share"].get<double>() > 0.9);
