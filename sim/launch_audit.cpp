@@ -108,6 +108,13 @@ Residency resident_blocks(unsigned threads, const Resources& r, size_t dynamic_s
   return best;
 }
 
+// The share of its waves' slots a launch of `blocks` fills, every block
+// counted equal (the wave_fill field).
+double wave_fill(uint64_t blocks, uint64_t slots) {
+  const uint64_t waves = (blocks + slots - 1) / slots;
+  return waves > 0 ? double(blocks) / double(waves * slots) : 0.0;
+}
+
 // The launch's predicted utilisation: the ideal over the busiest slot's time.
 double predicted_utilisation(const std::vector<double>& seconds, uint64_t slots) {
   double total = 0, busiest = 0;
@@ -125,10 +132,7 @@ double predicted_utilisation(const std::vector<double>& seconds, uint64_t slots)
     while (free_at.size() > 1) free_at.pop();
     busiest = free_at.top();
   }
-  if (busiest <= 0) {  // no measurable time: the share of slots the waves fill
-    const uint64_t waves = (seconds.size() + slots - 1) / slots;
-    return double(seconds.size()) / double(waves * slots);
-  }
+  if (busiest <= 0) return wave_fill(seconds.size(), slots);  // no measurable time
   return total / double(slots) / busiest;
 }
 
@@ -495,8 +499,7 @@ void detail::record_launch(const KernelLaunch& launch, std::vector<double>& seco
                                    : Residency{};
   const uint64_t slots = uint64_t{kSms} * r.blocks;
   const double utilisation = predicted_utilisation(seconds, slots);
-  const uint64_t waves = (seconds.size() + slots - 1) / slots;
-  const double fill = waves > 0 ? double(seconds.size()) / double(waves * slots) : 0.0;
+  const double fill = wave_fill(seconds.size(), slots);
   k->launches += 1;
   k->sampled_launches += sampled;
   if (sampled) k->sample_blocks = std::max<uint64_t>(k->sample_blocks, ran.size());

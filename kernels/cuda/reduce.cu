@@ -365,23 +365,26 @@ void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const flo
   if (workspace == nullptr)
     throw std::invalid_argument("cuda::channel_sum: variant 2 needs channel_sum_workspace_floats "
                                 "floats of workspace");
+  // Pass 1 writes `splits` partials per channel (column sums or slices);
+  // pass 2 folds them.
+  int64_t splits;
   if (inner == 1) {
-    const int64_t S = column_slices(C, outer);
-    const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads), static_cast<unsigned>(S));
+    splits = column_slices(C, outer);
+    const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads),
+                    static_cast<unsigned>(splits));
     launch(column_sum_rows, grid, dim3(kThreads), 0, stream, outer, C,
-           (outer + S - 1) / S, dy, workspace);
-    launch(channel_sum_fold, channel_split::fold_blocks(C), dim3(channel_split::kThreads), 0,
-           stream, C, S, workspace, db);
-    return;
+           (outer + splits - 1) / splits, dy, workspace);
+  } else {
+    const channel_split::Plan p =
+        channel_split::split_plan(outer, C, inner, channel_split::aligned16(dy));
+    splits = p.splits;
+    if (channel_split::int_indices(outer * C * inner, C * inner))
+      launch_channel_sum_split<int>(p, C, inner, dy, workspace, stream);
+    else
+      launch_channel_sum_split<int64_t>(p, C, inner, dy, workspace, stream);
   }
-  const channel_split::Plan p =
-      channel_split::split_plan(outer, C, inner, channel_split::aligned16(dy));
-  if (channel_split::int_indices(outer * C * inner, C * inner))
-    launch_channel_sum_split<int>(p, C, inner, dy, workspace, stream);
-  else
-    launch_channel_sum_split<int64_t>(p, C, inner, dy, workspace, stream);
   launch(channel_sum_fold, channel_split::fold_blocks(C), dim3(channel_split::kThreads), 0, stream,
-         C, p.splits, workspace, db);
+         C, splits, workspace, db);
 }
 
 void label_min_max(int64_t n, const int64_t* labels, int64_t* out, cudaStream_t stream) {
