@@ -6,6 +6,7 @@
 #   bash scripts/gpu-check.sh "$OUT"            # everything (may not fit 10 min)
 #   bash scripts/gpu-check.sh "$OUT" --part 1   # tests + kernel benchmark
 #   bash scripts/gpu-check.sh "$OUT" --part 2   # training runs, PyTorch, sanitizers
+#   bash scripts/gpu-check.sh "$OUT" --part 3   # the data-parallel path on one GPU
 #
 # writes OUTDIR/report.md and OUTDIR/figures.json, plus the logs behind them
 # (tests.log, bench.log, train.log, sanitizer.log: at most 6 files, as a
@@ -16,7 +17,10 @@
 # checked, then timed against cuBLAS and cuDNN). Part 2: LeNet's seed recipe
 # for 10 epochs and one ResNet-18 epoch on cuda:0, the same two runs by
 # PyTorch on the same GPU (scripts/torch_gpu_recipes.py) for the ratios, and
-# compute-sanitizer memcheck and racecheck over the CUDA tests.
+# compute-sanitizer memcheck and racecheck over the CUDA tests. Part 3 (not
+# in "all": it would not fit): the overhead of the data-parallel path, 3
+# LeNet epochs and 1 ResNet-18 epoch each with --gpus 1 (one replica, its
+# own thread and streams, buckets and all-reduce) against --device cuda:0.
 #
 # Without a GPU (here) it runs what it can from the bundle alone, with the
 # same environment: the library check, the whole test suite (CUDA tests skip),
@@ -30,11 +34,11 @@
 # expression (CI's short rehearsal: "[gemm]"), not the whole suite.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: bash scripts/gpu-check.sh OUTDIR [--part 1|2|all]"
+usage="usage: bash scripts/gpu-check.sh OUTDIR [--part 1|2|3|all]"
 out=${1:?$usage}
 part=all
 if [[ $# -ge 3 && "$2" == "--part" ]]; then part=$3; fi
-[[ "$part" == 1 || "$part" == 2 || "$part" == all ]] || { echo "$usage" >&2; exit 2; }
+[[ "$part" == 1 || "$part" == 2 || "$part" == 3 || "$part" == all ]] || { echo "$usage" >&2; exit 2; }
 pack=${ANVIL_GPU_PACK:-.gpu}  # where gpu-pack.sh put the bundle
 start=$SECONDS
 # bin/ and lib/ come packed (bundle.tar.xz, unpacked into $pack/unpacked for
@@ -217,7 +221,7 @@ step "environment: nvidia-smi" nvidia-smi.txt 30 bash -c \
   'if command -v nvidia-smi >/dev/null; then nvidia-smi; nvidia-smi -L; else echo "nvidia-smi: not installed (no GPU)"; fi; uname -srm; lscpu | grep -E "^(Model name|CPU\(s\)):"'
 step "environment: every library of the bundle resolves" libs.log 30 libcheck
 
-if [[ "$part" != 2 ]]; then
+if [[ "$part" == 1 || "$part" == all ]]; then
   step "tests: the whole suite (anvil-tests)" tests.log 330 tests_both
   step "tests: bench_cuda_kernels --smoke" tests.log 60 "$files/bin/bench_cuda_kernels" --smoke
   if ((gpu)); then
@@ -228,7 +232,7 @@ if [[ "$part" != 2 ]]; then
   fi
 fi
 
-if [[ "$part" != 1 ]]; then
+if [[ "$part" == 2 || "$part" == all ]]; then
   train=("$files/bin/anvil-train" --recipe seed --data-dir "$data")
   torch_run=("$python" scripts/torch_gpu_recipes.py --data-dir "$data")
   if ((gpu)); then
@@ -264,6 +268,24 @@ if [[ "$part" != 1 ]]; then
     step "compute-sanitizer racecheck over the CUDA tests" sanitizer.log 150 sanitizer racecheck
   else
     skip "compute-sanitizer memcheck and racecheck over the CUDA tests" "no GPU (nvidia-smi lists none)"
+  fi
+fi
+
+if [[ "$part" == 3 ]]; then
+  # The same runs through both paths; the report sets their s/epoch side by
+  # side (anvil-*-dp-device against anvil-*-dp-gpus1).
+  train=("$files/bin/anvil-train" --recipe seed --data-dir "$data")
+  if ((gpu)); then
+    for path in device gpus1; do
+      how=(--device cuda:0)
+      [[ $path == gpus1 ]] && how=(--gpus 1)
+      step "anvil: LeNet, seed recipe, 3 epochs, ${how[*]}" train.log 120 \
+        "${train[@]}" --model lenet --epochs 3 "${how[@]}" --metrics "$work/anvil-lenet-dp-$path.jsonl"
+      step "anvil: ResNet-18, seed recipe, 1 epoch, ${how[*]}" train.log 150 \
+        "${train[@]}" --model resnet18 --epochs 1 "${how[@]}" --metrics "$work/anvil-resnet18-dp-$path.jsonl"
+    done
+  else
+    skip "anvil: --gpus 1 against --device cuda:0 (LeNet, ResNet-18)" "no GPU (nvidia-smi lists none)"
   fi
 fi
 

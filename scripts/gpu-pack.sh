@@ -179,4 +179,4 @@ if [[ -z "$reuse" ]] && ((size > limit_mib * 1024 * 1024)); then
 fi
 cat "$pack/MANIFEST"
 echo "== gpu-pack: done. On the GPU machine (device run, carry [\".gpu\"]):" \
-  "bash scripts/gpu-check.sh \"\$OUT\" --part 1, then --part 2 (docs/gpu.md)"
+  "bash scripts/gpu-check.sh \"\$OUT\" --part 1, then --part 2, then (if time allows) --part 3 (docs/gpu.md)"

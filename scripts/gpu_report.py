@@ -183,13 +183,24 @@ def main():
             ratios[model] = {"anvil_over_pytorch_seconds_per_epoch":
                              round(a["seconds_per_epoch_after_first"] / t["seconds_per_epoch_after_first"], 2),
                              "test_acc_anvil": a["test_acc"], "test_acc_pytorch": t["test_acc"]}
+    # Part 3: the data-parallel path with one replica (--gpus 1) against the
+    # plain one (--device cuda:0), the same run through each.
+    overhead = {}
+    for model in anvil:
+        if model.endswith("-dp-device") and model.replace("-device", "-gpus1") in anvil:
+            d, g = anvil[model], anvil[model.replace("-device", "-gpus1")]
+            overhead[model[:-len("-dp-device")]] = {
+                "gpus1_over_device_seconds_per_epoch":
+                    round(g["seconds_per_epoch_after_first"] / d["seconds_per_epoch_after_first"], 3),
+                "test_acc_device": d["test_acc"], "test_acc_gpus1": g["test_acc"]}
     san = sanitizer_summary(read(work / "sanitizer.log"))
     figures = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "part": part.group(1) if part else None,
                "bundle_commit": commit.group(1) if commit else None,
                "gpu": {k: v for k, v in gpu.items() if k != "nvidia_smi"},
                "steps": st, "tests": tests, "kernel_failures": fails, "headline": head,
-               "kernels": rows, "training": {"anvil": anvil, "pytorch": torch, "ratios": ratios},
+               "kernels": rows, "training": {"anvil": anvil, "pytorch": torch, "ratios": ratios,
+                            "data_parallel_overhead": overhead},
                "sanitizer": san}
     (out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
 
@@ -238,6 +249,9 @@ def main():
         if model in ratios:
             line += f"; anvil/PyTorch time {ratios[model]['anvil_over_pytorch_seconds_per_epoch']}x"
         md.append(line + ".")
+    for model, o in overhead.items():
+        md.append(f"- {model}: --gpus 1 takes {o['gpus1_over_device_seconds_per_epoch']}x the time of "
+                  f"--device cuda:0 (test acc {o['test_acc_gpus1']:.4f} against {o['test_acc_device']:.4f}).")
     for tool, s in san.items():
         md.append(f"- compute-sanitizer {tool}: {fmt(s['errors'])} errors"
                   + (f", {s['hazards']} hazards" if s["hazards"] is not None else "") + ".")
