@@ -6,8 +6,11 @@
 // them), memory-bound, so their GFLOP/s column is 0.
 //
 //   bench_cuda_kernels                         # GEMM 1024, 2048, 4096 + the conv shapes
+//   bench_cuda_kernels gemm 3                  # one rung of one ladder (gemm.h, conv.h)
+//   bench_cuda_kernels conv                    # every rung of one family
 //   bench_cuda_kernels --gemm-sizes 512,1024 --repeats 50 --no-conv
 //   bench_cuda_kernels --smoke                 # tiny shapes: correctness only
+// Families: gemm, conv, csum (channel_sum), bn (BatchNorm training).
 //
 // For each shape: the vendor baseline first (cuBLAS SGEMM; cuDNN forward,
 // backward-data and backward-filter with the fastest algorithm that
@@ -85,6 +88,8 @@ struct Options {
   bool no_conv = false;
   bool no_norm = false;
   uint64_t seed = 0;
+  std::string family;  // empty: every family
+  int rung = 0;        // 0: every rung of the family
 };
 
 #if defined(ANVIL_CUDA_BACKEND)
@@ -267,16 +272,28 @@ struct Bench {
   void batch_norm(const char* name, int64_t N, int64_t C, int64_t HW);
 };
 
-const char* const kGemmNames[] = {"naive",      "coalesced",   "smem tiled",     "register-blocked",
-                                  "vectorised", "warp-tiled",  "double-buffered", "split-K"};
-const char* const kConvNames[] = {"naive direct", "im2col + gemm", "implicit gemm",
-                                  "implicit warp-tiled", "warp-tiled split-K"};
 const char* const kChannelNames[] = {"block per channel", "split"};
-static_assert(std::size(kGemmNames) == cu::kGemmVariants &&
-                  std::size(kConvNames) == cu::kConvVariants &&
-                  std::size(kChannelNames) == cu::kChannelSumVariants &&
+static_assert(std::size(kChannelNames) == cu::kChannelSumVariants &&
                   std::size(kChannelNames) == cu::kBatchNormVariants,
               "a name for every variant");
+
+// The families a run names, and how many rungs each has.
+struct Family {
+  const char* name;
+  int rungs;
+};
+const Family kFamilies[] = {{"gemm", cu::kGemmVariants},
+                            {"conv", cu::kConvVariants},
+                            {"csum", cu::kChannelSumVariants},
+                            {"bn", cu::kBatchNormVariants}};
+
+// The rungs of a family with `count` this run checks and times.
+std::vector<int> rungs_of(const Options& opt, int count) {
+  if (opt.rung > 0) return {opt.rung};
+  std::vector<int> all(static_cast<size_t>(count));
+  for (int v = 1; v <= count; ++v) all[size_t(v - 1)] = v;
+  return all;
+}
 
 std::string variant_name(int v, const char* const* names, int count) {
   return fmt::format("v{} {}", v, v <= count ? names[v - 1] : "");
@@ -315,8 +332,8 @@ void Bench::gemm(int64_t M, int64_t N, int64_t K) {
     }
   }
 #endif
-  for (int v = 1; v <= cu::kGemmVariants; ++v) {
-    const std::string impl = variant_name(v, kGemmNames, int(std::size(kGemmNames)));
+  for (int v : rungs_of(opt, cu::kGemmVariants)) {
+    const std::string impl = fmt::format("v{} {}", v, cu::gemm_rungs::kRungs[v - 1].name);
     auto call = [&] {
       cu::gemm(v, false, false, M, N, K, 1.0f, da.get(), K, db.get(), N, 0.0f, dc.get(), N,
                dws.get(), stream);
@@ -494,8 +511,8 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
       }
     }
 #endif
-    for (int v = 1; v <= cu::kConvVariants; ++v) {
-      const std::string impl = variant_name(v, kConvNames, int(std::size(kConvNames)));
+    for (int v : rungs_of(opt, cu::kConvVariants)) {
+      const std::string impl = fmt::format("v{} {}", v, cu::conv_rungs::rung(v).name);
       // Checked with the bias (gradient), timed without, as cuDNN.
       auto call = [&](bool with_bias) {
         if (dir == kForward)
@@ -528,7 +545,7 @@ void Bench::channel_sum(const char* name, int64_t outer, int64_t C, int64_t inne
   DeviceBuffer d_dy(dy.size()), d_db(ref.size());
   d_dy.upload(dy);
   const std::string shape = fmt::format("{} {}x{}x{}", name, outer, C, inner);
-  for (int v = 1; v <= cu::kChannelSumVariants; ++v) {
+  for (int v : rungs_of(opt, cu::kChannelSumVariants)) {
     const std::string impl = variant_name(v, kChannelNames, int(std::size(kChannelNames)));
     DeviceBuffer ws(cu::channel_sum_workspace_floats(v, outer, C, inner));
     auto call = [&] {
@@ -562,7 +579,7 @@ void Bench::batch_norm(const char* name, int64_t N, int64_t C, int64_t HW) {
   d_beta.upload(beta);
   const std::string shape = fmt::format("{} {}x{}x{}", name, N, C, HW);
   const int64_t M = N * HW;
-  for (int v = 1; v <= cu::kBatchNormVariants; ++v) {
+  for (int v : rungs_of(opt, cu::kBatchNormVariants)) {
     const std::string impl = variant_name(v, kChannelNames, int(std::size(kChannelNames)));
     DeviceBuffer ws(cu::batch_norm_workspace_floats(v, N, C, HW));
     auto forward = [&] {
@@ -652,7 +669,10 @@ int run(Options opt) {
   fmt::print("\n");
   b.header();
 
-  if (!opt.no_gemm) {
+  auto wanted = [&](const char* family, bool skipped) {
+    return opt.family.empty() ? !skipped : opt.family == family;
+  };
+  if (wanted("gemm", opt.no_gemm)) {
     if (smoke) {
       b.gemm(64, 64, 64);
       b.gemm(96, 80, 72);
@@ -662,7 +682,7 @@ int run(Options opt) {
       b.gemm(128, 128, 1 << 16);  // one tile, a long K: variant 8 splits it
     }
   }
-  if (!opt.no_conv) {
+  if (wanted("conv", opt.no_conv)) {
     if (smoke) {
       b.conv("tiny", conv_shape(2, 3, 8, 8, 4, 3, 1, 1));
       b.conv("tiny", conv_shape(2, 4, 7, 7, 6, 5, 1, 0));
@@ -678,15 +698,20 @@ int run(Options opt) {
     }
   }
 
-  if (!opt.no_norm) {
+  if (wanted("csum", opt.no_norm)) {
     if (smoke) {
       b.channel_sum("tiny", 3, 5, 1001);
       b.channel_sum("tiny f4", 2, 3, 1024);
-      b.batch_norm("tiny", 3, 2, 999);
-      b.batch_norm("tiny f4", 2, 3, 1024);
     } else {
       b.channel_sum("resnet s1", 256, 64, 784);
       b.channel_sum("lenet fc1 bias", 256, 128, 1);
+    }
+  }
+  if (wanted("bn", opt.no_norm)) {
+    if (smoke) {
+      b.batch_norm("tiny", 3, 2, 999);
+      b.batch_norm("tiny f4", 2, 3, 1024);
+    } else {
       b.batch_norm("resnet s1", 256, 64, 784);
       b.batch_norm("resnet s2", 256, 128, 196);
       b.batch_norm("resnet s3", 256, 256, 49);
@@ -726,7 +751,26 @@ int main(int argc, char** argv) {
   app.add_flag("--no-gemm", opt.no_gemm, "skip the GEMM shapes");
   app.add_flag("--no-conv", opt.no_conv, "skip the conv shapes");
   app.add_flag("--no-norm", opt.no_norm, "skip the channel-sum and BatchNorm shapes");
+  app.add_option("family", opt.family, "run one family only: gemm, conv, csum, bn");
+  app.add_option("rung", opt.rung, "run one rung of the family only (1 = the first)");
   CLI11_PARSE(app, argc, argv);
+#if defined(ANVIL_CUDA_BACKEND)
+  if (!opt.family.empty()) {
+    const Family* f = nullptr;
+    for (const Family& known : kFamilies)
+      if (opt.family == known.name) f = &known;
+    if (f == nullptr) {
+      std::fprintf(stderr, "bench_cuda_kernels: no family '%s' (known: gemm, conv, csum, bn)\n",
+                   opt.family.c_str());
+      return 2;
+    }
+    if (opt.rung < 0 || opt.rung > f->rungs) {
+      std::fprintf(stderr, "bench_cuda_kernels: %s has rungs 1 to %d, not %d\n", f->name,
+                   f->rungs, opt.rung);
+      return 2;
+    }
+  }
+#endif
 #if defined(ANVIL_CUDA_BACKEND)
   try {
     return run(opt);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the kernel table in docs/kernels.md (between its
-# "kernel-table" markers) from what nvcc makes of kernels/cuda/*.cu for sm_90:
+# "kernel-table" markers) from what nvcc makes of kernels/cuda/**.cu for sm_90:
 # registers, spills, stack and shared memory (nvcc -Xptxas -v), occupancy on
 # an H100 SM, the SASS checks (cuobjdump --dump-sass), and the FLOPs, bytes
 # and roofline bounds of LeNet's and ResNet-18's layers. No GPU needed.
@@ -35,11 +35,14 @@ done
 out=build/kernel-table
 mkdir -p "$out"
 rm -f "$out"/*.ptxas "$out"/*.sass "$out"/*.names "$out"/*.cubin
-if grep -l 'dynamic_shared<' kernels/cuda/*.cu >/dev/null 2>&1; then
+if grep -rl --include='*.cu' 'dynamic_shared<' kernels/cuda >/dev/null 2>&1; then
   echo "kernel-table: a kernel uses dynamic shared memory; the table counts static shared memory only" >&2
 fi
-for cu in kernels/cuda/*.cu; do
-  name=$(basename "$cu" .cu)
+# A file in a family's folder is named by its path: gemm/01_naive.cu -> gemm__01_naive.
+for cu in $(find kernels/cuda -name '*.cu' | sort); do
+  rel=${cu#kernels/cuda/}
+  name=${rel%.cu}
+  name=${name//\//__}
   # The release build's flags for one architecture (CMake: -O3 -DNDEBUG).
   nvcc -std=c++20 -O3 -DNDEBUG -arch=sm_90 -cubin -I. -Xptxas -v "$cu" -o "$out/$name.cubin" \
     2>"$out/$name.ptxas"

@@ -2,7 +2,7 @@
 """Builds the kernel table of docs/kernels.md from what nvcc made for sm_90.
 
 Called by scripts/kernel-table.sh with the folder holding, for every
-kernels/cuda/NAME.cu, NAME.ptxas (nvcc -Xptxas -v), NAME.sass (cuobjdump
+kernels/cuda/NAME.cu (a family folder's FAMILY/FILE.cu as FAMILY__FILE), NAME.ptxas (nvcc -Xptxas -v), NAME.sass (cuobjdump
 --dump-sass) and NAME.names (the mangled kernel names, demangled, one
 "mangled<TAB>demangled" per line). Prints the Markdown that goes between the
 kernel-table markers, and writes FOLDER/kernel-resources.json (each kernel's
@@ -62,7 +62,6 @@ KERNELS = {
     "forward_warp_tiled": ("conv 4, 5", None),
     "backward_data_warp_tiled": ("conv 4, 5", None),
     "backward_weight_warp_tiled": ("conv 4, 5", None),
-    "fill_zero": ("conv", 256),
     "sum_atomic": ("sum 1", 256),
     "sum_tree": ("sum 2", 256),
     "sum_shuffle": ("sum 3", 256),
@@ -130,6 +129,11 @@ def base_and_tile(demangled):
     bm = wm * sub_m * lanes_m * 4
     bn = wn * sub_n * (32 // lanes_m) * 4
     return base, f"{bm}x{bn}", 32 * wm * wn
+
+
+def source_file(stem):
+    """kernel-table.sh's name of a file back to its path under kernels/cuda."""
+    return stem.replace("__", "/") + ".cu"
 
 
 def parse_ptxas(text):
@@ -242,7 +246,7 @@ def kernel_rows(folder):
             variant, threads = KERNELS.get(base, ("", 256))
             threads = shape_threads or threads
             facts = sass_facts(sass.get(mangled, []))
-            key = (f"{name}.cu", base, tile)
+            key = (source_file(name), base, tile)
             row = rows.setdefault(key, {"variant": variant, "threads": threads, "count": 0, "regs": [],
                                         "smem": 0, "stack": 0, "spill": 0, "ldg128": [], "lds128": [],
                                         "local": 0, "loop": [], "block": []})
@@ -357,7 +361,7 @@ def max_splits(k):
 
 
 def split_k(m, n, k, tiles, per_sm):
-    """kernels/cuda/split_k.h's plan: (splits, chunk) of a reduction of k."""
+    """kernels/cuda/gemm/split_k.h's plan: (splits, chunk) of a reduction of k."""
     wave = SMS * per_sm
     if tiles >= wave:
         return 1, k
@@ -453,7 +457,7 @@ def write_resources(folder, compiler):
         names = dict(line.split("\t", 1) for line in (folder / f"{ptxas.stem}.names").read_text().splitlines()
                      if "\t" in line)
         for mangled, r in parse_ptxas(ptxas.read_text()).items():
-            kernels[mangled] = {"name": names.get(mangled, mangled), "file": f"{ptxas.stem}.cu",
+            kernels[mangled] = {"name": names.get(mangled, mangled), "file": source_file(ptxas.stem),
                                 "registers": r["regs"], "static_shared_bytes": r["smem"]}
     doc = {"source": f"ptxas -v of nvcc -O3 -arch=sm_90 ({compiler}), by scripts/kernel-table.sh",
            "kernels": dict(sorted(kernels.items()))}

@@ -14,7 +14,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/split_k.h"
+#include "kernels/cuda/gemm/split_k.h"
 #include "tests/cuda_test_util.h"
 
 namespace {

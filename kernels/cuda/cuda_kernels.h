@@ -15,56 +15,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/conv/conv.h"
+#include "kernels/cuda/gemm/gemm.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/shapes.h"
 
 namespace anvil::cuda {
-
-// ---- GEMM (gemm.cu) ----
-// Row-major C[M,N] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T;
-// lda/ldb/ldc are the row strides of A, B, C as stored (as cblas: A is M x K,
-// or K x M when trans_a). C is not read when beta == 0. Variants 1 naive,
-// 2 coalesced, 3 smem tiled, 4 register-blocked, 5 vectorised (16-byte
-// loads), 6 warp-tiled (8x8 outputs per thread), 7 double-buffered, 8 split-K
-// (variant 7 plus chunks of K over grid.z when the tiles cannot fill the GPU,
-// partials in the workspace, added in a fixed order; see gemm.cu); all take
-// every transpose combination and stride. gemm_workspace_floats says how
-// much workspace a variant needs for a shape (0 but for 8's split shapes);
-// the overload without one is for shapes that need none. Throws
-// std::invalid_argument, naming the argument, for an unknown variant, sizes
-// < 0 or >= 2^31, an ld smaller than the stored row, or a missing workspace.
-constexpr int kGemmVariants = 8;
-constexpr int kBestGemm = 8;
-size_t gemm_workspace_floats(int variant, int64_t M, int64_t N, int64_t K);
-void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-          int64_t ldc, float* workspace, cudaStream_t stream);
-void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-          int64_t ldc, cudaStream_t stream);
-
-// ---- convolution (conv.cu) ----
-// As cpu::conv2d_* (cross-correlation, NCHW, P and Q as Conv2dShape::out_size
-// gives them). Each call overwrites its output (y; dx; dw and, when non-null,
-// dbias); bias / dbias may be null. Variants per direction (see conv.cu):
-// 1 naive direct (one thread per output element), 2 explicit im2col/col2im in
-// the workspace, a chunk of images at a time, + GEMM variant 4, 3 implicit
-// GEMM (column tiles gathered straight into shared memory, no workspace),
-// 4 implicit GEMM on GEMM variant 7's warp-tiled, double-buffered tile,
-// 5 variant 4 with split-K (each direction's reduction cut into chunks over
-// grid.z when its tiles cannot fill the GPU, above all backward-weight's
-// N*P*Q; partials in the workspace, added in a fixed order). conv2d_workspace_floats covers all three directions of a
-// variant (0 for 1, 3 and 4; for 5, 0 unless a direction splits). Bad shapes
-// or variants throw std::invalid_argument.
-constexpr int kConvVariants = 5;
-constexpr int kBestConv = 5;
-size_t conv2d_workspace_floats(int variant, const Conv2dShape& s);
-void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const float* w,
-                    const float* bias, float* y, float* workspace, cudaStream_t stream);
-void conv2d_backward_data(int variant, const Conv2dShape& s, const float* dy, const float* w,
-                          float* dx, float* workspace, cudaStream_t stream);
-void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, const float* dy,
-                            float* dw, float* dbias, float* workspace, cudaStream_t stream);
 
 // ---- pooling (pool.cu) ----
 // Same contracts as cpu:: (argmax = flat h*W+w index within the plane,

@@ -1,4 +1,4 @@
-// The implicit GEMMs' view of a convolution (conv.cu, variants 1 and 3-5):
+// The implicit GEMMs' view of a convolution (rungs 01 and 03-05 of conv.h):
 // the shape as the kernels see it, the element accessors of x, the column
 // matrix and dy, and the operand readers that tile::register_blocked (gemm
 // variant 4's tile) and warp_tile::multiply read the three GEMMs through.

@@ -1,0 +1,120 @@
+// The convolution entry points: shape checks, empty outputs and the bias
+// gradient, then the rung's launcher (conv.h lists the rungs; each file says
+// how its threads map to the three GEMMs).
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "kernels/cuda/conv/conv.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace anvil::cuda {
+namespace {
+
+constexpr const conv_rungs::Rung* kRungs[kConvVariants] = {
+    &conv_rungs::kDirect, &conv_rungs::kIm2col, &conv_rungs::kImplicitGemm,
+    &conv_rungs::kImplicitWarpTile, &conv_rungs::kSplitK};
+
+[[noreturn]] void bad_shape(const char* fn, const std::string& what) {
+  throw std::invalid_argument(std::string("cuda::") + fn + ": " + what);
+}
+
+// Checks the shape and the variant; returns the variant's rung.
+const conv_rungs::Rung& checked(const char* fn, int variant, const Conv2dShape& s) {
+  if (variant < 1 || variant > kConvVariants)
+    bad_shape(fn, "no variant " + std::to_string(variant) + " (there are 1 to " +
+                      std::to_string(kConvVariants) + ")");
+  struct Field {
+    const char* name;
+    int64_t value, lo;
+  };
+  const Field fields[] = {
+      {"N", s.N, 0},         {"C", s.C, 0},         {"H", s.H, 0},
+      {"W", s.W, 0},         {"K", s.K, 0},         {"R", s.R, 1},
+      {"S", s.S, 1},         {"stride_h", s.stride_h, 1}, {"stride_w", s.stride_w, 1},
+      {"pad_h", s.pad_h, 0}, {"pad_w", s.pad_w, 0}, {"P", s.P, 0},
+      {"Q", s.Q, 0}};
+  for (const Field& f : fields)
+    if (f.value < f.lo || f.value > INT32_MAX)
+      bad_shape(fn, std::string(f.name) + " = " + std::to_string(f.value) + " is out of range [" +
+                        std::to_string(f.lo) + ", 2^31)");
+  if (s.P != Conv2dShape::out_size(s.H, s.R, s.stride_h, s.pad_h))
+    bad_shape(fn, "P = " + std::to_string(s.P) + " does not match H, R, stride_h, pad_h");
+  if (s.Q != Conv2dShape::out_size(s.W, s.S, s.stride_w, s.pad_w))
+    bad_shape(fn, "Q = " + std::to_string(s.Q) + " does not match W, S, stride_w, pad_w");
+  const std::pair<const char*, double> gemm_dims[] = {
+      {"N*P*Q", double(s.N) * s.P * s.Q},
+      {"N*H*W", double(s.N) * s.H * s.W},
+      {"C*R*S", double(s.C) * s.R * s.S},
+      {"K*R*S", double(s.K) * s.R * s.S}};
+  for (const auto& [name, v] : gemm_dims)
+    if (v > double(INT32_MAX)) bad_shape(fn, std::string(name) + " is 2^31 or more");
+  return conv_rungs::rung(variant);
+}
+
+float* checked_workspace(const char* fn, int variant, const conv_rungs::Rung& rung,
+                         const Conv2dShape& s, float* workspace) {
+  if (rung.workspace(s) > 0 && workspace == nullptr)
+    bad_shape(fn, "variant " + std::to_string(variant) + " needs a workspace (null given)");
+  return workspace;
+}
+
+}  // namespace
+
+const conv_rungs::Rung& conv_rungs::rung(int variant) {
+  if (variant < 1 || variant > kConvVariants)
+    throw std::invalid_argument("cuda::conv: no variant " + std::to_string(variant) +
+                                " (there are 1 to " + std::to_string(kConvVariants) + ")");
+  return *kRungs[variant - 1];
+}
+
+size_t conv2d_workspace_floats(int variant, const Conv2dShape& s) {
+  const conv_rungs::Rung& rung = checked("conv2d_workspace_floats", variant, s);
+  // Backward-weight's dbias (channel_sum's partials) runs first on the same
+  // stream, so it can reuse the space the direction's own work needs after it.
+  return std::max(rung.workspace(s),
+                  channel_sum_workspace_floats(kBestChannelSum, s.N, s.K, s.P * s.Q));
+}
+
+void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const float* w,
+                    const float* bias, float* y, float* workspace, cudaStream_t stream) {
+  const conv_rungs::Rung& rung = checked("conv2d_forward", variant, s);
+  float* ws = checked_workspace("conv2d_forward", variant, rung, s, workspace);
+  if (s.N * s.K * s.P * s.Q == 0) return;  // y is empty
+  rung.forward(s, x, w, bias, y, ws, stream);
+}
+
+void conv2d_backward_data(int variant, const Conv2dShape& s, const float* dy, const float* w,
+                          float* dx, float* workspace, cudaStream_t stream) {
+  const conv_rungs::Rung& rung = checked("conv2d_backward_data", variant, s);
+  float* ws = checked_workspace("conv2d_backward_data", variant, rung, s, workspace);
+  const int64_t dx_size = s.N * s.C * s.H * s.W;
+  if (dx_size == 0) return;
+  if (s.K * s.P * s.Q == 0) {  // nothing flows back
+    fill(dx_size, 0.0f, dx, stream);
+    return;
+  }
+  rung.backward_data(s, dy, w, dx, ws, stream);
+}
+
+void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, const float* dy,
+                            float* dw, float* dbias, float* workspace, cudaStream_t stream) {
+  const conv_rungs::Rung& rung = checked("conv2d_backward_weight", variant, s);
+  float* ws = checked_workspace("conv2d_backward_weight", variant, rung, s, workspace);
+  const int64_t PQ = s.P * s.Q, dw_size = s.K * s.C * s.R * s.S;
+  if (dbias) {
+    if (channel_sum_workspace_floats(kBestChannelSum, s.N, s.K, PQ) > 0 && workspace == nullptr)
+      bad_shape("conv2d_backward_weight", "dbias needs a workspace (null given)");
+    channel_sum(kBestChannelSum, s.N, s.K, PQ, dy, dbias, workspace, stream);
+  }
+  if (dw_size == 0) return;
+  if (s.N * PQ == 0) {  // an empty sum
+    fill(dw_size, 0.0f, dw, stream);
+    return;
+  }
+  rung.backward_weight(s, x, dy, dw, ws, stream);
+}
+
+}  // namespace anvil::cuda

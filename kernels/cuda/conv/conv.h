@@ -1,0 +1,67 @@
+// 2-D convolution (cross-correlation, as PyTorch and cpu::conv2d_*), NCHW:
+//   y[n,k,p,q] = bias[k] + sum_{c,r,s} w[k,c,r,s] * x[n, c, p*sh - ph + r, q*sw - pw + s]
+// with zeros outside the image. Three directions (forward, backward-data,
+// backward-weight); all three are GEMMs in disguise over the "column matrix"
+// col[(c,r,s), (n,p,q)] = x[n, c, p*sh - ph + r, q*sw - pw + s]:
+//   forward          y[k, (n,p,q)]   = W[k, (c,r,s)] * col
+//   backward-data    dcol            = W^T * dy[k, (n,p,q)], then each pixel
+//                                      sums the dcol entries that read it
+//   backward-weight  dw[k, (c,r,s)]  = dy[k, (n,p,q)] * col^T
+//
+// The ladder, one file per rung, each doing all three directions:
+//   01_direct.cu             one thread per output element, from the definition
+//   02_im2col.cu             column matrix in the workspace, then GEMM rung 04
+//   03_implicit_gemm.cu      GEMM rung 04's tile reading the columns from x
+//   04_implicit_warp_tile.cu GEMM rung 07's warp tile on the same readers
+//   05_split_k.cu  (ships)   04 plus chunks of the reduction over grid.z
+// Run one rung alone (checked against the CPU, then timed):
+//   build/sim/bench_cuda_kernels conv 3
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/runtime.h"
+#include "kernels/shapes.h"
+
+namespace anvil::cuda {
+
+constexpr int kConvVariants = 5;
+constexpr int kBestConv = 5;  // the one the backend uses
+
+// The workspace (floats) a variant needs for all three directions of `s`,
+// the bias gradient's included; 0 where it needs none.
+size_t conv2d_workspace_floats(int variant, const Conv2dShape& s);
+
+// Each call overwrites its output (y; dx; dw and, when non-null, dbias);
+// bias / dbias may be null; P and Q as Conv2dShape::out_size gives them.
+// dbias is channel_sum (reduce.cu) over dy [N, K, P*Q] in every variant.
+// Bad shapes or variants throw std::invalid_argument naming the field.
+// Limits: every dimension, and each GEMM dimension (N*P*Q, N*H*W, C*R*S,
+// K*R*S), below 2^31; element counts and addresses are 64-bit.
+void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const float* w,
+                    const float* bias, float* y, float* workspace, cudaStream_t stream);
+void conv2d_backward_data(int variant, const Conv2dShape& s, const float* dy, const float* w,
+                          float* dx, float* workspace, cudaStream_t stream);
+void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, const float* dy,
+                            float* dw, float* dbias, float* workspace, cudaStream_t stream);
+
+// The rungs' launchers. The entry points above check the shape, handle empty
+// outputs and the bias gradient, then call one of these on a non-empty
+// problem with the workspace the rung asked for.
+namespace conv_rungs {
+struct Rung {
+  const char* name;
+  size_t (*workspace)(const Conv2dShape&);
+  void (*forward)(const Conv2dShape&, const float* x, const float* w, const float* bias,
+                  float* y, float* workspace, cudaStream_t);
+  void (*backward_data)(const Conv2dShape&, const float* dy, const float* w, float* dx,
+                        float* workspace, cudaStream_t);
+  void (*backward_weight)(const Conv2dShape&, const float* x, const float* dy, float* dw,
+                          float* workspace, cudaStream_t);
+};
+extern const Rung kDirect, kIm2col, kImplicitGemm, kImplicitWarpTile, kSplitK;
+// Rung `variant` (1 to kConvVariants; std::invalid_argument otherwise).
+const Rung& rung(int variant);
+}  // namespace conv_rungs
+
+}  // namespace anvil::cuda

@@ -1,0 +1,147 @@
+// The warp-tiled implicit GEMMs of convolution rungs 04 and 05: the three
+// directions on GEMM rung 07's tile (warp_tile::multiply), reading their
+// operands through operands.cuh.
+//
+// Block (x, y, z) reduces the chunk [z*chunk, z*chunk + chunk) of its GEMM's
+// K into out + z * (the output's size): rung 04 and unsplit shapes, one chunk
+// (chunk = K, grid.z = 1) straight into the output; rung 05's splits,
+// partial outputs in the workspace (the forward adds the bias in partial 0
+// only).
+#pragma once
+#include "kernels/cuda/conv/rung.cuh"
+#include "kernels/cuda/gemm/split_k.h"
+#include "kernels/cuda/gemm/tile.cuh"
+#include "kernels/cuda/gemm/warp_tile.cuh"
+
+namespace anvil::cuda::conv_kernels {
+
+// The length of blockIdx.z's chunk of a reduction of K.
+__device__ __forceinline__ int chunk_length(int K, int chunk) {
+  const int k0 = int(blockIdx.z) * chunk;
+  return K - k0 < chunk ? K - k0 : chunk;
+}
+
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    forward_warp_tiled(Geo g, tile::Strided<false> w, const float* __restrict__ x,
+                       const float* __restrict__ bias, int chunk, float* __restrict__ out) {
+  const int CRS = g.C * g.RS(), PQ = g.PQ(), k0 = int(blockIdx.z) * chunk;
+  float* y = out + int64_t(blockIdx.z) * g.N * g.K * PQ;
+  const float* b0 = blockIdx.z == 0 ? bias : nullptr;
+  warp_tile::multiply<S>(g.K, g.N * PQ, chunk_length(CRS, chunk), warp_tile::KSlice(w, k0),
+                         warp_tile::KSlice(ColByNpq{g, x}, k0),
+                         [&](int k, int npq, const float4& acc, int valid) {
+                           const float b = b0 ? b0[k] : 0.0f;
+#pragma unroll
+                           for (int j = 0; j < 4; ++j) {
+                             if (j >= valid) break;
+                             const int n = (npq + j) / PQ, pq = (npq + j) % PQ;
+                             y[(int64_t(n) * g.K + k) * PQ + pq] = vec::at(acc, j) + b;
+                           }
+                         });
+}
+
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    backward_data_warp_tiled(Geo g, const float* __restrict__ dy, const float* __restrict__ w,
+                             int chunk, float* __restrict__ out) {
+  const int HW = g.H * g.W, k0 = int(blockIdx.z) * chunk;
+  float* dx = out + int64_t(blockIdx.z) * g.N * g.C * HW;
+  warp_tile::multiply<S>(g.C, g.N * HW, chunk_length(g.K * g.RS(), chunk),
+                         warp_tile::KSlice(WeightT{g, w}, k0), warp_tile::KSlice(DyTaps{g, dy}, k0),
+                         [&](int c, int nhw, const float4& acc, int valid) {
+#pragma unroll
+                           for (int j = 0; j < 4; ++j) {
+                             if (j >= valid) break;
+                             const int n = (nhw + j) / HW, hw = (nhw + j) % HW;
+                             dx[(int64_t(n) * g.C + c) * HW + hw] = vec::at(acc, j);
+                           }
+                         });
+}
+
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    backward_weight_warp_tiled(Geo g, const float* __restrict__ x, const float* __restrict__ dy,
+                               int chunk, float* __restrict__ out) {
+  const int CRS = g.C * g.RS(), k0 = int(blockIdx.z) * chunk;
+  float* dw = out + int64_t(blockIdx.z) * g.K * CRS;
+  warp_tile::multiply<S>(
+      g.K, CRS, chunk_length(g.N * g.PQ(), chunk), warp_tile::KSlice(DyRows{g, dy}, k0),
+      warp_tile::KSlice(ColByCrs{g, x}, k0), [&](int k, int crs, const float4& acc, int valid) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (j < valid) dw[int64_t(k) * CRS + crs + j] = vec::at(acc, j);
+      });
+}
+
+// Calls f(S{}) with the tile shape S for a result of M rows: the 128x128
+// tile of 256 threads, or for 64 rows or fewer the 64x128 tile of 128 threads
+// (DoubleBufferedNarrow), so that a 64-channel layer does not leave half of
+// every tile empty.
+template <class F>
+void with_warp_tile(int64_t M, F&& f) {
+  if (M <= warp_tile::DoubleBufferedNarrow::kBM)
+    f(warp_tile::DoubleBufferedNarrow{});
+  else
+    f(warp_tile::DoubleBuffered{});
+}
+
+template <class S>
+dim3 warp_tile_grid(int64_t M, int64_t N) {
+  return dim3(static_cast<unsigned>((N + S::kBN - 1) / S::kBN),
+              static_cast<unsigned>((M + S::kBM - 1) / S::kBM));
+}
+
+// kernel(args..., chunk, out) over the tiles of S and plan.splits chunks,
+// into `out` (M*N floats, in whatever layout the kernel writes) or, split,
+// into the workspace's partials, then added into `out`.
+template <class S, typename... KArgs, typename... Args>
+void launch_split(void (*kernel)(KArgs...), const Gemm& m, const split_k::Plan& plan, float* ws,
+                  float* out, cudaStream_t stream, Args... args) {
+  dim3 grid = warp_tile_grid<S>(m.M, m.N);
+  grid.z = static_cast<unsigned>(plan.splits);
+  const bool is_split = plan.splits > 1;
+  launch(kernel, grid, dim3(S::kThreads), 0, stream, args..., int(plan.chunk), is_split ? ws : out);
+  if (is_split)
+    split_k::sum_split_k(plan.splits, 1, int(m.M * m.N), ws, 1.0f, 0.0f, out, m.M * m.N, stream);
+}
+
+// w [K, C*R*S] as A of the forward GEMM, with 16-byte loads where aligned.
+inline tile::Strided<false> weights(const Conv2dShape& s, const float* w) {
+  return tile::strided<false>(w, s.C * s.R * s.S);
+}
+
+// The three directions on tile S, each cut into plan(S, gemm) chunks.
+template <class Plan>
+void warp_tile_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                       float* y, float* ws, cudaStream_t stream, Plan plan) {
+  const Gemm m = forward_gemm(s);
+  with_warp_tile(m.M, [&](auto shape) {
+    using S = decltype(shape);
+    launch_split<S>(forward_warp_tiled<S>, m, plan(S{}, m), ws, y, stream, geo(s), weights(s, w),
+                    x, bias);
+  });
+}
+
+template <class Plan>
+void warp_tile_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
+                             float* ws, cudaStream_t stream, Plan plan) {
+  const Gemm m = backward_data_gemm(s);
+  with_warp_tile(m.M, [&](auto shape) {
+    using S = decltype(shape);
+    launch_split<S>(backward_data_warp_tiled<S>, m, plan(S{}, m), ws, dx, stream, geo(s), dy, w);
+  });
+}
+
+template <class Plan>
+void warp_tile_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                               float* ws, cudaStream_t stream, Plan plan) {
+  const Gemm m = backward_weight_gemm(s);
+  with_warp_tile(m.M, [&](auto shape) {
+    using S = decltype(shape);
+    launch_split<S>(backward_weight_warp_tiled<S>, m, plan(S{}, m), ws, dw, stream, geo(s), x,
+                    dy);
+  });
+}
+
+}  // namespace anvil::cuda::conv_kernels

@@ -1,0 +1,64 @@
+// The GEMM entry points: argument checks, then the rung's launcher (gemm.h
+// lists the rungs; each file says how its threads map to the product).
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/gemm/gemm.h"
+
+namespace anvil::cuda {
+namespace {
+
+void check_variant(int variant) {
+  if (variant < 1 || variant > kGemmVariants)
+    throw std::invalid_argument("cuda::gemm: no variant " + std::to_string(variant) +
+                                " (there are 1 to " + std::to_string(kGemmVariants) + ")");
+}
+
+void check_size(const char* name, int64_t v) {
+  if (v < 0 || v > INT32_MAX)
+    throw std::invalid_argument(std::string("cuda::gemm: ") + name + " = " + std::to_string(v) +
+                                " is out of range [0, 2^31)");
+}
+
+void check_ld(const char* name, int64_t ld, int64_t row, const char* what) {
+  if (ld < row)
+    throw std::invalid_argument(std::string("cuda::gemm: ") + name + " = " + std::to_string(ld) +
+                                " is smaller than a row of " + what + " (" +
+                                std::to_string(row) + " floats)");
+}
+
+}  // namespace
+
+size_t gemm_workspace_floats(int variant, int64_t M, int64_t N, int64_t K) {
+  check_variant(variant);
+  check_size("M", M);
+  check_size("N", N);
+  check_size("K", K);
+  return variant == 8 ? gemm_rungs::split_k_workspace_floats(M, N, K) : 0;
+}
+
+void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc, float* workspace, cudaStream_t stream) {
+  const size_t needed = gemm_workspace_floats(variant, M, N, K);
+  check_ld("lda", lda, trans_a ? M : K, trans_a ? "A (stored K x M)" : "A (stored M x K)");
+  check_ld("ldb", ldb, trans_b ? K : N, trans_b ? "B (stored N x K)" : "B (stored K x N)");
+  check_ld("ldc", ldc, N, "C (M x N)");
+  if (workspace == nullptr && needed > 0)
+    throw std::invalid_argument("cuda::gemm: variant " + std::to_string(variant) + " needs " +
+                                std::to_string(needed) +
+                                " floats of workspace for this shape (null given)");
+  if (M == 0 || N == 0) return;
+  const GemmArgs g{trans_a, trans_b, int(M), int(N), int(K), alpha, A, lda, B, ldb, beta, C, ldc,
+                   workspace};
+  gemm_rungs::kRungs[variant - 1].launch(g, stream);
+}
+
+void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc, cudaStream_t stream) {
+  gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr, stream);
+}
+
+}  // namespace anvil::cuda

@@ -1,0 +1,87 @@
+// GEMM, row-major as cblas_sgemm:
+//   C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C,   op(X) = X or X^T.
+// A is stored M x K with row stride lda (K x M when trans_a), B K x N with row
+// stride ldb (N x K when trans_b), C M x N with row stride ldc.
+//
+// The ladder: each rung one idea on top of the one before, one file each,
+// read in this order. Every rung takes every transpose combination, stride
+// and ragged size, and is tested (tests/test_cuda_gemm.cpp) and benchmarked.
+//   01_naive.cu              one thread per element of C, threads walking down M
+//   02_coalesced.cu          threads along N: C stores and B loads coalesced
+//   03_smem_tiled.cu         32x32 tiles of A and B staged in shared memory
+//   04_register_blocked.cu   64x64 tile, 4x4 outputs per thread in registers
+//   05_vectorised.cu         16-byte global and shared-memory accesses
+//   06_warp_tiled.cu         128x128 tile, warp sub-tiles, 8x8 per thread
+//   07_double_buffered.cu    two shared-memory stages: loads overlap the FMAs
+//   08_split_k.cu  (ships)   7 plus chunks of K over grid.z when tiles are few
+// Run one rung alone (checked against the CPU, then timed; simulated in the
+// sim build, on the GPU in the release build):
+//   build/sim/bench_cuda_kernels gemm 3
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/runtime.h"
+
+namespace anvil::cuda {
+
+constexpr int kGemmVariants = 8;
+constexpr int kBestGemm = 8;  // the one the backend uses
+
+// The workspace (floats) `variant` needs for an M x N x K product: 0 but
+// for 08's split shapes.
+size_t gemm_workspace_floats(int variant, int64_t M, int64_t N, int64_t K);
+
+// Launches rung `variant` asynchronously on `stream`; the overload without a
+// workspace is for shapes that need none. Throws std::invalid_argument,
+// naming the argument, for an unknown variant, sizes < 0 or >= 2^31, an ld
+// smaller than the stored row, or a missing workspace. With beta == 0, C is
+// not read (it may hold garbage or NaN, as in BLAS).
+void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc, float* workspace, cudaStream_t stream);
+void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc, cudaStream_t stream);
+
+// One GEMM's arguments, checked, as every rung's launcher takes them.
+struct GemmArgs {
+  bool trans_a, trans_b;
+  int M, N, K;  // checked below 2^31: kernels index with int
+  float alpha;
+  const float* A;
+  int64_t lda;
+  const float* B;
+  int64_t ldb;
+  float beta;
+  float* C;
+  int64_t ldc;
+  float* workspace;  // rung 08's partials, sized by gemm_workspace_floats
+};
+
+// The rungs' launchers, one per file, in the ladder's order.
+namespace gemm_rungs {
+using Launch = void (*)(const GemmArgs&, cudaStream_t);
+void naive(const GemmArgs&, cudaStream_t);
+void coalesced(const GemmArgs&, cudaStream_t);
+void smem_tiled(const GemmArgs&, cudaStream_t);
+void register_blocked(const GemmArgs&, cudaStream_t);
+void vectorised(const GemmArgs&, cudaStream_t);
+void warp_tiled(const GemmArgs&, cudaStream_t);
+void double_buffered(const GemmArgs&, cudaStream_t);
+void split_k(const GemmArgs&, cudaStream_t);
+size_t split_k_workspace_floats(int64_t M, int64_t N, int64_t K);
+
+struct Rung {
+  const char* name;
+  Launch launch;
+};
+inline constexpr Rung kRungs[kGemmVariants] = {
+    {"naive", naive},           {"coalesced", coalesced},
+    {"smem tiled", smem_tiled}, {"register blocked", register_blocked},
+    {"vectorised", vectorised}, {"warp tiled", warp_tiled},
+    {"double buffered", double_buffered}, {"split-K", split_k},
+};
+}  // namespace gemm_rungs
+
+}  // namespace anvil::cuda
