@@ -15,6 +15,7 @@ namespace par = anvil::parallel;
 TEST_CASE("nccl: data-parallel training on 2 and 3 GPUs ends where one device does",
           "[nccl][data_parallel]") {
   const int available = gpus(2);
+  if (available == 0) return;
   const std::vector<int> rank_counts = {2, 3};
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
   // Under the sanitizers a LeNet step on the simulator takes minutes (the
@@ -49,7 +50,7 @@ TEST_CASE("nccl: data-parallel training on 2 and 3 GPUs ends where one device do
   const auto scenarios = data_parallel_scenarios();
 #endif
   for (int n : rank_counts) {
-    if (n > available) continue;
+    if (!enough_gpus(n, available)) continue;
     for (const auto& [name, scenario] : scenarios) {
       const par::NcclId id = par::nccl_unique_id();
       const auto per_rank = each_rank(n, [&](int r) {
@@ -67,7 +68,7 @@ TEST_CASE("nccl: data-parallel training on 2 and 3 GPUs ends where one device do
 
 TEST_CASE("mpi: data-parallel training on every rank of the job ends where one device does",
           "[mpi][data_parallel]") {
-  if (!par::mpi_missing_reason().empty()) return;
+  if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
   par::CommOptions o;
   o.timeout = std::chrono::seconds(60);
   auto comm = par::mpi_world(o);
@@ -83,6 +84,7 @@ TEST_CASE("mpi: data-parallel training on every rank of the job ends where one d
 TEST_CASE("nccl: data-parallel training with ranks that get no example ends where one device does",
           "[nccl][data_parallel]") {
   const int available = gpus(2);
+  if (available == 0) return;
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
   const auto scenarios = empty_rank_scenarios({"mlp"}, {1, size_t(25) << 20});
 #else
@@ -96,7 +98,7 @@ TEST_CASE("nccl: data-parallel training with ranks that get no example ends wher
   const std::vector<int> rank_counts = {2, 3};
 #endif
   for (int n : rank_counts) {
-    if (n > available) continue;
+    if (!enough_gpus(n, available)) continue;
     for (const auto& [name, scenario] : scenarios) {
       const par::NcclId id = par::nccl_unique_id();
       const auto per_rank = each_rank(n, [&](int r) {
@@ -114,7 +116,7 @@ TEST_CASE("nccl: data-parallel training with ranks that get no example ends wher
 
 TEST_CASE("mpi: data-parallel training with ranks that get no example ends where one device does",
           "[mpi][data_parallel]") {
-  if (!par::mpi_missing_reason().empty()) return;
+  if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
   par::CommOptions o;
   o.timeout = std::chrono::seconds(60);
   auto comm = par::mpi_world(o);
