@@ -150,6 +150,7 @@ void DataParallel::begin_step(int64_t examples, int64_t global_examples) {
   step_examples_ = examples;
   step_global_examples_ = global_examples;
   in_step_ = true;
+  next_bucket_ = 0;
   for (auto& b : buckets_) {
     b->ready = 0;
     b->work.reset();
@@ -158,8 +159,14 @@ void DataParallel::begin_step(int64_t examples, int64_t global_examples) {
 
 void DataParallel::on_gradient(size_t param) {
   if (!in_step_) return;  // a backward outside a training step (a test, say)
-  Bucket& b = *buckets_[bucket_of_[param]];
-  if (++b.ready == b.params.size()) launch(b);
+  ++buckets_[bucket_of_[param]]->ready;
+  // Buckets start in index order on every rank, whatever order backward
+  // finishes them in (a weight before its bias, a shortcut before the
+  // convolutions ahead of it), so that every rank's collectives meet: a full
+  // bucket waits for the ones before it, then goes with every full one after.
+  while (next_bucket_ < buckets_.size() &&
+         buckets_[next_bucket_]->ready == buckets_[next_bucket_]->params.size())
+    launch(*buckets_[next_bucket_++]);
 }
 
 void DataParallel::launch(Bucket& b) {
@@ -178,8 +185,9 @@ void DataParallel::launch(Bucket& b) {
 
 void DataParallel::after_backward() {
   NoGradGuard no_grad;
-  for (auto& b : buckets_)
-    if (!b->work) launch(*b);  // without overlap, or gradients that never came
+  // The rest, in order: all of them without overlap or on a rank with no
+  // example; from the first with a gradient that never came otherwise.
+  while (next_bucket_ < buckets_.size()) launch(*buckets_[next_bucket_++]);
   for (auto& b : buckets_) {
     b->work->wait();
     b->work.reset();

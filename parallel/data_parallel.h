@@ -10,11 +10,12 @@
 //   train::train_epoch(model, optimizer, train_loader, device, o);
 //
 // Gradients are reduced in buckets of about `bucket_bytes`, filled in the
-// reverse order of the parameters (the order backward finishes them). With
+// reverse order of the parameters (about the order backward finishes them),
+// and reduced in that order on every rank, as DDP's reducer does. With
 // overlap, a bucket is copied into its flat buffer and its all-reduce
-// started the moment its last gradient is final (a post-accumulate hook on
-// each parameter), while backward goes on with the layers below; without,
-// every bucket is reduced after backward. Each rank backpropagates its share
+// started once its last gradient is final (a post-accumulate hook on each
+// parameter) and every bucket before it has started, while backward goes on
+// with the layers below; without, every bucket is reduced after backward. Each rank backpropagates its share
 // of the batch's mean loss (train_epoch), so that the sum over the ranks is
 // the whole batch's mean gradient even when the shards differ in size.
 //
@@ -84,6 +85,7 @@ class DataParallel final : public train::Replicas, public nn::BatchNormSync {
   std::vector<std::vector<size_t>> bucket_params_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<size_t> bucket_of_;  // parameter -> bucket
+  size_t next_bucket_ = 0;         // buckets [0, next_bucket_) started in this step
   int64_t step_examples_ = 0, step_global_examples_ = 0;
   bool in_step_ = false;  // between begin_step and after_backward
   std::vector<nn::BatchNorm2d*> synced_;

@@ -229,4 +229,38 @@ inline std::vector<std::pair<std::string, Scenario>> data_parallel_scenarios() {
   };
 }
 
+// A rank with no example in a batch skips backward and reduces its buckets
+// after it, in index order; the others reduce theirs from backward's hooks,
+// which finish a layer's weight before its bias and a downsampling block's
+// shortcut before the convolutions registered ahead of it. The buckets must
+// still meet in one order, from a bucket per parameter up to the default.
+// LeNet and the MLP: batches of 2 and 1 (on 3 ranks a rank is empty in
+// both; in the last, rank 0 alone has an example). The ResNet, whose
+// BatchNorm equals one device only where one rank holds the whole batch:
+// batches of 1 (and under ThreadSanitizer, where a step on the simulator
+// takes minutes, one batch of 1 for every model).
+inline std::vector<std::pair<std::string, Scenario>> empty_rank_scenarios(
+    const std::vector<std::string>& model_names, const std::vector<size_t>& bucket_sizes) {
+#if defined(__SANITIZE_THREAD__)
+  const bool tsan = true;
+#else
+  const bool tsan = false;
+#endif
+  std::vector<std::pair<std::string, Scenario>> out;
+  for (const std::string& model : model_names)
+    for (size_t bucket : bucket_sizes) {
+      TrainSetup s;
+      s.model = model;
+      s.epochs = 1;
+      const bool ones = tsan || model == "resnet18-narrow";
+      s.images = tsan ? 1 : ones ? 2 : 3;
+      s.batch = ones ? 1 : 2;
+      s.options.bucket_bytes = bucket;
+      out.emplace_back(fmt::format("{}, {} images in batches of {}, {} B buckets", model,
+                                   s.images, s.batch, bucket),
+                       [s](Communicator& c) { return data_parallel_scenario(c, s); });
+    }
+  return out;
+}
+
 }  // namespace parallel_test

@@ -1,7 +1,9 @@
 // The runner of anvil-parallel-tests. Under mpiexec every process runs the
 // same test cases in the same order (their collectives meet); rank 0 reports
 // as usual, the other ranks write their report to a file that is printed,
-// with the rank's name, only if that rank failed.
+// with the rank's name, only if that rank failed. A run whose every test case
+// was skipped (ranks.h, skip()) exits with kSkipExitCode, one that ran no
+// test case with 2.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <unistd.h>
@@ -13,8 +15,26 @@
 #include <string>
 
 #include "tests/cuda_test_util.h"
+#include "tests/parallel/ranks.h"
+
+namespace {
+
+// Counts the test cases run, for the skip status (ranks.h, skip()).
+struct CaseCounter : Catch::TestEventListenerBase {
+  using TestEventListenerBase::TestEventListenerBase;
+  void testCaseStarting(Catch::TestCaseInfo const& info) override {
+    ++parallel_test::skip_count().cases_run;
+    TestEventListenerBase::testCaseStarting(info);
+  }
+};
+CATCH_REGISTER_LISTENER(CaseCounter)
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  // A simulated NCCL operation that no peer meets fails after 120 s, not the
+  // simulator's 300, unless the environment says otherwise.
+  ::setenv("ANVIL_SIM_STALL_TIMEOUT", "120", 0);
   Catch::Session session;
   if (const int code = session.applyCommandLine(argc, argv); code != 0) return code;
   const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
@@ -37,5 +57,12 @@ int main(int argc, char** argv) {
     }
     std::remove(log.c_str());
   }
+  const parallel_test::SkipCount& skips = parallel_test::skip_count();
+  if (!listing && result == 0 && skips.cases_run == 0) {  // what --warn NoTests does
+    std::cerr << "rank " << rank << ": no test case matches the filter\n";
+    return 2;
+  }
+  if (result == 0 && skips.cases_run > 0 && int(skips.skipped.size()) == skips.cases_run)
+    return parallel_test::kSkipExitCode;
   return result;
 }

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <exception>
 #include <optional>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,18 +18,59 @@
 
 namespace parallel_test {
 
-// How many GPUs the tests may use (they skip, with a warning, below `want`).
+// Exit status of a run whose every test case was skipped; ctest reports it
+// as "skipped" (SKIP_RETURN_CODE), the code Catch2 3's SKIP uses.
+constexpr int kSkipExitCode = 4;
+
+// Catch2 2 has no SKIP: skip() stands in for it. The test case says why (a
+// warning, and a passing SUCCEED so that --warn NoAssertions accepts it) and
+// returns; main() exits with kSkipExitCode when nothing failed and every
+// test case it ran was skipped.
+struct SkipCount {
+  int cases_run = 0;              // counted by main()'s listener
+  std::set<std::string> skipped;  // test cases that called skip()
+};
+inline SkipCount& skip_count() {
+  static SkipCount count;
+  return count;
+}
+inline void skip(const std::string& reason) {
+  skip_count().skipped.insert(Catch::getResultCapture().getCurrentTestName());
+  WARN("skipped: " << reason);
+  SUCCEED("skipped: " << reason);
+}
+
+// How many GPUs an NCCL test may use, or 0 after skip(): NCCL missing or no
+// GPU fails the test instead under ANVIL_REQUIRE_CUDA=1; fewer GPUs than
+// `want` is a skip everywhere (a one-GPU machine is usable).
 inline int gpus(int want) {
-  if (!anvil::parallel::nccl_missing_reason().empty()) {
-    WARN(anvil::parallel::nccl_missing_reason());
+  if (const std::string why = anvil::parallel::nccl_missing_reason(); !why.empty()) {
+    if (cuda_test::cuda_required())
+      FAIL("ANVIL_REQUIRE_CUDA=1 and no NCCL: " << why << " (NCCL test not run)");
+    skip(why);
     return 0;
   }
-  // No GPU at all is a skip (or, under ANVIL_REQUIRE_CUDA=1, a failure);
-  // fewer than the test needs is a skip everywhere: a one-GPU machine is usable.
-  if (!cuda_test::have_device("NCCL test")) return 0;
+  if (anvil::device_count() == 0) {
+    if (cuda_test::cuda_required())
+      FAIL("ANVIL_REQUIRE_CUDA=1 and no usable CUDA device: " << anvil::no_gpu_reason()
+           << " (NCCL test not run)");
+    skip("no CUDA device: " + anvil::no_gpu_reason());
+    return 0;
+  }
   const int n = std::min(anvil::device_count(), 5);
-  if (n < want) WARN("needs " << want << " GPUs, found " << n << ": NCCL test not run");
-  return n < want ? 0 : n;
+  if (n < want) {
+    skip("needs " + std::to_string(want) + " GPUs, found " + std::to_string(n));
+    return 0;
+  }
+  return n;
+}
+
+// A test case over several rank counts runs those the GPUs allow, and says
+// which it left out.
+inline bool enough_gpus(int ranks, int available) {
+  if (ranks <= available) return true;
+  WARN(ranks << " ranks not run: " << available << " GPUs");
+  return false;
 }
 
 inline anvil::parallel::CommOptions options(double seconds) {

@@ -13,6 +13,7 @@
 
 #include "core/device.h"
 #include "parallel/nccl_api.h"
+#include "tests/parallel/ranks.h"
 
 using Catch::Matchers::Contains;
 
@@ -62,7 +63,7 @@ struct Pair {
 
 TEST_CASE("nccl sim: a stream stalls until the peer's thread queues the matching send",
           "[nccl][sim]") {
-  if (anvil::device_count() < 2) return;
+  if (parallel_test::gpus(2) == 0) return;
   Pair p;
   std::vector<float> ones(64, 1.0f);
   p.on(1);
@@ -88,7 +89,7 @@ TEST_CASE("nccl sim: a stream stalls until the peer's thread queues the matching
 
 TEST_CASE("nccl sim: operations that wait for each other in a cycle fail instead of hanging",
           "[nccl][sim]") {
-  if (anvil::device_count() < 2) return;
+  if (parallel_test::gpus(2) == 0) return;
   Pair p;
   for (int r = 0; r < 2; ++r) {  // each receives before it sends: a deadlock on a GPU
     p.on(r);
@@ -104,7 +105,7 @@ TEST_CASE("nccl sim: operations that wait for each other in a cycle fail instead
 
 TEST_CASE("nccl sim: a send and a receive of different sizes fail, naming both ranks",
           "[nccl][sim]") {
-  if (anvil::device_count() < 2) return;
+  if (parallel_test::gpus(2) == 0) return;
   Pair p;
   p.on(0);
   ncclSend(p.buf[0], 25, ncclFloat32, 1, p.comm[0], p.stream[0]);
@@ -123,7 +124,7 @@ TEST_CASE("nccl sim: a send and a receive of different sizes fail, naming both r
 
 TEST_CASE("nccl sim: host memory and another device's stream are refused at the call",
           "[nccl][sim]") {
-  if (anvil::device_count() < 2) return;
+  if (parallel_test::gpus(2) == 0) return;
   Pair p;
   p.on(0);
   std::vector<float> host(8);
