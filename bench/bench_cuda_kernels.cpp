@@ -10,7 +10,8 @@
 //   bench_cuda_kernels conv                    # every rung of one family
 //   bench_cuda_kernels --gemm-sizes 512,1024 --repeats 50 --no-conv
 //   bench_cuda_kernels --smoke                 # tiny shapes: correctness only
-// Families: gemm, conv, csum (channel_sum), bn (BatchNorm training).
+// Families: gemm, conv, sum, softmax (softmax cross-entropy forward), csum
+// (channel_sum), bn (BatchNorm training).
 //
 // For each shape: the vendor baseline first (cuBLAS SGEMM; cuDNN forward,
 // backward-data and backward-filter with the fastest algorithm that
@@ -269,13 +270,11 @@ struct Bench {
   void gemm(int64_t M, int64_t N, int64_t K);
   void conv(const char* name, const Conv2dShape& s);
   void channel_sum(const char* name, int64_t outer, int64_t C, int64_t inner);
+  void softmax(const char* name, int64_t N, int64_t C);
+  void sum(const char* name, int64_t n);
   void batch_norm(const char* name, int64_t N, int64_t C, int64_t HW);
 };
 
-const char* const kChannelNames[] = {"block per channel", "split"};
-static_assert(std::size(kChannelNames) == cu::kChannelSumVariants &&
-                  std::size(kChannelNames) == cu::kBatchNormVariants,
-              "a name for every variant");
 
 // The families a run names, and how many rungs each has.
 struct Family {
@@ -284,6 +283,8 @@ struct Family {
 };
 const Family kFamilies[] = {{"gemm", cu::kGemmVariants},
                             {"conv", cu::kConvVariants},
+                            {"softmax", cu::kSoftmaxVariants},
+                            {"sum", cu::kSumVariants},
                             {"csum", cu::kChannelSumVariants},
                             {"bn", cu::kBatchNormVariants}};
 
@@ -293,10 +294,6 @@ std::vector<int> rungs_of(const Options& opt, int count) {
   std::vector<int> all(static_cast<size_t>(count));
   for (int v = 1; v <= count; ++v) all[size_t(v - 1)] = v;
   return all;
-}
-
-std::string variant_name(int v, const char* const* names, int count) {
-  return fmt::format("v{} {}", v, v <= count ? names[v - 1] : "");
 }
 
 void Bench::gemm(int64_t M, int64_t N, int64_t K) {
@@ -546,7 +543,7 @@ void Bench::channel_sum(const char* name, int64_t outer, int64_t C, int64_t inne
   d_dy.upload(dy);
   const std::string shape = fmt::format("{} {}x{}x{}", name, outer, C, inner);
   for (int v : rungs_of(opt, cu::kChannelSumVariants)) {
-    const std::string impl = variant_name(v, kChannelNames, int(std::size(kChannelNames)));
+    const std::string impl = fmt::format("v{} {}", v, cu::channel_sum_rungs::kRungs[v - 1].name);
     DeviceBuffer ws(cu::channel_sum_workspace_floats(v, outer, C, inner));
     auto call = [&] {
       cu::channel_sum(v, outer, C, inner, d_dy.get(), d_db.get(), ws.get(), stream);
@@ -556,6 +553,64 @@ void Bench::channel_sum(const char* name, int64_t outer, int64_t C, int64_t inne
     if (!verify("csum", shape, impl, d_db.download(), ref, outer * inner)) continue;
     row("csum", shape, impl, timer->median_ms(call), 0.0, kNoVendor);
   }
+}
+
+// The sum of a vector: every rung checked against a double-precision sum,
+// then timed. Bytes: x read once.
+void Bench::sum(const char* name, int64_t n) {
+  std::mt19937_64 rng(opt.seed + uint64_t(n));
+  const std::vector<float> x = random_vector(static_cast<size_t>(n), rng);
+  double total = 0.0;
+  for (float v : x) total += v;
+  const std::vector<float> ref = {static_cast<float>(total)};
+  DeviceBuffer d_x(x.size()), d_out(1);
+  d_x.upload(x);
+  const std::string shape = fmt::format("{} {}", name, n);
+  for (int v : rungs_of(opt, cu::kSumVariants)) {
+    const std::string impl = fmt::format("v{} {}", v, cu::sum_rungs::kRungs[v - 1].name);
+    DeviceBuffer ws(cu::sum_workspace_floats(v, n));
+    auto call = [&] { cu::sum(v, n, d_x.get(), d_out.get(), ws.get(), stream); };
+    d_out.poison(stream);
+    call();
+    if (verify("sum", shape, impl, d_out.download(), ref, n))
+      row("sum", shape, impl, timer->median_ms(call), 0.0, kNoVendor);
+  }
+}
+
+// Softmax cross-entropy forward (loss and probs, label smoothing 0.1): every
+// rung checked against the CPU, then timed. Memory-bound: GFLOP/s is 0.
+void Bench::softmax(const char* name, int64_t N, int64_t C) {
+  std::mt19937_64 rng(opt.seed + uint64_t(N * 31 + C));
+  const std::vector<float> logits = random_vector(static_cast<size_t>(N * C), rng);
+  std::vector<int64_t> labels(static_cast<size_t>(N));
+  for (auto& l : labels) l = int64_t(rng() % uint64_t(C));
+  const float smoothing = 0.1f;
+  std::vector<float> loss(labels.size()), probs(logits.size());
+  cpu::softmax_cross_entropy_forward(N, C, logits.data(), labels.data(), smoothing, loss.data(),
+                                     probs.data());
+  DeviceBuffer d_logits(logits.size()), d_loss(loss.size()), d_probs(probs.size());
+  d_logits.upload(logits);
+  int64_t* d_labels = nullptr;
+  cu::check(cudaMalloc(reinterpret_cast<void**>(&d_labels), labels.size() * sizeof(int64_t)),
+            "cudaMalloc(labels)");
+  cu::check(cudaMemcpy(d_labels, labels.data(), labels.size() * sizeof(int64_t),
+                       cudaMemcpyHostToDevice),
+            "cudaMemcpy(labels)");
+  const std::string shape = fmt::format("{} {}x{}", name, N, C);
+  for (int v : rungs_of(opt, cu::kSoftmaxVariants)) {
+    const std::string impl = fmt::format("v{} {}", v, cu::softmax_rungs::kRungs[v - 1].name);
+    auto call = [&] {
+      cu::softmax_cross_entropy_forward(v, N, C, d_logits.get(), d_labels, smoothing,
+                                        d_loss.get(), d_probs.get(), stream);
+    };
+    d_loss.poison(stream);
+    d_probs.poison(stream);
+    call();
+    if (verify("smax", shape, impl, d_loss.download(), loss, C) &&
+        verify("smax", shape, impl + " probs", d_probs.download(), probs, C))
+      row("smax", shape, impl, timer->median_ms(call), 0.0, kNoVendor);
+  }
+  cu::check(cudaFree(d_labels), "cudaFree(labels)");
 }
 
 // BatchNorm training forward (y, mean, invstd) and backward (dx, dgamma,
@@ -580,7 +635,7 @@ void Bench::batch_norm(const char* name, int64_t N, int64_t C, int64_t HW) {
   const std::string shape = fmt::format("{} {}x{}x{}", name, N, C, HW);
   const int64_t M = N * HW;
   for (int v : rungs_of(opt, cu::kBatchNormVariants)) {
-    const std::string impl = variant_name(v, kChannelNames, int(std::size(kChannelNames)));
+    const std::string impl = fmt::format("v{} {}", v, cu::batch_norm_rungs::kRungs[v - 1]->name);
     DeviceBuffer ws(cu::batch_norm_workspace_floats(v, N, C, HW));
     auto forward = [&] {
       cu::batch_norm_forward_train(v, N, C, HW, d_x.get(), d_gamma.get(), d_beta.get(), eps,
@@ -698,6 +753,23 @@ int run(Options opt) {
     }
   }
 
+  if (wanted("sum", opt.no_norm)) {
+    if (smoke) {
+      b.sum("tiny", 1000);
+      b.sum("tiny odd", 70001);
+    } else {
+      b.sum("resnet s1 activations", 256 * 64 * 784);
+    }
+  }
+  if (wanted("softmax", opt.no_norm)) {
+    if (smoke) {
+      b.softmax("tiny", 5, 10);
+      b.softmax("tiny wide", 3, 1000);
+    } else {
+      b.softmax("classifier", 256, 10);
+      b.softmax("imagenet", 256, 1000);
+    }
+  }
   if (wanted("csum", opt.no_norm)) {
     if (smoke) {
       b.channel_sum("tiny", 3, 5, 1001);
@@ -750,8 +822,8 @@ int main(int argc, char** argv) {
   app.add_flag("--smoke", opt.smoke, "tiny shapes: a correctness smoke test");
   app.add_flag("--no-gemm", opt.no_gemm, "skip the GEMM shapes");
   app.add_flag("--no-conv", opt.no_conv, "skip the conv shapes");
-  app.add_flag("--no-norm", opt.no_norm, "skip the channel-sum and BatchNorm shapes");
-  app.add_option("family", opt.family, "run one family only: gemm, conv, csum, bn");
+  app.add_flag("--no-norm", opt.no_norm, "skip the sum, softmax, channel-sum and BatchNorm shapes");
+  app.add_option("family", opt.family, "run one family only: gemm, conv, sum, softmax, csum, bn");
   app.add_option("rung", opt.rung, "run one rung of the family only (1 = the first)");
   CLI11_PARSE(app, argc, argv);
 #if defined(ANVIL_CUDA_BACKEND)
@@ -760,7 +832,7 @@ int main(int argc, char** argv) {
     for (const Family& known : kFamilies)
       if (opt.family == known.name) f = &known;
     if (f == nullptr) {
-      std::fprintf(stderr, "bench_cuda_kernels: no family '%s' (known: gemm, conv, csum, bn)\n",
+      std::fprintf(stderr, "bench_cuda_kernels: no family '%s' (known: gemm, conv, sum, softmax, csum, bn)\n",
                    opt.family.c_str());
       return 2;
     }

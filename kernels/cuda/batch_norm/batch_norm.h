@@ -1,0 +1,70 @@
+// Batch normalisation over x[N, C, HW] per channel (training forward, eval
+// forward, training backward), the same semantics as kernels/cpu/batch_norm.cpp
+// (PyTorch's): the batch mean and biased variance normalise; save_mean and
+// save_invstd = 1/sqrt(var + eps) are kept for the backward; the running
+// statistics move towards the batch mean and the unbiased variance
+// (M/(M-1), M = N*HW; with M == 1 the biased value) with `momentum`.
+// Every kernel is launched with 256 threads (__launch_bounds__).
+//
+// Training forward and backward come in a ladder of two rungs; both are
+// deterministic: every addition happens in an order fixed by the shape,
+// never by timing (no atomics).
+//   01_block_per_channel.cu  one 256-thread block per channel, tree sums
+//   02_split.cu    (ships)   several blocks per channel, a fixed-order fold
+// eval.cu (no ladder) is the eval forward, elementwise.
+// Run one rung alone (checked against the CPU, then timed):
+//   build/sim/bench_cuda_kernels bn 1
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/runtime.h"
+
+namespace anvil::cuda {
+
+// As cpu::batch_norm_*, over x[N, C, HW] per channel; running_* may be null.
+// Rung 02 needs batch_norm_workspace_floats of workspace (forward and
+// backward alike; 0 for rung 01).
+constexpr int kBatchNormVariants = 2;
+constexpr int kBestBatchNorm = 2;
+size_t batch_norm_workspace_floats(int variant, int64_t N, int64_t C, int64_t HW);
+void batch_norm_forward_train(int variant, int64_t N, int64_t C, int64_t HW, const float* x,
+                              const float* gamma, const float* beta, float eps, float momentum,
+                              float* running_mean, float* running_var, float* save_mean,
+                              float* save_invstd, float* y, float* workspace,
+                              cudaStream_t stream);
+void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const float* x,
+                             const float* gamma, const float* beta, const float* running_mean,
+                             const float* running_var, float eps, float* y, cudaStream_t stream);
+void batch_norm_backward_train(int variant, int64_t N, int64_t C, int64_t HW, const float* x,
+                               const float* gamma, const float* save_mean,
+                               const float* save_invstd, const float* dy, float* dx,
+                               float* dgamma, float* dbeta, float* workspace,
+                               cudaStream_t stream);
+
+// The training rungs' launchers (sizes checked, C > 0).
+namespace batch_norm_rungs {
+struct Forward {
+  int64_t N, C, HW;
+  const float *x, *gamma, *beta;
+  float eps, momentum;
+  float *running_mean, *running_var, *save_mean, *save_invstd, *y, *workspace;
+};
+struct Backward {
+  int64_t N, C, HW;
+  const float *x, *gamma, *save_mean, *save_invstd, *dy;
+  float *dx, *dgamma, *dbeta, *workspace;
+};
+struct Rung {
+  const char* name;
+  void (*forward)(const Forward&, cudaStream_t);
+  void (*backward)(const Backward&, cudaStream_t);
+  size_t (*workspace)(int64_t N, int64_t C, int64_t HW);
+};
+extern const Rung kBlockPerChannel, kSplit;
+inline constexpr const Rung* kRungs[kBatchNormVariants] = {&kBlockPerChannel, &kSplit};
+// Throws std::invalid_argument naming `who` for a negative size or C >= 2^31.
+void check_sizes(int64_t N, int64_t C, int64_t HW, const char* who);
+}  // namespace batch_norm_rungs
+
+}  // namespace anvil::cuda

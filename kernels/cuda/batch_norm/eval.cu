@@ -1,0 +1,47 @@
+// Eval forward is elementwise: a grid-stride loop over all N*C*HW elements
+// (coalesced as in elementwise.cu), each thread computing its channel's scale
+// from running_var (the per-channel values stay in cache).
+#include "kernels/cuda/batch_norm/rung.cuh"
+
+namespace anvil::cuda {
+namespace batch_norm_kernels {
+
+// Flat grid-stride loop; Index is int when every index fits in 31 bits.
+template <typename Index>
+__global__ void __launch_bounds__(kBlock)
+    forward_eval_kernel(Index total, Index C, Index HW, const float* __restrict__ x,
+                        const float* __restrict__ gamma, const float* __restrict__ beta,
+                        const float* __restrict__ running_mean,
+                        const float* __restrict__ running_var, float eps, float* __restrict__ y) {
+  const Index stride = static_cast<Index>(gridDim.x) * static_cast<Index>(blockDim.x);
+  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) +
+                 static_cast<Index>(threadIdx.x);
+       i < total; i += stride) {
+    const Index c = (i / HW) % C;
+    const float a = gamma[c] / sqrtf(running_var[c] + eps);
+    y[i] = (x[i] - running_mean[c]) * a + beta[c];
+  }
+}
+
+}  // namespace batch_norm_kernels
+
+void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const float* x,
+                             const float* gamma, const float* beta, const float* running_mean,
+                             const float* running_var, float eps, float* y,
+                             cudaStream_t stream) {
+  using namespace batch_norm_kernels;
+  batch_norm_rungs::check_sizes(N, C, HW, "batch_norm_forward_eval");
+  const int64_t total = N * C * HW;
+  if (total == 0) return;
+  const int64_t blocks = (total + kBlock - 1) / kBlock;
+  const dim3 grid(static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks));
+  if (total <= INT32_MAX - kMaxBlocks * kBlock)  // i + stride stays below 2^31
+    launch(forward_eval_kernel<int>, grid, dim3(kBlock), 0, stream, static_cast<int>(total),
+           static_cast<int>(C), static_cast<int>(HW), x, gamma, beta, running_mean, running_var,
+           eps, y);
+  else
+    launch(forward_eval_kernel<int64_t>, grid, dim3(kBlock), 0, stream, total, C, HW, x, gamma,
+           beta, running_mean, running_var, eps, y);
+}
+
+}  // namespace anvil::cuda

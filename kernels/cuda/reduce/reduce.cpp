@@ -1,0 +1,68 @@
+// The reductions' entry points: argument checks, zeroing where a rung adds
+// into its output, then the rung's launcher (reduce.h lists the rungs).
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/reduce/reduce.h"
+
+namespace anvil::cuda {
+namespace {
+
+void check_variant(const char* fn, int variant, int count) {
+  if (variant < 1 || variant > count)
+    throw std::invalid_argument(std::string("cuda::") + fn + ": no variant " +
+                                std::to_string(variant) + " (there are 1 to " +
+                                std::to_string(count) + ")");
+}
+
+void check_count(const char* what, int64_t v) {
+  if (v < 0)
+    throw std::invalid_argument(std::string(what) + " = " + std::to_string(v) + " is negative");
+}
+
+}  // namespace
+
+size_t sum_workspace_floats(int variant, int64_t n) {
+  check_variant("sum", variant, kSumVariants);
+  check_count("cuda::sum_workspace_floats: n", n);
+  return variant == 4 ? sum_rungs::two_pass_workspace_floats(n) : 0;
+}
+
+void sum(int variant, int64_t n, const float* x, float* out, float* workspace,
+         cudaStream_t stream) {
+  check_variant("sum", variant, kSumVariants);
+  check_count("cuda::sum: n", n);
+  if (variant != 4 || n == 0) {
+    check(cudaMemsetAsync(out, 0, sizeof(float), stream), "cuda::sum: zeroing out");
+    if (n == 0) return;
+  }
+  if (variant == 4 && workspace == nullptr)
+    throw std::invalid_argument("cuda::sum: variant 4 needs sum_workspace_floats(4, n) floats "
+                                "of workspace");
+  sum_rungs::kRungs[variant - 1].launch(n, x, out, workspace, stream);
+}
+
+size_t channel_sum_workspace_floats(int variant, int64_t outer, int64_t C, int64_t inner) {
+  check_variant("channel_sum", variant, kChannelSumVariants);
+  check_count("cuda::channel_sum_workspace_floats: outer", outer);
+  check_count("cuda::channel_sum_workspace_floats: C", C);
+  check_count("cuda::channel_sum_workspace_floats: inner", inner);
+  return variant == 1 ? 0 : channel_sum_rungs::split_workspace_floats(outer, C, inner);
+}
+
+void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
+                 float* workspace, cudaStream_t stream) {
+  check_variant("channel_sum", variant, kChannelSumVariants);
+  check_count("cuda::channel_sum: outer", outer);
+  check_count("cuda::channel_sum: C", C);
+  check_count("cuda::channel_sum: inner", inner);
+  if (C > INT32_MAX) throw std::invalid_argument("cuda::channel_sum: C is 2^31 or more");
+  if (C == 0) return;
+  if (variant == 2 && workspace == nullptr)
+    throw std::invalid_argument("cuda::channel_sum: variant 2 needs channel_sum_workspace_floats "
+                                "floats of workspace");
+  channel_sum_rungs::kRungs[variant - 1].launch(outer, C, inner, dy, db, workspace, stream);
+}
+
+}  // namespace anvil::cuda

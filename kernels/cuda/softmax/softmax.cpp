@@ -1,0 +1,38 @@
+// The softmax cross-entropy forward's entry point: checks, then the rung's
+// launcher (softmax.h lists the rungs).
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/softmax/softmax.h"
+
+namespace anvil::cuda {
+
+void softmax_rungs::check_shape(const char* fn, int64_t N, int64_t C) {
+  if (N < 0 || C < 1)
+    throw std::invalid_argument(std::string("cuda::") + fn + ": shape " + std::to_string(N) +
+                                "x" + std::to_string(C) + " (needs N >= 0, C >= 1)");
+}
+
+unsigned softmax_rungs::grid_for(int64_t rows, int64_t rows_per_block) {
+  const int64_t b = (rows + rows_per_block - 1) / rows_per_block;
+  if (b > INT32_MAX)
+    throw std::invalid_argument("cuda::softmax_cross_entropy_forward: N = " +
+                                std::to_string(rows) + " needs more than 2^31-1 blocks");
+  return static_cast<unsigned>(b);
+}
+
+void softmax_cross_entropy_forward(int variant, int64_t N, int64_t C, const float* logits,
+                                   const int64_t* labels, float label_smoothing, float* loss,
+                                   float* probs, cudaStream_t stream) {
+  if (variant < 1 || variant > kSoftmaxVariants)
+    throw std::invalid_argument("cuda::softmax_cross_entropy_forward: no variant " +
+                                std::to_string(variant) + " (there are 1 to " +
+                                std::to_string(kSoftmaxVariants) + ")");
+  softmax_rungs::check_shape("softmax_cross_entropy_forward", N, C);
+  if (N == 0) return;
+  softmax_rungs::kRungs[variant - 1].launch(
+      {N, C, logits, labels, label_smoothing, loss, probs}, stream);
+}
+
+}  // namespace anvil::cuda
