@@ -302,7 +302,8 @@ TEST_CASE("a rank killed or stopped in training ends the whole job with an error
   if (fs::exists(dir.file("run.ckpt"))) REQUIRE_NOTHROW(anvil::nn::load_safetensors(dir.file("run.ckpt")));
 }
 
-TEST_CASE("bad data-parallel flags get one clear error", "[cli][distributed]") {
+// [devices]: what --devices says depends on how many devices the build has.
+TEST_CASE("bad data-parallel flags get one clear error", "[cli][distributed][devices]") {
   TempDir dir("dist_flags");
   const Run r = shell(mpirun(2) + train_bin() + " --distributed --batch-size 1 --data-dir " +
                           dir.path.string(),
