@@ -28,7 +28,7 @@ from pathlib import Path
 
 SHARE_FLOOR = 0.01
 UTILISATION_GOAL = 0.8
-DOC = Path(__file__).resolve().parent.parent / "docs" / "kernels.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "kernels.md"
 
 
 def read(path):

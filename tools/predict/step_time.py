@@ -3,16 +3,16 @@
 #23's kernel changes (split-K conv 5 and GEMM 8, the split channel_sum and
 BatchNorm variant 2), from the layer shapes and the launch audit.
 
-    scripts/step_time.py                              # LeNet, ResNet-18 at 256, 128
-    scripts/step_time.py --model lenet --batch 128    # one step
-    scripts/step_time.py --markdown                   # what goes into docs/kernels.md
-    scripts/step_time.py --launch-us 2                # another per-launch floor
+    tools/predict/step_time.py                              # LeNet, ResNet-18 at 256, 128
+    tools/predict/step_time.py --model lenet --batch 128    # one step
+    tools/predict/step_time.py --markdown                   # what goes into docs/kernels.md
+    tools/predict/step_time.py --launch-us 2                # another per-launch floor
 
 The model, and every assumption in it:
 
 - The step is seed recipe's (bench/train_step.cpp, what the audit ran):
   forward, cross-entropy loss, backward, plain SGD. Its launches are
-  enumerated here from the layer shapes of scripts/kernel_table.py's
+  enumerated here from the layer shapes of tools/predict/kernel_table.py's
   layers(batch) (LeNet's convs and linear layers, ResNet-18's convs; the
   ResNet's 512 -> 10 classifier and the network's wiring, from nn/models.cpp
   and nn/layers.cpp, are added here), each launch named as the audit names
@@ -50,7 +50,7 @@ The model, and every assumption in it:
   (the time-weighted mean over its launches) is applied to each of its
   launches.
 - Per-launch floor: no launch takes less than --launch-us (default 4 us, the
-  figure of scripts/step_model.py and docs/parallel.md, "CUDA's ~3-5 us" per
+  figure of tools/predict/step_model.py and docs/parallel.md, "CUDA's ~3-5 us" per
   launch when a step is launch-bound; ../shared/notes/anchors.md has no
   launch-overhead figure). Totals are printed with and without it; the step
   time and images/s are the floored sum: launches run one after another on
@@ -72,7 +72,7 @@ import kernel_table as kt  # noqa: E402
 import launch_audit as la  # noqa: E402
 import step_model as sm  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BEFORE_REV = "628c0ba"
 F = 4  # bytes per float
 CLASSES = 10
@@ -451,7 +451,7 @@ def main():
     failed = [f"{p['model']} {p['batch']}" for p in preds if p["checks"]]
     if a.check and failed:
         sys.exit(f"step_time: the model disagrees with the launch audit for {', '.join(failed)} "
-                 f"(the checks above); update scripts/step_time.py or rerun the audits")
+                 f"(the checks above); update tools/predict/step_time.py or rerun the audits")
 
 
 if __name__ == "__main__":

@@ -5,9 +5,9 @@
 # an H100 SM, the SASS checks (cuobjdump --dump-sass), and the FLOPs, bytes
 # and roofline bounds of LeNet's and ResNet-18's layers. No GPU needed.
 #
-#   bash scripts/kernel-table.sh           # rewrite the table in docs/kernels.md
+#   bash tools/predict/kernel-table.sh           # rewrite the table in docs/kernels.md
 #                                          # and docs/kernel-resources.json
-#   bash scripts/kernel-table.sh --print   # print it, change nothing
+#   bash tools/predict/kernel-table.sh --print   # print it, change nothing
 #
 # Needs nvcc (CUDA 13; /usr/local/cuda/bin is searched) and cuobjdump with
 # nvdisasm. This machine's CUDA has neither of the latter; they come as pip
@@ -15,7 +15,7 @@
 # (found under site-packages/nvidia/cu13/bin). Exits 1 if a kernel spills,
 # uses local memory, or lacks a 16-byte access its explanation claims.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 mode=write
 [[ "${1:-}" == "--print" ]] && mode=print
 
@@ -53,7 +53,7 @@ for cu in $(find kernels/cuda -name '*.cu' | sort); do
 done
 
 status=0
-python3 scripts/kernel_table.py "$out" "nvcc $(nvcc --version | grep -o "release [0-9.]*, V[0-9.]*")" >"$out/table.md" || status=$?
+python3 tools/predict/kernel_table.py "$out" "nvcc $(nvcc --version | grep -o "release [0-9.]*, V[0-9.]*")" >"$out/table.md" || status=$?
 if [[ "$mode" == print ]]; then
   cat "$out/table.md"
 else
@@ -63,7 +63,7 @@ else
   python3 - "$out/table.md" <<'EOF'
 import sys
 doc = "docs/kernels.md"
-begin, end = "<!-- kernel-table: begin (scripts/kernel-table.sh) -->", "<!-- kernel-table: end -->"
+begin, end = "<!-- kernel-table: begin (tools/predict/kernel-table.sh) -->", "<!-- kernel-table: end -->"
 text = open(doc).read()
 if begin not in text or end not in text:
     sys.exit(f"kernel-table: {doc} has no '{begin}' ... '{end}' markers")
