@@ -1,11 +1,10 @@
 #!/usr/bin/env python3
-"""Builds the kernel table of docs/kernels.md from what nvcc made for sm_90.
+"""Builds the kernel table (docs/generated/kernel-table.md) from what nvcc made for sm_90.
 
 Called by tools/predict/kernel-table.sh with the folder holding, for every
 kernels/cuda/NAME.cu (a family folder's FAMILY/FILE.cu as FAMILY__FILE), NAME.ptxas (nvcc -Xptxas -v), NAME.sass (cuobjdump
 --dump-sass) and NAME.names (the mangled kernel names, demangled, one
-"mangled<TAB>demangled" per line). Prints the Markdown that goes between the
-kernel-table markers, and writes FOLDER/kernel-resources.json (each kernel's
+"mangled<TAB>demangled" per line). Prints the table's Markdown, and writes FOLDER/kernel-resources.json (each kernel's
 registers and static shared memory, for the simulator's launch audit).
 Standard library only.
 

@@ -8,7 +8,7 @@
 #
 #   bash tools/predict/launch-audit.sh lenet 256                 # print the table
 #   bash tools/predict/launch-audit.sh resnet18 128 --sample 8   # at most 8 blocks per launch run
-#   bash tools/predict/launch-audit.sh lenet 256 --write         # also rewrite its table in docs/kernels.md
+#   bash tools/predict/launch-audit.sh lenet 256 --write         # also rewrite its table in docs/generated/launch-audit.md
 #
 # --sample N sets ANVIL_SIM_SAMPLE_BLOCKS=N: each launch runs N evenly spread
 # blocks and skips the rest (a full ResNet-18 step takes too long on the
