@@ -670,7 +670,7 @@ int run(Options opt) {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
     (void)cudaGetLastError();
-    // scripts/gpu-check.sh sets ANVIL_REQUIRE_CUDA=1 where nvidia-smi lists a
+    // tools/gpu/gpu-check.sh sets ANVIL_REQUIRE_CUDA=1 where nvidia-smi lists a
     // GPU: there a benchmark that finds no device has failed, not passed.
     const char* required = std::getenv("ANVIL_REQUIRE_CUDA");
     const bool must_run = required != nullptr && *required != '\0' && std::string(required) != "0";

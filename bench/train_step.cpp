@@ -1,7 +1,7 @@
 // train_step: training steps (forward, loss, backward, SGD) of one of
 // anvil-train's models at a batch size, on one device, with a recipe's
 // optimizer, and nothing else: no data set to read, no evaluation. It is
-// what the simulator's launch audit records (scripts/launch-audit.sh;
+// what the simulator's launch audit records (tools/predict/launch-audit.sh;
 // docs/kernels.md, "Launch audit"), where anvil-train would add an
 // evaluation's launches to the step's.
 //

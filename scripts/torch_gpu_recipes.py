@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch runs anvil-train's seed recipes on one device, for the GPU check's
-ratios (scripts/gpu-check.sh): the same model, init, batch, rate and epochs as
+ratios (tools/gpu/gpu-check.sh): the same model, init, batch, rate and epochs as
 
     anvil-train --model lenet    --recipe seed [--epochs N] --device cuda:0
     anvil-train --model resnet18 --recipe seed [--epochs N] --device cuda:0

@@ -9,7 +9,7 @@
 //
 // The prediction for one launch. Each SM holds R blocks at once: R follows
 // from the kernel's registers and static shared memory as ptxas reported
-// them for sm_90 (docs/kernel-resources.json, made by scripts/kernel-table.sh)
+// them for sm_90 (docs/kernel-resources.json, made by tools/predict/kernel-table.sh)
 // and the launch's threads and dynamic shared memory, with the H100's limits;
 // a kernel not in that file is assumed to fit one block per SM. The blocks
 // are dealt in launch order to the 132 * R slots, each to the slot that frees
@@ -62,7 +62,7 @@
 namespace anvil::sim {
 namespace {
 
-// ---- one H100 SM (compute capability 9.0), as scripts/kernel_table.py ----
+// ---- one H100 SM (compute capability 9.0), as tools/predict/kernel_table.py ----
 constexpr unsigned kSms = 132;
 constexpr unsigned kSmThreads = 2048;
 constexpr unsigned kSmBlocks = 32;

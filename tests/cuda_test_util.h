@@ -17,7 +17,7 @@
 
 namespace cuda_test {
 
-// ANVIL_REQUIRE_CUDA=1 (scripts/gpu-check.sh sets it when nvidia-smi lists a
+// ANVIL_REQUIRE_CUDA=1 (tools/gpu/gpu-check.sh sets it when nvidia-smi lists a
 // GPU): a CUDA test that finds no usable device fails instead of skipping,
 // so that a GPU run cannot pass by running nothing.
 inline bool cuda_required() {

@@ -1,4 +1,4 @@
-// The bad files of issue #24, each refused with one error naming the file
+// Bad input files, each refused with one error naming the file
 // (or flag) and what is wrong: IDX files shorter or longer than their header
 // says even when a limit keeps only a prefix, headers that declare more data
 // than the file holds (refused without allocating for it), safetensors
@@ -246,8 +246,8 @@ TEST_CASE("Safetensors headers: a name given twice is refused, naming it",
     CHECK_THAT(load_error(path), Contains(path + ": corrupt header: 'w' has the key 'dtype' twice"));
   }
   SECTION("anvil-train --init-from refuses a LeNet file with a weight named twice") {
-    // The file is LeNet's state with 0.bias's entry given a second time; the
-    // last entry used to win and training ran.
+    // The file is LeNet's state with 0.bias's entry given a second time: a
+    // parser that kept the last entry would train on it.
     auto net = models::lenet(models::Init::Default);
     const std::string good = dir.file("lenet.safetensors");
     nn::save_safetensors(good, net->state_dict());

@@ -163,7 +163,7 @@ TEST_CASE("cuda conv: split-K (variant 5, and variant 2's weight GEMM) matches t
   if (!cuda_test::have_device()) return;
   // Every shape splits at least one direction in variant 5 (checked below):
   // ragged ones (a short last chunk, strides, pads, a 128-row tile with
-  // K = 70) and the layers of LeNet and ResNet-18 (scripts/kernel_table.py)
+  // K = 70) and the layers of LeNet and ResNet-18 (tools/predict/kernel_table.py)
   // at small batches. Backward-weight splits over N*P*Q wherever that is long;
   // forward and backward-data where C*R*S or K*R*S is long and the tiles few
   // (the 512-channel layer). Variant 2 splits each chunk's weight GEMM

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Tests of scripts/gpu_report.py (run by ctest): gpu-check.sh --part 3's
+"""Tests of tools/gpu/gpu_report.py (run by ctest): gpu-check.sh --part 3's
 figure, --gpus 1's time over --device cuda:0's, from the two runs' metrics,
 after the first epoch; and nothing of it when one of the two runs is missing."""
 import json
@@ -9,7 +9,7 @@ import sys
 import tempfile
 import unittest
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "gpu_report.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "gpu", "gpu_report.py")
 
 
 def metrics(seconds, test_acc):

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Writes the fuzz targets' seed corpus (corpus/) and the inputs of the bugs
-issue #24 found (regressions/), next to this script. The files are in the
+"""Writes the fuzz targets' seed corpus (corpus/) and the inputs of known
+parser bugs (regressions/), next to this script. The files are in the
 repository; run this again only to change them (the output is the same
 byte for byte: gzip streams carry no time stamp).
 
@@ -133,7 +133,7 @@ def main():
     write("corpus/checkpoint", "epoch-0-no-momentum", checkpoint(0, 0, momentum=False))
     write("corpus/checkpoint", "weights-only", safetensors(model_tensors()))
 
-    # The bugs issue #24 found, and those fuzzing found since (docs/fuzzing.md).
+    # Known parser bugs, found by hand and by fuzzing (docs/fuzzing.md).
     declares_2g = idx([1 << 31], [7] * 8)  # 16 bytes declaring 2^31 elements
     write("regressions/idx", "declares-2g-raw", declares_2g)
     write("regressions/idx", "declares-2g.gz", gz(declares_2g))

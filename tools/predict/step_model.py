@@ -15,8 +15,8 @@ FLOPs come from the models' layer shapes below (multiply-adds x 2; a
 training step is about 3x the forward). The inputs with their sources are
 the defaults of the flags; every figure printed says which it used.
 
-    scripts/step_model.py                        # predictions for H100s
-    scripts/step_model.py --fraction 0.5 --busbw-gbps 365   # other assumptions
+    tools/predict/step_model.py                        # predictions for H100s
+    tools/predict/step_model.py --fraction 0.5 --busbw-gbps 365   # other assumptions
 """
 import argparse
 import math

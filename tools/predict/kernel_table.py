@@ -1,11 +1,10 @@
 #!/usr/bin/env python3
-"""Builds the kernel table of docs/kernels.md from what nvcc made for sm_90.
+"""Builds the kernel table (docs/generated/kernel-table.md) from what nvcc made for sm_90.
 
-Called by scripts/kernel-table.sh with the folder holding, for every
+Called by tools/predict/kernel-table.sh with the folder holding, for every
 kernels/cuda/NAME.cu (a family folder's FAMILY/FILE.cu as FAMILY__FILE), NAME.ptxas (nvcc -Xptxas -v), NAME.sass (cuobjdump
 --dump-sass) and NAME.names (the mangled kernel names, demangled, one
-"mangled<TAB>demangled" per line). Prints the Markdown that goes between the
-kernel-table markers, and writes FOLDER/kernel-resources.json (each kernel's
+"mangled<TAB>demangled" per line). Prints the table's Markdown, and writes FOLDER/kernel-resources.json (each kernel's
 registers and static shared memory, for the simulator's launch audit).
 Standard library only.
 
@@ -309,7 +308,7 @@ def conv(name, n, c, h, k, r, stride, pad, count=1):
 
 def layers(batch=256):
     """The conv layers of LeNet and ResNet-18 (with repeat counts) and LeNet's
-    linear layers, at `batch` images (shape_table uses 256; scripts/step_time.py
+    linear layers, at `batch` images (shape_table uses 256; tools/predict/step_time.py
     imports this for other batches)."""
     lenet = [conv("LeNet conv1 1->20 3x3 @28", batch, 1, 28, 20, 3, 1, 0),
              conv("LeNet conv2 20->50 5x5 @13", batch, 20, 13, 50, 5, 1, 0)]
@@ -459,7 +458,7 @@ def write_resources(folder, compiler):
         for mangled, r in parse_ptxas(ptxas.read_text()).items():
             kernels[mangled] = {"name": names.get(mangled, mangled), "file": source_file(ptxas.stem),
                                 "registers": r["regs"], "static_shared_bytes": r["smem"]}
-    doc = {"source": f"ptxas -v of nvcc -O3 -arch=sm_90 ({compiler}), by scripts/kernel-table.sh",
+    doc = {"source": f"ptxas -v of nvcc -O3 -arch=sm_90 ({compiler}), by tools/predict/kernel-table.sh",
            "kernels": dict(sorted(kernels.items()))}
     (folder / "kernel-resources.json").write_text(json.dumps(doc, indent=1) + "\n")
 

@@ -6,9 +6,9 @@
 # utilisation on an H100 of each; rows with >= 1% of the work and a
 # utilisation below 0.8 are in bold.
 #
-#   bash scripts/launch-audit.sh lenet 256                 # print the table
-#   bash scripts/launch-audit.sh resnet18 128 --sample 8   # at most 8 blocks per launch run
-#   bash scripts/launch-audit.sh lenet 256 --write         # also rewrite its table in docs/kernels.md
+#   bash tools/predict/launch-audit.sh lenet 256                 # print the table
+#   bash tools/predict/launch-audit.sh resnet18 128 --sample 8   # at most 8 blocks per launch run
+#   bash tools/predict/launch-audit.sh lenet 256 --write         # also rewrite its table in docs/generated/launch-audit.md
 #
 # --sample N sets ANVIL_SIM_SAMPLE_BLOCKS=N: each launch runs N evenly spread
 # blocks and skips the rest (a full ResNet-18 step takes too long on the
@@ -16,14 +16,14 @@
 # (default seed) picks the optimizer, as anvil-train's --recipe. --runs N
 # (default 5) runs the step N times and reports each kernel's median: one
 # run's block times carry whatever the host took from this virtual machine
-# (scripts/launch_audit.py). The build
+# (tools/predict/launch_audit.py). The build
 # folder is build/sim unless ANVIL_BUILD says otherwise; train_step is
 # (re)built there first. The runs' audit files stay in build/launch-audit/
 # (MODEL-BATCH-runK.jsonl), with their merge in MODEL-BATCH.jsonl, which
-# scripts/step_time.py reads.
+# tools/predict/step_time.py reads.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-usage="usage: scripts/launch-audit.sh MODEL BATCH [--sample N] [--runs N] [--recipe R] [--write]"
+cd "$(dirname "$0")/../.."
+usage="usage: tools/predict/launch-audit.sh MODEL BATCH [--sample N] [--runs N] [--recipe R] [--write]"
 [[ $# -ge 2 ]] || { echo "$usage" >&2; exit 2; }
 model=$1 batch=$2
 shift 2
@@ -60,11 +60,11 @@ for ((run = 1; run <= runs; ++run)); do
 done
 seconds=$(( ($(date +%s) - start) / runs ))
 
-cmd="scripts/launch-audit.sh $model $batch"
+cmd="tools/predict/launch-audit.sh $model $batch"
 [[ $sample != 0 ]] && cmd+=" --sample $sample"
 [[ $recipe != seed ]] && cmd+=" --recipe $recipe"
 [[ $runs != 5 ]] && cmd+=" --runs $runs"
 title="**$model, batch $batch, one training step ($recipe recipe)**, \`$cmd\` ($(date -u +%Y-%m-%d), ${seconds} s a run on this machine)"
 args=("${audits[@]}" --title "$title" --save "$out/$model-$batch.jsonl")
 [[ -n $write ]] && args+=(--write "$model $batch")
-python3 scripts/launch_audit.py "${args[@]}"
+python3 tools/predict/launch_audit.py "${args[@]}"

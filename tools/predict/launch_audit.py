@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turns a launch audit (ANVIL_SIM_LAUNCH_AUDIT's file: one JSON object per
-kernel per line, sim/launch_audit.cpp) into the Markdown table of
-docs/kernels.md's "Launch audit", and optionally puts it there.
+kernel per line, sim/launch_audit.cpp) into a Markdown table of
+docs/generated/launch-audit.md, and optionally puts it there.
 
   launch_audit.py AUDIT.jsonl [AUDIT2.jsonl ...] --title TEXT [--note TEXT] [--write MARKER]
                   [--save MERGED.jsonl]
@@ -14,10 +14,11 @@ time, which on a shared virtual machine also holds time the host took away
 so the median of a few runs is the figure to read.
 
 --write MARKER replaces what lies between "<!-- launch-audit MARKER: begin"
-and "<!-- launch-audit MARKER: end -->" in docs/kernels.md; without it the
+and "<!-- launch-audit MARKER: end -->" in docs/generated/launch-audit.md; without it the
 table is printed. Rows are sorted by work share; a row is flagged when the
 kernel has at least 1% of the step's simulated block time and a predicted
-SM utilisation below 0.8 (issue #23's goal). Standard library only.
+SM utilisation below 0.8, the goal for a kernel that matters to the step.
+Standard library only.
 """
 import argparse
 import json
@@ -28,7 +29,7 @@ from pathlib import Path
 
 SHARE_FLOOR = 0.01
 UTILISATION_GOAL = 0.8
-DOC = Path(__file__).resolve().parent.parent / "docs" / "kernels.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "generated" / "launch-audit.md"
 
 
 def read(path):
@@ -69,7 +70,7 @@ def merge(runs):
 
 def short_name(name):
     """A warp_tile::Shape<...> argument as the tile it makes (128x128), as
-    docs/kernels.md's kernel table names the variants."""
+    the kernel table names the variants."""
     def tile(m):
         bk, wm, wn, lanes_m, sub_m, sub_n, *_ = (int(v) for v in m.group(1).split(","))
         return f"{wm * sub_m * lanes_m * 4}x{wn * sub_n * (32 // lanes_m) * 4}"

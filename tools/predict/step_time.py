@@ -1,29 +1,31 @@
 #!/usr/bin/env python3
-"""Predicted time of one training step on one H100, before and after issue
-#23's kernel changes (split-K conv 5 and GEMM 8, the split channel_sum and
-BatchNorm variant 2), from the layer shapes and the launch audit.
+"""Predicted time of one training step on one H100 with two kernel
+configurations, from the layer shapes and the launch audits: the shipped
+kernels (split-K conv 5 and GEMM 8, the split channel_sum and BatchNorm
+variant 2) and a baseline of the ladders' lower rungs (conv 3, GEMM 4, one
+block per channel for bias gradients and BatchNorm variant 1).
 
-    scripts/step_time.py                              # LeNet, ResNet-18 at 256, 128
-    scripts/step_time.py --model lenet --batch 128    # one step
-    scripts/step_time.py --markdown                   # what goes into docs/kernels.md
-    scripts/step_time.py --launch-us 2                # another per-launch floor
+    tools/predict/step_time.py                              # LeNet, ResNet-18 at 256, 128
+    tools/predict/step_time.py --model lenet --batch 128    # one step
+    tools/predict/step_time.py --docs --write               # rewrite docs/generated/step-time.md
+    tools/predict/step_time.py --launch-us 2                # another per-launch floor
 
 The model, and every assumption in it:
 
-- The step is seed recipe's (bench/train_step.cpp, what the audit ran):
+- The step is the seed recipe's (bench/train_step.cpp, what the audit ran):
   forward, cross-entropy loss, backward, plain SGD. Its launches are
-  enumerated here from the layer shapes of scripts/kernel_table.py's
+  enumerated here from the layer shapes of tools/predict/kernel_table.py's
   layers(batch) (LeNet's convs and linear layers, ResNet-18's convs; the
   ResNet's 512 -> 10 classifier and the network's wiring, from nn/models.cpp
   and nn/layers.cpp, are added here), each launch named as the audit names
   its kernel. The first conv's backward-data is not launched (the images
-  need no gradient). Before #23 the same work ran as other kernels; each
-  before-launch is put on the row of the after-kernel that now does its
-  work (the "mapping" lines say which), so rows are the after audit's
-  kernel names; a row with no before launches is work #23 added (the
-  split-K sums, the folds of the split reductions).
+  need no gradient). The baseline runs the same work as other kernels; each
+  baseline launch is put on the row of the shipped kernel that does its
+  work (the "mapping" lines say which), so rows are the shipped audit's
+  kernel names; a row with no baseline launches is work only the shipped
+  kernels do (the split-K sums, the folds of the split reductions).
 - FLOPs: 2 x the useful multiply-adds of each conv direction and linear
-  GEMM, as #21's shape table (kernel_table.py's shape_table) counts them
+  GEMM, as the kernel table's shape rows (kernel_table.py's shape_table) count them
   (backward-data of a strided or unpadded conv runs up to 4x that in its
   implicit GEMM's zero taps; not counted). Elementwise, pooling,
   normalisation, reduction and SGD kernels count bytes only: their few FLOPs
@@ -40,9 +42,9 @@ The model, and every assumption in it:
   H100 SXM5 datasheet's FP32 (no tensor cores) and HBM3 figures
   (kernel_table.py's FP32_PEAK, HBM_BW).
 - Predicted time of a launch: roofline / predicted_sm_utilisation of its
-  kernel in the audit (sim/launch_audit.cpp; after: build/launch-audit/
-  MODEL-BATCH.jsonl, read at run time, else docs/kernels.md's tables; before:
-  docs/kernels.md at git commit 628c0ba). Utilisation only stretches the
+  kernel in the audit (sim/launch_audit.cpp; shipped: build/launch-audit/
+  MODEL-BATCH.jsonl, read at run time, else docs/generated/launch-audit.md;
+  baseline: docs/generated/launch-audit-baseline.md). Utilisation only stretches the
   roofline: it is the share of the GPU's block slots a launch keeps busy, so
   a fully used GPU is assumed to run at the roofline. Nothing here models how
   close a kernel comes to peak inside an SM (step_model.py assumes 35% of
@@ -50,9 +52,9 @@ The model, and every assumption in it:
   (the time-weighted mean over its launches) is applied to each of its
   launches.
 - Per-launch floor: no launch takes less than --launch-us (default 4 us, the
-  figure of scripts/step_model.py and docs/parallel.md, "CUDA's ~3-5 us" per
-  launch when a step is launch-bound; ../shared/notes/anchors.md has no
-  launch-overhead figure). Totals are printed with and without it; the step
+  figure of tools/predict/step_model.py and docs/parallel.md, "CUDA's ~3-5 us" per
+  launch when a step is launch-bound; an assumption, not a measurement).
+  Totals are printed with and without it; the step
   time and images/s are the floored sum: launches run one after another on
   one stream, nothing overlaps.
 - Checks: the model's launch count (and blocks, where the model knows the
@@ -61,8 +63,9 @@ The model, and every assumption in it:
 """
 import argparse
 import math
+import contextlib
+import io
 import re
-import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -72,15 +75,15 @@ import kernel_table as kt  # noqa: E402
 import launch_audit as la  # noqa: E402
 import step_model as sm  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-BEFORE_REV = "628c0ba"
+ROOT = Path(__file__).resolve().parents[2]
+GENERATED = ROOT / "docs" / "generated"
 F = 4  # bytes per float
 CLASSES = 10
 GEMM, CONV, RED, BN, EW, POOL, SOFT = ("gemm_kernels::", "conv_kernels::", "reduce_kernels::",
                                        "batch_norm_kernels::", "elementwise_kernels::",
                                        "pool_kernels::", "softmax_kernels::")
 SGD = "sgd_kernels::sgd_kernel<(sgd_kernels::Mode)0,false>"
-# What changed, by a substring of the after-kernel's name (the first that matches).
+# How the shipped kernel differs from the baseline's, by a substring of its name (the first that matches).
 WHY = [("warp_tiled", "conv 3's 64x64 implicit GEMM, unsplit -> conv 5 (conv 4's warp tiles, 64x128 up to "
                       "64 rows, else 128x128; split over grid.z where the tiles fill less than a wave)"),
        ("gemm_split_k", "GEMM 4 (64x64, register-blocked) -> GEMM 8 (128x128, split-K)"),
@@ -104,28 +107,28 @@ def show(key):
 
 
 class Step:
-    """The launches of one step, per era ("before", "after")."""
+    """The launches of one step, per era ("baseline", "shipped")."""
 
     def __init__(self):
-        self.launches = {"before": [], "after": []}
+        self.launches = {"baseline": [], "shipped": []}
 
     def add(self, era, kernel, flops, nbytes, row=None, blocks=None):
-        for e in (("before", "after") if era == "both" else (era,)):
+        for e in (("baseline", "shipped") if era == "both" else (era,)):
             self.launches[e].append(dict(kernel=kernel, row=row or kernel, flops=flops, bytes=nbytes,
                                          blocks=blocks))
 
     def gemm(self, kernel, before, m, n, k, flops, read, narrow=False):
-        """An after GEMM (conv 5 or GEMM 8) of an m x n result over k, its split-K
-        sum, and the before launch (GEMM 4 / conv 3: 64x64 tiles, unsplit)."""
+        """A shipped GEMM (conv 5 or GEMM 8) of an m x n result over k, its split-K
+        sum, and the baseline launch (GEMM 4 / conv 3: 64x64 tiles, unsplit)."""
         bm, per_sm = (64, 3) if narrow else (128, 2)
         tiles = kt.tiles(m, n, bm, 128)
         splits = kt.split_k(m, n, k, tiles, per_sm)[0]
-        self.add("after", kernel, flops, read + F * splits * m * n, blocks=tiles * splits)
+        self.add("shipped", kernel, flops, read + F * splits * m * n, blocks=tiles * splits)
         if splits > 1:
             warp = splits >= 32
-            self.add("after", GEMM + ("add_partials_by_warp" if warp else "add_partials"), 0,
+            self.add("shipped", GEMM + ("add_partials_by_warp" if warp else "add_partials"), 0,
                      F * (splits + 1) * m * n, blocks=math.ceil(m * n * (32 if warp else 1) / 256))
-        self.add("before", before, flops, read + F * m * n, row=kernel, blocks=kt.tiles(m, n, 64, 64))
+        self.add("baseline", before, flops, read + F * m * n, row=kernel, blocks=kt.tiles(m, n, 64, 64))
 
     def channel_sum(self, outer, c, inner, before):
         if inner == 1:  # a linear layer's bias: column sums over row slices (reduce.cu)
@@ -134,9 +137,9 @@ class Step:
         else:
             v, s = (4 if inner % 4 == 0 else 1), split_count(c, outer * inner)
             split, blocks = f"{RED}channel_sum_split<{v},int>", c * s
-        self.add("after", split, 0, F * (outer * c * inner + c * s), blocks=blocks)
-        self.add("after", RED + "channel_sum_fold", 0, F * (c * s + c), blocks=math.ceil(c / 8))
-        self.add("before", before, 0, F * (outer * c * inner + c), row=split, blocks=c)
+        self.add("shipped", split, 0, F * (outer * c * inner + c * s), blocks=blocks)
+        self.add("shipped", RED + "channel_sum_fold", 0, F * (c * s + c), blocks=math.ceil(c / 8))
+        self.add("baseline", before, 0, F * (outer * c * inner + c), row=split, blocks=c)
 
     def batch_norm(self, n, c, hw):
         v, s, x = (4 if hw % 4 == 0 else 1), split_count(c, n * hw), n * c * hw
@@ -144,10 +147,10 @@ class Step:
                 ("forward", ("stats", "normalize"), "forward_train_kernel", 8, (x, 2 * x + 4 * c)),
                 ("backward", ("sums", "dx"), "backward_train_kernel", 4, (2 * x, 3 * x + 4 * c))):
             first = f"{BN}{d}_{passes[0]}_split<{v},int>"
-            self.add("after", first, 0, F * (split_bytes[0] + 3 * c * s), blocks=c * s)
-            self.add("after", f"{BN}{d}_fold", 0, F * (3 * c * s + fold_c * c), blocks=math.ceil(c / 8))
-            self.add("after", f"{BN}{d}_{passes[1]}_split<{v},int>", 0, F * split_bytes[1], blocks=c * s)
-            self.add("before", BN + before, 0, F * (split_bytes[1] + 2 * c), row=first, blocks=c)
+            self.add("shipped", first, 0, F * (split_bytes[0] + 3 * c * s), blocks=c * s)
+            self.add("shipped", f"{BN}{d}_fold", 0, F * (3 * c * s + fold_c * c), blocks=math.ceil(c / 8))
+            self.add("shipped", f"{BN}{d}_{passes[1]}_split<{v},int>", 0, F * split_bytes[1], blocks=c * s)
+            self.add("baseline", BN + before, 0, F * (split_bytes[1] + 2 * c), row=first, blocks=c)
         self.add("both", EW + "add_scalar_kernel", 0, 16)  # num_batches_tracked += 1
 
 
@@ -270,32 +273,24 @@ def parse_table(text, model, batch, where):
     return out
 
 
-NO_HISTORY = 77  # ctest's SKIP_RETURN_CODE for the test: no git history to read the before tables from
-
-
-def audits(model, batch, before_rev, docs_only=False):
-    try:
-        old = subprocess.run(["git", "-C", str(ROOT), "show", f"{before_rev}:docs/kernels.md"],
-                             check=True, capture_output=True, text=True).stdout
-    except (OSError, subprocess.CalledProcessError) as e:
-        print(f"step_time: cannot read docs/kernels.md at {before_rev} (a shallow clone?): {e}",
-              file=sys.stderr)
-        sys.exit(NO_HISTORY)
-    before = parse_table(old, model, batch, f"docs/kernels.md at {before_rev}")
+def audits(model, batch, docs_only=False):
+    baseline = GENERATED / "launch-audit-baseline.md"
+    before = parse_table(baseline.read_text(), model, batch, str(baseline.relative_to(ROOT)))
     path = ROOT / "build" / "launch-audit" / f"{model}-{batch}.jsonl"
     if path.exists() and not docs_only:
         after = {norm(r["kernel"]): dict(launches=r["launches"], util=r["predicted_sm_utilisation"],
                                          blocks=(r["blocks_min"], r["blocks_max"])) for r in la.read(path)}
         source = str(path.relative_to(ROOT))
     else:
-        after = parse_table((ROOT / "docs" / "kernels.md").read_text(), model, batch, "docs/kernels.md")
-        source = "docs/kernels.md (no " + str(path.relative_to(ROOT)) + ")"
-    return {"before": before, "after": after}, source
+        shipped = GENERATED / "launch-audit.md"
+        after = parse_table(shipped.read_text(), model, batch, str(shipped.relative_to(ROOT)))
+        source = str(shipped.relative_to(ROOT)) + " (no " + str(path.relative_to(ROOT)) + ")"
+    return {"baseline": before, "shipped": after}, source
 
 
 def predict(model, batch, a):
-    step, (audit, source) = build(model, batch), audits(model, batch, a.before_rev, a.docs)
-    rows = defaultdict(lambda: {e: defaultdict(float, kernels=set()) for e in ("before", "after")})
+    step, (audit, source) = build(model, batch), audits(model, batch, a.docs)
+    rows = defaultdict(lambda: {e: defaultdict(float, kernels=set()) for e in ("baseline", "shipped")})
     checks, totals = [], {}
     for era, launches in step.launches.items():
         seen = defaultdict(list)
@@ -343,11 +338,11 @@ def fold(p, share):
     """The rows, those under `share` of the step's predicted time (both eras)
     merged into one "other" row."""
     rows = dict(p["rows"])
-    limit = share * min(p["totals"][e]["pred"] for e in ("before", "after"))
-    small = [k for k, r in rows.items() if max(r[e]["pred"] for e in ("before", "after")) < limit]
+    limit = share * min(p["totals"][e]["pred"] for e in ("baseline", "shipped"))
+    small = [k for k, r in rows.items() if max(r[e]["pred"] for e in ("baseline", "shipped")) < limit]
     if len(small) < 2:
         return rows
-    other = {e: defaultdict(float, kernels=set()) for e in ("before", "after")}
+    other = {e: defaultdict(float, kernels=set()) for e in ("baseline", "shipped")}
     for key in small:
         for e, r in rows.pop(key).items():
             other[e]["kernels"] |= r["kernels"]
@@ -367,32 +362,32 @@ def line(label, b, a, util_b, util_a, gflop="{:.3f}"):
 
 def table(p, share=0.0):
     rows, audit = fold(p, share) if share else p["rows"], p["audit"]
-    out = ["| family (after #23) | launches | GFLOP | MB | roofline µs | utilisation before | after | "
-           "predicted µs before | after |", "|---|---|---|---|---|---|---|---|---|"]
-    for key in sorted(rows, key=lambda k: ("::" not in k, -max(rows[k][e]["pred"] for e in ("before", "after")))):
-        b, a = rows[key]["before"], rows[key]["after"]
-        out.append(line(f"`{show(key)}`" if "::" in key else key, b, a, util_cell(b, audit["before"]),
-                        util_cell(a, audit["after"])))
-    tb, ta = p["totals"]["before"], p["totals"]["after"]
+    out = ["| family (shipped kernels) | launches | GFLOP | MB | roofline µs | utilisation baseline | shipped | "
+           "predicted µs baseline | shipped |", "|---|---|---|---|---|---|---|---|---|"]
+    for key in sorted(rows, key=lambda k: ("::" not in k, -max(rows[k][e]["pred"] for e in ("baseline", "shipped")))):
+        b, a = rows[key]["baseline"], rows[key]["shipped"]
+        out.append(line(f"`{show(key)}`" if "::" in key else key, b, a, util_cell(b, audit["baseline"]),
+                        util_cell(a, audit["shipped"])))
+    tb, ta = p["totals"]["baseline"], p["totals"]["shipped"]
     out.append(line("**total**", tb, ta, f"{tb['roof'] / tb['pred']:.3f}*", f"{ta['roof'] / ta['pred']:.3f}*"))
     return out
 
 
 def mapping(p):
-    """One line per kind of change: the after rows, and the before kernels put on them."""
+    """One line per kind of difference: the shipped rows, and the baseline kernels put on them."""
     groups = defaultdict(lambda: (set(), set()))
     for key, r in p["rows"].items():
         why = next((w for k, w in WHY if k in key), None)
-        if why and r["before"]["kernels"] != {key}:
+        if why and r["baseline"]["kernels"] != {key}:
             groups[why][0].add(show(key))
-            groups[why][1].update(show(k) for k in r["before"]["kernels"])
+            groups[why][1].update(show(k) for k in r["baseline"]["kernels"])
     return [f"- {', '.join(f'`{k}`' for k in sorted(after))} ← "
             f"{', '.join(f'`{k}`' for k in sorted(before)) or 'nothing'}: {why}"
             for why, (after, before) in groups.items()]
 
 
 def summary(p, launch_us):
-    tb, ta, b = p["totals"]["before"], p["totals"]["after"], p["batch"]
+    tb, ta, b = p["totals"]["baseline"], p["totals"]["shipped"], p["batch"]
     return (f"step {tb['floored'] * 1e3:.3f} → {ta['floored'] * 1e3:.3f} ms with the {launch_us:g} µs floor "
             f"({b / tb['floored']:,.0f} → {b / ta['floored']:,.0f} images/s); without it "
             f"{tb['pred'] * 1e3:.3f} → {ta['pred'] * 1e3:.3f} ms ({b / tb['pred']:,.0f} → "
@@ -403,14 +398,14 @@ def summary(p, launch_us):
 def report(p, a):
     name = {"lenet": "LeNet", "resnet18": "ResNet-18"}[p["model"]]
     print(f"### {name}, batch {p['batch']}\n")
-    print(f"After: {p['source']}; before: docs/kernels.md at {a.before_rev}. "
+    print(f"Shipped: {p['source']}; baseline: docs/generated/launch-audit-baseline.md. "
           f"{summary(p, a.launch_us)}.\n")
     print("\n".join(table(p, 0.01 if a.markdown else 0.0)))
     print("\n\\* effective: roofline / predicted over the row's kernels (several kernels, or the total).\n")
-    print("Mapping (before → after):\n\n" + "\n".join(mapping(p)) + "\n")
+    print("Mapping (baseline → shipped):\n\n" + "\n".join(mapping(p)) + "\n")
     if a.markdown:
         return
-    ta = p["totals"]["after"]
+    ta = p["totals"]["shipped"]
     print(f"Sanity: the step's GEMM FLOPs {ta['flops'] / 1e9:.3f} G against 3 x step_model.py's forward "
           f"{p['reference'] / 1e9:.3f} G ({p['reference'] / 3 / p['batch'] / 1e6:.1f} MFLOP per image): "
           f"ratio {ta['flops'] / p['reference']:.3f} (the first conv's backward-data is not launched)")
@@ -423,24 +418,55 @@ def main():
     ap.add_argument("--model", choices=["lenet", "resnet18"])
     ap.add_argument("--batch", type=int, choices=[128, 256])
     ap.add_argument("--launch-us", type=float, default=4.0, help="per-launch floor (µs), default 4")
-    ap.add_argument("--before-rev", default=BEFORE_REV, help="commit of the before tables")
-    ap.add_argument("--markdown", action="store_true", help="print what goes into docs/kernels.md")
+    ap.add_argument("--markdown", action="store_true",
+                    help="print what goes into docs/generated/step-time.md (kernels under 1%% folded)")
+    ap.add_argument("--write", action="store_true",
+                    help="with --docs: rewrite docs/generated/step-time.md (all four steps, as --markdown)")
     ap.add_argument("--docs", action="store_true",
-                    help="after: docs/kernels.md's tables even where build/launch-audit has files")
+                    help="shipped: docs/generated/launch-audit.md even where build/launch-audit has files")
     ap.add_argument("--check", action="store_true",
                     help="exit 1 unless the model's launches and blocks agree with the audits "
-                         "(a test: a kernel change the model does not know of fails it)")
+                         "(a test: a kernel change the model does not know of fails it), and, "
+                         "with --docs, unless docs/generated/step-time.md is what they give")
     a = ap.parse_args()
     runs = [(m, b) for m in ("lenet", "resnet18") for b in (256, 128)
             if (a.model in (None, m)) and (a.batch in (None, b))]
+    if a.write and (a.model or a.batch or not a.docs):
+        ap.error("--write writes all four steps from the docs' tables: --docs, no --model or --batch")
+    page = a.write or (a.check and a.docs and not (a.model or a.batch))
+    a.markdown = a.markdown or a.write
     preds = [predict(m, b, a) for m, b in runs]
+    render(preds, a)
+    if page:  # docs/generated/step-time.md: all four steps as --markdown prints them
+        a.markdown = True
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            render(preds, a)
+        text = ("# Predicted step time on one H100: shipped kernels and the baseline\n\n"
+                "<!-- Generated by `python3 tools/predict/step_time.py --docs --write`; do not edit. -->\n\n"
+                "How the prediction is made: [kernels.md](../kernels.md), \"Predicted step time\". "
+                "Each cell with an arrow reads baseline → shipped.\n\n" + text.getvalue().rstrip() + "\n")
+        path = GENERATED / "step-time.md"
+        if a.write:
+            path.write_text(text)
+            print(f"step_time: {path.relative_to(ROOT)} updated", file=sys.stderr)
+        elif not path.exists() or path.read_text() != text:
+            sys.exit(f"step_time: {path.relative_to(ROOT)} is not what the audit tables give; rerun "
+                     f"python3 tools/predict/step_time.py --docs --write")
+    failed = [f"{p['model']} {p['batch']}" for p in preds if p["checks"]]
+    if a.check and failed:
+        sys.exit(f"step_time: the model disagrees with the launch audit for {', '.join(failed)} "
+                 f"(the checks above); update tools/predict/step_time.py or rerun the audits")
+
+
+def render(preds, a):
     print(f"Assumptions: H100 SXM5 FP32 {kt.FP32_PEAK / 1e12:.1f} TFLOP/s, HBM {kt.HBM_BW / 1e12:.2f} TB/s; "
           f"minimum bytes (each tensor once); predicted = roofline / the audit's predicted SM utilisation; "
           f"floor {a.launch_us:g} µs per launch (see the docstring).\n")
     print("| step | launches | roofline ms | predicted ms, no floor | with the floor | images/s |")
     print("|---|---|---|---|---|---|")
     for p in preds:
-        tb, ta, b = p["totals"]["before"], p["totals"]["after"], p["batch"]
+        tb, ta, b = p["totals"]["baseline"], p["totals"]["shipped"], p["batch"]
         print(f"| {p['model']} {b} | {tb['launches']:.0f} → {ta['launches']:.0f} | "
               f"{pair(tb['roof'] * 1e3, ta['roof'] * 1e3, '{:.3f}')} | {tb['pred'] * 1e3:.3f} → "
               f"{ta['pred'] * 1e3:.3f} | {tb['floored'] * 1e3:.3f} → {ta['floored'] * 1e3:.3f} | "
@@ -448,10 +474,6 @@ def main():
     print()
     for p in preds:
         report(p, a)
-    failed = [f"{p['model']} {p['batch']}" for p in preds if p["checks"]]
-    if a.check and failed:
-        sys.exit(f"step_time: the model disagrees with the launch audit for {', '.join(failed)} "
-                 f"(the checks above); update scripts/step_time.py or rerun the audits")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Prepares the GPU run: builds the release binaries for sm_90 (H100/H200)
 # and puts in .gpu/ (ignored by git) everything the GPU machine lacks, so that
-# a session lent a GPU runs `bash scripts/gpu-check.sh "$OUT"` there at once
+# a session lent a GPU runs `bash tools/gpu/gpu-check.sh "$OUT"` there at once
 # (docs/gpu.md). Run it here, from any directory:
 #
-#   bash scripts/gpu-pack.sh
-#   ANVIL_GPU_PACK=build/gpu-rehearsal/pack bash scripts/gpu-pack.sh --reuse build/release
+#   bash tools/gpu/gpu-pack.sh
+#   ANVIL_GPU_PACK=build/gpu-rehearsal/pack bash tools/gpu/gpu-pack.sh --reuse build/release
 #       CI's rehearsal: packs an existing build (its own flags: not for the
 #       GPU machine), uncompressed, into another folder
 #
@@ -29,7 +29,7 @@
 # alone is 36 MB, hence xz (bin and lib: 90 MB, 9 MB packed). The script
 # fails if the folder passes 60 MiB.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 pack=${ANVIL_GPU_PACK:-.gpu}
 [[ "$pack" != / && -n "$pack" ]] || { echo "gpu-pack: ANVIL_GPU_PACK=$pack" >&2; exit 2; }
 build=build/gpu
@@ -146,7 +146,7 @@ fi
 glibc=$(for f in "$stage"/bin/* "$stage"/lib/*; do objdump -T "$f" 2>/dev/null; done |
   grep -o 'GLIBC_[0-9.]*' | sort -u -V | tail -1)
 {
-  echo "anvil GPU bundle (scripts/gpu-pack.sh)"
+  echo "anvil GPU bundle (tools/gpu/gpu-pack.sh)"
   [[ -n "$reuse" ]] && echo "REUSED $reuse: that build's own flags, not a bundle for the GPU machine"
   echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . || echo ' (with uncommitted changes)')"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(. /etc/os-release && echo "$PRETTY_NAME")"
@@ -179,4 +179,4 @@ if [[ -z "$reuse" ]] && ((size > limit_mib * 1024 * 1024)); then
 fi
 cat "$pack/MANIFEST"
 echo "== gpu-pack: done. On the GPU machine (device run, carry [\".gpu\"]):" \
-  "bash scripts/gpu-check.sh \"\$OUT\" --part 1, then --part 2, then (if time allows) --part 3 (docs/gpu.md)"
+  "bash tools/gpu/gpu-check.sh \"\$OUT\" --part 1, then --part 2, then (if time allows) --part 3 (docs/gpu.md)"

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The GPU run, from the bundle scripts/gpu-pack.sh made (.gpu/), in one
+# The GPU run, from the bundle tools/gpu/gpu-pack.sh made (.gpu/), in one
 # command on the GPU machine (a device call with carry [".gpu"], from the
 # repository root; docs/gpu.md):
 #
-#   bash scripts/gpu-check.sh "$OUT"            # everything (may not fit 10 min)
-#   bash scripts/gpu-check.sh "$OUT" --part 1   # tests + kernel benchmark
-#   bash scripts/gpu-check.sh "$OUT" --part 2   # training runs, PyTorch, sanitizers
-#   bash scripts/gpu-check.sh "$OUT" --part 3   # the data-parallel path on one GPU
+#   bash tools/gpu/gpu-check.sh "$OUT"            # everything (may not fit 10 min)
+#   bash tools/gpu/gpu-check.sh "$OUT" --part 1   # tests + kernel benchmark
+#   bash tools/gpu/gpu-check.sh "$OUT" --part 2   # training runs, PyTorch, sanitizers
+#   bash tools/gpu/gpu-check.sh "$OUT" --part 3   # the data-parallel path on one GPU
 #
 # writes OUTDIR/report.md and OUTDIR/figures.json, plus the logs behind them
 # (tests.log, bench.log, train.log, sanitizer.log: at most 6 files, as a
@@ -33,8 +33,8 @@
 # ANVIL_GPU_CHECK_TESTS=EXPR runs only the tests matching a Catch2 tag
 # expression (CI's short rehearsal: "[gemm]"), not the whole suite.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-usage="usage: bash scripts/gpu-check.sh OUTDIR [--part 1|2|3|all]"
+cd "$(dirname "$0")/../.."
+usage="usage: bash tools/gpu/gpu-check.sh OUTDIR [--part 1|2|3|all]"
 out=${1:?$usage}
 part=all
 if [[ $# -ge 3 && "$2" == "--part" ]]; then part=$3; fi
@@ -58,7 +58,7 @@ if [[ -f "$pack/bundle.tar.xz" ]]; then
   fi
 fi
 if [[ ! -x "$files/bin/anvil-tests" ]]; then
-  echo "gpu-check: no bundle in $pack/: run bash scripts/gpu-pack.sh first (and carry .gpu)" >&2
+  echo "gpu-check: no bundle in $pack/: run bash tools/gpu/gpu-pack.sh first (and carry .gpu)" >&2
   exit 2
 fi
 mkdir -p "$out"
@@ -163,7 +163,7 @@ skip() {  # skip NAME WHY
   report
 }
 report() {
-  "${python:-python3}" scripts/gpu_report.py "$work" "$out" >/dev/null 2>"$work/report.err" ||
+  "${python:-python3}" tools/gpu/gpu_report.py "$work" "$out" >/dev/null 2>"$work/report.err" ||
     { echo "gpu-check: the report failed:" >&2; cat "$work/report.err" >&2; }
 }
 libcheck() {  # every library resolves: from the bundle, or one the GPU image has

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Writes report.md and figures.json for scripts/gpu-check.sh.
+"""Writes report.md and figures.json for tools/gpu/gpu-check.sh.
 
-    python3 scripts/gpu_report.py WORKDIR OUTDIR
+    python3 tools/gpu/gpu_report.py WORKDIR OUTDIR
 
 WORKDIR holds what gpu-check.sh's steps left: steps.tsv (name, status,
 seconds, note per step), notes, nvidia-smi.txt, tests-cuda.log and
@@ -207,7 +207,7 @@ def main():
     bad = [s for s in st if s["status"].startswith(("failed", "timed out"))]
     md = ["# anvil GPU check", "",
           f"{figures['generated']}, part {figures['part']}, bundle {figures['bundle_commit'] or '?'}; "
-          f"`scripts/gpu-check.sh` (docs/gpu.md).", "", "## Summary", ""]
+          f"`tools/gpu/gpu-check.sh` (docs/gpu.md).", "", "## Summary", ""]
     if gpu["present"]:
         md.append(f"- GPU: {', '.join(gpu['names'])}, driver {gpu['driver']}, CUDA {gpu['cuda']}; "
                   f"CPU {gpu['cpu']} ({gpu['cpus']} CPUs).")
