@@ -1,4 +1,4 @@
-// kernels/cuda BatchNorm (batch_norm.cu) against the CPU kernels: training
+// kernels/cuda BatchNorm (kernels/cuda/batch_norm/) against the CPU kernels: training
 // forward (output, saved statistics, running statistics, with and without
 // running buffers), eval forward and training backward, on shapes from one
 // value per channel to channels longer than a block (so that a thread walks

@@ -1,4 +1,4 @@
-// kernels/cuda convolution (conv.cu): every variant of forward, backward-data
+// kernels/cuda convolution (kernels/cuda/conv/): every variant of forward, backward-data
 // and backward-weight against cpu::conv2d_* on ragged shapes (strides, pads,
 // non-square windows, chunked batches), with and without bias / dbias;
 // degenerate shapes and argument checks. Runs on the simulator

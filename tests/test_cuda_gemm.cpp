@@ -1,4 +1,4 @@
-// kernels/cuda GEMM (gemm.cu): every variant, every transpose combination,
+// kernels/cuda GEMM (kernels/cuda/gemm/): every variant, every transpose combination,
 // ragged shapes and padded row strides against the CPU GEMM; argument checks.
 // Runs on the simulator (ANVIL_CUDA=SIM) or on a real GPU when there is one.
 #if defined(ANVIL_CUDA_BACKEND)

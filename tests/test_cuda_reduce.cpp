@@ -1,4 +1,4 @@
-// kernels/cuda reductions (reduce.cu): every sum variant against cpu::sum on
+// kernels/cuda reductions (kernels/cuda/reduce/): every sum variant against cpu::sum on
 // sizes around the warp, block and grid boundaries, the determinism of the
 // two-pass variant, channel_sum against cpu::channel_sum on ragged shapes,
 // and label_min_max. Runs on the simulator (ANVIL_CUDA=SIM) or on a real GPU.

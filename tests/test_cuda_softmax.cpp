@@ -1,4 +1,4 @@
-// kernels/cuda softmax cross-entropy (softmax_cross_entropy.cu): every
+// kernels/cuda softmax cross-entropy (kernels/cuda/softmax/): every
 // forward variant against cpu::softmax_cross_entropy_forward on ragged
 // shapes and on logits of large magnitude (stability), and the backward
 // kernel against the CPU, each with and without label smoothing, and count_correct (a batch's correct predictions,

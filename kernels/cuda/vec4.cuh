@@ -1,6 +1,6 @@
 // 128-bit accesses: four consecutive floats moved by one instruction, for the
-// kernels that move their tiles in 16-byte pieces (GEMM variants 5-7 in
-// gemm.cu, convolution variant 4 in conv.cu).
+// kernels that move their tiles in 16-byte pieces (GEMM rungs 05-08 in
+// gemm/, convolution rungs 04-05 in conv/).
 //
 // Under nvcc these are float4 accesses: one LDG.E.128 from global memory, or
 // one LDS.128 / STS.128 in shared memory, where scalar code would issue four

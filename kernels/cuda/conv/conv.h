@@ -34,7 +34,7 @@ size_t conv2d_workspace_floats(int variant, const Conv2dShape& s);
 
 // Each call overwrites its output (y; dx; dw and, when non-null, dbias);
 // bias / dbias may be null; P and Q as Conv2dShape::out_size gives them.
-// dbias is channel_sum (reduce.cu) over dy [N, K, P*Q] in every variant.
+// dbias is channel_sum (reduce/reduce.h) over dy [N, K, P*Q] in every variant.
 // Bad shapes or variants throw std::invalid_argument naming the field.
 // Limits: every dimension, and each GEMM dimension (N*P*Q, N*H*W, C*R*S,
 // K*R*S), below 2^31; element counts and addresses are 64-bit.

@@ -1,6 +1,6 @@
 // Split-K: how many chunks to cut a GEMM's reduction into when its M x N
-// tiles are too few to fill the GPU (GEMM variant 8, gemm.cu; the weight
-// gradient of convolution variants 2 and 5, conv.cu), and the second pass
+// tiles are too few to fill the GPU (GEMM rung 08, gemm/08_split_k.cu; the
+// weight gradient of convolution rungs 02 and 05, conv/), and the second pass
 // that adds the chunks' partial tiles. Host code; the tests include it to
 // check that their shapes do split.
 //
@@ -87,7 +87,7 @@ inline int64_t workspace_floats(const Plan& p, int64_t M, int64_t N) {
 }
 
 // C[m*ldc + n] = alpha * sum over z of partials[z*M*N + m*N + n] + beta * C
-// (C not read when beta == 0), in an order fixed by `splits` (gemm.cu): below
+// (C not read when beta == 0), in an order fixed by `splits` (gemm/08_split_k.cu): below
 // 32 splits one thread per element of C adds z = 0, 1, ...; from 32, one warp
 // per element, lane l adding z = l, l + 32, ..., then a shuffle tree across
 // the lanes, so that hundreds of partials (a one-tile weight gradient) are

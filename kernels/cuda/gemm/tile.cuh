@@ -1,5 +1,5 @@
-// The register-blocked GEMM tile shared by GEMM variant 4 (gemm.cu) and the
-// implicit-GEMM convolutions (conv.cu): one block of 256 threads computes a
+// The register-blocked GEMM tile shared by GEMM rung 04 (gemm/) and the
+// implicit-GEMM convolutions (conv/): one block of 256 threads computes a
 // 64x64 tile of C = op(A) * op(B) (an M x N result, reduction length K), 4x4
 // outputs per thread held in registers, walking K in steps of 16 through two
 // shared-memory tiles.
@@ -97,7 +97,7 @@ __device__ __forceinline__ void register_blocked(int M, int N, int K, const GetA
 // is p[k * ld + j] when KMajor (B as stored, or A stored transposed) and
 // p[j * ld + k] otherwise (A as stored, or B stored transposed).
 //
-// The tiles of gemm_warp_tile.cuh also read four elements at once along the
+// The tiles of warp_tile.cuh also read four elements at once along the
 // contiguous index (j when KMajor, else k) with one 128-bit load, starting
 // at a multiple of 4, when `aligned` says that is safe: p on a 16-byte
 // boundary and ld a multiple of 4 floats (see strided() below).

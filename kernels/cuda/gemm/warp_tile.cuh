@@ -1,7 +1,7 @@
-// The tiles of GEMM variants 5-7 (gemm.cu) and of the implicit-GEMM
-// convolution variant 4 (conv.cu): one block computes a BM x BN tile of
+// The tiles of GEMM rungs 05-08 (gemm/) and of the implicit-GEMM
+// convolution rungs 04-05 (conv/): one block computes a BM x BN tile of
 // C = op(A) * op(B) (an M x N result, reduction length K), walking K in steps
-// of BK through shared memory. Three ideas, each one rung of gemm.cu's ladder,
+// of BK through shared memory. Three ideas, each one rung of the GEMM ladder,
 // all set by the Shape below:
 //
 // 128-bit accesses (variant 5 on). Global memory is read four floats at a
@@ -45,11 +45,11 @@
 // puts a warp's 32 stores in 32 different banks. (With BK = 16, variant 5,
 // two quads of a warp share each bank: a 2-way conflict on those stores.)
 //
-// The operands are accessors as in gemm_tile.cuh (kMajor, operator()(j, k)),
+// The operands are accessors as in tile.cuh (kMajor, operator()(j, k)),
 // with an optional quad(j, k): the four elements along the contiguous index,
 // used for quads wholly inside the matrix when the operand's `aligned` is
 // true (a strided matrix: one 16-byte load, where its address allows; a
-// gathered one, conv.cu's: four loads sharing their index arithmetic). The result
+// gathered one, the convolutions': four loads sharing their index arithmetic). The result
 // goes through put(m, n, v, valid): a float4 of C[m][n..n+3] of which the
 // first `valid` (1-4) lie inside N, called only for m < M.
 //

@@ -1,5 +1,5 @@
 // Per-channel reductions split over several blocks per channel, shared by
-// channel_sum variant 2 (reduce.cu) and BatchNorm variant 2 (batch_norm.cu).
+// channel_sum rung 02 (reduce/) and BatchNorm rung 02 (batch_norm/).
 //
 // A channel c of x[N, C, HW] is M = N*HW values: N runs of HW contiguous
 // floats, C*HW apart. It is cut into S contiguous slices ("splits"), one
