@@ -1,6 +1,7 @@
 // kernels/cuda elementwise kernels (elementwise.cu) against the CPU kernels:
 // ragged sizes (0, 1, 7, 1000, 4097), in-place use (the output aliasing an
-// input), relu at exactly 0 and NaN, fill of every dtype, the int64 add, the scalar broadcast, the per-channel
+// input), relu at exactly 0 and NaN, fill of every dtype, float32 <-> bfloat16
+// conversion, the int64 add, the scalar broadcast, the per-channel
 // bias. Every device buffer is 3 elements longer than n and the tail holds a
 // sentinel, so a kernel writing past n shows. Runs on the simulator
 // (ANVIL_CUDA=SIM) or on a real GPU when there is one.
@@ -8,7 +9,9 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -184,6 +187,49 @@ TEST_CASE("cuda fill writes exactly n elements of each dtype", "[cuda][elementwi
       anvil::cuda::fill(n, uint8_t(200), d.ptr, nullptr);
       REQUIRE(d.to_host() == want);
     }
+  }
+}
+
+TEST_CASE("cuda float32 <-> bfloat16 conversion matches the CPU on exactly n elements",
+          "[cuda][elementwise][bf16]") {
+  if (!cuda_test::have_device()) return;
+  using anvil::bfloat16;
+  const bfloat16 sentinel = bfloat16::from_bits(0xABCD);
+  auto bits = [](const std::vector<bfloat16>& v) {
+    std::vector<uint16_t> out;
+    for (bfloat16 b : v) out.push_back(b.bits);
+    return out;
+  };
+  for (int64_t n : kSizes) {
+    INFO("n = " << n);
+    const size_t len = size_t(n) + kTail;
+    // Random bit patterns: every exponent, NaNs, Infs and denormals among them.
+    std::mt19937 gen(uint32_t(n) + 17);
+    Vec x(len, kSentinel);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t u = uint32_t(gen());
+      std::memcpy(&x[size_t(i)], &u, 4);
+    }
+    std::vector<bfloat16> want(len, sentinel);
+    anvil::cpu::float_to_bf16(n, x.data(), want.data());
+    DeviceBuffer<float> dx(x);
+    DeviceBuffer<bfloat16> dy(std::vector<bfloat16>(len, sentinel));
+    anvil::cuda::float_to_bf16(n, dx.ptr, dy.ptr, nullptr);
+    const std::vector<bfloat16> got = dy.to_host();
+    REQUIRE(bits(got) == bits(want));
+
+    Vec back_want(len, kSentinel);
+    anvil::cpu::bf16_to_float(n, want.data(), back_want.data());
+    DeviceBuffer<float> dback(Vec(len, kSentinel));
+    anvil::cuda::bf16_to_float(n, dy.ptr, dback.ptr, nullptr);
+    const Vec back = dback.to_host();
+    REQUIRE(std::memcmp(back.data(), back_want.data(), len * sizeof(float)) == 0);
+
+    DeviceBuffer<bfloat16> dfill(std::vector<bfloat16>(len, sentinel));
+    anvil::cuda::fill(n, bfloat16(-2.0f), dfill.ptr, nullptr);
+    std::vector<uint16_t> fill_want(size_t(n), 0xC000);
+    fill_want.resize(len, 0xABCD);
+    REQUIRE(bits(dfill.to_host()) == fill_want);
   }
 }
 

@@ -1,7 +1,7 @@
 // Elementwise kernels: relu forward/backward, add, mul, axpy, scale, fill
 // (float, int64, uint8, bfloat16), float32 <-> bfloat16 conversion, an int64
-// counter increment, a device scalar spread
-// over a tensor and the per-channel bias add.
+// counter increment, a device scalar spread over a tensor and the
+// per-channel bias add.
 //
 // Thread -> data mapping: one flat index space [0, n), walked by a
 // grid-stride loop. Thread t of block b starts at element b*blockDim + t and
