@@ -71,7 +71,8 @@ struct EpochOptions {
   double label_smoothing = 0.0;
   // Data-parallel training: the loader is this rank's shard. The figures
   // returned (and those the progress shows) are the whole batch's, summed
-  // over the ranks (progress: this rank's own so far).
+  // over the ranks (progress: this rank's own so far). Null: one replica,
+  // the whole batch on this device.
   Replicas* replicas = nullptr;
 };
 
