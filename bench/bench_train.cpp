@@ -11,10 +11,10 @@
 //  1. Loads only the training images it needs and holds them in memory as one
 //     float tensor (pixel / 255, as the DataLoader does; resized once up front
 //     for resnet18-96); every step takes a zero-copy narrow() of it, so only
-//     the training step is timed: forward, cross-entropy, zero_grad,
-//     backward, SGD step and loss.item(): train::train_epoch's step, except
-//     that it adds the loss and the correct predictions to running totals
-//     instead of reading the loss (on the CPU the two cost the same).
+//     the training step is timed: zero_grad, train::forward_backward (forward,
+//     cross-entropy, backward: train::train_epoch's step), SGD step and
+//     loss.item() (train_epoch instead adds the loss and the correct
+//     predictions to running totals; on the CPU the two cost the same).
 //  2. Reports anvil's images/s (and the seconds an epoch of 60,000 images
 //     would take) over --batches batches after --warmup batches (or over
 //     --epochs whole epochs), per repeat. The model is models::create(--model)
@@ -79,6 +79,7 @@
 #include "data/transforms.h"
 #include "nn/models.h"
 #include "nn/optim.h"
+#include "nn/train.h"
 
 using namespace anvil;
 using Clock = std::chrono::steady_clock;
@@ -208,13 +209,12 @@ Dataset load_train(const std::string& dir, int64_t limit, int64_t size) {
   return d;
 }
 
+// The trainer's step (train::forward_backward) with the SGD step around it.
 double train_step(nn::Module& model, optim::SGD& opt, const Tensor& x, const Tensor& y) {
-  Tensor logits = model(x);
-  Tensor loss = cross_entropy(logits, y);
   opt.zero_grad();
-  loss.backward();
+  const train::StepResult s = train::forward_backward(model, x, y);
   opt.step();
-  return loss.item();
+  return s.loss.item();
 }
 
 // ---------------------------------------------------------------- breakdown

@@ -79,6 +79,15 @@ Replicas& replicas_or_one(Replicas* replicas) {
 
 }  // namespace
 
+StepResult forward_backward(nn::Module& model, const Tensor& x, const Tensor& y,
+                            double label_smoothing, double share) {
+  StepResult s;
+  s.logits = model(x);
+  s.loss = cross_entropy(s.logits, y, Reduction::Mean, label_smoothing);
+  (share == 1.0 ? s.loss : scale(s.loss, share)).backward();
+  return s;
+}
+
 EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoader& loader,
                        Device device, const EpochOptions& options) {
   model.train();
@@ -103,12 +112,9 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
     // the rank count): it then adds nothing but still takes part in the sum.
     replicas.begin_step(batch.size, batch.global_size);
     if (batch.size > 0) {
-      Tensor logits = model(x);
-      Tensor loss = cross_entropy(logits, y, Reduction::Mean, options.label_smoothing);
-      // This rank's share of the batch's mean loss (the whole of it on one device).
-      const double share = double(batch.size) / double(batch.global_size);
-      (share == 1.0 ? loss : scale(loss, share)).backward();
-      totals.add(loss, double(batch.size), logits, y);
+      const StepResult s = forward_backward(model, x, y, options.label_smoothing,
+                                            double(batch.size) / double(batch.global_size));
+      totals.add(s.loss, double(batch.size), s.logits, y);
     }
     replicas.after_backward();
     optimizer.step();
