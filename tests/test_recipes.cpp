@@ -1,9 +1,11 @@
 // anvil-train's --recipe presets: every value of every (recipe, model), as
-// apps/recipes.json gives them, and the errors for a bad recipe name.
+// apps/recipes.json gives them, the errors for a bad recipe name, and the
+// values --help quotes.
 #include <catch2/catch.hpp>
 
 #include <string>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "apps/train_recipes.h"
@@ -86,4 +88,23 @@ TEST_CASE("recipes: flags outside the recipe are kept", "[recipes]") {
   CHECK(r.limit_train == 100);
   CHECK(r.metrics == "m.jsonl");
   CHECK(r.recipe == "best");
+}
+
+TEST_CASE("recipes: --help's summary of the presets quotes the table's values", "[recipes]") {
+  const std::string help = anvil::app::recipes_help();
+  const auto lr = [](const std::string& recipe, const std::string& model) {
+    return preset(recipe, model)["lr"].dump();
+  };
+  CHECK_THAT(help, Contains(fmt::format("batch {}, lr {} (LeNet) / {} (ResNet-18)",
+                                        preset("seed", "lenet")["batch-size"].dump(),
+                                        lr("seed", "lenet"), lr("seed", "resnet18"))));
+  CHECK_THAT(help, Contains(fmt::format("{} epochs, no augmentation",
+                                        preset("seed", "lenet")["epochs"].dump())));
+  CHECK_THAT(help, Contains(fmt::format("batch {}, cosine schedule after {} warmup epoch",
+                                        preset("best", "lenet")["batch-size"].dump(),
+                                        preset("best", "lenet")["warmup-epochs"].dump())));
+  CHECK_THAT(help, Contains(fmt::format("LeNet: lr {},", lr("best", "lenet"))));
+  CHECK_THAT(help, Contains(fmt::format("ResNet-18: lr {}, {} epochs", lr("best", "resnet18"),
+                                        preset("best", "resnet18")["epochs"].dump())));
+  CHECK_THAT(help, Contains(fmt::format("momentum {}", preset("best", "lenet")["momentum"].dump())));
 }
