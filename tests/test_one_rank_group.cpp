@@ -13,6 +13,7 @@
 #include "nn/train.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
+#include "tests/cuda_test_util.h"
 #include "tests/nn_test_util.h"
 
 using namespace anvil;
@@ -47,6 +48,21 @@ TEST_CASE("one_rank_group: rank 0 of 1, its collectives keep the data", "[one-ra
   CHECK(parallel::broadcast_text(*comm, "settings", 0) == "settings");
   // No other rank: point to point has no peer.
   CHECK_THROWS_WITH(comm->send(t, 0), Contains("no other rank to send to"));
+}
+
+TEST_CASE("one_rank_group on a GPU: scatter and all_gather copy on the device", "[one-rank]") {
+  if (!cuda_test::have_device("one_rank_group on cuda:0")) return;
+  auto comm = parallel::one_rank_group(Device::cuda(0));
+  CHECK(comm->device() == Device::cuda(0));
+  const std::vector<float> values = {0.5f, -1.0f, 2.0f, 4.5f};
+  Tensor t = Tensor::from_vector(values, {2, 2}, Device::cuda(0));
+  comm->allreduce(t, parallel::ReduceOp::kAverage);
+  Tensor part = comm->scatter(t, 0);
+  Tensor all = comm->all_gather(part);
+  comm->synchronize();
+  CHECK(part.device() == Device::cuda(0));
+  CHECK(part.to_vector() == values);
+  CHECK(all.to_vector() == values);
 }
 
 TEST_CASE("one_rank_group: DataParallel over it is plain training, with no collective",
