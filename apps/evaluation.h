@@ -1,12 +1,14 @@
-// anvil-train --eval-only's report: the test figures of a weights file, per
-// class and as a confusion matrix, as text for the terminal and as JSON for
-// --metrics.
+// anvil-train --eval-only: the test figures of a weights file, per class and
+// as a confusion matrix, as text for the terminal and as JSON for --metrics.
 #pragma once
 #include <array>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "apps/train_recipes.h"
+#include "core/device.h"
+#include "nn/module.h"
 #include "nn/train.h"
 
 namespace anvil::app {
@@ -27,5 +29,11 @@ std::string evaluation_text(const train::ClassEvaluation& e);
 // classes (names), per_class [{label, class, examples, correct, accuracy}]
 // and confusion (rows: true class).
 nlohmann::ordered_json evaluation_json(const train::ClassEvaluation& e);
+
+// anvil-train --eval-only: the test figures of the weights in `model` (or,
+// with --resume, of the checkpoint's, whose model and input settings must be
+// this run's), per class and as a confusion matrix; --metrics gets them as
+// one JSON object. Returns the exit status (0).
+int evaluate_only(const Options& o, nn::Module& model, Device device);
 
 }  // namespace anvil::app

@@ -1,104 +1,87 @@
 #include "apps/train_recipes.h"
 
+// The presets are apps/recipes.json, compiled in as kRecipesJson (CMakeLists.txt);
+// why each value is what it is: apps/recipes.md.
 #include <cmath>
+#include <stdexcept>
 #include <type_traits>
 
 #include <fmt/format.h>
 
 namespace anvil::app {
+
+extern const char* const kRecipesJson;
+
 namespace {
 
-bool is_resnet(const std::string& model) { return model.starts_with("resnet18"); }
+constexpr const char* kTableFile = "apps/recipes.json";
 
-// The seeds' settings (d2l's train_ch6 as the seed documents run it): plain
-// SGD at a constant rate from N(0, 0.01) weights, no input processing beyond
-// pixel / 255 (and the resize to 96 for the 96x96 ResNet). LeNet: seeds
-// 000/004, batch 256, lr 0.2; ResNet-18: seeds 000/002, batch 256, lr 0.1.
-Options seed_recipe(const std::string& model) {
-  const bool resnet = is_resnet(model);
-  Options r;
-  r.epochs = 10;
-  r.batch_size = 256;
-  r.lr = resnet ? 0.1 : 0.2;
-  r.momentum = 0;
-  r.weight_decay = 0;
-  r.nesterov = false;
-  r.init = "seed";
-  r.lr_schedule = "constant";
-  r.lr_step_epochs = 10;
-  r.lr_gamma = 0.1;
-  r.lr_min = 0;
-  r.warmup_epochs = 0;
-  r.warmup_start_factor = 0.1;
-  r.resize = model == "resnet18-96" ? 96 : 0;
-  r.augment = false;
-  r.crop_padding = 0;
-  r.normalize = false;
-  r.label_smoothing = 0;
-  return r;
+// The table, parsed once. A table that is not what the code expects is a
+// defect of the build, reported naming the file.
+const nlohmann::ordered_json& recipe_table() {
+  static const nlohmann::ordered_json table = [] {
+    auto j = nlohmann::ordered_json::parse(kRecipesJson, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) throw std::runtime_error(fmt::format("{}: not a JSON object", kTableFile));
+    return j;
+  }();
+  return table;
 }
 
-// The best recipes: what a practitioner would use today, within the same
-// budget of epochs for LeNet.
-//  - Kaiming init: N(0, 0.01) leaves a deep ReLU stack's signal shrinking
-//    layer by layer, so the first epochs barely learn (LeNet's seed run is
-//    still at 0.83 after 10 epochs); He init keeps the activations' scale.
-//  - Inputs normalised with the training set's mean and std, so the first
-//    layer sees zero-mean unit-variance pixels instead of mostly-zero [0, 1].
-//  - SGD with Nesterov momentum 0.9 and weight decay 5e-4: the standard
-//    image-classification optimizer; the decay keeps LeNet's 100k-weight
-//    fully-connected layer from overfitting.
-//  - A cosine schedule with one epoch of linear warmup: warmup protects the
-//    freshly initialised weights from the full rate's first steps, the cosine
-//    ends with small steps that settle into a minimum, which is where most of
-//    the last percent of test accuracy comes from.
-//  - Batch 128: twice the updates of 256 per epoch, which matters in a fixed
-//    10-epoch budget, at little cost in throughput.
-//  - LeNet: no crop/flip augmentation. Measured over 10 epochs it costs more
-//    than it gains: 0.9035 test accuracy with crop (padding 2) + flip against
-//    0.9142 without; a model this small underfits the augmented set in 10
-//    epochs (README, "Training recipes").
-//  - ResNet-18: 15 epochs with random crops (2 pixels of padding at 28x28,
-//    the same 7% of the image, 7 pixels, at 96x96), horizontal flips and
-//    label smoothing 0.1: an 11M-parameter network memorises Fashion-MNIST's
-//    60,000 images within a few epochs; augmentation, smoothing and the
-//    longer cosine take it from the seed recipe's 0.85-0.92 past 0.945
-//    (docs/results.md: 0.9432 in 10 epochs, 0.9441 in 12, 0.9477 in 15).
-Options best_recipe(const std::string& model) {
-  const bool resnet = is_resnet(model);
+// The recipes' names: the table's keys whose values are objects ("about" is not one).
+std::string recipe_names() {
+  std::string names;
+  for (auto& [name, rows] : recipe_table().items())
+    if (rows.is_object()) names += (names.empty() ? "" : ", ") + name;
+  return names;
+}
+
+template <class T>
+bool has_type(const nlohmann::ordered_json& v) {
+  if constexpr (std::is_same_v<T, bool>) return v.is_boolean();
+  else if constexpr (std::is_same_v<T, std::string>) return v.is_string();
+  else if constexpr (std::is_floating_point_v<T>) return v.is_number();
+  else return v.is_number_integer();
+}
+
+// The row of `recipe` for `model`: every recipe flag, each of its type, no
+// other key. A model the table does not list gets LeNet's row.
+Options preset(const std::string& recipe, const std::string& model) {
+  const nlohmann::ordered_json& table = recipe_table();
+  auto rows = table.find(recipe);
+  if (rows == table.end() || !rows->is_object())
+    throw UsageError(
+        fmt::format("--recipe: unknown recipe '{}' (known: {})", recipe, recipe_names()));
+  const std::string row_name = rows->contains(model) ? model : "lenet";
+  auto row = rows->find(row_name);
+  if (row == rows->end() || !row->is_object())
+    throw std::runtime_error(fmt::format("{}: '{}' has no row '{}'", kTableFile, recipe, row_name));
   Options r;
-  r.epochs = resnet ? 15 : 10;
-  r.batch_size = 128;
-  r.lr = resnet ? 0.1 : 0.05;
-  r.momentum = 0.9;
-  r.weight_decay = 5e-4;
-  r.nesterov = true;
-  r.init = "kaiming";
-  r.lr_schedule = "cosine";
-  r.lr_step_epochs = 10;
-  r.lr_gamma = 0.1;
-  r.lr_min = 0;
-  r.warmup_epochs = 1;
-  r.warmup_start_factor = 0.1;
-  r.resize = model == "resnet18-96" ? 96 : 0;
-  r.augment = resnet;
-  r.crop_padding = model == "resnet18-96" ? 7 : 2;
-  r.normalize = true;
-  r.label_smoothing = resnet ? 0.1 : 0;
+  size_t keys = 0;
+  for_each_recipe_flag([&](const char* flag, auto field) {
+    using T = std::decay_t<decltype(r.*field)>;
+    auto value = row->find(flag + 2);
+    if (value == row->end() || !has_type<T>(*value))
+      throw std::runtime_error(fmt::format("{}: {}/{}: '{}' is missing or not a {}", kTableFile,
+                                           recipe, row_name, flag + 2,
+                                           std::is_same_v<T, bool>          ? "boolean"
+                                           : std::is_same_v<T, std::string> ? "string"
+                                           : std::is_floating_point_v<T>    ? "number"
+                                                                            : "whole number"));
+    r.*field = value->template get<T>();
+    ++keys;
+  });
+  if (row->size() != keys)
+    throw std::runtime_error(fmt::format("{}: {}/{} has {} keys; the recipe flags are {}",
+                                         kTableFile, recipe, row_name, row->size(), keys));
   return r;
 }
 
 }  // namespace
 
 Options apply_recipe(const Options& given) {
-  Options preset;
-  if (given.recipe == "seed") preset = seed_recipe(given.model);
-  else if (given.recipe == "best") preset = best_recipe(given.model);
-  else
-    throw UsageError(
-        fmt::format("--recipe: unknown recipe '{}' (known: seed, best)", given.recipe));
+  const Options values = preset(given.recipe, given.model);
   Options out = given;
-  for_each_recipe_flag([&](const char*, auto field) { out.*field = preset.*field; });
+  for_each_recipe_flag([&](const char*, auto field) { out.*field = values.*field; });
   return out;
 }
 
@@ -185,7 +168,7 @@ std::string recipes_help() {
          "        5e-4, batch 128, cosine schedule after 1 warmup epoch; LeNet: lr 0.05,\n"
          "        10 epochs; ResNet-18: lr 0.1, 15 epochs, random crop + flip, label\n"
          "        smoothing 0.1\n"
-         "resnet18-96 always resizes to 96x96. See README.md, \"Training recipes\".\n";
+         "resnet18-96 always resizes to 96x96. See docs/training.md, \"Recipes\".\n";
 }
 
 }  // namespace anvil::app

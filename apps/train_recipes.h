@@ -2,7 +2,8 @@
 //
 // A recipe fills every training setting (epochs, batch, optimizer, schedule,
 // init, data transforms) for the chosen model; each flag given explicitly on
-// the command line then overrides its preset value.
+// the command line then overrides its preset value. The presets are the
+// table apps/recipes.json (why each value: apps/recipes.md).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -11,10 +11,10 @@
 //  1. Loads only the training images it needs and holds them in memory as one
 //     float tensor (pixel / 255, as the DataLoader does; resized once up front
 //     for resnet18-96); every step takes a zero-copy narrow() of it, so only
-//     the training step is timed: forward, cross-entropy, zero_grad,
-//     backward, SGD step and loss.item(): train::train_epoch's step, except
-//     that it adds the loss and the correct predictions to running totals
-//     instead of reading the loss (on the CPU the two cost the same).
+//     the training step is timed: zero_grad, train::forward_backward (forward,
+//     cross-entropy, backward: train::train_epoch's step), SGD step and
+//     loss.item() (train_epoch instead adds the loss and the correct
+//     predictions to running totals; on the CPU the two cost the same).
 //  2. Reports anvil's images/s (and the seconds an epoch of 60,000 images
 //     would take) over --batches batches after --warmup batches (or over
 //     --epochs whole epochs), per repeat. The model is models::create(--model)
@@ -35,11 +35,12 @@
 //     together compare fairly). Prints PyTorch's figures beside anvil's and
 //     the ratio anvil / pytorch: the median over the paired windows.
 //
-// Defaults depend on the model (an explicit flag wins): LeNet runs 5 warm-up
-// + 3 windows of 60 timed batches, a 10-iteration breakdown and lr 0.2 (seed
-// 004's recipe); the ResNets, whose step takes seconds at batch 256 on two
-// cores, 2 warm-up + 1 window of 5 timed batches, a 2-iteration breakdown
-// and lr 0.1 (seed 002). On a busy machine use --repeats 3 or more.
+// Defaults depend on the model (an explicit flag wins): the batch and lr are
+// the seed recipe's (apps/recipes.json: LeNet 256 and 0.2, the ResNets 256
+// and 0.1); LeNet runs 5 warm-up + 3 windows of 60 timed batches and a
+// 10-iteration breakdown; the ResNets, whose step takes seconds at batch 256
+// on two cores, 2 warm-up + 1 window of 5 timed batches and a 2-iteration
+// breakdown. On a busy machine use --repeats 3 or more.
 //
 // Threads: --threads is applied with omp_set_num_threads before any kernel
 // runs. anvil's own loops use OpenMP, and the OpenBLAS it links (the Debian
@@ -70,6 +71,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "apps/train_recipes.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/random.h"
@@ -77,6 +79,7 @@
 #include "data/transforms.h"
 #include "nn/models.h"
 #include "nn/optim.h"
+#include "nn/train.h"
 
 using namespace anvil;
 using Clock = std::chrono::steady_clock;
@@ -86,15 +89,15 @@ namespace {
 
 constexpr int64_t kEpochImages = 60000;  // Fashion-MNIST's training set
 
-// -1 in batches, warmup, repeats, breakdown_iters and lr means "the model's default"
-// (resolve_defaults).
+// -1 in batches, warmup, repeats, breakdown_iters, batch_size and lr means
+// "the model's default" (resolve_defaults).
 struct Options {
   std::string model = "lenet";
   int batches = -1;
   int warmup = -1;
   int epochs = 0;
   int repeats = -1;
-  int64_t batch_size = 256;
+  int64_t batch_size = -1;
   int threads = 2;
   int breakdown_iters = -1;
   double lr = -1;
@@ -114,7 +117,11 @@ void resolve_defaults(Options& o) {
   if (o.warmup < 0) o.warmup = big ? 2 : 5;
   if (o.repeats < 0) o.repeats = big ? 1 : 3;
   if (o.breakdown_iters < 0) o.breakdown_iters = big ? 2 : 10;
-  if (o.lr < 0) o.lr = big ? 0.1 : 0.2;
+  app::Options seed;  // the seed recipe's batch and rate for the model
+  seed.model = o.model;
+  seed = app::apply_recipe(seed);
+  if (o.batch_size < 0) o.batch_size = seed.batch_size;
+  if (o.lr < 0) o.lr = seed.lr;
 }
 
 // Input side length the model is trained at.
@@ -202,13 +209,12 @@ Dataset load_train(const std::string& dir, int64_t limit, int64_t size) {
   return d;
 }
 
+// The trainer's step (train::forward_backward) with the SGD step around it.
 double train_step(nn::Module& model, optim::SGD& opt, const Tensor& x, const Tensor& y) {
-  Tensor logits = model(x);
-  Tensor loss = cross_entropy(logits, y);
   opt.zero_grad();
-  loss.backward();
+  const train::StepResult s = train::forward_backward(model, x, y);
   opt.step();
-  return loss.item();
+  return s.loss.item();
 }
 
 // ---------------------------------------------------------------- breakdown
@@ -738,8 +744,7 @@ int main(int argc, char** argv) {
                  "Timed windows per framework, alternating; the median and best are reported "
                  "(default: lenet 3, resnet 1)")
       ->check(CLI::Range(1, 1000));
-  app.add_option("--batch-size", o.batch_size, "Mini-batch size")
-      ->capture_default_str()
+  app.add_option("--batch-size", o.batch_size, "Mini-batch size (default: the seed recipe's, 256)")
       ->check(CLI::Range(int64_t{1}, int64_t{60000}));
   app.add_option("--threads", o.threads, "OpenMP (and OpenBLAS) threads; torch threads")
       ->capture_default_str()
@@ -747,7 +752,7 @@ int main(int argc, char** argv) {
   app.add_option("--breakdown-iters", o.breakdown_iters,
                  "Iterations of the per-layer breakdown, 0 = none (default: lenet 10, resnet 2)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--lr", o.lr, "SGD learning rate (default: lenet 0.2, resnet 0.1)")
+  app.add_option("--lr", o.lr, "SGD learning rate (default: the seed recipe's, lenet 0.2, resnet 0.1)")
       ->check(CLI::PositiveNumber);
   app.add_option("--momentum", o.momentum, "SGD momentum")
       ->capture_default_str()

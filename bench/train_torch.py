@@ -3,12 +3,13 @@
 
 --model picks the network, built as the seed documents build it and matching
 anvil's models::create(name, Init::Seed):
-  lenet        seed 004's LeNet, N(0, 0.01) weights, zero biases (lr 0.2)
+  lenet        seed 004's LeNet, N(0, 0.01) weights, zero biases
   resnet18     seed 002's d2l ResNet-18 for 28x28 inputs (3x3 stem), N(0, 0.01)
-               conv/linear weights, every other parameter PyTorch's default (lr 0.1)
+               conv/linear weights, every other parameter PyTorch's default
   resnet18-96  seed 000's ResNet-18 (7x7/2 stem + 3x3/2 max pool) on inputs
                bilinearly resized to 96x96 once, before timing
-trained with SGD (--lr, --momentum) on cross-entropy. Fashion-MNIST is read
+trained with SGD (--lr, --momentum; by default the seed recipe's rate and
+batch, from apps/recipes.json) on cross-entropy. Fashion-MNIST is read
 with gzip + numpy (no torchvision) and held in memory as one float tensor;
 each step takes a contiguous slice of it, as anvil's prefetching loader hands
 over a ready batch, so only the training step (forward, loss, zero_grad,
@@ -36,6 +37,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from anvil_recipes import recipe  # noqa: E402
 
 
 def read_idx(path, max_items=0):
@@ -299,7 +303,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", choices=["lenet", "resnet18", "resnet18-96"], default="lenet")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=None, help="default: the seed recipe's")
     p.add_argument("--warmup", type=int, default=None,
                    help="untimed batches first (default: lenet 5, resnet 2)")
     p.add_argument("--batches", type=int, default=None,
@@ -309,7 +313,7 @@ def main():
     p.add_argument("--repeats", type=int, default=1,
                    help="time this many consecutive windows; report the median (and best)")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--lr", type=float, default=None, help="default: lenet 0.2, resnet 0.1")
+    p.add_argument("--lr", type=float, default=None, help="default: the seed recipe's")
     p.add_argument("--momentum", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--breakdown", type=int, default=0, metavar="ITERS",
@@ -322,8 +326,11 @@ def main():
         a.warmup = 2 if resnet else 5
     if a.batches is None:
         a.batches = 5 if resnet else 60
+    seed_recipe = recipe("seed", a.model)
     if a.lr is None:
-        a.lr = 0.1 if resnet else 0.2
+        a.lr = seed_recipe["lr"]
+    if a.batch_size is None:
+        a.batch_size = seed_recipe["batch-size"]
     if a.batch_size < 1 or a.warmup < 0 or a.batches < 1 or a.epochs < 0 or a.threads < 1 \
             or a.repeats < 1 or a.breakdown < 0:
         p.error("sizes must be positive")

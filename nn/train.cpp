@@ -51,6 +51,7 @@ class RunningTotals {
 
   // The totals of every rank (a collective: every rank calls it once, at the
   // same point). Returns the summed figures; this object's own are spent.
+  // Over one replica they are this object's figures.
   EpochStats summed(Replicas& replicas) {
     replicas.sum_totals(loss_sum_, correct_, examples_);
     return stats();
@@ -62,7 +63,30 @@ class RunningTotals {
   Clock::time_point start_;
 };
 
+// Training on one device is data-parallel training over a single replica,
+// which has nothing to share: the loops below use this when given none.
+class OneReplica final : public Replicas {
+ public:
+  void begin_step(int64_t, int64_t) override {}
+  void after_backward() override {}
+  void sum_totals(const Tensor&, const Tensor&, int64_t&) override {}
+};
+
+Replicas& replicas_or_one(Replicas* replicas) {
+  static OneReplica one;
+  return replicas ? *replicas : one;
+}
+
 }  // namespace
+
+StepResult forward_backward(nn::Module& model, const Tensor& x, const Tensor& y,
+                            double label_smoothing, double share) {
+  StepResult s;
+  s.logits = model(x);
+  s.loss = cross_entropy(s.logits, y, Reduction::Mean, label_smoothing);
+  (share == 1.0 ? s.loss : scale(s.loss, share)).backward();
+  return s;
+}
 
 EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoader& loader,
                        Device device, const EpochOptions& options) {
@@ -73,6 +97,7 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
   if (options.epoch) batches.start_epoch(*options.epoch);
   else batches.start_epoch();
   RunningTotals totals(device);
+  Replicas& replicas = replicas_or_one(options.replicas);
   int64_t done = 0;
   data::DeviceBatch b;
   while (batches.next(b)) {
@@ -83,24 +108,15 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
       optimizer.set_lr(options.schedule->lr(int64_t(batch.epoch), batch.index,
                                             loader.num_batches()));
     optimizer.zero_grad();
-    if (options.replicas) {
-      // This rank's part of the batch may be empty (a last batch smaller than
-      // the rank count): it then adds nothing but still takes part in the sum.
-      options.replicas->begin_step(batch.size, batch.global_size);
-      if (batch.size > 0) {
-        Tensor logits = model(x);
-        Tensor loss = cross_entropy(logits, y, Reduction::Mean, options.label_smoothing);
-        const double share = double(batch.size) / double(batch.global_size);
-        (share == 1.0 ? loss : scale(loss, share)).backward();
-        totals.add(loss, double(batch.size), logits, y);
-      }
-      options.replicas->after_backward();
-    } else {
-      Tensor logits = model(x);
-      Tensor loss = cross_entropy(logits, y, Reduction::Mean, options.label_smoothing);
-      loss.backward();
-      totals.add(loss, double(batch.size), logits, y);
+    // This rank's part of the batch may be empty (a last batch smaller than
+    // the rank count): it then adds nothing but still takes part in the sum.
+    replicas.begin_step(batch.size, batch.global_size);
+    if (batch.size > 0) {
+      const StepResult s = forward_backward(model, x, y, options.label_smoothing,
+                                            double(batch.size) / double(batch.global_size));
+      totals.add(s.loss, double(batch.size), s.logits, y);
     }
+    replicas.after_backward();
     optimizer.step();
     ++done;
     if (options.progress)
@@ -108,7 +124,7 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
                         .total = loader.num_batches(),
                         .stats = [&totals] { return totals.stats(); }});
   }
-  EpochStats stats = options.replicas ? totals.summed(*options.replicas) : totals.stats();
+  EpochStats stats = totals.summed(replicas);
   stats.last_lr = optimizer.lr();
   return stats;
 }
@@ -142,7 +158,7 @@ EpochStats evaluate_batches(
     totals.add(cross_entropy(logits, b.labels, Reduction::Sum), 1.0, logits, b.labels);
     if (batch_done) batch_done(logits, b.host);
   }
-  EpochStats stats = replicas ? totals.summed(*replicas) : totals.stats();
+  EpochStats stats = totals.summed(replicas_or_one(replicas));
   model.train(was_training);
   return stats;
 }

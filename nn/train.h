@@ -71,10 +71,22 @@ struct EpochOptions {
   double label_smoothing = 0.0;
   // Data-parallel training: the loader is this rank's shard. The figures
   // returned (and those the progress shows) are the whole batch's, summed
-  // over the ranks (progress: this rank's own so far).
+  // over the ranks (progress: this rank's own so far). Null: one replica,
+  // the whole batch on this device.
   Replicas* replicas = nullptr;
 };
 
+
+// One training step's forward and backward on a batch on the model's device:
+// the logits, the mean cross-entropy (with label smoothing), and backward of
+// `share` times that loss (a replica's part of the whole batch's mean: its
+// examples / the batch's; 1 on one device). The caller zeroes the gradients
+// before and steps the optimizer after. train_epoch's step, and bench_train's.
+struct StepResult {
+  Tensor logits, loss;  // loss: the unscaled mean, a scalar on the device
+};
+StepResult forward_backward(nn::Module& model, const Tensor& x, const Tensor& y,
+                            double label_smoothing = 0.0, double share = 1.0);
 
 // One epoch: the epoch to run must not have been started on the loader yet.
 EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoader& loader,

@@ -198,6 +198,14 @@ int mpi_size();
 // starting MPI (-1 when not started by an MPI launcher).
 int mpi_rank_from_environment();
 
+// A group of one rank on `device` (cpu or cuda:N): a run on one device as
+// data-parallel training over one replica, so callers need no second code
+// path (MLX's EmptyGroup). Every collective leaves its tensor as it is
+// (scatter and all_gather copy it); send and recv have no peer and throw.
+// backend() is "local". Nothing waits on another rank: ANVIL_COMM_TIMEOUT
+// is not read.
+std::unique_ptr<Communicator> one_rank_group(Device device);
+
 // Root's text on every rank (its length, then its bytes; two broadcasts).
 std::string broadcast_text(Communicator& comm, const std::string& text, int root);
 

@@ -63,6 +63,8 @@ DataParallel::DataParallel(Communicator& comm, nn::Module& model, DataParallelOp
       throw std::invalid_argument(fmt::format(
           "DataParallel: parameter '{}' is on {}, but rank {}'s communicator moves tensors on {}",
           name, p.device().str(), comm.rank(), comm.device().str()));
+  // One rank: its gradients are already the batch's; no buckets, no hooks.
+  if (comm.size() == 1) return;
   // Buckets in the reverse order of the parameters: backward finishes the
   // last layers first, so their bucket can go while it works on the rest.
   bucket_of_.resize(params_.size());
@@ -101,13 +103,13 @@ DataParallel::DataParallel(Communicator& comm, nn::Module& model, DataParallelOp
 }
 
 DataParallel::~DataParallel() {
-  if (options_.overlap)
+  if (options_.overlap && comm_.size() > 1)
     for (const Tensor& p : params_) p.clear_post_accumulate_grad_hooks();
   for (nn::BatchNorm2d* bn : synced_) bn->sync = nullptr;
 }
 
 Tensor DataParallel::forward(nn::BatchNorm2d& bn, const Tensor& x) {
-  if (!in_step_) return Tensor();  // evaluation, recalibration: this rank's batch alone
+  if (!in_step_ || comm_.size() == 1) return Tensor();  // evaluation, recalibration: this rank's batch alone
   if (x.size(0) == 0)
     throw std::invalid_argument(fmt::format(
         "DataParallel: rank {} has no example of this batch of {}: with sync_batch_norm every "
@@ -119,6 +121,7 @@ Tensor DataParallel::forward(nn::BatchNorm2d& bn, const Tensor& x) {
 }
 
 void DataParallel::broadcast_state(optim::SGD* optimizer) {
+  if (comm_.size() == 1) return;  // rank 0's state is this rank's
   NoGradGuard no_grad;
   std::vector<Tensor> state = params_;
   for (const Tensor& b : buffers_of(model_)) state.push_back(b);
@@ -184,6 +187,10 @@ void DataParallel::launch(Bucket& b) {
 }
 
 void DataParallel::after_backward() {
+  if (comm_.size() == 1) {
+    in_step_ = false;
+    return;
+  }
   NoGradGuard no_grad;
   // The rest, in order: all of them without overlap or on a rank with no
   // example; from the first with a gradient that never came otherwise.
@@ -207,6 +214,7 @@ void DataParallel::after_backward() {
 }
 
 void DataParallel::sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) {
+  if (comm_.size() == 1) return;  // the totals are already the whole batch's
   Tensor count = Tensor::from_vector(std::vector<int64_t>{examples}, {1}, comm_.device());
   comm_.allreduce(loss_sum);
   comm_.allreduce(correct);

@@ -19,6 +19,10 @@
 // of the batch's mean loss (train_epoch), so that the sum over the ranks is
 // the whole batch's mean gradient even when the shards differ in size.
 //
+// Over a group of one rank (one_rank_group) it does nothing at all: no
+// buffers, hooks, copies or collectives, so a run on one device costs what
+// it would without it.
+//
 // BatchNorm: each replica normalises with its own batch's statistics (as
 // DataParallel and DDP do); after every step the running statistics (every
 // buffer) are rank 0's on every rank, as DDP's broadcast_buffers keeps them.

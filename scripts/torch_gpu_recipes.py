@@ -6,11 +6,12 @@ ratios (tools/gpu/gpu-check.sh): the same model, init, batch, rate and epochs as
     anvil-train --model resnet18 --recipe seed [--epochs N] --device cuda:0
 
   lenet     anvil's LeNet (tests/golden/seed_models.py), conv/linear weights
-            N(0, 0.01), biases 0; plain SGD at lr 0.2
+            N(0, 0.01), biases 0
   resnet18  d2l's ResNet-18 for 28x28 inputs, conv/linear weights N(0, 0.01),
-            every other parameter PyTorch's default; plain SGD at lr 0.1
+            every other parameter PyTorch's default
 
-both at batch 256 on pixels / 255, the training set reshuffled every epoch
+both with plain SGD at the seed recipe's rate and batch (apps/recipes.json) on
+pixels / 255, the training set reshuffled every epoch
 (the last, short batch kept), cross-entropy, evaluated on the 10,000 test
 images in eval mode after each epoch. FP32 throughout: TF32 is turned off for
 matrix products and cuDNN convolutions, as anvil's kernels and the kernel
@@ -41,8 +42,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "golden"))
 sys.path.insert(0, HERE)
 from seed_models import lenet, resnet18  # noqa: E402
 from torch_eval import evaluate, read_idx  # noqa: E402
+from anvil_recipes import recipe  # noqa: E402
 
-RECIPES = {"lenet": (lenet, 0.2, True), "resnet18": (lambda: resnet18(10), 0.1, False)}
+# The model and whether its biases start at 0, as the seeds' init_weights does.
+MODELS = {"lenet": (lenet, True), "resnet18": (lambda: resnet18(10), False)}
 
 
 def read_split(data_dir, train, limit):
@@ -57,7 +60,7 @@ def read_split(data_dir, train, limit):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", choices=sorted(RECIPES), required=True)
+    ap.add_argument("--model", choices=sorted(MODELS), required=True)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
@@ -74,7 +77,8 @@ def main():
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cudnn.benchmark = True
     torch.manual_seed(args.seed)
-    make, lr, zero_biases = RECIPES[args.model]
+    make, zero_biases = MODELS[args.model]
+    seed_recipe = recipe("seed", args.model)
     net = make()
     for m in net.modules():  # the seeds' init_weights
         if type(m) in (nn.Linear, nn.Conv2d):
@@ -84,9 +88,9 @@ def main():
     net.to(device)
     train_x, train_y = (t.to(device) for t in read_split(args.data_dir, True, args.limit_train))
     test_x, test_y = (t.to(device) for t in read_split(args.data_dir, False, args.limit_test))
-    trainer = torch.optim.SGD(net.parameters(), lr=lr)
+    trainer = torch.optim.SGD(net.parameters(), lr=seed_recipe["lr"])
     loss_fn = nn.CrossEntropyLoss()
-    batch_size = 256
+    batch_size = seed_recipe["batch-size"]
 
     def sync():
         if device.type == "cuda":

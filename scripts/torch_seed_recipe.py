@@ -11,7 +11,8 @@ What seed 002/004 run (d2l "multiple-gpus-concise", one device):
     the last batch of 96 images kept (drop_last=False);
   - the d2l ResNet-18 (tests/golden/seed_models.py), conv and linear weights
     redrawn from N(0, 0.01), every other parameter PyTorch's default;
-  - plain SGD (no momentum, no weight decay) at lr 0.1, cross-entropy, 10 epochs;
+  - plain SGD (no momentum, no weight decay) at the seed recipe's lr 0.1 for
+    resnet18 (apps/recipes.json, read here), cross-entropy, 10 epochs;
   - after each epoch, accuracy on the 10,000 test images in eval mode
     (d2l.evaluate_accuracy_gpu), i.e. with BatchNorm's running statistics.
 The seeds print the last epoch's figure of one run. This script prints one JSON
@@ -38,6 +39,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "golden"))
 sys.path.insert(0, HERE)
 from seed_models import resnet18  # noqa: E402
 from torch_eval import evaluate, read_anvil_model, read_idx, recalibrate_batch_norm  # noqa: E402
+from anvil_recipes import recipe  # noqa: E402
+
+SEED_RECIPE = recipe("seed", "resnet18")
 
 
 def read_split(data_dir, images_name, labels_name):
@@ -57,7 +61,7 @@ def read_split(data_dir, images_name, labels_name):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0, help="torch.manual_seed (init and shuffles)")
-    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--epochs", type=int, default=SEED_RECIPE["epochs"])
     ap.add_argument("--bn-recalibrate", type=int, default=0, metavar="N",
                     help="after the last epoch, also evaluate with BatchNorm statistics "
                          "re-estimated over N training batches")
@@ -96,9 +100,9 @@ def main():
     net.apply(init_weights)
     if args.init_from:
         net.load_state_dict(read_anvil_model(args.init_from)[0], strict=True)
-    trainer = torch.optim.SGD(net.parameters(), lr=0.1)
+    trainer = torch.optim.SGD(net.parameters(), lr=SEED_RECIPE["lr"])
     loss_fn = nn.CrossEntropyLoss()
-    batch_size = 256
+    batch_size = SEED_RECIPE["batch-size"]
 
     def emit(record):
         line = json.dumps(record)

@@ -27,14 +27,14 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "golden"))
 sys.path.insert(0, HERE)
 from seed_models import resnet18  # noqa: E402
 from torch_eval import read_safetensors  # noqa: E402
-from torch_seed_recipe import read_split  # noqa: E402
+from torch_seed_recipe import SEED_RECIPE, read_split  # noqa: E402
 
 
 def one_step(init, x, y, dtype):
     net = resnet18(10)
     net.load_state_dict(init, strict=True)
     net.to(dtype).train()
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    opt = torch.optim.SGD(net.parameters(), lr=SEED_RECIPE["lr"])
     opt.zero_grad()
     torch.nn.functional.cross_entropy(net(x.to(dtype)), y).backward()
     opt.step()

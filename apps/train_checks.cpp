@@ -1,0 +1,208 @@
+#include "apps/train_checks.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "nn/layers.h"
+
+namespace anvil::app {
+namespace {
+
+// Checks that a file we will write later can be created now, so a bad path
+// fails before training rather than after it.
+void check_writable(const std::string& flag, const std::string& path) {
+  if (path.empty()) return;
+  std::filesystem::path p(path);
+  std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+  if (!std::filesystem::is_directory(dir))
+    throw UsageError(fmt::format("{} {}: directory '{}' does not exist", flag, path, dir.string()));
+  if (std::filesystem::is_directory(p))
+    throw UsageError(fmt::format("{} {}: is a directory", flag, path));
+  // Only creating a file proves that one can be written: access() says yes
+  // to root in /proc, say, where no file can be created. The probe is named
+  // as save_safetensors names its temporary file, and removed at once.
+  std::string probe = path + ".tmp.XXXXXX";
+  int fd = mkstemp(probe.data());
+  if (fd < 0) {
+    int err = errno;
+    throw UsageError(fmt::format("{} {}: cannot create a file in directory '{}' ({})", flag, path,
+                                 dir.string(), std::strerror(err)));
+  }
+  ::close(fd);
+  std::remove(probe.c_str());
+}
+
+// Whether two paths name one file (through ".", "..", symbolic links),
+// falling back to the absolute paths' text when they cannot be resolved.
+bool same_file_path(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ea, eb;
+  fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+  if (ea || eb) return fs::absolute(a).lexically_normal() == fs::absolute(b).lexically_normal();
+  return ca == cb;
+}
+
+// The files a run writes must be distinct: --save onto the checkpoint, say,
+// would leave a weights-only file where the resumable run was.
+void check_distinct_outputs(const Options& o) {
+  std::vector<std::pair<const char*, std::string>> outputs = {
+      {"--save", o.save}, {"--metrics", o.metrics}, {"--checkpoint", o.checkpoint}};
+  for (size_t i = 0; i < outputs.size(); ++i)
+    for (size_t j = i + 1; j < outputs.size(); ++j) {
+      auto& [flag_a, a] = outputs[i];
+      auto& [flag_b, b] = outputs[j];
+      if (a.empty() || b.empty()) continue;
+      if (same_file_path(a, b))
+        throw UsageError(fmt::format("{} and {} name the same file '{}'; give each its own",
+                                     flag_a, flag_b, a));
+    }
+  // The metrics file is rewritten from its first line: it must not be the
+  // weights the run reads (--save may replace them: the run has read them).
+  for (const auto& [flag, input] : {std::pair{"--init-from", o.init_from}, {"--resume", o.resume}})
+    if (!o.metrics.empty() && !input.empty() && same_file_path(o.metrics, input))
+      throw UsageError(fmt::format("--metrics {}: is the {} file; writing metrics there would "
+                                   "destroy the weights",
+                                   o.metrics, flag));
+  // A new run must not overwrite another run's checkpoint after its first epoch.
+  if (!o.checkpoint.empty() && o.resume.empty() && std::filesystem::exists(o.checkpoint))
+    throw UsageError(fmt::format("--checkpoint {}: exists; continue that run with --resume {}, "
+                                 "or remove the file or choose another to start afresh",
+                                 o.checkpoint, o.checkpoint));
+}
+
+// --eval-only: the flags that would have nothing to do, and the weights it needs.
+void check_eval_only(const Options& o) {
+  if (!o.eval_only) return;
+  if (o.init_from.empty() && o.resume.empty())
+    throw UsageError("--eval-only evaluates weights: give --init-from FILE (weights) or --resume "
+                     "FILE (a training checkpoint)");
+  if (o.distributed || o.gpus > 0 || !o.devices.empty())
+    throw UsageError("--eval-only evaluates on one device: drop --distributed, --gpus, --devices");
+  const std::pair<const char*, bool> idle[] = {{"--save", !o.save.empty()},
+                                               {"--checkpoint", !o.checkpoint.empty()},
+                                               {"--stop-after-epoch", o.stop_after_epoch > 0},
+                                               {"--bn-recalibrate", o.bn_recalibrate > 0}};
+  for (auto& [flag, given] : idle)
+    if (given)
+      throw UsageError(fmt::format("{} has no effect with --eval-only (nothing is trained)", flag));
+}
+
+}  // namespace
+
+Device choose_device(const std::string& text) {
+  if (text == "auto") {
+    if (devices_are_simulated()) {
+      // Simulated GPUs are for checking kernels, orders of magnitude slower
+      // than the CPU backend: used only when named.
+      std::cout << "no GPU available (this build's cuda:N are simulated; name --device cuda:0 "
+                   "to train on one); training on cpu\n";
+      return Device::cpu();
+    }
+    Device d = try_gpu(0);
+    if (d.is_cpu()) std::cout << "no GPU available (" << no_gpu_reason() << "); training on cpu\n";
+    return d;
+  }
+  Device d;
+  try {
+    d = Device::parse(text);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("--device: {} (or 'auto')", e.what()));
+  }
+  if (d.is_cuda() && d.index >= device_count())
+    throw UsageError(fmt::format("--device {}: not available ({} GPU(s) usable{}{})", text,
+                                 device_count(), device_count() ? "" : "; ", no_gpu_reason()));
+  return d;
+}
+
+std::vector<Device> replica_devices(const Options& o) {
+  if (o.gpus > 0 && !o.devices.empty())
+    throw UsageError("--gpus and --devices both choose the GPUs: give one");
+  if (o.device != "auto")
+    throw UsageError(fmt::format("--device {} with {}: each replica has its own GPU; give "
+                                 "--gpus N or --devices, not --device",
+                                 o.device, o.gpus > 0 ? "--gpus" : "--devices"));
+  std::vector<Device> devices;
+  if (o.gpus > 0) {
+    if (o.gpus > device_count())
+      throw UsageError(fmt::format("--gpus {}: this machine has {} GPU(s){}{}", o.gpus,
+                                   device_count(), device_count() ? "" : ": ", no_gpu_reason()));
+    for (int i = 0; i < o.gpus; ++i) devices.push_back(Device::cuda(i));
+    return devices;
+  }
+  std::stringstream list(o.devices);
+  for (std::string item; std::getline(list, item, ',');) {
+    Device d;
+    try {
+      d = Device::parse(item);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(fmt::format("--devices {}: {}", o.devices, e.what()));
+    }
+    if (!d.is_cuda())
+      throw UsageError(fmt::format("--devices {}: '{}' is not a GPU (data-parallel replicas "
+                                   "on the CPU run as MPI processes: --distributed)",
+                                   o.devices, item));
+    if (d.index >= device_count())
+      throw UsageError(fmt::format("--devices {}: {} is not available ({} GPU(s))", o.devices,
+                                   d.str(), device_count()));
+    if (std::find(devices.begin(), devices.end(), d) != devices.end())
+      throw UsageError(fmt::format("--devices {}: {} is named twice", o.devices, d.str()));
+    devices.push_back(d);
+  }
+  if (devices.empty()) throw UsageError("--devices: name at least one GPU, e.g. cuda:0,cuda:1");
+  return devices;
+}
+
+void check_files(const Options& o) {
+  if (!o.resume.empty() && !o.init_from.empty())
+    throw UsageError("--resume and --init-from both set the weights: give one");
+  if (!o.resume.empty() && !std::filesystem::is_regular_file(o.resume))
+    throw UsageError(fmt::format("--resume {}: no such file", o.resume));
+  check_eval_only(o);
+  check_writable("--save", o.save);
+  check_writable("--metrics", o.metrics);
+  check_writable("--checkpoint", o.checkpoint);
+  check_distinct_outputs(o);
+}
+
+void check_ranks(const Options& o, int ranks) {
+  if (o.batch_size < ranks)
+    throw UsageError(fmt::format("--batch-size {}: the global batch is split across {} ranks, "
+                                 "so it needs at least {} images",
+                                 o.batch_size, ranks, ranks));
+}
+
+void check_sync_bn(const Options& o, nn::Module& model, int64_t examples, int ranks) {
+  if (!o.distributed && o.gpus == 0 && o.devices.empty())
+    throw UsageError("--sync-bn: only for data-parallel runs (--gpus, --devices, --distributed)");
+  bool has_bn = false;
+  for (nn::Module* m : model.modules()) has_bn = has_bn || dynamic_cast<nn::BatchNorm2d*>(m);
+  if (!has_bn)
+    throw UsageError(fmt::format("--sync-bn: model {} has no BatchNorm layers", o.model));
+  const int64_t last = examples % o.batch_size;
+  if (last > 0 && last < ranks)
+    throw UsageError(fmt::format(
+        "--sync-bn: the last batch of each epoch has {} image(s) for {} ranks, so a rank would "
+        "have none; change --batch-size or --limit-train",
+        last, ranks));
+}
+
+void check_bn_recalibrate(const Options& o, nn::Module& model) {
+  if (o.bn_recalibrate <= 0) return;
+  for (nn::Module* m : model.modules())
+    if (dynamic_cast<nn::BatchNorm2d*>(m)) return;
+  throw UsageError(fmt::format("--bn-recalibrate {}: model {} has no BatchNorm layers",
+                               o.bn_recalibrate, o.model));
+}
+
+}  // namespace anvil::app

@@ -1,0 +1,191 @@
+#include "apps/train_report.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace anvil::app {
+namespace {
+
+// Progress on a terminal: a bar redrawn in place, at most five times a
+// second (reading the running figures waits for the device, see
+// train::EpochProgress), and always for the last batch.
+train::Progress bar_progress() {
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>();
+  return [last](const train::EpochProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (p.done != p.total && now - *last < std::chrono::milliseconds(200)) return;
+    *last = now;
+    constexpr int kWidth = 30;
+    int filled = int(kWidth * p.done / std::max<int64_t>(p.total, 1));
+    std::string bar(size_t(filled), '#');
+    bar.resize(kWidth, '.');
+    const train::EpochStats s = p.stats();
+    std::cout << fmt::format("\r  [{}] {}/{} loss {:.4f} acc {:.3f} {:.0f} img/s", bar, p.done,
+                             p.total, s.loss, s.accuracy, s.images_per_second())
+              << std::flush;
+  };
+}
+
+// Progress for a log file (stdout not a terminal): no bar redrawn in place,
+// one plain line a minute at most, so a ResNet epoch of a quarter of an
+// hour on a CPU shows it is alive while a LeNet epoch prints nothing extra.
+train::Progress log_progress() {
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>(
+      std::chrono::steady_clock::now());
+  return [last](const train::EpochProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (p.done == p.total || now - *last < std::chrono::seconds(60)) return;
+    *last = now;
+    const train::EpochStats s = p.stats();
+    std::cout << fmt::format("  batch {}/{}: loss {:.4f}, acc {:.3f}, {:.0f} img/s\n", p.done,
+                             p.total, s.loss, s.accuracy, s.images_per_second())
+              << std::flush;
+  };
+}
+
+std::string schedule_summary(const optim::ScheduleOptions& s) {
+  std::string text = optim::schedule_shape_name(s.shape);
+  if (s.shape == optim::ScheduleShape::Step)
+    text += fmt::format(" (x{} every {} epochs)", s.gamma, s.step_epochs);
+  if (s.shape == optim::ScheduleShape::Cosine) text += fmt::format(" (to {})", s.min_lr);
+  if (s.warmup_epochs)
+    text += fmt::format(", {} warmup epoch(s) from {}x", s.warmup_epochs, s.warmup_start_factor);
+  return text;
+}
+
+// Where a replica prints: rank 0 to stdout, the others nowhere.
+std::ostream& output_of(const Replica& r) {
+  static std::ostream nowhere(nullptr);
+  return r.rank() == 0 ? std::cout : nowhere;
+}
+
+// The devices, for the header: one device, or the ranks and how they talk.
+std::string where(const Options& o, const Replica& r) {
+  if (!r.data_parallel) return r.device.str();
+  return fmt::format("{} {} ranks ({}{}, {} all-reduce{})", r.size(),
+                     r.device.is_cuda() ? "GPU" : "CPU", r.comm->backend(),
+                     r.device.is_cuda() ? "" : ", one process each", o.allreduce,
+                     o.no_overlap ? ", no overlap" : "");
+}
+
+}  // namespace
+
+Report::Report(const Run& run)
+    : run_(run), out_(output_of(run.r)), history_(run.resumed.history) {
+  const Options& o = run.o;
+  tty_ = run.r.rank() == 0 && isatty(STDOUT_FILENO);
+  if (o.metrics.empty() || run.r.rank() != 0) return;
+  metrics_.open(o.metrics, std::ios::trunc);
+  if (!metrics_) throw UsageError(fmt::format("--metrics {}: cannot open for writing", o.metrics));
+  for (auto& line : history_) metrics_ << line.dump() << '\n';
+  metrics_ << std::flush;
+}
+
+void Report::header() {
+  const Options& o = run_.o;
+  out_ << fmt::format("training {} ({} parameters) on {}: {} train / {} test images, "
+                      "batch {}, lr {}, {} epochs\n",
+                      o.model, run_.model->num_parameters(), where(o, run_.r),
+                      run_.train_set->count, run_.test_set->count, o.batch_size, o.lr, o.epochs);
+  out_ << fmt::format(
+      "  recipe {}: init {}, SGD momentum {}{}, weight decay {}, schedule {}, transforms {}{}\n",
+      o.recipe, o.init, o.momentum, o.nesterov ? " (nesterov)" : "", o.weight_decay,
+      schedule_summary(run_.schedule_options), run_.transforms.summary,
+      o.label_smoothing > 0 ? fmt::format(", label smoothing {}", o.label_smoothing) : "");
+  if (o.bn_recalibrate > 0)
+    out_ << fmt::format("  BatchNorm statistics re-estimated over {} training batches before "
+                        "each evaluation\n",
+                        o.bn_recalibrate);
+  if (!o.resume.empty())
+    out_ << fmt::format("resumed from {} after epoch {}/{}\n", o.resume,
+                        run_.resumed.epochs_done, o.epochs);
+  out_ << std::flush;
+}
+
+train::Progress Report::progress() const {
+  if (run_.r.rank() != 0) return {};
+  return tty_ ? bar_progress() : log_progress();
+}
+
+nlohmann::ordered_json Report::metrics_record(const EpochResult& e) const {
+  const Options& o = run_.o;
+  nlohmann::ordered_json line = {{"epoch", e.epoch},
+                                 {"train_loss", e.train.loss},
+                                 {"train_acc", e.train.accuracy},
+                                 {"test_loss", e.test.loss},
+                                 {"test_acc", e.test.accuracy},
+                                 {"epoch_seconds", e.train.seconds},
+                                 {"images_per_second", e.train.images_per_second()},
+                                 {"device", run_.r.device.str()},
+                                 {"model", o.model},
+                                 {"recipe", o.recipe},
+                                 {"batch_size", o.batch_size},
+                                 {"lr", o.lr},
+                                 {"last_lr", e.train.last_lr}};
+  if (run_.r.data_parallel) {
+    line["ranks"] = run_.r.size();
+    line["allreduce"] = o.allreduce;
+    line["sync_bn"] = o.sync_bn;
+  }
+  if (e.test_running_stats) {
+    line["bn_recalibrate"] = o.bn_recalibrate;
+    line["test_loss_running_stats"] = e.test_running_stats->loss;
+    line["test_acc_running_stats"] = e.test_running_stats->accuracy;
+  }
+  return line;
+}
+
+void Report::epoch(const EpochResult& e) {
+  if (tty_) out_ << "\r\033[K";  // the progress bar
+  out_ << fmt::format(
+              "epoch {:>3}/{}: train loss {:.4f}, train acc {:.4f}, test acc {:.4f}{}, {:.2f} s, "
+              "{:.0f} img/s, lr {:.4g}\n",
+              e.epoch, run_.o.epochs, e.train.loss, e.train.accuracy, e.test.accuracy,
+              e.test_running_stats ? fmt::format(" (running statistics: {:.4f})",
+                                                 e.test_running_stats->accuracy)
+                                   : std::string(),
+              e.train.seconds, e.train.images_per_second(), e.train.last_lr)
+       << std::flush;
+  const nlohmann::ordered_json line = metrics_record(e);
+  if (metrics_) metrics_ << line.dump() << '\n' << std::flush;
+  history_.push_back(line);
+  total_seconds_ += e.train.seconds;
+  ++epochs_run_;
+  last_test_ = e.test;
+}
+
+void Report::stopped(int last_epoch) {
+  const Options& o = run_.o;
+  const int64_t done_before = run_.resumed.epochs_done;
+  if (!o.checkpoint.empty() && epochs_run_ > 0)
+    out_ << "checkpoint " << o.checkpoint << " holds epoch " << done_before + epochs_run_ << '\n';
+  if (done_before > 0 && done_before >= last_epoch)
+    out_ << fmt::format("nothing to train: {} already holds epoch {} of {}\n", o.resume,
+                        done_before, o.epochs);
+  else if (last_epoch < o.epochs)
+    out_ << fmt::format("stopped after epoch {} of {} (--stop-after-epoch){}\n", last_epoch,
+                        o.epochs,
+                        o.checkpoint.empty() ? "" : "; continue with --resume " + o.checkpoint);
+}
+
+void Report::saved(const std::string& path) { out_ << "saved " << path << '\n'; }
+
+void Report::summary() {
+  const Replica& r = run_.r;
+  if (epochs_run_ > 0)
+    out_ << fmt::format("test acc: {:.2f}, {:.1f} sec/epoch on [{}]\n", last_test_.accuracy,
+                        total_seconds_ / epochs_run_,
+                        r.data_parallel
+                            ? fmt::format("{} x {}", r.size(), r.device.is_cuda() ? "GPU" : "cpu")
+                            : r.device.str());
+  out_ << std::flush;
+}
+
+}  // namespace anvil::app

@@ -1,0 +1,169 @@
+#include "apps/train_setup.h"
+
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "apps/train_checks.h"
+#include "core/random.h"
+#include "nn/models.h"
+#include "nn/safetensors.h"
+#include "nn/train.h"
+
+namespace anvil::app {
+namespace {
+
+// The run's settings and counters are checked before any tensor is read into
+// the model, so resuming with another --model (or --lr, ...) names the flag
+// rather than a tensor.
+Resumed resume_from(const Options& o, nn::Module& model, optim::SGD& optimizer,
+                    int64_t batches_per_epoch) {
+  train::RunState state = train::read_run_state(o.resume);
+  const nlohmann::ordered_json saved =
+      state.info.value("settings", nlohmann::ordered_json::object());
+  if (!saved.is_object())
+    throw nn::CheckpointError(fmt::format("{}: its 'settings' are not a JSON object", o.resume));
+  const nlohmann::ordered_json settings = app::training_settings(o);
+  for (auto& [key, value] : settings.items()) {
+    if (!saved.contains(key))
+      throw nn::CheckpointError(fmt::format("{}: has no setting '{}'", o.resume, key));
+    if (saved[key] != value)
+      throw nn::CheckpointError(fmt::format(
+          "{}: was trained with --{} {}, this run has --{} {}; resume with the flags the run "
+          "started with",
+          o.resume, key, saved[key].dump(), key, value.dump()));
+  }
+  if (state.steps_done != state.epochs_done * batches_per_epoch)
+    throw nn::CheckpointError(fmt::format(
+        "{}: {} steps for {} epochs, but an epoch here has {} batches", o.resume, state.steps_done,
+        state.epochs_done, batches_per_epoch));
+  Resumed r;
+  r.epochs_done = state.epochs_done;
+  r.history = state.info.value("history", nlohmann::ordered_json::array());
+  if (!r.history.is_array() || int64_t(r.history.size()) != state.epochs_done)
+    throw nn::CheckpointError(fmt::format(
+        "{}: its 'history' must be a list of one entry per epoch done ({})", o.resume,
+        state.epochs_done));
+  train::load_checkpoint(o.resume, model, optimizer);  // the tensors, checked before any is copied
+  return r;
+}
+
+// Rank 0's run settings and epochs done, sent to every rank; a rank started
+// with other flags names the first that differs. Returns rank 0's epochs done.
+int64_t agree_on_run(const Options& o, const Replica& r, const Resumed& resumed) {
+  nlohmann::ordered_json mine = {{"settings", app::replica_settings(o)},
+                                 {"epochs_done", resumed.epochs_done}};
+  const nlohmann::ordered_json root =
+      nlohmann::ordered_json::parse(parallel::broadcast_text(*r.comm, mine.dump(), 0));
+  const auto& theirs = root["settings"];
+  for (auto& [key, value] : mine["settings"].items())
+    if (!theirs.contains(key) || theirs[key] != value)
+      throw RankUsageError(fmt::format(
+          "rank {} was started with --{} {}, rank 0 with --{} {}: every rank of a run needs "
+          "the same flags",
+          r.rank(), key, value.dump(), key, theirs.contains(key) ? theirs[key].dump() : "(none)"));
+  return root["epochs_done"].get<int64_t>();
+}
+
+// The data, its transforms and the loaders, each rank's loaders on its shard.
+void load_data(Run& s) {
+  const Options& o = s.o;
+  s.train_set = s.r.train_set ? s.r.train_set
+                              : std::make_shared<const data::ImageSet>(
+                                    data::load_mnist_split(o.data_dir, true, o.limit_train));
+  s.test_set = s.r.test_set ? s.r.test_set
+                            : std::make_shared<const data::ImageSet>(
+                                  data::load_mnist_split(o.data_dir, false, o.limit_test));
+  s.transforms = make_transforms(o, *s.train_set);
+  s.train_loader.emplace(s.train_set, o.batch_size, !o.no_shuffle, false, o.seed,
+                         s.transforms.train);
+  s.test_loader.emplace(s.test_set, o.batch_size, false, false, o.seed, s.transforms.test);
+  s.train_loader->set_shard(s.r.rank(), s.r.size());
+  s.test_loader->set_shard(s.r.rank(), s.r.size());
+  if (o.sync_bn) check_sync_bn(o, *s.model, s.train_set->count, s.r.size());
+  if (o.bn_recalibrate > 0) {
+    s.recalibration_loader.emplace(s.train_set, o.batch_size, !o.no_shuffle, false, o.seed,
+                                   s.transforms.test);
+    if (o.bn_recalibrate > s.recalibration_loader->num_batches())
+      throw UsageError(fmt::format(
+          "--bn-recalibrate {}: more than the {} training batches of {} images in an epoch",
+          o.bn_recalibrate, s.recalibration_loader->num_batches(), o.batch_size));
+  }
+}
+
+}  // namespace
+
+Transforms make_transforms(const Options& o, const data::ImageSet& train_set) {
+  data::TransformOptions test;
+  test.resize = o.resize;
+  test.seed = o.seed;
+  std::vector<std::string> parts;
+  if (o.resize) parts.push_back(fmt::format("resize {}", o.resize));
+  if (o.normalize) {
+    // The training set's statistics, for the test set too (as torchvision
+    // recipes do), so the test images are not looked at before evaluation.
+    data::ChannelStats stats = data::channel_stats(train_set);
+    test.mean = stats.mean;
+    test.std = stats.std;
+    parts.push_back(fmt::format("normalise (mean {:.4f}, std {:.4f})", stats.mean[0], stats.std[0]));
+  }
+  data::TransformOptions train = test;
+  if (o.augment) {
+    train.crop_padding = o.crop_padding;
+    train.horizontal_flip = true;
+    parts.push_back(o.crop_padding ? fmt::format("random crop (padding {}) + flip", o.crop_padding)
+                                   : std::string("flip"));
+  }
+  Transforms t;
+  bool train_work = o.resize || o.normalize || o.augment;
+  bool test_work = o.resize || o.normalize;
+  if (train_work) t.train = data::make_transform(train);
+  if (test_work) t.test = data::make_transform(test);
+  for (auto& p : parts) t.summary += (t.summary.empty() ? "" : ", ") + p;
+  if (t.summary.empty()) t.summary = "none";
+  return t;
+}
+
+std::shared_ptr<nn::Module> create_model(const Options& o) {
+  manual_seed(o.seed);
+  std::shared_ptr<nn::Module> model;
+  try {
+    model = models::create(o.model, app::parse_init(o.init));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("--model: {}", e.what()));
+  }
+  check_bn_recalibrate(o, *model);
+  return model;
+}
+
+std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
+  auto run = std::make_unique<Run>();
+  Run& s = *run;
+  s.o = o;
+  s.r = r;
+  s.schedule_options = app::check_settings(o);
+  s.model = create_model(o);
+  if (!o.init_from.empty() && r.rank() == 0)  // the other ranks get rank 0's weights
+    nn::load_state_dict(*s.model, nn::load_safetensors(o.init_from), o.init_from);
+  s.model->to(r.device);
+  load_data(s);
+  s.optimizer.emplace(s.model->parameters(),
+                      optim::SGDOptions{.lr = o.lr, .momentum = o.momentum,
+                                        .weight_decay = o.weight_decay, .nesterov = o.nesterov});
+  s.schedule.emplace(s.schedule_options);
+  if (!o.resume.empty() && r.rank() == 0)
+    s.resumed = resume_from(o, *s.model, *s.optimizer, s.train_loader->num_batches());
+  s.resumed.epochs_done = agree_on_run(o, r, s.resumed);
+  parallel::DataParallelOptions dp;
+  dp.algorithm = parallel::parse_algorithm(o.allreduce);
+  dp.bucket_bytes = size_t(o.bucket_mb * 1048576.0);
+  dp.overlap = !o.no_overlap;
+  dp.sync_batch_norm = o.sync_bn;
+  s.replicas.emplace(*r.comm, *s.model, dp);  // rank 0's weights everywhere
+  if (!o.resume.empty()) s.replicas->broadcast_state(&*s.optimizer);  // and its momentum
+  return run;
+}
+
+}  // namespace anvil::app

@@ -1,0 +1,69 @@
+// The group of one rank (one_rank_group in communicator.h): a run on one
+// device seen as data-parallel training over a single replica, so the
+// trainer has one code path. No other rank exists, so there is nothing to
+// send, receive or wait for: every collective leaves its tensor as it is,
+// and scatter and all_gather copy it, on the device's compute stream, in
+// order with the work around them.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "core/cuda_hooks.h"
+#include "parallel/transport.h"
+
+namespace anvil::parallel {
+namespace {
+
+// Every "exchange" meets only this rank's own call.
+class OneRankChannel final : public HostChannel {
+ public:
+  std::vector<CallInfo> exchange(const CallInfo& mine, std::chrono::milliseconds,
+                                 const std::string&) override {
+    return {mine};
+  }
+};
+
+class OneRankTransport final : public Transport {
+ public:
+  explicit OneRankTransport(Device device) : Transport(0, 1, device) {}
+  std::string_view name() const override { return "local"; }
+  HostChannel& channel() override { return channel_; }
+  // The work (copies only) runs on the compute stream, already in order.
+  void begin() override {}
+  void end() override { held_.clear(); }
+
+  uint64_t post(std::span<const Message> messages) override {
+    for (const Message& m : messages)
+      if (m.bytes > 0)
+        throw CommError(error_prefix() + "a group of one rank has no other rank to " +
+                        (m.kind == Message::kSend ? "send to" : "receive from"));
+    return ++posted_;
+  }
+  void reduce(void*, const void*, int64_t, DType, float, uint64_t) override {
+    // The collectives reduce only what other ranks sent.
+    throw CommError(error_prefix() + "a group of one rank has nothing to reduce");
+  }
+  void copy(void* dst, const void* src, size_t bytes, uint64_t) override {
+    if (bytes == 0 || dst == src) return;
+    if (device().is_cpu()) std::memcpy(dst, src, bytes);
+    else cuda_hooks::copy_async(device().index, Stream::Compute, dst, device(), src, device(), bytes);
+  }
+  void native_allreduce(void*, int64_t, DType, ReduceOp) override {}  // one rank's sum is its data
+  void synchronize() override { anvil::synchronize(device()); }
+  void abort() noexcept override {}
+
+ private:
+  OneRankChannel channel_;
+  uint64_t posted_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> one_rank_group(Device device) {
+  // No wait on another rank, so no deadline to read from ANVIL_COMM_TIMEOUT
+  // (a designated member skips its default, default_timeout()).
+  return std::make_unique<Communicator>(std::make_unique<OneRankTransport>(device),
+                                        CommOptions{.timeout = std::chrono::hours(24)});
+}
+
+}  // namespace anvil::parallel
