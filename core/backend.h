@@ -19,6 +19,10 @@ class Backend {
   // (or within the device); fill writes one value everywhere, in dst's dtype.
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
   virtual void fill(const Tensor& dst, double value) = 0;
+  // dst = src's elements in dst's dtype (same shape, dst on this backend's
+  // device; src on it or, for the CPU, also on the host). To bfloat16 rounds
+  // to nearest even, to an integer dtype truncates toward zero.
+  virtual void convert(const Tensor& src, const Tensor& dst) = 0;
   // dst += value over an int64 tensor (counters), without a round trip to the host.
   virtual void add_scalar_int64(const Tensor& dst, int64_t value) = 0;
 

@@ -17,8 +17,15 @@ inline Tensor like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(),
 
 inline Backend& backend(const Tensor& t) { return backend_for(t.device()); }
 
+// Every op computes in float32. A bfloat16 input is refused by name, so
+// that a mixed-precision caller learns which op needs a float32 copy.
 inline void check_float(const char* op, const char* what, const Tensor& t) {
   if (!t.defined()) throw std::invalid_argument(fmt::format("{}: {} is undefined", op, what));
+  if (t.dtype() == DType::BFloat16)
+    throw std::invalid_argument(fmt::format(
+        "{}: {} has dtype bfloat16 (shape {}), which {} does not support; convert it with "
+        ".to(DType::Float32)",
+        op, what, shape_str(t.shape()), op));
   if (t.dtype() != DType::Float32)
     throw std::invalid_argument(fmt::format("{}: {} must be float32, got {} (shape {})", op, what,
                                             dtype_name(t.dtype()), shape_str(t.shape())));

@@ -28,8 +28,8 @@ constexpr int64_t kSummariseAbove = 1000;  // threshold
 constexpr int64_t kEdgeItems = 3;
 constexpr int64_t kLineWidth = 80;
 
-// Element values for formatting: long double holds every float32 and every
-// int64 exactly (double would round int64 values above 2^53).
+// Element values for formatting: long double holds every float32 (so every
+// bfloat16) and every int64 exactly (double would round int64 values above 2^53).
 using Real = long double;
 
 struct Formatter {
@@ -192,6 +192,7 @@ std::string Tensor::repr() const {
       case DType::Float32: values.push_back(host.data<float>()[i]); break;
       case DType::Int64: values.push_back(Real(host.data<int64_t>()[i])); break;
       case DType::UInt8: values.push_back(host.data<uint8_t>()[i]); break;
+      case DType::BFloat16: values.push_back(host.data<bfloat16>()[i].to_float()); break;
     }
   }
   std::vector<std::string> suffixes;
@@ -203,13 +204,16 @@ std::string Tensor::repr() const {
       suffixes.push_back(fmt::format("dtype=torch.{}", dtype_name(dtype())));
     os << "[]";
   } else {
-    if (dtype() == DType::UInt8) suffixes.push_back("dtype=torch.uint8");
+    // PyTorch names every dtype but the default float and int64.
+    if (dtype() == DType::UInt8 || dtype() == DType::BFloat16)
+      suffixes.push_back(fmt::format("dtype=torch.{}", dtype_name(dtype())));
     bool summarise = numel() > kSummariseAbove;
     Shape st = strides();
     Printer p{shape(), st, values, summarise, Formatter{}};
     std::vector<Real> printed;
     if (summarise) p.collect(0, 0, printed);
-    p.fmt_ = make_formatter(summarise ? printed : values, dtype() != DType::Float32);
+    const bool integral = dtype() == DType::Int64 || dtype() == DType::UInt8;
+    p.fmt_ = make_formatter(summarise ? printed : values, integral);
     p.print(os, 0, 0, indent);
   }
   if (grad_fn())

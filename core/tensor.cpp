@@ -82,6 +82,7 @@ Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
       case DType::Float32: host.data<float>()[i] = float(i); break;
       case DType::Int64: host.data<int64_t>()[i] = i; break;
       case DType::UInt8: host.data<uint8_t>()[i] = uint8_t(i); break;
+      case DType::BFloat16: host.data<bfloat16>()[i] = bfloat16(float(i)); break;
     }
   }
   return host.to(device);
@@ -273,22 +274,9 @@ bool Tensor::is_pinned() const { return defined() && impl_->storage->pinned(); }
 
 Tensor Tensor::to(DType target) const {
   if (dtype() == target) return *this;
-  Tensor host = this->to(Device::cpu());
-  Tensor out = empty(shape(), target, Device::cpu());
-  for (int64_t i = 0; i < numel(); ++i) {
-    double v = 0;
-    switch (dtype()) {
-      case DType::Float32: v = host.data<float>()[i]; break;
-      case DType::Int64: v = double(host.data<int64_t>()[i]); break;
-      case DType::UInt8: v = host.data<uint8_t>()[i]; break;
-    }
-    switch (target) {
-      case DType::Float32: out.data<float>()[i] = float(v); break;
-      case DType::Int64: out.data<int64_t>()[i] = int64_t(v); break;
-      case DType::UInt8: out.data<uint8_t>()[i] = uint8_t(v); break;
-    }
-  }
-  return out.to(device());
+  Tensor out = empty(shape(), target, device());
+  backend_for(device()).convert(*this, out);
+  return out;
 }
 
 double Tensor::item() const {
@@ -301,6 +289,7 @@ double Tensor::item() const {
     case DType::Float32: return host.data<float>()[0];
     case DType::Int64: return double(host.data<int64_t>()[0]);
     case DType::UInt8: return host.data<uint8_t>()[0];
+    case DType::BFloat16: return host.data<bfloat16>()[0].to_float();
   }
   return 0;
 }

@@ -3,29 +3,36 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #include "core/backend.h"
 
 namespace anvil::nn::init {
 namespace {
 
-// Fill on the host, then copy into the tensor wherever it lives.
-template <typename F> void fill_host(Tensor& t, F&& draw) {
+// Fill on the host in float32, then copy into the tensor wherever it lives;
+// a bfloat16 tensor gets the draws rounded to nearest even.
+template <typename F> void fill_host(const char* op, Tensor& t, F&& draw) {
+  if (t.dtype() != DType::Float32 && t.dtype() != DType::BFloat16)
+    throw std::invalid_argument(fmt::format(
+        "{}: the tensor has dtype {} (shape {}); random init needs float32 or bfloat16", op,
+        dtype_name(t.dtype()), shape_str(t.shape())));
   Tensor host = Tensor::empty(t.shape(), DType::Float32, Device::cpu());
   float* p = host.data<float>();
   for (int64_t i = 0; i < host.numel(); ++i) p[i] = draw();
-  t.detach().copy_(host);
+  t.detach().copy_(host.to(t.dtype()));
 }
 
 }  // namespace
 
 void normal_(Tensor& t, double mean, double std, Generator* gen) {
   Generator& g = gen ? *gen : default_generator();
-  fill_host(t, [&] { return float(mean + std * g.normal()); });
+  fill_host("normal_", t, [&] { return float(mean + std * g.normal()); });
 }
 
 void uniform_(Tensor& t, double low, double high, Generator* gen) {
   Generator& g = gen ? *gen : default_generator();
-  fill_host(t, [&] { return float(low + (high - low) * g.uniform()); });
+  fill_host("uniform_", t, [&] { return float(low + (high - low) * g.uniform()); });
 }
 
 void zeros_(Tensor& t) { backend_for(t.device()).fill(t, 0.0); }

@@ -36,6 +36,7 @@ const char* st_dtype(DType t) {
     case DType::Float32: return "F32";
     case DType::Int64: return "I64";
     case DType::UInt8: return "U8";
+    case DType::BFloat16: return "BF16";
   }
   return "?";
 }
@@ -44,6 +45,7 @@ bool parse_dtype(const std::string& s, DType& out) {
   if (s == "F32") out = DType::Float32;
   else if (s == "I64") out = DType::Int64;
   else if (s == "U8") out = DType::UInt8;
+  else if (s == "BF16") out = DType::BFloat16;
   else return false;
   return true;
 }

@@ -24,7 +24,7 @@ namespace {
 // (copied end to end into one buffer and back) rather than one per tensor.
 void broadcast_together(Communicator& comm, const std::vector<Tensor>& tensors) {
   NoGradGuard no_grad;
-  for (DType dtype : {DType::Float32, DType::Int64, DType::UInt8}) {
+  for (DType dtype : {DType::Float32, DType::Int64, DType::UInt8, DType::BFloat16}) {
     int64_t total = 0;
     for (const Tensor& t : tensors)
       if (t.dtype() == dtype) total += t.numel();

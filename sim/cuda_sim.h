@@ -85,8 +85,10 @@ namespace anvil::sim {
 // collective for its whole mask (see scheduler.cpp). `value` holds the
 // lane's operand bits (a shuffle's value, a vote's predicate), `arg` the
 // source lane, delta or lane mask; the result is the bits the lane receives.
+// kMma (a tensor-core mma.sync, sim/mma_sim.h) passes the address of the
+// lane's mma::LaneOperands in `value` and its shape in `arg`.
 enum class WarpOp : unsigned char {
-  kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSync, kActive
+  kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSync, kActive, kMma
 };
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width);
 

@@ -33,6 +33,8 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cuda/runtime.h"
+#include "sim/mma_sim.h"
 #include "sim/sim_internal.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -264,6 +266,7 @@ const char* op_name(WarpOp op) {
     case WarpOp::kAll: return "__all_sync";
     case WarpOp::kSync: return "__syncwarp";
     case WarpOp::kActive: return "__activemask";
+    case WarpOp::kMma: return "mma.sync";
   }
   return "?";
 }
@@ -301,6 +304,38 @@ unsigned shuffle_source(WarpOp op, unsigned lane, int arg, int width) {
 // All-ones: a shuffle from a lane that takes no part (NaN as a float).
 constexpr uint64_t kPoison = ~uint64_t{0};
 
+const mma::LaneOperands& mma_operands(const SimThread& t) {
+  return *reinterpret_cast<const mma::LaneOperands*>(static_cast<uintptr_t>(t.value));
+}
+
+std::string site_text(const std::source_location& where) {
+  return std::string(where.file_name()) + ":" + std::to_string(where.line());
+}
+
+bool same_site(const std::source_location& x, const std::source_location& y) {
+  return x.line() == y.line() && x.column() == y.column() &&
+         std::strcmp(x.file_name(), y.file_name()) == 0;
+}
+
+// An mma.sync of the whole warp: every lane's registers are read, D is
+// computed, and every lane's D written, before any lane runs on (a lane's D
+// may be its C). This file is not instrumented by TSan, so the copies in and
+// out are not seen as accesses of the host thread to the fibers' stacks.
+void complete_mma(SimThread* lanes) {
+  const mma::Shape shape = mma_operands(lanes[0]).shape;
+  mma::WarpRegisters in;
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    const mma::LaneOperands& ops = mma_operands(lanes[lane]);
+    std::memcpy(in.a[lane], ops.a, sizeof in.a[lane]);
+    std::memcpy(in.b[lane], ops.b, sizeof in.b[lane]);
+    std::memcpy(in.c[lane], ops.c, sizeof in.c[lane]);
+  }
+  float d[32][4];
+  mma::compute(shape, in, d);
+  for (unsigned lane = 0; lane < 32; ++lane)
+    std::memcpy(mma_operands(lanes[lane]).d, d[lane], sizeof d[lane]);
+}
+
 // Completes every pending warp collective of the block, or explains why one
 // can never complete. Every live fiber waits somewhere when this runs, so a
 // lane named by a mask either waits in the same collective (complete it),
@@ -312,9 +347,13 @@ std::string resolve_warps(SimThread* threads, size_t n) {
     const unsigned count = static_cast<unsigned>(std::min<size_t>(32, n - w0));
     const unsigned exists = count == 32 ? ~0u : (1u << count) - 1;
     auto fail = [&](unsigned lane, const std::string& why) {
+      const SimThread& t = lanes[lane];
+      const std::string how =
+          t.op == WarpOp::kMma ? std::string(" ") + mma::shape_name(mma_operands(t).shape) +
+                                     " at " + site_text(mma_operands(t).where)
+                               : " with mask " + hex(t.mask);
       return "warp collective in block " + block_text() + ", warp " + std::to_string(w0 / 32) +
-             ": lane " + std::to_string(lane) + " waits in " + op_name(lanes[lane].op) +
-             " with mask " + hex(lanes[lane].mask) + ", " + why;
+             ": lane " + std::to_string(lane) + " waits in " + op_name(t.op) + how + ", " + why;
     };
     // __activemask first: it has no mask; it answers with the lanes that
     // reached it in this round (every live lane, in converged code).
@@ -333,6 +372,10 @@ std::string resolve_warps(SimThread* threads, size_t n) {
       SimThread& t = lanes[lane];
       if (t.done || t.wait != Wait::kWarp || t.runnable) continue;
       if (!(t.mask >> lane & 1u)) return fail(lane, "which does not name the lane itself");
+      if (t.op == WarpOp::kMma && count < 32)
+        return fail(lane, "which needs all 32 lanes of the warp, but the block ends at lane " +
+                              std::to_string(count - 1) + " of it (lane " + std::to_string(count) +
+                              " does not exist)");
       if (is_shuffle(t.op) && (t.width < 1 || t.width > 32 || (t.width & (t.width - 1))))
         return fail(lane, "and width " + std::to_string(t.width) +
                               " (must be a power of two up to 32)");
@@ -353,10 +396,21 @@ std::string resolve_warps(SimThread* threads, size_t n) {
         if (o.op != t.op)
           return fail(lane, "but lane " + std::to_string(l) + " waits in " + op_name(o.op) +
                                 " with the same mask");
+        if (t.op == WarpOp::kMma) {
+          const mma::LaneOperands &mine = mma_operands(t), &theirs = mma_operands(o);
+          if (theirs.shape != mine.shape)
+            return fail(lane, "but lane " + std::to_string(l) + " waits in mma.sync " +
+                                  mma::shape_name(theirs.shape));
+          if (!same_site(theirs.where, mine.where))
+            return fail(lane, "but lane " + std::to_string(l) + " waits in mma.sync at " +
+                                  site_text(theirs.where) + " (a diverged warp)");
+        }
       }
       if (later) continue;
       // Complete the group: every lane of it waits here with this mask.
-      if (is_shuffle(t.op)) {
+      if (t.op == WarpOp::kMma) {
+        complete_mma(lanes);
+      } else if (is_shuffle(t.op)) {
         for (unsigned rest = group; rest; rest &= rest - 1) {
           SimThread& me = lanes[std::countr_zero(rest)];
           const unsigned src = shuffle_source(me.op, me.linear % 32, me.arg, me.width);
@@ -472,7 +526,12 @@ void run_block(const KernelCall& call, const std::source_location& where) {
     if (failed) abandon(thread_error_text(*failed, failed->error, where));
     if (at_warp > 0) {
       std::string why = resolve_warps(threads.data(), n);
-      if (!why.empty()) abandon(detail::launch_site(where) + ": " + why);
+      if (!why.empty()) {
+        const void* kernel = call.kernel_address();
+        abandon(detail::launch_site(where) + ": " +
+                (kernel ? "kernel " + anvil::cuda::kernel_name(kernel) + ": " : std::string()) +
+                why);
+      }
       continue;
     }
     if (at_barrier == 0) return;  // every thread has returned

@@ -26,6 +26,38 @@ class CpuBackend final : public Backend {
       case DType::Float32: cpu::fill(dst.numel(), float(value), dst.data<float>()); break;
       case DType::Int64: std::fill_n(dst.data<int64_t>(), dst.numel(), int64_t(value)); break;
       case DType::UInt8: std::fill_n(dst.data<uint8_t>(), dst.numel(), uint8_t(value)); break;
+      case DType::BFloat16:
+        std::fill_n(dst.data<bfloat16>(), dst.numel(), bfloat16(float(value)));
+        break;
+    }
+  }
+
+  void convert(const Tensor& src, const Tensor& dst) override {
+    if (!src.device().is_cpu() || !dst.device().is_cpu())
+      throw std::logic_error("cpu backend asked to convert device memory");
+    const int64_t n = src.numel();
+    if (src.dtype() == DType::Float32 && dst.dtype() == DType::BFloat16)
+      return cpu::float_to_bf16(n, src.data<float>(), dst.data<bfloat16>());
+    if (src.dtype() == DType::BFloat16 && dst.dtype() == DType::Float32)
+      return cpu::bf16_to_float(n, src.data<bfloat16>(), dst.data<float>());
+    // Other pairs go through double, which holds every float32, bfloat16 and
+    // uint8 value exactly, and an int64 rounded to nearest. Rounding that
+    // double to float32 and then to bfloat16 rounds correctly: float32 keeps
+    // more than twice bfloat16's precision plus two bits.
+    for (int64_t i = 0; i < n; ++i) {
+      double v = 0;
+      switch (src.dtype()) {
+        case DType::Float32: v = src.data<float>()[i]; break;
+        case DType::Int64: v = double(src.data<int64_t>()[i]); break;
+        case DType::UInt8: v = src.data<uint8_t>()[i]; break;
+        case DType::BFloat16: v = src.data<bfloat16>()[i].to_float(); break;
+      }
+      switch (dst.dtype()) {
+        case DType::Float32: dst.data<float>()[i] = float(v); break;
+        case DType::Int64: dst.data<int64_t>()[i] = int64_t(v); break;
+        case DType::UInt8: dst.data<uint8_t>()[i] = uint8_t(v); break;
+        case DType::BFloat16: dst.data<bfloat16>()[i] = bfloat16(float(v)); break;
+      }
     }
   }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/bfloat16.h"
 #include "kernels/shapes.h"
 
 namespace anvil::cpu {
@@ -45,6 +46,10 @@ void mul(int64_t n, const float* a, const float* b, float* y);
 void axpy(int64_t n, float alpha, const float* x, float* y);  // y += alpha * x
 void scale(int64_t n, float alpha, const float* x, float* y);  // y = alpha * x
 void fill(int64_t n, float value, float* y);
+// float32 -> bfloat16 rounds to nearest, ties to even (NaN stays a quiet
+// NaN, overflow gives Inf); bfloat16 -> float32 is exact.
+void float_to_bf16(int64_t n, const float* x, bfloat16* y);
+void bf16_to_float(int64_t n, const bfloat16* x, float* y);
 // y[outer, C, inner] = x + bias[C]
 void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, const float* bias,
                       float* y);

@@ -50,7 +50,25 @@ class CudaBackend final : public Backend {
       case DType::UInt8:
         cuda::fill(dst.numel(), uint8_t(value), static_cast<uint8_t*>(dst.raw_data()), stream_);
         break;
+      case DType::BFloat16:
+        cuda::fill(dst.numel(), bfloat16(float(value)), dst.data<bfloat16>(), stream_);
+        break;
     }
+  }
+
+  // float32 <-> bfloat16 runs on the device; the other pairs (integer
+  // dtypes, off the training path) convert on the host.
+  void convert(const Tensor& src, const Tensor& dst) override {
+    if (src.device() != dst.device())
+      throw std::logic_error("cuda backend asked to convert across devices");
+    activate();
+    if (src.dtype() == DType::Float32 && dst.dtype() == DType::BFloat16)
+      return cuda::float_to_bf16(src.numel(), f(src), dst.data<bfloat16>(), stream_);
+    if (src.dtype() == DType::BFloat16 && dst.dtype() == DType::Float32)
+      return cuda::bf16_to_float(src.numel(), src.data<bfloat16>(), f(dst), stream_);
+    Tensor host_dst = Tensor::empty(dst.shape(), dst.dtype(), Device::cpu());
+    backend_for(Device::cpu()).convert(src.to(Device::cpu()), host_dst);
+    copy(host_dst, dst);
   }
 
   void add_scalar_int64(const Tensor& dst, int64_t value) override {

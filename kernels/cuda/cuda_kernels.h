@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/bfloat16.h"
 #include "kernels/cuda/conv/conv.h"
 #include "kernels/cuda/gemm/gemm.h"
 #include "kernels/cuda/runtime.h"
@@ -43,6 +44,11 @@ void scale(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream
 void fill(int64_t n, float value, float* y, cudaStream_t stream);
 void fill(int64_t n, int64_t value, int64_t* y, cudaStream_t stream);
 void fill(int64_t n, uint8_t value, uint8_t* y, cudaStream_t stream);
+void fill(int64_t n, bfloat16 value, bfloat16* y, cudaStream_t stream);
+// float32 -> bfloat16 rounds to nearest even (NaN stays a quiet NaN);
+// bfloat16 -> float32 is exact.
+void float_to_bf16(int64_t n, const float* x, bfloat16* y, cudaStream_t stream);
+void bf16_to_float(int64_t n, const bfloat16* x, float* y, cudaStream_t stream);
 // y += value (int64 counters)
 void add_scalar(int64_t n, int64_t value, int64_t* y, cudaStream_t stream);
 // y[i] = alpha * x[0] for i < n (x: one float of device memory, outside y)

@@ -1,5 +1,6 @@
 // Elementwise kernels: relu forward/backward, add, mul, axpy, scale, fill
-// (float, int64, uint8), an int64 counter increment, a device scalar spread
+// (float, int64, uint8, bfloat16), float32 <-> bfloat16 conversion, an int64
+// counter increment, a device scalar spread
 // over a tensor and the per-channel bias add.
 //
 // Thread -> data mapping: one flat index space [0, n), walked by a
@@ -90,6 +91,14 @@ __global__ void __launch_bounds__(kBlock) fill_kernel(int64_t n, T value, T* y) 
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = value;
 }
 
+__global__ void __launch_bounds__(kBlock) float_to_bf16_kernel(int64_t n, const float* x, bfloat16* y) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = bfloat16(x[i]);
+}
+
+__global__ void __launch_bounds__(kBlock) bf16_to_float_kernel(int64_t n, const bfloat16* x, float* y) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = x[i].to_float();
+}
+
 // y += value over int64: counters such as BatchNorm's num_batches_tracked,
 // advanced on the device so that no step waits on a device-to-host read.
 __global__ void __launch_bounds__(kBlock) add_scalar_kernel(int64_t n, int64_t value, int64_t* y) {
@@ -176,6 +185,24 @@ void fill(int64_t n, uint8_t value, uint8_t* y, cudaStream_t stream) {
   check_n(n, "fill");
   if (n == 0) return;
   launch(fill_kernel<uint8_t>, grid_for(n), dim3(kBlock), 0, stream, n, value, y);
+}
+
+void fill(int64_t n, bfloat16 value, bfloat16* y, cudaStream_t stream) {
+  check_n(n, "fill");
+  if (n == 0) return;
+  launch(fill_kernel<bfloat16>, grid_for(n), dim3(kBlock), 0, stream, n, value, y);
+}
+
+void float_to_bf16(int64_t n, const float* x, bfloat16* y, cudaStream_t stream) {
+  check_n(n, "float_to_bf16");
+  if (n == 0) return;
+  launch(float_to_bf16_kernel, grid_for(n), dim3(kBlock), 0, stream, n, x, y);
+}
+
+void bf16_to_float(int64_t n, const bfloat16* x, float* y, cudaStream_t stream) {
+  check_n(n, "bf16_to_float");
+  if (n == 0) return;
+  launch(bf16_to_float_kernel, grid_for(n), dim3(kBlock), 0, stream, n, x, y);
 }
 
 void add_scalar(int64_t n, int64_t value, int64_t* y, cudaStream_t stream) {
