@@ -1,7 +1,7 @@
 // Convolution rung 06, TF32 tensor cores: rung 5's three implicit GEMMs (the
 // same operand readers, operands.cuh; the same split-K, split_k.h; the same
 // output index functions, warp_tile_kernels.cuh) on GEMM rung 09's tile
-// (tf32_tile::multiply): operands rounded to TF32 (cvt.rna.tf32.f32) as
+// (mma_tile::multiply): operands rounded to TF32 (cvt.rna.tf32.f32) as
 // they are staged in shared memory, mma.sync.m16n8k8 with FP32
 // accumulation. Not FP32: each product carries a relative error up to about
 // 2^-10 (tests/test_cuda_conv_tf32.cpp derives the bound), so the backend's
@@ -14,7 +14,7 @@
 // the gathers of step s+1 in flight during the mma of step s. Results of more
 // than 64 rows (forward and backward-weight: K output channels;
 // backward-data: C input channels) use the 128 x 128 tile of 2 x 4 warps; 64
-// rows or fewer the 64 x 128 tile of 1 x 4 warps (tf32_tile::Narrow), as
+// rows or fewer the 64 x 128 tile of 1 x 4 warps (mma_tile::Narrow), as
 // rung 4 does. The gathered operands are staged as rung 4's: a quad of four
 // scalar loads sharing their index arithmetic (Walk), zeros outside the
 // image; the shared-memory layout follows each reader's kMajor (the [k][j]

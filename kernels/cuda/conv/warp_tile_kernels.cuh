@@ -1,7 +1,7 @@
 // The warp-tiled implicit GEMMs of convolution rungs 04 and 05: the three
 // directions on GEMM rung 07's tile (warp_tile::multiply), reading their
 // operands through operands.cuh; and of rung 06, the same kernels on GEMM
-// rung 09's TF32 tensor-core tile (tf32_tile::multiply), picked by the tile
+// rung 09's TF32 tensor-core tile (mma_tile::multiply), picked by the tile
 // shape (the Tiles argument of the launchers below).
 //
 // Block (x, y, z) reduces the chunk [z*chunk, z*chunk + chunk) of its GEMM's
@@ -12,7 +12,7 @@
 #pragma once
 #include "kernels/cuda/conv/rung.cuh"
 #include "kernels/cuda/gemm/split_k.h"
-#include "kernels/cuda/gemm/tf32_tile.cuh"
+#include "kernels/cuda/gemm/mma_tile.cuh"
 #include "kernels/cuda/gemm/tile.cuh"
 #include "kernels/cuda/gemm/warp_tile.cuh"
 
@@ -24,13 +24,13 @@ __device__ __forceinline__ int chunk_length(int K, int chunk) {
   return K - k0 < chunk ? K - k0 : chunk;
 }
 
-// The tile's multiply: tf32_tile's for its shapes (they have mma tiles),
+// The tile's multiply: mma_tile's for its shapes (they have mma tiles),
 // else warp_tile's. Both take the same operands and put(m, n, acc, valid).
 template <class S, class GetA, class GetB, class Put>
 __device__ __forceinline__ void tile_multiply(int M, int N, int K, const GetA& a, const GetB& b,
                                               const Put& put) {
   if constexpr (requires { S::kTilesM; })
-    tf32_tile::multiply<S>(M, N, K, a, b, put);
+    mma_tile::multiply<S>(M, N, K, a, b, put);
   else
     warp_tile::multiply<S>(M, N, K, a, b, put);
 }
@@ -101,7 +101,7 @@ void with_warp_tile(int64_t M, F&& f) {
 }
 
 // with_warp_tile as a type (FP32 rungs 04, 05), and its TF32 counterpart
-// (rung 06): tf32_tile's 128 x 128 tile, or its 64 x 128 Narrow one for 64
+// (rung 06): mma_tile's TF32 128 x 128 tile, or its 64 x 128 Narrow one for 64
 // rows or fewer.
 struct Fp32Tiles {
   template <class F>
@@ -112,10 +112,10 @@ struct Fp32Tiles {
 struct Tf32Tiles {
   template <class F>
   void operator()(int64_t M, F&& f) const {
-    if (M <= tf32_tile::Narrow::kBM)
-      f(tf32_tile::Narrow{});
+    if (M <= mma_tile::Narrow<mma_tile::Tf32>::kBM)
+      f(mma_tile::Narrow<mma_tile::Tf32>{});
     else
-      f(tf32_tile::Wide{});
+      f(mma_tile::Wide<mma_tile::Tf32>{});
   }
 };
 

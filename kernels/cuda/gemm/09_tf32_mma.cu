@@ -2,8 +2,8 @@
 // operands (10 explicit mantissa bits, rounded to nearest, ties away, by
 // cvt.rna.tf32.f32) and FP32 accumulation, with rung 08's split-K. Not
 // FP32: each product carries a relative error up to about 2^-10 (tests/
-// test_cuda_gemm_tf32.cpp derives the bound), so the backend's default stays
-// rung 08; this is what a TF32 setting will run. The core is tf32_tile.cuh.
+// test_cuda_gemm_mma.cpp derives the bound), so the backend's default stays
+// rung 08; this is what a TF32 setting will run. The core is mma_tile.cuh.
 //
 // Fragments (the PTX ISA's m16n8k8 .tf32, as kernels/cuda/mma.cuh documents
 // them). With g = lane / 4 and t = lane % 4, a lane holds, of one 16 x 8 x 8
@@ -20,15 +20,15 @@
 //
 // Shared memory. A stage holds BK = 8 of k of each operand (one mma deep),
 // rounded to TF32 as it is stored (each element converted once, not once
-// per warp that reads it), laid out as the operand lies in global memory so
-// that staging is one 16-byte load and one 16-byte store per quad whatever
-// the transpose:
+// per warp that reads it) and kept as the 32-bit operand word, laid out
+// as the operand lies in global memory so that staging is one 16-byte load
+// and one 16-byte store per quad whatever the transpose:
 //   - contiguous along j (op(B) = B, op(A) = A^T stored K x M): [k][j], rows
-//     of 128 + 8 floats. Lane (g, t) of a fragment load reads word
+//     of 128 + 8 words. Lane (g, t) of a fragment load reads word
 //     (k0 + t) * 136 + j0 + g: bank 8t + g + const mod 32, the 32 lanes in 32
 //     banks (a row of 136 = 8 mod 32 puts the 4 rows t on 4 bank octets).
 //   - contiguous along k (op(A) = A, op(B) = B^T stored N x K): [j][k], rows
-//     of 8 + 4 floats. Lane (g, t) reads word (j0 + g) * 12 + k0 + t: bank
+//     of 8 + 4 words. Lane (g, t) reads word (j0 + g) * 12 + k0 + t: bank
 //     12g + t + const; 12g mod 32 = 0, 12, 24, 4, 16, 28, 8, 20 are 8
 //     different multiples of 4 and t adds 0-3: 32 banks again.
 // So fragment loads are free of bank conflicts. The 16-byte stores of the
@@ -50,66 +50,21 @@
 // lanes of a row cover 32 contiguous bytes.
 //
 // Split-K: rung 08's (split_k.h), with this tile's block count; partial
-// tiles are FP32 and are added in a fixed order by 08's second pass.
+// tiles are FP32 and are added in a fixed order by 08's second pass. The
+// kernel and its launcher are mma_rung.cuh's, shared with rung 10.
 //   build/sim/bench_cuda_kernels gemm 9
-#include <cstdint>
-
-#include "kernels/cuda/gemm/rung.cuh"
-#include "kernels/cuda/gemm/split_k.h"
-#include "kernels/cuda/gemm/tf32_tile.cuh"
-#include "kernels/cuda/gemm/warp_tile.cuh"
+#include "kernels/cuda/gemm/mma_rung.cuh"
 
 namespace anvil::cuda {
-namespace gemm_kernels {
 
-using Tf32Shape = tf32_tile::Wide;
-
-// The K-slice [z*chunk, z*chunk + chunk) of z = blockIdx.z, its tile stored
-// through c at c.C + z*M*N (split: c is the workspace of partials, alpha 1,
-// beta 0; unsplit: C itself, chunk = K).
-template <bool TA, bool TB>
-__global__ void __launch_bounds__(Tf32Shape::kThreads, Tf32Shape::kMinBlocks)
-    gemm_tf32_mma(int M, int N, int K, int chunk, OpA<TA> a, OpB<TB> b, StoreC c) {
-  const int k0 = int(blockIdx.z) * chunk, length = K - k0 < chunk ? K - k0 : chunk;
-  c.C += int64_t(blockIdx.z) * M * N;
-  tf32_tile::multiply<Tf32Shape>(M, N, length, warp_tile::KSlice(a, k0), warp_tile::KSlice(b, k0),
-                                 c);
-}
-
-split_k::Plan tf32_split_plan(int64_t M, int64_t N, int64_t K) {
-  using S = Tf32Shape;
-  const int64_t tiles = ((M + S::kBM - 1) / S::kBM) * ((N + S::kBN - 1) / S::kBN);
-  return split_k::plan(M, N, K, tiles, S::kMinBlocks);
-}
-
-template <bool TA, bool TB>
-struct Tf32Mma {
-  static void run(const GemmArgs& g, cudaStream_t stream) {
-    using S = Tf32Shape;
-    const split_k::Plan plan = tf32_split_plan(g.M, g.N, g.K);
-    const dim3 grid(blocks(g.N, S::kBN), blocks(g.M, S::kBM), static_cast<unsigned>(plan.splits));
-    const auto a = tile::strided<OpA<TA>::kMajor>(g.A, g.lda);
-    const auto b = tile::strided<OpB<TB>::kMajor>(g.B, g.ldb);
-    if (plan.splits == 1) {
-      launch(gemm_tf32_mma<TA, TB>, grid, dim3(S::kThreads), 0, stream, g.M, g.N, g.K, g.K, a, b,
-             store_c(g.C, g.ldc, g.alpha, g.beta));
-      return;
-    }
-    launch(gemm_tf32_mma<TA, TB>, grid, dim3(S::kThreads), 0, stream, g.M, g.N, g.K,
-           int(plan.chunk), a, b, store_c(g.workspace, g.N, 1.0f, 0.0f));
-    split_k::sum_split_k(plan.splits, g.M, g.N, g.workspace, g.alpha, g.beta, g.C, g.ldc, stream);
-  }
-};
-
-}  // namespace gemm_kernels
+using Tf32Rung = gemm_kernels::MmaRung<mma_tile::Wide<mma_tile::Tf32>>;
 
 size_t gemm_rungs::tf32_mma_workspace_floats(int64_t M, int64_t N, int64_t K) {
-  return static_cast<size_t>(
-      cuda::split_k::workspace_floats(gemm_kernels::tf32_split_plan(M, N, K), M, N));
+  return Tf32Rung::workspace_floats(M, N, K);
 }
 
 void gemm_rungs::tf32_mma(const GemmArgs& g, cudaStream_t stream) {
-  gemm_kernels::by_transpose<gemm_kernels::Tf32Mma>(g, stream);
+  gemm_kernels::by_transpose<Tf32Rung::Run>(g, stream);
 }
 
 }  // namespace anvil::cuda
