@@ -6,7 +6,7 @@
 // rounded to TF32; in the simulator build, a swapped fragment register in
 // the emulated tensor core must break every direction.
 //
-// The bounds are GEMM rung 09's (tests/test_cuda_gemm_tf32.cpp derives
+// The bounds are GEMM rung 09's (tests/test_cuda_gemm_mma.cpp derives
 // them), each direction a GEMM with reduction length R: C*R*S (forward),
 // K*R*S (backward-data), N*P*Q (backward-weight). With S = sum |a b| over
 // the terms of an element (unrounded operands), the TF32 bound is
@@ -15,7 +15,7 @@
 // sum of the operands rounded to TF32, the FP32 bound (R + 2) * 2^-23 *
 // (S~ + |bias|); the control: the TF32 result fails R * 2^-24 * (S + |bias|),
 // a bound that an FP32 convolution of the unrounded operands meets, asserted
-// for R <= 256 only (test_cuda_gemm_tf32.cpp says why; LeNet's conv1
+// for R <= 256 only (test_cuda_gemm_mma.cpp says why; LeNet's conv1
 // backward-weight at batch 2 has R = 1152 and relies on the rounded-operand
 // comparison).
 #if defined(ANVIL_CUDA_BACKEND)

@@ -1,7 +1,7 @@
 // kernels/cuda GEMM (gemm.cu): every FP32 variant, every transpose
 // combination, ragged shapes and padded row strides against the CPU GEMM;
 // argument checks. The tensor-core variants (after kGemmFp32Variants) cannot
-// meet these FP32 tolerances: test_cuda_gemm_tf32.cpp tests them with
+// meet these FP32 tolerances: test_cuda_gemm_mma.cpp tests them with
 // bounds derived for their rounding.
 // Runs on the simulator (ANVIL_CUDA=SIM) or on a real GPU when there is one.
 #if defined(ANVIL_CUDA_BACKEND)

@@ -37,6 +37,7 @@ size_t gemm_workspace_floats(int variant, int64_t M, int64_t N, int64_t K) {
   check_size("K", K);
   if (variant == 8) return gemm_rungs::split_k_workspace_floats(M, N, K);
   if (variant == 9) return gemm_rungs::tf32_mma_workspace_floats(M, N, K);
+  if (variant == 10) return gemm_rungs::bf16_mma_workspace_floats(M, N, K);
   return 0;
 }
 
