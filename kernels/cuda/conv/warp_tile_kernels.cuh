@@ -43,16 +43,16 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   float* y = out + int64_t(blockIdx.z) * g.N * g.K * PQ;
   const float* b0 = blockIdx.z == 0 ? bias : nullptr;
   tile_multiply<S>(g.K, g.N * PQ, chunk_length(CRS, chunk), warp_tile::KSlice(w, k0),
-                         warp_tile::KSlice(ColByNpq{g, x}, k0),
-                         [&](int k, int npq, const float4& acc, int valid) {
-                           const float b = b0 ? b0[k] : 0.0f;
+                   warp_tile::KSlice(ColByNpq{g, x}, k0),
+                   [&](int k, int npq, const float4& acc, int valid) {
+                     const float b = b0 ? b0[k] : 0.0f;
 #pragma unroll
-                           for (int j = 0; j < 4; ++j) {
-                             if (j >= valid) break;
-                             const int n = (npq + j) / PQ, pq = (npq + j) % PQ;
-                             y[(int64_t(n) * g.K + k) * PQ + pq] = vec::at(acc, j) + b;
-                           }
-                         });
+                     for (int j = 0; j < 4; ++j) {
+                       if (j >= valid) break;
+                       const int n = (npq + j) / PQ, pq = (npq + j) % PQ;
+                       y[(int64_t(n) * g.K + k) * PQ + pq] = vec::at(acc, j) + b;
+                     }
+                   });
 }
 
 template <class S>
@@ -62,15 +62,15 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   const int HW = g.H * g.W, k0 = int(blockIdx.z) * chunk;
   float* dx = out + int64_t(blockIdx.z) * g.N * g.C * HW;
   tile_multiply<S>(g.C, g.N * HW, chunk_length(g.K * g.RS(), chunk),
-                         warp_tile::KSlice(WeightT{g, w}, k0), warp_tile::KSlice(DyTaps{g, dy}, k0),
-                         [&](int c, int nhw, const float4& acc, int valid) {
+                   warp_tile::KSlice(WeightT{g, w}, k0), warp_tile::KSlice(DyTaps{g, dy}, k0),
+                   [&](int c, int nhw, const float4& acc, int valid) {
 #pragma unroll
-                           for (int j = 0; j < 4; ++j) {
-                             if (j >= valid) break;
-                             const int n = (nhw + j) / HW, hw = (nhw + j) % HW;
-                             dx[(int64_t(n) * g.C + c) * HW + hw] = vec::at(acc, j);
-                           }
-                         });
+                     for (int j = 0; j < 4; ++j) {
+                       if (j >= valid) break;
+                       const int n = (nhw + j) / HW, hw = (nhw + j) % HW;
+                       dx[(int64_t(n) * g.C + c) * HW + hw] = vec::at(acc, j);
+                     }
+                   });
 }
 
 template <class S>
