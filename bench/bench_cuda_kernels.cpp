@@ -173,6 +173,20 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& r
 // Float sums of `reduction` terms in another order than the CPU's.
 double tolerance(int64_t reduction) { return 1e-5 * (1.0 + std::sqrt(double(reduction))); }
 
+// The same on tensor cores: each product a_k b_k also carries the rounding
+// of its two operands (to nearest: relative error <= u each, so <= 2u
+// together, of random sign from term to term; TF32 u = 2^-11, BF16 2^-8).
+// Summed over the reduction that error grows like sqrt(reduction), as |ref|
+// itself does for these random operands, so relative to the largest |ref|
+// it stays near u (its largest element a few times its spread, as the
+// largest |ref| is): 2u covers it with a margin, on top of the FP32 term.
+// (tests/test_cuda_gemm_mma.cpp holds the kernels to a per-element bound.)
+constexpr double kTf32Rounding = 0x1p-10, kBf16Rounding = 0x1p-7;
+double gemm_rounding(cu::gemm_rungs::Math math) {
+  using cu::gemm_rungs::Math;
+  return math == Math::kTf32 ? kTf32Rounding : math == Math::kBf16 ? kBf16Rounding : 0.0;
+}
+
 // Times a call on `stream`: warm-up calls, then one pair of events per call.
 class Timer {
  public:
@@ -257,8 +271,9 @@ struct Bench {
   }
   // Compares and reports; true when within tolerance.
   bool verify(const char* op, const std::string& shape, const std::string& impl,
-              const std::vector<float>& got, const std::vector<float>& ref, int64_t reduction) {
-    const double err = relative_error(got, ref), tol = tolerance(reduction);
+              const std::vector<float>& got, const std::vector<float>& ref, int64_t reduction,
+              double rounding = 0.0) {  // the operands' rounding (tensor cores), else 0
+    const double err = relative_error(got, ref), tol = rounding + tolerance(reduction);
     if (err <= tol) return true;
     fmt::print("FAIL: {} {} on {}: relative error {:.3g} > tolerance {:.3g}\n", op, impl, shape,
                err, tol);
@@ -337,7 +352,8 @@ void Bench::gemm(int64_t M, int64_t N, int64_t K) {
     };
     dc.poison(stream);
     call();
-    if (!verify("gemm", shape, impl, dc.download(), ref, K)) continue;
+    const double rounding = gemm_rounding(cu::gemm_rungs::kRungs[v - 1].math);
+    if (!verify("gemm", shape, impl, dc.download(), ref, K, rounding)) continue;
     row("gemm", shape, impl, timer->median_ms(call), flop, vendor_ms);
   }
 }
@@ -524,7 +540,8 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
       out.poison(stream);
       d_db.poison(stream);
       call(true);
-      bool ok = verify(op, shape, impl, out.download(), *refs[dir], reductions[dir]);
+      const double rounding = v > cu::kConvFp32Variants ? kTf32Rounding : 0.0;  // rung 6: TF32
+      bool ok = verify(op, shape, impl, out.download(), *refs[dir], reductions[dir], rounding);
       if (ok && dir == kBackwardWeight)
         ok = verify("bwdW", shape, impl + " dbias", d_db.download(), db_ref, s.N * s.P * s.Q);
       if (ok) row(op, shape, impl, timer->median_ms([&] { call(false); }), flop, vendor_ms);

@@ -46,6 +46,7 @@ KERNELS = {
     "gemm_warp_tiled": ("gemm 6", 256),
     "gemm_double_buffered": ("gemm 7", 256),
     "gemm_split_k": ("gemm 8", 256),
+    "gemm_mma": ("gemm 9, 10", None),  # by its tile's math: MMA_VARIANTS
     "add_partials": ("split-K sum", 256),
     "add_partials_by_warp": ("split-K sum", 256),
     "forward_naive": ("conv 1", 256),
@@ -102,6 +103,16 @@ CLAIMS = {
     "backward_weight_warp_tiled": {"lds128"},
     **{(base, f"V4 {index}"): {"ldg128"} for base in SPLIT_KERNELS for index in ("int", "long")},
 }
+# The tensor-core tiles (mma_tile.cuh, tile "tf32 ..." or "bf16 ..."): their
+# fragment loads are 32-bit (no LDS.128 claimed); the global loads of a
+# strided operand are 16-byte where aligned. Every one also claims HMMA and
+# no FFMA in its main loop (checked below).
+MMA_CLAIMS = {"gemm_mma": {"ldg128"}, "forward_warp_tiled": {"ldg128"}}
+# What a kernel on a tensor-core tile is, by its math: GEMM rung 9 or 10;
+# the convolution kernels are rung 6, not 4 and 5.
+MMA_VARIANTS = {("gemm_mma", "tf32"): "gemm 9", ("gemm_mma", "bf16"): "gemm 10",
+                **{(base, "tf32"): "conv 6" for base in
+                   ("forward_warp_tiled", "backward_data_warp_tiled", "backward_weight_warp_tiled")}}
 
 
 def base_and_tile(demangled):
@@ -118,7 +129,11 @@ def base_and_tile(demangled):
             name = name[:i]
             break
     shape = re.search(r"warp_tile::Shape<([\d, ]+)>", name)
+    mma = re.search(r"mma_tile::Shape<[\w:]*mma_tile::(Tf32|Bf16), (\d+), (\d+), \d+>", name)
     base = re.sub(r"<.*", "", name).split("::")[-1]
+    if mma:  # 64 x 32 per warp
+        wm, wn = int(mma.group(2)), int(mma.group(3))
+        return base, f"{mma.group(1).lower()} {64 * wm}x{32 * wn}", 32 * wm * wn
     split = re.search(r"<(\d+), (\w+)>$", name)
     if base in SPLIT_KERNELS and split:
         return base, f"V{split.group(1)} {split.group(2)}", None
@@ -185,6 +200,7 @@ def sass_facts(instrs):
         "ffma": sum(op == "FFMA" for op in ops),
         "loop_ffma": 0,
         "loop_len": 0,
+        "loop_hmma": (0, 0, 0),  # the loop with the most HMMA: (HMMA, FFMA, instructions)
     }
     # Basic blocks: a block starts at a branch target and after a branch.
     targets = {int(t.group(1), 16) for _, op, args in instrs if op == "BRA"
@@ -213,6 +229,9 @@ def sass_facts(instrs):
         ffma = sum(o == "FFMA" for o in body)
         if ffma > facts["loop_ffma"]:
             facts["loop_ffma"], facts["loop_len"] = ffma, len(body)
+        hmma = sum(o.startswith("HMMA") for o in body)
+        if hmma > facts["loop_hmma"][0]:
+            facts["loop_hmma"] = (hmma, ffma, len(body))
     return facts
 
 
@@ -243,12 +262,14 @@ def kernel_rows(folder):
         for mangled, r in res.items():
             base, tile, shape_threads = base_and_tile(names.get(mangled, mangled))
             variant, threads = KERNELS.get(base, ("", 256))
+            if tile.startswith(("tf32", "bf16")):
+                variant = MMA_VARIANTS.get((base, tile[:4]), variant)
             threads = shape_threads or threads
             facts = sass_facts(sass.get(mangled, []))
             key = (source_file(name), base, tile)
             row = rows.setdefault(key, {"variant": variant, "threads": threads, "count": 0, "regs": [],
                                         "smem": 0, "stack": 0, "spill": 0, "ldg128": [], "lds128": [],
-                                        "local": 0, "loop": [], "block": []})
+                                        "local": 0, "loop": [], "block": [], "hmma": []})
             row["count"] += 1
             row["regs"].append(r["regs"])
             row["smem"] = max(row["smem"], r["smem"])
@@ -261,6 +282,7 @@ def kernel_rows(folder):
                 row["loop"].append((facts["loop_ffma"], facts["loop_len"]))
             if facts["block_ffma"]:
                 row["block"].append((facts["block_ffma"], facts["block_len"]))
+            row["hmma"].append(facts["loop_hmma"])
     return rows
 
 
@@ -272,7 +294,8 @@ def kernel_table(rows):
     for (cu, base, tile), r in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[1]["variant"], kv[0][1], kv[0][2])):
         regs = f"{min(r['regs'])}" if min(r["regs"]) == max(r["regs"]) else f"{min(r['regs'])}-{max(r['regs'])}"
         blocks, occ, limiter = occupancy(r["threads"], max(r["regs"]), r["smem"])
-        claims = CLAIMS.get((base, tile), CLAIMS.get(base, set()))
+        mma = tile.startswith(("tf32", "bf16"))
+        claims = MMA_CLAIMS.get(base, set()) if mma else CLAIMS.get((base, tile), CLAIMS.get(base, set()))
         cells = []
         for what in ("ldg128", "lds128"):
             n = min(r[what])
@@ -290,6 +313,13 @@ def kernel_table(rows):
         local_cell = "none" if no_local else f"**stack {r['stack']} B, {r['local']} LDL/STL**"
         loop = max(r["loop"], default=None)
         loop_cell = f"{loop[0]} / {loop[1]}" if loop else "-"
+        if mma:  # main loop: the one with the HMMA; it must hold no FFMA
+            fewest = min(h for h, _, _ in r["hmma"])
+            worst_ffma = max(f for _, f, _ in r["hmma"])
+            longest = max(n for _, _, n in r["hmma"])
+            loop_cell = f"HMMA {fewest}, FFMA {worst_ffma} / {longest}"
+            if fewest == 0 or worst_ffma > 0:
+                problems.append(f"{base} {tile}: main loop without HMMA or with FFMA ({loop_cell})")
         block = max(r["block"], default=None)
         block_cell = f"{block[0]} / {block[1]} ({100 * block[0] / block[1]:.0f}%)" if block else "-"
         name = f"`{base}`" + (f" {tile}" if tile else "")

@@ -14,6 +14,8 @@
 //   03_implicit_gemm.cu      GEMM rung 04's tile reading the columns from x
 //   04_implicit_warp_tile.cu GEMM rung 07's warp tile on the same readers
 //   05_split_k.cu  (ships)   04 plus chunks of the reduction over grid.z
+//   06_tf32_mma.cu           05 on TF32 tensor cores (mma.sync m16n8k8), FP32
+//                            accumulation: not FP32 accurate, not the default
 // Run one rung alone (checked against the CPU, then timed):
 //   build/sim/bench_cuda_kernels conv 3
 #pragma once
@@ -25,8 +27,12 @@
 
 namespace anvil::cuda {
 
-constexpr int kConvVariants = 5;
-constexpr int kBestConv = 5;  // the one the backend uses
+constexpr int kConvVariants = 6;
+constexpr int kBestConv = 5;  // the one the backend uses (FP32)
+// Rungs 1..kConvFp32Variants compute in FP32; the rungs after them on
+// tensor cores, with operands rounded to TF32 (10 mantissa bits, nearest,
+// ties away) and FP32 accumulation.
+constexpr int kConvFp32Variants = 5;
 
 // The workspace (floats) a variant needs for all three directions of `s`,
 // the bias gradient's included; 0 where it needs none.
@@ -59,7 +65,7 @@ struct Rung {
   void (*backward_weight)(const Conv2dShape&, const float* x, const float* dy, float* dw,
                           float* workspace, cudaStream_t);
 };
-extern const Rung kDirect, kIm2col, kImplicitGemm, kImplicitWarpTile, kSplitK;
+extern const Rung kDirect, kIm2col, kImplicitGemm, kImplicitWarpTile, kSplitK, kTf32Mma;
 // Rung `variant` (1 to kConvVariants; std::invalid_argument otherwise).
 const Rung& rung(int variant);
 }  // namespace conv_rungs

@@ -1,6 +1,8 @@
 // The warp-tiled implicit GEMMs of convolution rungs 04 and 05: the three
 // directions on GEMM rung 07's tile (warp_tile::multiply), reading their
-// operands through operands.cuh.
+// operands through operands.cuh; and of rung 06, the same kernels on GEMM
+// rung 09's TF32 tensor-core tile (mma_tile::multiply), picked by the tile
+// shape (the Tiles argument of the launchers below).
 //
 // Block (x, y, z) reduces the chunk [z*chunk, z*chunk + chunk) of its GEMM's
 // K into out + z * (the output's size): rung 04 and unsplit shapes, one chunk
@@ -10,6 +12,7 @@
 #pragma once
 #include "kernels/cuda/conv/rung.cuh"
 #include "kernels/cuda/gemm/split_k.h"
+#include "kernels/cuda/gemm/mma_tile.cuh"
 #include "kernels/cuda/gemm/tile.cuh"
 #include "kernels/cuda/gemm/warp_tile.cuh"
 
@@ -21,6 +24,17 @@ __device__ __forceinline__ int chunk_length(int K, int chunk) {
   return K - k0 < chunk ? K - k0 : chunk;
 }
 
+// The tile's multiply: mma_tile's for its shapes (they have mma tiles),
+// else warp_tile's. Both take the same operands and put(m, n, acc, valid).
+template <class S, class GetA, class GetB, class Put>
+__device__ __forceinline__ void tile_multiply(int M, int N, int K, const GetA& a, const GetB& b,
+                                              const Put& put) {
+  if constexpr (requires { S::kTilesM; })
+    mma_tile::multiply<S>(M, N, K, a, b, put);
+  else
+    warp_tile::multiply<S>(M, N, K, a, b, put);
+}
+
 template <class S>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     forward_warp_tiled(Geo g, tile::Strided<false> w, const float* __restrict__ x,
@@ -28,17 +42,17 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   const int CRS = g.C * g.RS(), PQ = g.PQ(), k0 = int(blockIdx.z) * chunk;
   float* y = out + int64_t(blockIdx.z) * g.N * g.K * PQ;
   const float* b0 = blockIdx.z == 0 ? bias : nullptr;
-  warp_tile::multiply<S>(g.K, g.N * PQ, chunk_length(CRS, chunk), warp_tile::KSlice(w, k0),
-                         warp_tile::KSlice(ColByNpq{g, x}, k0),
-                         [&](int k, int npq, const float4& acc, int valid) {
-                           const float b = b0 ? b0[k] : 0.0f;
+  tile_multiply<S>(g.K, g.N * PQ, chunk_length(CRS, chunk), warp_tile::KSlice(w, k0),
+                   warp_tile::KSlice(ColByNpq{g, x}, k0),
+                   [&](int k, int npq, const float4& acc, int valid) {
+                     const float b = b0 ? b0[k] : 0.0f;
 #pragma unroll
-                           for (int j = 0; j < 4; ++j) {
-                             if (j >= valid) break;
-                             const int n = (npq + j) / PQ, pq = (npq + j) % PQ;
-                             y[(int64_t(n) * g.K + k) * PQ + pq] = vec::at(acc, j) + b;
-                           }
-                         });
+                     for (int j = 0; j < 4; ++j) {
+                       if (j >= valid) break;
+                       const int n = (npq + j) / PQ, pq = (npq + j) % PQ;
+                       y[(int64_t(n) * g.K + k) * PQ + pq] = vec::at(acc, j) + b;
+                     }
+                   });
 }
 
 template <class S>
@@ -47,16 +61,16 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
                              int chunk, float* __restrict__ out) {
   const int HW = g.H * g.W, k0 = int(blockIdx.z) * chunk;
   float* dx = out + int64_t(blockIdx.z) * g.N * g.C * HW;
-  warp_tile::multiply<S>(g.C, g.N * HW, chunk_length(g.K * g.RS(), chunk),
-                         warp_tile::KSlice(WeightT{g, w}, k0), warp_tile::KSlice(DyTaps{g, dy}, k0),
-                         [&](int c, int nhw, const float4& acc, int valid) {
+  tile_multiply<S>(g.C, g.N * HW, chunk_length(g.K * g.RS(), chunk),
+                   warp_tile::KSlice(WeightT{g, w}, k0), warp_tile::KSlice(DyTaps{g, dy}, k0),
+                   [&](int c, int nhw, const float4& acc, int valid) {
 #pragma unroll
-                           for (int j = 0; j < 4; ++j) {
-                             if (j >= valid) break;
-                             const int n = (nhw + j) / HW, hw = (nhw + j) % HW;
-                             dx[(int64_t(n) * g.C + c) * HW + hw] = vec::at(acc, j);
-                           }
-                         });
+                     for (int j = 0; j < 4; ++j) {
+                       if (j >= valid) break;
+                       const int n = (nhw + j) / HW, hw = (nhw + j) % HW;
+                       dx[(int64_t(n) * g.C + c) * HW + hw] = vec::at(acc, j);
+                     }
+                   });
 }
 
 template <class S>
@@ -65,7 +79,7 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
                                int chunk, float* __restrict__ out) {
   const int CRS = g.C * g.RS(), k0 = int(blockIdx.z) * chunk;
   float* dw = out + int64_t(blockIdx.z) * g.K * CRS;
-  warp_tile::multiply<S>(
+  tile_multiply<S>(
       g.K, CRS, chunk_length(g.N * g.PQ(), chunk), warp_tile::KSlice(DyRows{g, dy}, k0),
       warp_tile::KSlice(ColByCrs{g, x}, k0), [&](int k, int crs, const float4& acc, int valid) {
 #pragma unroll
@@ -85,6 +99,25 @@ void with_warp_tile(int64_t M, F&& f) {
   else
     f(warp_tile::DoubleBuffered{});
 }
+
+// with_warp_tile as a type (FP32 rungs 04, 05), and its TF32 counterpart
+// (rung 06): mma_tile's TF32 128 x 128 tile, or its 64 x 128 Narrow one for 64
+// rows or fewer.
+struct Fp32Tiles {
+  template <class F>
+  void operator()(int64_t M, F&& f) const {
+    with_warp_tile(M, f);
+  }
+};
+struct Tf32Tiles {
+  template <class F>
+  void operator()(int64_t M, F&& f) const {
+    if (M <= mma_tile::Narrow<mma_tile::Tf32>::kBM)
+      f(mma_tile::Narrow<mma_tile::Tf32>{});
+    else
+      f(mma_tile::Wide<mma_tile::Tf32>{});
+  }
+};
 
 template <class S>
 dim3 warp_tile_grid(int64_t M, int64_t N) {
@@ -111,33 +144,34 @@ inline tile::Strided<false> weights(const Conv2dShape& s, const float* w) {
   return tile::strided<false>(w, s.C * s.R * s.S);
 }
 
-// The three directions on tile S, each cut into plan(S, gemm) chunks.
-template <class Plan>
+// The three directions on the tile tiles(M) picks, each cut into
+// plan(S, gemm) chunks.
+template <class Plan, class Tiles = Fp32Tiles>
 void warp_tile_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                       float* y, float* ws, cudaStream_t stream, Plan plan) {
+                       float* y, float* ws, cudaStream_t stream, Plan plan, Tiles tiles = {}) {
   const Gemm m = forward_gemm(s);
-  with_warp_tile(m.M, [&](auto shape) {
+  tiles(m.M, [&](auto shape) {
     using S = decltype(shape);
     launch_split<S>(forward_warp_tiled<S>, m, plan(S{}, m), ws, y, stream, geo(s), weights(s, w),
                     x, bias);
   });
 }
 
-template <class Plan>
+template <class Plan, class Tiles = Fp32Tiles>
 void warp_tile_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
-                             float* ws, cudaStream_t stream, Plan plan) {
+                             float* ws, cudaStream_t stream, Plan plan, Tiles tiles = {}) {
   const Gemm m = backward_data_gemm(s);
-  with_warp_tile(m.M, [&](auto shape) {
+  tiles(m.M, [&](auto shape) {
     using S = decltype(shape);
     launch_split<S>(backward_data_warp_tiled<S>, m, plan(S{}, m), ws, dx, stream, geo(s), dy, w);
   });
 }
 
-template <class Plan>
+template <class Plan, class Tiles = Fp32Tiles>
 void warp_tile_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
-                               float* ws, cudaStream_t stream, Plan plan) {
+                               float* ws, cudaStream_t stream, Plan plan, Tiles tiles = {}) {
   const Gemm m = backward_weight_gemm(s);
-  with_warp_tile(m.M, [&](auto shape) {
+  tiles(m.M, [&](auto shape) {
     using S = decltype(shape);
     launch_split<S>(backward_weight_warp_tiled<S>, m, plan(S{}, m), ws, dw, stream, geo(s), x,
                     dy);

@@ -35,7 +35,10 @@ size_t gemm_workspace_floats(int variant, int64_t M, int64_t N, int64_t K) {
   check_size("M", M);
   check_size("N", N);
   check_size("K", K);
-  return variant == 8 ? gemm_rungs::split_k_workspace_floats(M, N, K) : 0;
+  if (variant == 8) return gemm_rungs::split_k_workspace_floats(M, N, K);
+  if (variant == 9) return gemm_rungs::tf32_mma_workspace_floats(M, N, K);
+  if (variant == 10) return gemm_rungs::bf16_mma_workspace_floats(M, N, K);
+  return 0;
 }
 
 void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

@@ -14,6 +14,9 @@
 //   06_warp_tiled.cu         128x128 tile, warp sub-tiles, 8x8 per thread
 //   07_double_buffered.cu    two shared-memory stages: loads overlap the FMAs
 //   08_split_k.cu  (ships)   7 plus chunks of K over grid.z when tiles are few
+//   09_tf32_mma.cu           TF32 tensor cores (mma.sync m16n8k8), FP32 accumulation,
+//                            split-K as 8: not FP32 accurate, not the default
+//   10_bf16_mma.cu           9 with BF16 operands (mma.sync m16n8k16)
 // Run one rung alone (checked against the CPU, then timed; simulated in the
 // sim build, on the GPU in the release build):
 //   build/sim/bench_cuda_kernels gemm 3
@@ -25,11 +28,15 @@
 
 namespace anvil::cuda {
 
-constexpr int kGemmVariants = 8;
-constexpr int kBestGemm = 8;  // the one the backend uses
+constexpr int kGemmVariants = 10;
+constexpr int kBestGemm = 8;  // the one the backend uses (FP32)
+// Rungs 1..kGemmFp32Variants compute in FP32 (FP32 operands, products and
+// sums); the rungs after them on tensor cores, with rounded operands (each
+// Rung's `math` below).
+constexpr int kGemmFp32Variants = 8;
 
 // The workspace (floats) `variant` needs for an M x N x K product: 0 but
-// for 08's split shapes.
+// for the split shapes of 08, 09 and 10.
 size_t gemm_workspace_floats(int variant, int64_t M, int64_t N, int64_t K);
 
 // Launches rung `variant` asynchronously on `stream`; the overload without a
@@ -71,17 +78,30 @@ void warp_tiled(const GemmArgs&, cudaStream_t);
 void double_buffered(const GemmArgs&, cudaStream_t);
 void split_k(const GemmArgs&, cudaStream_t);
 size_t split_k_workspace_floats(int64_t M, int64_t N, int64_t K);
+void tf32_mma(const GemmArgs&, cudaStream_t);
+size_t tf32_mma_workspace_floats(int64_t M, int64_t N, int64_t K);
+void bf16_mma(const GemmArgs&, cudaStream_t);
+size_t bf16_mma_workspace_floats(int64_t M, int64_t N, int64_t K);
+
+// What a rung's arithmetic is: FP32 throughout, or TF32 operands (rounded
+// to 10 mantissa bits, nearest, ties away) or BF16 operands (7 mantissa
+// bits, nearest, ties to even) with FP32 accumulation.
+enum class Math { kFp32, kTf32, kBf16 };
 
 struct Rung {
   const char* name;
   Launch launch;
+  Math math = Math::kFp32;
 };
 inline constexpr Rung kRungs[kGemmVariants] = {
     {"naive", naive},           {"coalesced", coalesced},
     {"smem tiled", smem_tiled}, {"register blocked", register_blocked},
     {"vectorised", vectorised}, {"warp tiled", warp_tiled},
     {"double buffered", double_buffered}, {"split-K", split_k},
+    {"tf32 mma", tf32_mma, Math::kTf32},  {"bf16 mma", bf16_mma, Math::kBf16},
 };
+static_assert(kRungs[kGemmFp32Variants - 1].math == Math::kFp32 &&
+              kRungs[kGemmFp32Variants].math != Math::kFp32);
 }  // namespace gemm_rungs
 
 }  // namespace anvil::cuda

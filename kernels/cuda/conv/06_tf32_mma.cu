@@ -1,0 +1,77 @@
+// Convolution rung 06, TF32 tensor cores: rung 5's three implicit GEMMs (the
+// same operand readers, operands.cuh; the same split-K, split_k.h; the same
+// output index functions, warp_tile_kernels.cuh) on GEMM rung 09's tile
+// (mma_tile::multiply): operands rounded to TF32 (cvt.rna.tf32.f32) as
+// they are staged in shared memory, mma.sync.m16n8k8 with FP32
+// accumulation. Not FP32: each product carries a relative error up to about
+// 2^-10 (tests/test_cuda_conv_tf32.cpp derives the bound), so the backend's
+// default stays rung 05.
+//
+// Threads and data are as in GEMM rung 09 (09_tf32_mma.cu has the fragment
+// mapping, the shared-memory layouts and why their fragment loads are free
+// of bank conflicts): each warp a 64 x 32 sub-tile of the GEMM's result,
+// 4 x 4 mma tiles of 16 x 8, k steps of 8 through two shared-memory stages,
+// the gathers of step s+1 in flight during the mma of step s. Results of more
+// than 64 rows (forward and backward-weight: K output channels;
+// backward-data: C input channels) use the 128 x 128 tile of 2 x 4 warps; 64
+// rows or fewer the 64 x 128 tile of 1 x 4 warps (mma_tile::Narrow), as
+// rung 4 does. The gathered operands are staged as rung 4's: a quad of four
+// scalar loads sharing their index arithmetic (Walk), zeros outside the
+// image; the shared-memory layout follows each reader's kMajor (the [k][j]
+// layout for ColByNpq and DyTaps, [j][k] for the weights, DyRows and
+// ColByCrs). Results are written as pairs of consecutive GEMM columns (c0 c1,
+// c2 c3 of the mma's C fragment) through rung 4's index functions.
+//   build/sim/bench_cuda_kernels conv 6
+#include <algorithm>
+
+#include "kernels/cuda/conv/warp_tile_kernels.cuh"
+
+namespace anvil::cuda {
+namespace conv_kernels {
+namespace {
+
+// The split of a GEMM on tile S, as rung 5's (split_k.h).
+struct Tf32Split {
+  template <class S>
+  split_k::Plan operator()(S, const Gemm& m) const {
+    const dim3 grid = warp_tile_grid<S>(m.M, m.N);
+    return split_k::plan(m.M, m.N, m.K, int64_t(grid.x) * grid.y, S::kMinBlocks);
+  }
+};
+
+size_t split_workspace(const Gemm& m) {
+  size_t floats = 0;
+  Tf32Tiles{}(m.M, [&](auto shape) {
+    floats = size_t(split_k::workspace_floats(Tf32Split{}(shape, m), m.M, m.N));
+  });
+  return floats;
+}
+
+size_t workspace(const Conv2dShape& s) {
+  return std::max({split_workspace(forward_gemm(s)), split_workspace(backward_data_gemm(s)),
+                   split_workspace(backward_weight_gemm(s))});
+}
+
+void forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
+             float* ws, cudaStream_t stream) {
+  warp_tile_forward(s, x, w, bias, y, ws, stream, Tf32Split{}, Tf32Tiles{});
+}
+
+void backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx, float* ws,
+                   cudaStream_t stream) {
+  warp_tile_backward_data(s, dy, w, dx, ws, stream, Tf32Split{}, Tf32Tiles{});
+}
+
+void backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* ws,
+                     cudaStream_t stream) {
+  warp_tile_backward_weight(s, x, dy, dw, ws, stream, Tf32Split{}, Tf32Tiles{});
+}
+
+}  // namespace
+}  // namespace conv_kernels
+
+const conv_rungs::Rung conv_rungs::kTf32Mma = {"tf32 mma", conv_kernels::workspace,
+                                               conv_kernels::forward, conv_kernels::backward_data,
+                                               conv_kernels::backward_weight};
+
+}  // namespace anvil::cuda

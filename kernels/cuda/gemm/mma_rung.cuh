@@ -1,0 +1,59 @@
+// What GEMM rungs 09 (TF32) and 10 (BF16) share: the kernel on mma_tile's
+// 128 x 128 tile of shape S over one K-slice per blockIdx.z, and the
+// launcher with rung 08's split-K (split_k.h): where the tiles fill less
+// than one wave and K is long, grid.z chunks of K write FP32 partial tiles
+// to the workspace and rung 08's second pass adds them in a fixed order.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/gemm/mma_tile.cuh"
+#include "kernels/cuda/gemm/rung.cuh"
+#include "kernels/cuda/gemm/split_k.h"
+#include "kernels/cuda/gemm/warp_tile.cuh"
+
+namespace anvil::cuda::gemm_kernels {
+
+// The K-slice [z*chunk, z*chunk + chunk) of z = blockIdx.z, its tile stored
+// through c at c.C + z*M*N (split: c is the workspace of partials, alpha 1,
+// beta 0; unsplit: C itself, chunk = K).
+template <class S, bool TA, bool TB>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    gemm_mma(int M, int N, int K, int chunk, OpA<TA> a, OpB<TB> b, StoreC c) {
+  const int k0 = int(blockIdx.z) * chunk, length = K - k0 < chunk ? K - k0 : chunk;
+  c.C += int64_t(blockIdx.z) * M * N;
+  mma_tile::multiply<S>(M, N, length, warp_tile::KSlice(a, k0), warp_tile::KSlice(b, k0), c);
+}
+
+template <class S>
+split_k::Plan mma_split_plan(int64_t M, int64_t N, int64_t K) {
+  const int64_t tiles = ((M + S::kBM - 1) / S::kBM) * ((N + S::kBN - 1) / S::kBN);
+  return split_k::plan(M, N, K, tiles, S::kMinBlocks);
+}
+
+template <class S>
+struct MmaRung {
+  template <bool TA, bool TB>
+  struct Run {
+    static void run(const GemmArgs& g, cudaStream_t stream) {
+      const split_k::Plan plan = mma_split_plan<S>(g.M, g.N, g.K);
+      const dim3 grid(blocks(g.N, S::kBN), blocks(g.M, S::kBM),
+                      static_cast<unsigned>(plan.splits));
+      const auto a = tile::strided<OpA<TA>::kMajor>(g.A, g.lda);
+      const auto b = tile::strided<OpB<TB>::kMajor>(g.B, g.ldb);
+      if (plan.splits == 1) {
+        launch(gemm_mma<S, TA, TB>, grid, dim3(S::kThreads), 0, stream, g.M, g.N, g.K, g.K, a, b,
+               store_c(g.C, g.ldc, g.alpha, g.beta));
+        return;
+      }
+      launch(gemm_mma<S, TA, TB>, grid, dim3(S::kThreads), 0, stream, g.M, g.N, g.K,
+             int(plan.chunk), a, b, store_c(g.workspace, g.N, 1.0f, 0.0f));
+      split_k::sum_split_k(plan.splits, g.M, g.N, g.workspace, g.alpha, g.beta, g.C, g.ldc,
+                           stream);
+    }
+  };
+  static size_t workspace_floats(int64_t M, int64_t N, int64_t K) {
+    return static_cast<size_t>(split_k::workspace_floats(mma_split_plan<S>(M, N, K), M, N));
+  }
+};
+
+}  // namespace anvil::cuda::gemm_kernels

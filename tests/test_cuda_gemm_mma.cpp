@@ -1,0 +1,227 @@
+// kernels/cuda GEMM on tensor cores, rungs 09 (TF32, 09_tf32_mma.cu) and 10
+// (BF16, 10_bf16_mma.cu), against an FP64 reference, element by element,
+// with bounds derived below: ragged shapes, every transpose, odd and
+// 16-byte-aligned strides, several tiles and a split K. A control shows
+// that the operands really are rounded, and in the simulator build a
+// mutation of the emulated tensor core (a swapped fragment register) shows
+// that these tests notice a misread fragment layout.
+//
+// The bounds, per element of D = alpha * op(A) op(B) + beta * C, with
+// S = sum_k |a_k b_k| over the unrounded operands, u the operands' unit
+// roundoff (rounding to nearest: TF32 keeps 10 explicit mantissa bits,
+// u = 2^-11; BF16 7, u = 2^-8) and e = 2^-24 (FP32's):
+//   - rounding: |a~ b~ - a b| <= (2u + u^2) |a b| per product, so at most
+//     2u (1 + u/2) S in all;
+//   - accumulation in FP32 of K exact products (11 x 11 or 8 x 8
+//     significand bits fit FP32's 24): at most K * 2e * S (first order; 2e
+//     rather than e because a tensor core may truncate instead of rounding
+//     at each step, and the split-K partial sums add at most splits <= K
+//     more roundings);
+//   - the epilogue alpha * acc + beta * c: two roundings, at most
+//     2e (|alpha| S + |beta c|) (first order).
+// Hence the bound |d - ref| <= c * 2u * |alpha| S + 2^-23 |beta c| with
+// c = 1 + u/2 + (K + 1) * 2^-23 / (2u): for TF32 (2u = 2^-10)
+// c = 1 + 2^-12 + (K + 1) * 2^-13, 1.02 at K = 133 and 1.07 at K = 600; for
+// BF16 (2u = 2^-7) c = 1 + 2^-9 + (K + 1) * 2^-16. Against the FP64 product
+// of the operands rounded as the kernel rounds them the FP32 bound
+// (K + 2) * 2^-23 * (|alpha| S~ + |beta c|) holds, the one a correct FP32
+// GEMM of those operands meets.
+//
+// The control: the result must fail K * 2^-24 * (|alpha| S + |beta c|)
+// against the unrounded operands' FP64 product, a bound an FP32 GEMM meets.
+// It can tell the rounding from FP32 only while that bound is well below
+// the rounding's error, which on random operands is about u * S / sqrt(K)
+// (the terms' rounding errors have random signs): for TF32 up to K of a few
+// hundred. So it is asserted for K <= kControlMaxK; longer reductions (the
+// split-K case) rely on the rounded-operand comparison, which a kernel that
+// does not round (the tensor core would truncate) fails.
+#if defined(ANVIL_CUDA_BACKEND)
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/bfloat16.h"
+#include "core/tf32.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm/split_k.h"
+#include "tests/cuda_test_util.h"
+#if defined(ANVIL_CUDA_SIM)
+#include "sim/mma_sim.h"
+#endif
+
+namespace {
+
+using Vec = std::vector<float>;
+using cuda_test::DeviceBuffer;
+namespace cu = anvil::cuda;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kSentinel = 12345.0f;  // C's padding: must come back untouched
+constexpr int64_t kControlMaxK = 256;
+
+// A tensor-core rung: its variant, unit roundoff and rounding.
+struct Rung {
+  int variant;
+  double u;
+  double (*round)(float);
+  const char* name;
+};
+double tf32(float x) { return double(std::bit_cast<float>(anvil::float_to_tf32_bits(x))); }
+double bf16(float x) { return double(anvil::bf16_bits_to_float(anvil::float_to_bf16_bits(x))); }
+constexpr Rung kTf32{9, 0x1p-11, tf32, "tf32"}, kBf16{10, 0x1p-8, bf16, "bf16"};
+static_assert(cu::gemm_rungs::kRungs[kTf32.variant - 1].math == cu::gemm_rungs::Math::kTf32);
+static_assert(cu::gemm_rungs::kRungs[kBf16.variant - 1].math == cu::gemm_rungs::Math::kBf16);
+
+struct Case {
+  int64_t M, N, K;
+  bool ta, tb;
+  int64_t pad;  // row strides: the stored row + pad
+  float alpha, beta;
+};
+
+// The worst |d - ref| / bound over the elements, for the three comparisons
+// of the top of this file.
+struct Ratios {
+  double bound = 0;    // unrounded reference, the rung's bound: must be <= 1
+  double fp32 = 0;     // unrounded reference, FP32 bound: the control, must be far > 1
+  double rounded = 0;  // reference from rounded operands, FP32 bound: must be <= 1
+  bool padding_kept = true;
+};
+
+Ratios run_case(const Rung& rung, const Case& s, uint32_t seed) {
+  const int64_t a_rows = s.ta ? s.K : s.M, a_cols = s.ta ? s.M : s.K;
+  const int64_t b_rows = s.tb ? s.N : s.K, b_cols = s.tb ? s.K : s.N;
+  const int64_t lda = a_cols + s.pad, ldb = b_cols + s.pad, ldc = s.N + s.pad;
+  // NaN in A's and B's padding: a kernel reading it would spread NaN.
+  Vec A(size_t(a_rows * lda), kNaN), B(size_t(b_rows * ldb), kNaN);
+  Vec C(size_t(s.M * ldc), kSentinel);
+  const Vec ra = cuda_test::random_floats(size_t(a_rows * a_cols), seed);
+  const Vec rb = cuda_test::random_floats(size_t(b_rows * b_cols), seed + 1);
+  const Vec rc = cuda_test::random_floats(size_t(s.M * s.N), seed + 2);
+  for (int64_t r = 0; r < a_rows; ++r)
+    for (int64_t c = 0; c < a_cols; ++c) A[size_t(r * lda + c)] = ra[size_t(r * a_cols + c)];
+  for (int64_t r = 0; r < b_rows; ++r)
+    for (int64_t c = 0; c < b_cols; ++c) B[size_t(r * ldb + c)] = rb[size_t(r * b_cols + c)];
+  for (int64_t m = 0; m < s.M; ++m)  // beta == 0 must not read C: NaN there would leak
+    for (int64_t n = 0; n < s.N; ++n)
+      C[size_t(m * ldc + n)] = s.beta == 0.0f ? kNaN : rc[size_t(m * s.N + n)];
+
+  DeviceBuffer<float> dA(A), dB(B), dC(C);
+  DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(rung.variant, s.M, s.N, s.K), kNaN));
+  cu::gemm(rung.variant, s.ta, s.tb, s.M, s.N, s.K, s.alpha, dA.ptr, lda, dB.ptr, ldb, s.beta,
+           dC.ptr, ldc, ws.ptr, nullptr);
+  const Vec got = dC.to_host();
+
+  Ratios out;
+  const double alpha = s.alpha, beta = s.beta;
+  for (int64_t m = 0; m < s.M; ++m) {
+    for (int64_t n = 0; n < s.N; ++n) {
+      double exact = 0, rounded = 0, S = 0, St = 0;
+      for (int64_t k = 0; k < s.K; ++k) {
+        const float a = s.ta ? A[size_t(k * lda + m)] : A[size_t(m * lda + k)];
+        const float b = s.tb ? B[size_t(n * ldb + k)] : B[size_t(k * ldb + n)];
+        exact += double(a) * b;
+        rounded += rung.round(a) * rung.round(b);
+        S += std::fabs(double(a) * b);
+        St += std::fabs(rung.round(a) * rung.round(b));
+      }
+      const double bc = s.beta == 0.0f ? 0.0 : beta * C[size_t(m * ldc + n)];
+      const double d = got[size_t(m * ldc + n)];
+      const double c = 1 + rung.u / 2 + double(s.K + 1) * 0x1p-23 / (2 * rung.u);
+      const double bound = c * 2 * rung.u * std::fabs(alpha) * S + 0x1p-23 * std::fabs(bc);
+      const double fp32 = double(s.K + 2) * 0x1p-23;
+      out.bound = std::max(out.bound, std::fabs(d - (alpha * exact + bc)) / bound);
+      const double fp32_tight = double(s.K) * 0x1p-24;  // the control's bound
+      out.fp32 = std::max(out.fp32, std::fabs(d - (alpha * exact + bc)) /
+                                        (fp32_tight * (std::fabs(alpha) * S + std::fabs(bc))));
+      out.rounded = std::max(out.rounded, std::fabs(d - (alpha * rounded + bc)) /
+                                              (fp32 * (std::fabs(alpha) * St + std::fabs(bc))));
+      if (std::isnan(d)) out.bound = out.rounded = std::numeric_limits<double>::infinity();
+    }
+    for (int64_t n = s.N; n < ldc; ++n)
+      out.padding_kept = out.padding_kept && got[size_t(m * ldc + n)] == kSentinel;
+  }
+  return out;
+}
+
+std::string describe(const Case& s) {
+  return std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K) +
+         ", trans_a " + std::to_string(s.ta) + ", trans_b " + std::to_string(s.tb) +
+         ", ld padding " + std::to_string(s.pad);
+}
+
+}  // namespace
+
+TEST_CASE("cuda gemm mma: rungs 9 (TF32) and 10 (BF16) are within their bounds of FP64 and "
+          "round their operands", "[cuda][gemm][tf32][bf16]") {
+  if (!cuda_test::have_device()) return;
+  // A ragged single tile with odd strides (scalar loads), every transpose;
+  // 130 x 136 (2 x 2 tiles, ragged) with strides a multiple of 4 (16-byte
+  // loads), every transpose; and a one-tile result whose K = 600 splits
+  // over grid.z (5 chunks of 128, the last 88).
+  std::vector<Case> cases;
+  for (int t = 0; t < 4; ++t)
+    cases.push_back({67, 45, 133, bool(t & 1), bool(t & 2), 3, 0.5f, -1.5f});
+  for (int t = 0; t < 4; ++t)
+    cases.push_back({130, 136, 24, bool(t & 1), bool(t & 2), 4, 1.0f, 0.0f});
+  cases.push_back({20, 9, 600, false, false, 1, -0.75f, 0.25f});
+  cases.push_back({20, 9, 600, true, true, 1, 1.0f, 0.0f});
+  for (const Rung& rung : {kTf32, kBf16}) {
+    INFO("rung " << rung.variant << " (" << rung.name << ")");
+    REQUIRE(cu::gemm_workspace_floats(rung.variant, 67, 45, 133) == 0);  // K too short to split
+    REQUIRE(cu::gemm_workspace_floats(rung.variant, 20, 9, 600) == 5 * 20 * 9);
+    uint32_t seed = 11;
+    for (const Case& s : cases) {
+      INFO(describe(s) << ", alpha " << s.alpha << ", beta " << s.beta);
+      const Ratios r = run_case(rung, s, seed += 3);
+      INFO("worst error / bound: " << rung.name << " bound " << r.bound
+                                   << ", FP32 bound (control) " << r.fp32
+                                   << ", rounded operands, FP32 bound " << r.rounded);
+      REQUIRE(r.padding_kept);  // C's padding is never written
+      REQUIRE(r.bound <= 1.0);
+      REQUIRE(r.rounded <= 1.0);
+      // The control: the same result fails the bound that an FP32 GEMM of
+      // the unrounded operands meets, so the rounding is active.
+      if (s.K <= kControlMaxK) REQUIRE(r.fp32 > 4.0);
+    }
+  }
+}
+
+#if defined(ANVIL_CUDA_SIM)
+TEST_CASE("cuda gemm mma: a swapped fragment register in the emulated tensor core breaks rungs 9 "
+          "and 10", "[cuda][gemm][tf32][bf16][sim]") {
+  namespace mma = anvil::sim::mma;
+  const Case s{67, 45, 133, false, true, 3, 1.0f, 0.0f};
+  struct Swap {
+    mma::Operand operand;
+    int i, j;
+  };
+  for (const Rung& rung : {kTf32, kBf16}) {
+    for (const Swap w : {Swap{mma::Operand::kA, 1, 2}, Swap{mma::Operand::kB, 0, 1}}) {
+      mma::set_register_swap(w.operand, w.i, w.j);
+      const std::string hook = mma::register_swap();
+      Ratios broken;
+      try {
+        broken = run_case(rung, s, 5);
+      } catch (...) {
+        mma::clear_register_swap();
+        throw;
+      }
+      mma::clear_register_swap();
+      INFO("rung " << rung.variant << ", swap " << hook << ": worst error / " << rung.name
+                   << " bound " << broken.bound);
+      REQUIRE(!hook.empty());
+      REQUIRE(broken.bound > 10.0);  // a misread layout is far outside the bound
+    }
+    REQUIRE(mma::register_swap().empty());
+    REQUIRE(run_case(rung, s, 5).bound <= 1.0);  // and right again without the swap
+  }
+}
+#endif
+
+#endif  // ANVIL_CUDA_BACKEND
