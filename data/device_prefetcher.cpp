@@ -59,8 +59,11 @@ void DevicePrefetcher::issue() {
   if (slot.copied) slot.copied->synchronize();
   Tensor host_images = pinned_buffer(slot.images, image_shape, DType::Float32);
   Tensor host_labels = pinned_buffer(slot.labels, {b.size}, DType::Int64);
-  std::memcpy(host_images.raw_data(), b.images.data(), host_images.nbytes());
-  std::memcpy(host_labels.raw_data(), b.labels.data(), host_labels.nbytes());
+  // A rank's shard of a batch may be empty: no bytes, and no pointers to copy from.
+  if (host_images.nbytes() > 0)
+    std::memcpy(host_images.raw_data(), b.images.data(), host_images.nbytes());
+  if (host_labels.nbytes() > 0)
+    std::memcpy(host_labels.raw_data(), b.labels.data(), host_labels.nbytes());
   pending_.images = Tensor::empty(image_shape, DType::Float32, device_);
   pending_.labels = Tensor::empty({b.size}, DType::Int64, device_);
   copy_async(pending_.images, host_images, Stream::Copy);
