@@ -21,52 +21,28 @@
 // the bias in partial 0 only. A GEMM whose tiles fill the GPU, or whose K is
 // short, runs unsplit: rung 4 exactly, no workspace.
 //   build/sim/bench_cuda_kernels conv 5
-#include <algorithm>
-
 #include "kernels/cuda/conv/warp_tile_kernels.cuh"
 
 namespace anvil::cuda {
 namespace conv_kernels {
 namespace {
 
-// The split of a GEMM on tile S (split_k.h): where its tiles fill less than
-// one wave, the fewest chunks whose blocks best fill whole waves.
-struct Split {
-  template <class S>
-  split_k::Plan operator()(S, const Gemm& m) const {
-    const dim3 grid = warp_tile_grid<S>(m.M, m.N);
-    return split_k::plan(m.M, m.N, m.K, int64_t(grid.x) * grid.y, S::kMinBlocks);
-  }
-};
-
-// The partials of a GEMM (0 where it does not split).
-size_t split_workspace(const Gemm& m) {
-  size_t floats = 0;
-  with_warp_tile(m.M, [&](auto shape) {
-    floats = size_t(split_k::workspace_floats(Split{}(shape, m), m.M, m.N));
-  });
-  return floats;
-}
-
 // The partials of whichever direction splits most.
-size_t workspace(const Conv2dShape& s) {
-  return std::max({split_workspace(forward_gemm(s)), split_workspace(backward_data_gemm(s)),
-                   split_workspace(backward_weight_gemm(s))});
-}
+size_t workspace(const Conv2dShape& s) { return split_workspace(s, Fp32Tiles{}); }
 
 void forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
              float* ws, cudaStream_t stream) {
-  warp_tile_forward(s, x, w, bias, y, ws, stream, Split{});
+  warp_tile_forward(s, x, w, bias, y, ws, stream, SplitByWaves{});
 }
 
 void backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx, float* ws,
                    cudaStream_t stream) {
-  warp_tile_backward_data(s, dy, w, dx, ws, stream, Split{});
+  warp_tile_backward_data(s, dy, w, dx, ws, stream, SplitByWaves{});
 }
 
 void backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* ws,
                      cudaStream_t stream) {
-  warp_tile_backward_weight(s, x, dy, dw, ws, stream, Split{});
+  warp_tile_backward_weight(s, x, dy, dw, ws, stream, SplitByWaves{});
 }
 
 }  // namespace

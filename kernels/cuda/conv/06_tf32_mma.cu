@@ -22,49 +22,28 @@
 // ColByCrs). Results are written as pairs of consecutive GEMM columns (c0 c1,
 // c2 c3 of the mma's C fragment) through rung 4's index functions.
 //   build/sim/bench_cuda_kernels conv 6
-#include <algorithm>
-
 #include "kernels/cuda/conv/warp_tile_kernels.cuh"
 
 namespace anvil::cuda {
 namespace conv_kernels {
 namespace {
 
-// The split of a GEMM on tile S, as rung 5's (split_k.h).
-struct Tf32Split {
-  template <class S>
-  split_k::Plan operator()(S, const Gemm& m) const {
-    const dim3 grid = warp_tile_grid<S>(m.M, m.N);
-    return split_k::plan(m.M, m.N, m.K, int64_t(grid.x) * grid.y, S::kMinBlocks);
-  }
-};
-
-size_t split_workspace(const Gemm& m) {
-  size_t floats = 0;
-  Tf32Tiles{}(m.M, [&](auto shape) {
-    floats = size_t(split_k::workspace_floats(Tf32Split{}(shape, m), m.M, m.N));
-  });
-  return floats;
-}
-
-size_t workspace(const Conv2dShape& s) {
-  return std::max({split_workspace(forward_gemm(s)), split_workspace(backward_data_gemm(s)),
-                   split_workspace(backward_weight_gemm(s))});
-}
+// The partials of whichever direction splits most (rung 05's split).
+size_t workspace(const Conv2dShape& s) { return split_workspace(s, Tf32Tiles{}); }
 
 void forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
              float* ws, cudaStream_t stream) {
-  warp_tile_forward(s, x, w, bias, y, ws, stream, Tf32Split{}, Tf32Tiles{});
+  warp_tile_forward(s, x, w, bias, y, ws, stream, SplitByWaves{}, Tf32Tiles{});
 }
 
 void backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx, float* ws,
                    cudaStream_t stream) {
-  warp_tile_backward_data(s, dy, w, dx, ws, stream, Tf32Split{}, Tf32Tiles{});
+  warp_tile_backward_data(s, dy, w, dx, ws, stream, SplitByWaves{}, Tf32Tiles{});
 }
 
 void backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* ws,
                      cudaStream_t stream) {
-  warp_tile_backward_weight(s, x, dy, dw, ws, stream, Tf32Split{}, Tf32Tiles{});
+  warp_tile_backward_weight(s, x, dy, dw, ws, stream, SplitByWaves{}, Tf32Tiles{});
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 // partial outputs in the workspace (the forward adds the bias in partial 0
 // only).
 #pragma once
+#include <algorithm>
+
 #include "kernels/cuda/conv/rung.cuh"
 #include "kernels/cuda/gemm/split_k.h"
 #include "kernels/cuda/gemm/mma_tile.cuh"
@@ -137,6 +139,29 @@ void launch_split(void (*kernel)(KArgs...), const Gemm& m, const split_k::Plan& 
   launch(kernel, grid, dim3(S::kThreads), 0, stream, args..., int(plan.chunk), is_split ? ws : out);
   if (is_split)
     split_k::sum_split_k(plan.splits, 1, int(m.M * m.N), ws, 1.0f, 0.0f, out, m.M * m.N, stream);
+}
+
+// The split of rungs 05 and 06 (split_k.h): where a GEMM's tiles on S fill
+// less than one wave, the fewest chunks whose blocks best fill whole waves.
+struct SplitByWaves {
+  template <class S>
+  split_k::Plan operator()(S, const Gemm& m) const {
+    const dim3 grid = warp_tile_grid<S>(m.M, m.N);
+    return split_k::plan(m.M, m.N, m.K, int64_t(grid.x) * grid.y, S::kMinBlocks);
+  }
+};
+
+// The partials (floats) of whichever direction of `s` splits most on the
+// tiles `tiles` picks; 0 where none splits.
+template <class Tiles>
+size_t split_workspace(const Conv2dShape& s, Tiles tiles) {
+  size_t most = 0;
+  for (const Gemm& m : {forward_gemm(s), backward_data_gemm(s), backward_weight_gemm(s)})
+    tiles(m.M, [&](auto shape) {
+      most = std::max(most,
+                      size_t(split_k::workspace_floats(SplitByWaves{}(shape, m), m.M, m.N)));
+    });
+  return most;
 }
 
 // w [K, C*R*S] as A of the forward GEMM, with 16-byte loads where aligned.
