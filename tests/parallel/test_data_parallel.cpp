@@ -12,6 +12,32 @@
 using namespace parallel_test;
 namespace par = anvil::parallel;
 
+namespace {
+
+// Each scenario on each count of GPUs (one thread per rank, a fresh NCCL
+// communicator each), every rank's outcomes checked; counts beyond the GPUs
+// present are left out (enough_gpus says so).
+template <class Scenarios>
+void run_on_gpus(const std::vector<int>& rank_counts, int available, const Scenarios& scenarios) {
+  for (int n : rank_counts) {
+    if (!enough_gpus(n, available)) continue;
+    for (const auto& [name, scenario] : scenarios) {
+      const par::NcclId id = par::nccl_unique_id();
+      const auto per_rank = each_rank(n, [&](int r) {
+        anvil::manual_seed(0);
+        auto comm = par::nccl_communicator(id, r, n, anvil::Device::cuda(r), options(120));
+        return scenario(*comm);
+      });
+      for (int r = 0; r < n; ++r) {
+        INFO(name << " on " << n << " GPUs");
+        require_outcomes(per_rank[size_t(r)], r);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 TEST_CASE("nccl: data-parallel training on 2 and 3 GPUs ends where one device does",
           "[nccl][data_parallel]") {
   const int available = gpus(2);
@@ -49,21 +75,7 @@ TEST_CASE("nccl: data-parallel training on 2 and 3 GPUs ends where one device do
 #else
   const auto scenarios = data_parallel_scenarios();
 #endif
-  for (int n : rank_counts) {
-    if (!enough_gpus(n, available)) continue;
-    for (const auto& [name, scenario] : scenarios) {
-      const par::NcclId id = par::nccl_unique_id();
-      const auto per_rank = each_rank(n, [&](int r) {
-        anvil::manual_seed(0);
-        auto comm = par::nccl_communicator(id, r, n, anvil::Device::cuda(r), options(120));
-        return scenario(*comm);
-      });
-      for (int r = 0; r < n; ++r) {
-        INFO(name << " on " << n << " GPUs");
-        require_outcomes(per_rank[size_t(r)], r);
-      }
-    }
-  }
+  run_on_gpus(rank_counts, available, scenarios);
 }
 
 TEST_CASE("mpi: data-parallel training on every rank of the job ends where one device does",
@@ -97,21 +109,7 @@ TEST_CASE("nccl: data-parallel training with ranks that get no example ends wher
 #else
   const std::vector<int> rank_counts = {2, 3};
 #endif
-  for (int n : rank_counts) {
-    if (!enough_gpus(n, available)) continue;
-    for (const auto& [name, scenario] : scenarios) {
-      const par::NcclId id = par::nccl_unique_id();
-      const auto per_rank = each_rank(n, [&](int r) {
-        anvil::manual_seed(0);
-        auto comm = par::nccl_communicator(id, r, n, anvil::Device::cuda(r), options(120));
-        return scenario(*comm);
-      });
-      for (int r = 0; r < n; ++r) {
-        INFO(name << " on " << n << " GPUs");
-        require_outcomes(per_rank[size_t(r)], r);
-      }
-    }
-  }
+  run_on_gpus(rank_counts, available, scenarios);
 }
 
 TEST_CASE("mpi: data-parallel training with ranks that get no example ends where one device does",
