@@ -35,23 +35,26 @@ size_t gemm_workspace_floats(int variant, int64_t M, int64_t N, int64_t K) {
   check_size("M", M);
   check_size("N", N);
   check_size("K", K);
-  if (variant == 8) return gemm_rungs::split_k_workspace_floats(M, N, K);
-  if (variant == 9) return gemm_rungs::tf32_mma_workspace_floats(M, N, K);
-  if (variant == 10) return gemm_rungs::bf16_mma_workspace_floats(M, N, K);
-  return 0;
+  return gemm_rungs::kRungs[variant - 1].workspace(M, N, K);
 }
 
 void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc, float* workspace, cudaStream_t stream) {
-  const size_t needed = gemm_workspace_floats(variant, M, N, K);
+  check_variant(variant);
+  check_size("M", M);
+  check_size("N", N);
+  check_size("K", K);
   check_ld("lda", lda, trans_a ? M : K, trans_a ? "A (stored K x M)" : "A (stored M x K)");
   check_ld("ldb", ldb, trans_b ? K : N, trans_b ? "B (stored N x K)" : "B (stored K x N)");
   check_ld("ldc", ldc, N, "C (M x N)");
-  if (workspace == nullptr && needed > 0)
-    throw std::invalid_argument("cuda::gemm: variant " + std::to_string(variant) + " needs " +
-                                std::to_string(needed) +
-                                " floats of workspace for this shape (null given)");
+  if (workspace == nullptr) {
+    const size_t needed = gemm_rungs::kRungs[variant - 1].workspace(M, N, K);
+    if (needed > 0)
+      throw std::invalid_argument("cuda::gemm: variant " + std::to_string(variant) + " needs " +
+                                  std::to_string(needed) +
+                                  " floats of workspace for this shape (null given)");
+  }
   if (M == 0 || N == 0) return;
   const GemmArgs g{trans_a, trans_b, int(M), int(N), int(K), alpha, A, lda, B, ldb, beta, C, ldc,
                    workspace};

@@ -88,17 +88,25 @@ size_t bf16_mma_workspace_floats(int64_t M, int64_t N, int64_t K);
 // bits, nearest, ties to even) with FP32 accumulation.
 enum class Math { kFp32, kTf32, kBf16 };
 
+using Workspace = size_t (*)(int64_t M, int64_t N, int64_t K);
+inline size_t no_workspace(int64_t, int64_t, int64_t) { return 0; }
 struct Rung {
   const char* name;
   Launch launch;
   Math math = Math::kFp32;
+  Workspace workspace = no_workspace;  // floats of partials for a shape
 };
 inline constexpr Rung kRungs[kGemmVariants] = {
-    {"naive", naive},           {"coalesced", coalesced},
-    {"smem tiled", smem_tiled}, {"register blocked", register_blocked},
-    {"vectorised", vectorised}, {"warp tiled", warp_tiled},
-    {"double buffered", double_buffered}, {"split-K", split_k},
-    {"tf32 mma", tf32_mma, Math::kTf32},  {"bf16 mma", bf16_mma, Math::kBf16},
+    {"naive", naive},
+    {"coalesced", coalesced},
+    {"smem tiled", smem_tiled},
+    {"register blocked", register_blocked},
+    {"vectorised", vectorised},
+    {"warp tiled", warp_tiled},
+    {"double buffered", double_buffered},
+    {"split-K", split_k, Math::kFp32, split_k_workspace_floats},
+    {"tf32 mma", tf32_mma, Math::kTf32, tf32_mma_workspace_floats},
+    {"bf16 mma", bf16_mma, Math::kBf16, bf16_mma_workspace_floats},
 };
 static_assert(kRungs[kGemmFp32Variants - 1].math == Math::kFp32 &&
               kRungs[kGemmFp32Variants].math != Math::kFp32);
