@@ -24,8 +24,10 @@
 // median is reported as ms, GFLOP/s (2*M*N*K; 2*N*K*C*R*S*P*Q for every conv
 // direction) and as a percentage of the vendor's time (vendor ms / ours ms).
 //
-// FP32 throughout: cuBLAS in CUBLAS_DEFAULT_MATH (TF32 would need
-// CUBLAS_TF32_TENSOR_OP_MATH), cuDNN in CUDNN_FMA_MATH (no TF32). Our forward
+// Each rung against the vendor in the same arithmetic: the FP32 rungs against
+// cuBLAS SGEMM (CUBLAS_DEFAULT_MATH, no TF32) and cuDNN in CUDNN_FMA_MATH; the
+// tensor-core rungs against cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_TF32 or
+// _FAST_16BF and cuDNN in CUDNN_TENSOR_OP_MATH (TF32). Our forward
 // and backward-weight are timed without bias / bias gradient, as cuDNN's calls
 // compute neither (both are checked with them).
 //
@@ -326,35 +328,57 @@ void Bench::gemm(int64_t M, int64_t N, int64_t K) {
   db.upload(b);
   const std::string shape = fmt::format("{}x{}x{} (MxNxK)", M, N, K);
   const double flop = 2.0 * double(M) * double(N) * double(K);
-  double vendor_ms = kNoVendor;
+  // The vendor's time in each rung's arithmetic: SGEMM (FP32), then cublasGemmEx
+  // on the same FP32 operands with TF32 and BF16 tensor-core compute.
+  double vendor_ms[3] = {kNoVendor, kNoVendor, kNoVendor};
 #if BENCH_CUBLAS
   {
-    // Row-major C = A B is column-major C^T = B^T A^T: swap the operands.
-    const float one = 1.0f, zero = 0.0f;
-    auto call = [&] {
-      check_cublas(cublasSgemm(cublas, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &one,
-                               db.get(), int(N), da.get(), int(K), &zero, dc.get(), int(N)),
-                   "cublasSgemm");
+    using cu::gemm_rungs::Math;
+    struct Vendor {
+      Math math;
+      const char* impl;
+      cublasComputeType_t compute;
     };
-    dc.poison(stream);
-    call();
-    if (verify("gemm", shape, "cuBLAS SGEMM", dc.download(), ref, K)) {
-      vendor_ms = timer->median_ms(call);
-      row("gemm", shape, "cuBLAS SGEMM", vendor_ms, flop, vendor_ms);
+    const Vendor vendors[] = {{Math::kFp32, "cuBLAS SGEMM", CUBLAS_COMPUTE_32F},
+                              {Math::kTf32, "cuBLAS TF32", CUBLAS_COMPUTE_32F_FAST_TF32},
+                              {Math::kBf16, "cuBLAS BF16", CUBLAS_COMPUTE_32F_FAST_16BF}};
+    for (const Vendor& vd : vendors) {
+      // Row-major C = A B is column-major C^T = B^T A^T: swap the operands.
+      const float one = 1.0f, zero = 0.0f;
+      auto call = [&] {
+        if (vd.math == Math::kFp32)
+          check_cublas(cublasSgemm(cublas, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K),
+                                   &one, db.get(), int(N), da.get(), int(K), &zero, dc.get(),
+                                   int(N)),
+                       "cublasSgemm");
+        else
+          check_cublas(cublasGemmEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K),
+                                    &one, db.get(), CUDA_R_32F, int(N), da.get(), CUDA_R_32F,
+                                    int(K), &zero, dc.get(), CUDA_R_32F, int(N), vd.compute,
+                                    CUBLAS_GEMM_DEFAULT),
+                       "cublasGemmEx");
+      };
+      dc.poison(stream);
+      call();
+      if (verify("gemm", shape, vd.impl, dc.download(), ref, K, gemm_rounding(vd.math))) {
+        double& ms = vendor_ms[int(vd.math)];
+        ms = timer->median_ms(call);
+        row("gemm", shape, vd.impl, ms, flop, ms);
+      }
     }
   }
 #endif
   for (int v : rungs_of(opt, cu::kGemmVariants)) {
-    const std::string impl = fmt::format("v{} {}", v, cu::gemm_rungs::kRungs[v - 1].name);
+    const auto& rung = cu::gemm_rungs::kRungs[v - 1];
+    const std::string impl = fmt::format("v{} {}", v, rung.name);
     auto call = [&] {
       cu::gemm(v, false, false, M, N, K, 1.0f, da.get(), K, db.get(), N, 0.0f, dc.get(), N,
                dws.get(), stream);
     };
     dc.poison(stream);
     call();
-    const double rounding = gemm_rounding(cu::gemm_rungs::kRungs[v - 1].math);
-    if (!verify("gemm", shape, impl, dc.download(), ref, K, rounding)) continue;
-    row("gemm", shape, impl, timer->median_ms(call), flop, vendor_ms);
+    if (!verify("gemm", shape, impl, dc.download(), ref, K, gemm_rounding(rung.math))) continue;
+    row("gemm", shape, impl, timer->median_ms(call), flop, vendor_ms[int(rung.math)]);
   }
 }
 
@@ -367,12 +391,13 @@ Conv2dShape conv_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, in
 }
 
 #if BENCH_CUDNN
-// cuDNN's descriptors of one convolution, FP32 NCHW, FMA math (no TF32).
+// cuDNN's descriptors of one convolution, FP32 NCHW: FMA math (no TF32), or
+// tensor-op math (TF32 on the tensor cores, PyTorch's default for convolutions).
 struct CudnnConv {
   cudnnTensorDescriptor_t x{}, y{};
   cudnnFilterDescriptor_t w{};
   cudnnConvolutionDescriptor_t conv{};
-  explicit CudnnConv(const Conv2dShape& s) {
+  CudnnConv(const Conv2dShape& s, cudnnMathType_t math) {
     check_cudnn(cudnnCreateTensorDescriptor(&x), "cudnnCreateTensorDescriptor");
     check_cudnn(cudnnCreateTensorDescriptor(&y), "cudnnCreateTensorDescriptor");
     check_cudnn(cudnnCreateFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
@@ -390,7 +415,7 @@ struct CudnnConv {
                                                 int(s.stride_w), 1, 1, CUDNN_CROSS_CORRELATION,
                                                 CUDNN_DATA_FLOAT),
                 "cudnnSetConvolution2dDescriptor");
-    check_cudnn(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+    check_cudnn(cudnnSetConvolutionMathType(conv, math), "cudnnSetConvolutionMathType");
     int n = 0, c = 0, h = 0, wd = 0;
     check_cudnn(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &n, &c, &h, &wd),
                 "cudnnGetConvolution2dForwardOutputDim");
@@ -455,10 +480,10 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
   for (int dir = kForward; dir <= kBackwardWeight; ++dir) {
     const char* op = kDirectionNames[dir];
     DeviceBuffer& out = *outputs[dir];
-    double vendor_ms = kNoVendor;
+    double vendor_ms[2] = {kNoVendor, kNoVendor};  // FP32, TF32
 #if BENCH_CUDNN
-    {
-      CudnnConv desc(s);
+    for (int tf32 = 0; tf32 < 2; ++tf32) {
+      CudnnConv desc(s, tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
       void* ws = cudnn_ws->get();
       const size_t ws_bytes = cudnn_ws->bytes();
       const float one = 1.0f, zero = 0.0f;
@@ -491,7 +516,8 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
         pick(perfs);
       }
       if (algo < 0) {
-        fmt::print("{:<5} {:<34} cuDNN: no FP32 algorithm succeeded\n", op, shape);
+        fmt::print("{:<5} {:<34} cuDNN: no {} algorithm succeeded\n", op, shape,
+                   tf32 ? "TF32" : "FP32");
       } else {
         auto call = [&] {
           if (dir == kForward)
@@ -513,13 +539,14 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
                                                        ws, algo_ws, &zero, desc.w, d_dw.get()),
                         "cudnnConvolutionBackwardFilter");
         };
-        const std::string impl = fmt::format("cuDNN algo {}", algo);
+        const std::string impl = fmt::format("cuDNN {}algo {}", tf32 ? "TF32 " : "", algo);
         out.poison(stream);
         call();
         const auto& ref = dir == kForward ? y_nobias : *refs[dir];
-        if (verify(op, shape, impl, out.download(), ref, reductions[dir])) {
-          vendor_ms = timer->median_ms(call);
-          row(op, shape, impl, vendor_ms, flop, vendor_ms);
+        if (verify(op, shape, impl, out.download(), ref, reductions[dir],
+                   tf32 ? kTf32Rounding : 0.0)) {
+          vendor_ms[tf32] = timer->median_ms(call);
+          row(op, shape, impl, vendor_ms[tf32], flop, vendor_ms[tf32]);
         }
       }
     }
@@ -544,7 +571,9 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
       bool ok = verify(op, shape, impl, out.download(), *refs[dir], reductions[dir], rounding);
       if (ok && dir == kBackwardWeight)
         ok = verify("bwdW", shape, impl + " dbias", d_db.download(), db_ref, s.N * s.P * s.Q);
-      if (ok) row(op, shape, impl, timer->median_ms([&] { call(false); }), flop, vendor_ms);
+      if (ok)
+        row(op, shape, impl, timer->median_ms([&] { call(false); }), flop,
+            vendor_ms[v > cu::kConvFp32Variants ? 1 : 0]);
     }
   }
 }
@@ -724,7 +753,7 @@ int run(Options opt) {
   check_cublas(cublasCreate(&b.cublas), "cublasCreate");
   check_cublas(cublasSetStream(b.cublas, b.stream), "cublasSetStream");
   check_cublas(cublasSetMathMode(b.cublas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-  fmt::print("GEMM baseline: cuBLAS SGEMM, FP32 (CUBLAS_DEFAULT_MATH, no TF32)\n");
+  fmt::print("GEMM baselines: cuBLAS SGEMM (FP32, no TF32); cublasGemmEx TF32 and BF16 compute\n");
 #elif !defined(ANVIL_CUDA_SIM)
   fmt::print("GEMM baseline: none (cuBLAS not linked)\n");
 #endif
@@ -733,7 +762,7 @@ int run(Options opt) {
   check_cudnn(cudnnSetStream(b.cudnn, b.stream), "cudnnSetStream");
   DeviceBuffer cudnn_ws(size_t{256} << 20);  // 1 GiB of workspace for cudnnFind*Ex
   b.cudnn_ws = &cudnn_ws;
-  fmt::print("conv baseline: cuDNN {}, fastest of cudnnFind*AlgorithmEx, FP32 (CUDNN_FMA_MATH)\n",
+  fmt::print("conv baselines: cuDNN {}, fastest of cudnnFind*AlgorithmEx, FP32 (CUDNN_FMA_MATH) and TF32 (CUDNN_TENSOR_OP_MATH)\n",
              cudnnGetVersion());
 #elif !defined(ANVIL_CUDA_SIM)
   fmt::print("conv baseline: none (cuDNN not found at build time)\n");

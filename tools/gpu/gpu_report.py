@@ -75,7 +75,7 @@ def catch_summary(text):
     return r
 
 
-ROW = re.compile(r"^(gemm|fwd|bwdD|bwdW)\s+(.+?)\s+(v\d+ .+?|cuBLAS SGEMM|cuDNN algo \d+)\s+"
+ROW = re.compile(r"^(gemm|fwd|bwdD|bwdW)\s+(.+?)\s+(v\d+ .+?|cuBLAS (?:SGEMM|TF32|BF16)|cuDNN (?:TF32 )?algo \d+)\s+"
                  r"([\d.]+)\s+(\S+)\s+(\S+)\s*$")
 
 
@@ -98,32 +98,39 @@ def headline(rows):
     """Best anvil variant against the vendor: GEMM at 4096^3 (goal 85%), and on
     the ResNet-18 3x3 layers per direction (goal 70%)."""
     h = {}
-    gemm = [r for r in rows if r["op"] == "gemm" and r["shape"].startswith("4096x4096x4096")
-            and r["impl"].startswith("v") and r["pct_vendor"] is not None]
-    if gemm:
-        best = max(gemm, key=lambda r: r["pct_vendor"])
-        h["gemm_4096"] = {"best": best["impl"], "pct_cublas": best["pct_vendor"], "goal": 85,
-                          "by_variant": {r["impl"]: r["pct_vendor"] for r in gemm}}
-    for op in ("fwd", "bwdD", "bwdW"):
-        conv = [r for r in rows if r["op"] == op and r["shape"].startswith("resnet")
-                and r["impl"].startswith("v") and r["pct_vendor"] is not None]
-        if not conv:
-            continue
-        by_variant = {}
-        for r in conv:
-            by_variant.setdefault(r["impl"], []).append(r["pct_vendor"])
-        # A variant's figure: its time over all four stages against cuDNN's.
-        total = {}
-        for r in conv:
-            vendor_ms = r["ms"] * r["pct_vendor"] / 100
-            t = total.setdefault(r["impl"], [0.0, 0.0])
-            t[0] += r["ms"]
-            t[1] += vendor_ms
-        pct = {impl: 100 * v / ms for impl, (ms, v) in total.items()}
-        best = max(pct, key=pct.get)
-        h[f"conv_resnet_3x3_{op}"] = {"best": best, "pct_cudnn": round(pct[best], 1), "goal": 70,
-                                      "by_variant": {k: round(v, 1) for k, v in pct.items()}}
+    # FP32 rungs against the vendor's FP32; the tensor-core rungs ("mma" in
+    # their names) against the vendor in the same arithmetic (TF32, BF16).
+    for suffix, tc in (("", False), ("_tensor_cores", True)):
+        gemm = [r for r in rows if r["op"] == "gemm" and r["shape"].startswith("4096x4096x4096")
+                and r["impl"].startswith("v") and ("mma" in r["impl"]) == tc
+                and r["pct_vendor"] is not None]
+        if gemm:
+            best = max(gemm, key=lambda r: r["pct_vendor"])
+            h["gemm_4096" + suffix] = {"best": best["impl"], "pct_cublas": best["pct_vendor"],
+                                       "goal": 85,
+                                       "by_variant": {r["impl"]: r["pct_vendor"] for r in gemm}}
+        for op in ("fwd", "bwdD", "bwdW"):
+            conv_headline(rows, op, tc, h, f"conv_resnet_3x3_{op}" + suffix)
     return h
+
+
+def conv_headline(rows, op, tc, h, key):
+    conv = [r for r in rows if r["op"] == op and r["shape"].startswith("resnet")
+            and r["impl"].startswith("v") and ("mma" in r["impl"]) == tc
+            and r["pct_vendor"] is not None]
+    if not conv:
+        return
+    # A variant's figure: its time over all four stages against cuDNN's.
+    total = {}
+    for r in conv:
+        vendor_ms = r["ms"] * r["pct_vendor"] / 100
+        t = total.setdefault(r["impl"], [0.0, 0.0])
+        t[0] += r["ms"]
+        t[1] += vendor_ms
+    pct = {impl: 100 * v / ms for impl, (ms, v) in total.items()}
+    best = max(pct, key=pct.get)
+    h[key] = {"best": best, "pct_cudnn": round(pct[best], 1), "goal": 70,
+              "by_variant": {k: round(v, 1) for k, v in pct.items()}}
 
 
 def runs(work, prefix):
@@ -229,14 +236,16 @@ def main():
     if "ANVIL_REQUIRE_CUDA=1" in notes:
         md.append("- ANVIL_REQUIRE_CUDA=1 (nvidia-smi lists a GPU): a CUDA test without a usable "
                   "device fails instead of skipping.")
-    if "gemm_4096" in head:
-        g = head["gemm_4096"]
-        md.append(f"- GEMM 4096^3: best {g['best']} at {g['pct_cublas']:.1f}% of cuBLAS SGEMM (goal 85%).")
-    for op in ("fwd", "bwdD", "bwdW"):
-        c = head.get(f"conv_resnet_3x3_{op}")
-        if c:
-            md.append(f"- conv {op}, ResNet-18 3x3 layers: best {c['best']} at {c['pct_cudnn']:.1f}% "
-                      f"of cuDNN (goal 70%).")
+    for suffix, blas, dnn in (("", "cuBLAS SGEMM", "cuDNN FP32"),
+                              ("_tensor_cores", "cuBLAS in the same math", "cuDNN TF32")):
+        if "gemm_4096" + suffix in head:
+            g = head["gemm_4096" + suffix]
+            md.append(f"- GEMM 4096^3: best {g['best']} at {g['pct_cublas']:.1f}% of {blas} (goal 85%).")
+        for op in ("fwd", "bwdD", "bwdW"):
+            c = head.get(f"conv_resnet_3x3_{op}" + suffix)
+            if c:
+                md.append(f"- conv {op}, ResNet-18 3x3 layers: best {c['best']} at "
+                          f"{c['pct_cudnn']:.1f}% of {dnn} (goal 70%).")
     if fails:
         md.append(f"- **{len(fails)} kernel result(s) differ from the CPU** (bench.log).")
     for model, r in anvil.items():
