@@ -7,6 +7,7 @@
 #   bash tools/gpu/gpu-check.sh "$OUT" --part 1   # tests + kernel benchmark
 #   bash tools/gpu/gpu-check.sh "$OUT" --part 2   # training runs, PyTorch, sanitizers
 #   bash tools/gpu/gpu-check.sh "$OUT" --part 3   # the data-parallel path on one GPU
+#   bash tools/gpu/gpu-check.sh "$OUT" --part sanitizers   # part 2's sanitizer steps alone
 #
 # writes OUTDIR/report.md and OUTDIR/figures.json, plus the logs behind them
 # (tests.log, bench.log, train.log, sanitizer.log: at most 6 files, as a
@@ -34,11 +35,11 @@
 # expression (CI's short rehearsal: "[gemm]"), not the whole suite.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-usage="usage: bash tools/gpu/gpu-check.sh OUTDIR [--part 1|2|3|all]"
+usage="usage: bash tools/gpu/gpu-check.sh OUTDIR [--part 1|2|3|all|sanitizers]"
 out=${1:?$usage}
 part=all
 if [[ $# -ge 3 && "$2" == "--part" ]]; then part=$3; fi
-[[ "$part" == 1 || "$part" == 2 || "$part" == 3 || "$part" == all ]] || { echo "$usage" >&2; exit 2; }
+[[ "$part" =~ ^(1|2|3|all|sanitizers)$ ]] || { echo "$usage" >&2; exit 2; }
 pack=${ANVIL_GPU_PACK:-.gpu}  # where gpu-pack.sh put the bundle
 start=$SECONDS
 # bin/ and lib/ come packed (bundle.tar.xz, unpacked into $pack/unpacked for
@@ -213,11 +214,30 @@ tests_both() {  # the GPU's tests and the rest, side by side
   return $rc
 }
 sanitizer() {  # sanitizer TOOL: compute-sanitizer over the CUDA tests
-  local cs
+  # Kernel errors only: the tests' own checks see every CUDA API error, and
+  # some tests cause them on purpose (an allocation too large, an injected
+  # failure). racecheck slows a test tens of times, so the test cases run in
+  # shards, one process each, side by side on the one GPU (Catch2's -f).
+  local cs shards=${ANVIL_GPU_SANITIZER_SHARDS:-6} rc=0 i
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
        /opt/nvidia/*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
   [[ -n "$cs" ]] || { echo "compute-sanitizer not found"; return 3; }
-  "$cs" --tool "$1" --error-exitcode 99 "$files/bin/anvil-tests" "[cuda]"
+  # Each name a test spec: its commas, brackets and the like escaped.
+  "$files/bin/anvil-tests" "[cuda]" --list-test-names-only | grep '[^[:space:]]' |
+    sed 's/[],[\\"~*]/\\&/g' | awk -v n="$shards" -v dir="$work" '{ print > (dir "/shard-" (NR - 1) % n) }'
+  local pids=()
+  for ((i = 0; i < shards; ++i)); do
+    [[ -s "$work/shard-$i" ]] || continue
+    "$cs" --tool "$1" --report-api-errors no --error-exitcode 99 \
+      "$files/bin/anvil-tests" -f "$work/shard-$i" >"$work/shard-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || rc=$?; done
+  for ((i = 0; i < shards; ++i)); do
+    [[ -f "$work/shard-$i.log" ]] && { echo "--- shard $i"; cat "$work/shard-$i.log"; }
+  done
+  rm -f "$work"/shard-*
+  return $rc
 }
 
 : >"$work/steps.tsv"
@@ -267,6 +287,9 @@ if [[ "$part" == 2 || "$part" == all ]]; then
       '"$@" > "'"$work"'/torch-resnet18.jsonl"' _ "${torch_run[@]}" --model resnet18 --epochs 1 \
       --limit-train 64 --limit-test 64 --device cpu
   fi
+fi
+
+if [[ "$part" == 2 || "$part" == all || "$part" == sanitizers ]]; then
   if ((gpu)); then
     step "compute-sanitizer memcheck over the CUDA tests" sanitizer.log 150 sanitizer memcheck
     step "compute-sanitizer racecheck over the CUDA tests" sanitizer.log 150 sanitizer racecheck

@@ -162,8 +162,10 @@ def sanitizer_summary(text):
     for tool, body in re.findall(r"== compute-sanitizer (\w+)[^\n]*\n(.*?)(?=\n== |\Z)", text, re.S):
         errors = re.findall(r"ERROR SUMMARY: (\d+) error", body)
         hazards = re.findall(r"RACECHECK SUMMARY: (\d+) hazard", body)
-        out[tool] = {"errors": int(errors[-1]) if errors else None,
-                     "hazards": int(hazards[-1]) if hazards else None}
+        # One summary per shard (gpu-check.sh runs the tests in several processes).
+        out[tool] = {"errors": sum(map(int, errors)) if errors else None,
+                     "hazards": sum(map(int, hazards)) if hazards else None,
+                     "processes": len(errors)}
     return out
 
 
