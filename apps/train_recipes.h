@@ -59,6 +59,9 @@ struct Options {
   bool no_overlap = false;
   bool sync_bn = false;     // BatchNorm statistics over the whole batch (SyncBatchNorm)
   double comm_timeout = 0;  // seconds; 0: ANVIL_COMM_TIMEOUT or 300
+  // How float32 convolutions and matmuls may round (core/precision.h):
+  // default (PyTorch's: TF32 convolutions on CUDA), ieee or tf32.
+  std::string fp32_precision = "default";
 };
 
 // Bad input from the user: exit status 2.

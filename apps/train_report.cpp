@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "core/precision.h"
+
 namespace anvil::app {
 namespace {
 
@@ -99,6 +101,8 @@ void Report::header() {
       o.recipe, o.init, o.momentum, o.nesterov ? " (nesterov)" : "", o.weight_decay,
       schedule_summary(run_.schedule_options), run_.transforms.summary,
       o.label_smoothing > 0 ? fmt::format(", label smoothing {}", o.label_smoothing) : "");
+  out_ << fmt::format("  float32 math (--fp32-precision {}): {}\n", o.fp32_precision,
+                      describe_fp32_math(run_.r.device.type));
   if (o.bn_recalibrate > 0)
     out_ << fmt::format("  BatchNorm statistics re-estimated over {} training batches before "
                         "each evaluation\n",
@@ -126,6 +130,7 @@ nlohmann::ordered_json Report::metrics_record(const EpochResult& e) const {
                                  {"device", run_.r.device.str()},
                                  {"model", o.model},
                                  {"recipe", o.recipe},
+                                 {"fp32_math", describe_fp32_math(run_.r.device.type)},
                                  {"batch_size", o.batch_size},
                                  {"lr", o.lr},
                                  {"last_lr", e.train.last_lr}};

@@ -22,6 +22,7 @@
 #include "apps/train_epoch.h"
 #include "apps/train_report.h"
 #include "apps/train_setup.h"
+#include "core/precision.h"
 #include "nn/safetensors.h"
 #include "parallel/communicator.h"
 
@@ -171,6 +172,9 @@ int run_one_device(const Options& o) {
 }  // namespace
 
 int run_training(const Options& o) {
+  const Fp32Precision precision = parse_fp32_precision(o.fp32_precision);
+  set_fp32_precision(OpFamily::kConv, precision);
+  set_fp32_precision(OpFamily::kMatmul, precision);
   app::parse_init(o.init);
   app::check_settings(o);
   parallel::parse_algorithm(o.allreduce);  // (a CLI validator names the flag first)

@@ -56,6 +56,7 @@ TEST_CASE("anvil-train rejects unknown flags and bad values", "[cli]") {
   expect_failure("--lr nan", {"--lr", "nan"});
   expect_failure("--momentum -0.5", {"--momentum"});
   expect_failure("--init xavier --device cpu", {"--init", "xavier"});
+  expect_failure("--fp32-precision high", {"--fp32-precision", "high"});
   CliResult r = run_cli("--batch-size 0");
   CHECK_THAT(r.output, !Contains("179769"));  // no raw double limits in messages
 }
@@ -367,6 +368,15 @@ TEST_CASE("anvil-train --recipe fills what the flags leave, flags override it", 
     CHECK_THAT(r.output, Contains("batch 256, lr 0.2, 0 epochs"));
     CHECK_THAT(r.output, Contains("recipe seed: init seed, SGD momentum 0, weight decay 0, "
                                   "schedule constant, transforms none"));
+    CHECK_THAT(r.output, Contains("float32 math (--fp32-precision default): conv FP32 (Winograd "
+                                  "for 3x3), matmul FP32"));
+  }
+  SECTION("--fp32-precision tf32 on the cpu emulates the tensor cores") {
+    CliResult r = run_cli("--model lenet --fp32-precision tf32" + data);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    CHECK_THAT(r.output, Contains("float32 math (--fp32-precision tf32): conv TF32 (emulated), "
+                                  "matmul TF32 (emulated)"));
   }
   SECTION("best") {
     CliResult r = run_cli("--model lenet --recipe best" + data);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/precision.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/random.h"
@@ -116,6 +117,9 @@ TEST_CASE("cuda ops: elementwise, matrix products and reductions match the CPU",
 
 TEST_CASE("cuda ops: convolution and pooling match the CPU", "[cuda][ops]") {
   if (!cuda_test::have_device()) return;
+  // FP32 on both devices (cuda:0 would take TF32 convolutions by default):
+  // the tolerances here are FP32's.
+  const ScopedFp32Precision fp32(Fp32Precision::kIeee);
   SECTION("conv2d, stride 1, padding 1, bias") {
     compare_op("conv2d", [](auto& in) { return conv2d(in[0], in[1], in[2], 1, 1); },
                {uniform({2, 3, 7, 6}, 20), uniform({5, 3, 3, 3}, 21), uniform({5}, 22)},
@@ -244,6 +248,9 @@ TEST_CASE("cuda ops: add_scaled_ and count_correct_ keep totals on the device as
 
 TEST_CASE("cuda: LeNet SGD steps on cuda:0 give the CPU's losses and weights", "[cuda][nn]") {
   if (!cuda_test::have_device()) return;
+  // FP32 on both devices (cuda:0 would take TF32 convolutions by default):
+  // the tolerances here are FP32's.
+  const ScopedFp32Precision fp32(Fp32Precision::kIeee);
   Generator gen_cpu(7), gen_gpu(7);
   auto cpu_model = models::lenet(models::Init::Kaiming, &gen_cpu);
   auto gpu_model = models::lenet(models::Init::Kaiming, &gen_gpu);

@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/precision.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/random.h"
@@ -475,6 +476,9 @@ TEST_CASE("A ResNet-18 checkpoint round-trips and is refused by the other varian
 TEST_CASE("cuda: a tiny ResNet-18 forward, backward and SGD step on cuda:0 match the CPU",
           "[cuda][nn][resnet]") {
   if (!cuda_test::have_device()) return;
+  // FP32 on both devices (cuda:0 would take TF32 convolutions by default):
+  // the tolerances here are FP32's.
+  const ScopedFp32Precision fp32(Fp32Precision::kIeee);
   // Tiny, for the simulator: widths 2, 4, 4, 4 on 2x1x8x8 (a few MFLOP).
   const Device gpu = Device::cuda(0);
   models::ResNetConfig cfg{.widths = {2, 4, 4, 4}, .num_classes = 3};

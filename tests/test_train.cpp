@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/precision.h"
 #include "core/random.h"
 #include "data/dataloader.h"
 #include "data/idx.h"
@@ -145,6 +146,8 @@ TEST_CASE("recalibrate_batch_norm: running statistics become the plain mean over
   for (int64_t i = 0; i < 10 * 6; ++i) set->pixels.push_back(uint8_t((i * 37 + (i / 6) * 101) % 256));
   set->labels.assign(10, 0);
   std::shared_ptr<const data::ImageSet> images = set;
+  // The expected statistics are FP32's; cuda:0 would take TF32 convolutions.
+  const ScopedFp32Precision fp32(Fp32Precision::kIeee);
 
   std::vector<Device> devices{Device::cpu()};
   if (cuda_test::have_device("cuda:0 part")) devices.push_back(Device::cuda(0));  // simulated or real

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/precision.h"
 #include "core/random.h"
 #include "data/dataloader.h"
 #include "nn/models.h"
@@ -259,6 +260,9 @@ TEST_CASE("A bad run checkpoint is refused, naming the file, and changes nothing
 TEST_CASE("cuda: train_epoch waits for the device once a step and gives the CPU's figures",
           "[train][cuda]") {
   if (!cuda_test::have_device()) return;
+  // FP32 on both devices (cuda:0 would take TF32 convolutions by default):
+  // the tolerances here are FP32's.
+  const ScopedFp32Precision fp32(Fp32Precision::kIeee);
   const cuda_test::SyncLaunches no_sync(false);  // ANVIL_CUDA_SYNC=1 would wait at every launch
   struct Outcome {
     train::EpochStats stats;

@@ -27,8 +27,9 @@
 // backward-weight instead, where im2col + GEMM would be memory bound.
 // 3x3 stride-1 layers with 16+ channels each way (ResNet's) take the
 // Winograd kernels in conv_winograd.cpp in all three directions: 4x fewer
-// multiplications. ANVIL_CPU_CONV=im2col in the environment turns that off
-// (read once), to compare the two or to rule Winograd out when debugging.
+// multiplications. ConvAlgo::kExact (the highest-precision setting,
+// core/precision.h) turns that off for a call; ANVIL_CPU_CONV=im2col in the
+// environment for the whole process (read once).
 // Scratch slots used: 0 (columns), 1 (GEMM output / gathered dy), 2 (in the
 // direct kernels, padded image, per thread) and 3 (backward-weight's
 // partial sums, on the calling thread).
@@ -311,10 +312,11 @@ void backward_weight_chunk(const Conv2dShape& s, const TapRanges& taps, const fl
 }  // namespace
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                    float* y) {
+                    float* y, ConvAlgo algo) {
   if (s.N <= 0 || s.K * s.P * s.Q <= 0) return;
   if (detail::conv_direct_suits(s)) return detail::conv2d_forward_direct(s, x, w, bias, y);
-  if (use_winograd(s)) return detail::conv2d_forward_winograd(s, x, w, bias, y);
+  if (algo == ConvAlgo::kFastest && use_winograd(s))
+    return detail::conv2d_forward_winograd(s, x, w, bias, y);
   const Split sp = split_batch(s);
   const TapRanges taps(s);
   if (sp.by_image) {
@@ -327,14 +329,16 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
     forward_chunk(s, taps, x, w, bias, y, n0, std::min(sp.nb, s.N - n0), true);
 }
 
-void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
+                          ConvAlgo algo) {
   const int64_t PQ = s.P * s.Q, HW = s.H * s.W;
   if (s.N <= 0 || s.C * HW <= 0) return;
   if (PQ <= 0 || s.K <= 0) {
     std::fill(dx, dx + s.N * s.C * HW, 0.0f);
     return;
   }
-  if (use_winograd(s)) return detail::conv2d_backward_data_winograd(s, dy, w, dx);
+  if (algo == ConvAlgo::kFastest && use_winograd(s))
+    return detail::conv2d_backward_data_winograd(s, dy, w, dx);
   const Split sp = split_batch(s);
   const TapRanges taps(s);
   if (sp.by_image) {
@@ -348,7 +352,7 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
 }
 
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
-                            float* dbias) {
+                            float* dbias, ConvAlgo algo) {
   const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, KCRS = s.K * CRS;
   if (s.N <= 0 || PQ <= 0) {
     std::fill(dw, dw + KCRS, 0.0f);
@@ -360,7 +364,7 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
     if (dbias) channel_sum(s.N, s.K, PQ, dy, dbias);
     return;
   }
-  if (use_winograd(s)) {
+  if (algo == ConvAlgo::kFastest && use_winograd(s)) {
     detail::conv2d_backward_weight_winograd(s, x, dy, dw);
     if (dbias) channel_sum(s.N, s.K, PQ, dy, dbias);
     return;

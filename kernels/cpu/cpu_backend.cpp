@@ -1,10 +1,19 @@
 // The CPU Backend: unpacks tensors into raw pointers and calls the kernels
 // of kernels/cpu/cpu_kernels.h. Shapes were checked by the op layer.
+//
+// Convolutions and matrix products follow core/precision.h: FP32 with the
+// fastest algorithm by default; kIeee rules Winograd out; kTf32 emulates a
+// tensor core: the operands are rounded to TF32 (copies), and the exact
+// FP32 algorithm runs on them. A product of two TF32 values (11 significant
+// bits each) is exact in FP32, so only the order of the FP32 sums differs
+// from the GPU's. The bias and its gradient stay FP32, as on the GPU.
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "core/backend.h"
+#include "core/precision.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace anvil {
@@ -12,6 +21,18 @@ namespace {
 
 float* f(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 const int64_t* i64(const Tensor& t) { return t.data<int64_t>(); }
+
+// A copy of t's floats rounded to TF32, as a tensor core reads them.
+std::vector<float> tf32_copy(const Tensor& t) {
+  std::vector<float> r(static_cast<size_t>(t.numel()));
+  cpu::round_to_tf32(t.numel(), f(t), r.data());
+  return r;
+}
+
+Fp32Math conv_math() { return fp32_math(OpFamily::kConv, DeviceType::CPU); }
+cpu::ConvAlgo conv_algo(Fp32Math m) {
+  return m == Fp32Math::kFp32Fast ? cpu::ConvAlgo::kFastest : cpu::ConvAlgo::kExact;
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -70,20 +91,43 @@ class CpuBackend final : public Backend {
             const Tensor& y) override {
     int64_t M = y.size(0), N = y.size(1);
     int64_t K = ta ? a.size(0) : a.size(1);
+    if (fp32_math(OpFamily::kMatmul, DeviceType::CPU) == Fp32Math::kTf32) {
+      const std::vector<float> ar = tf32_copy(a), br = tf32_copy(b);
+      return cpu::gemm(ta, tb, M, N, K, alpha, ar.data(), a.size(1), br.data(), b.size(1), beta,
+                       f(y), N);
+    }
     cpu::gemm(ta, tb, M, N, K, alpha, f(a), a.size(1), f(b), b.size(1), beta, f(y), N);
   }
 
   void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& bias,
                       const Tensor& y) override {
-    cpu::conv2d_forward(s, f(x), f(w), f(bias), f(y));
+    const Fp32Math m = conv_math();
+    if (m == Fp32Math::kTf32) {
+      const std::vector<float> xr = tf32_copy(x), wr = tf32_copy(w);
+      return cpu::conv2d_forward(s, xr.data(), wr.data(), f(bias), f(y), cpu::ConvAlgo::kExact);
+    }
+    cpu::conv2d_forward(s, f(x), f(w), f(bias), f(y), conv_algo(m));
   }
   void conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w,
                             const Tensor& dx) override {
-    cpu::conv2d_backward_data(s, f(dy), f(w), f(dx));
+    const Fp32Math m = conv_math();
+    if (m == Fp32Math::kTf32) {
+      const std::vector<float> dyr = tf32_copy(dy), wr = tf32_copy(w);
+      return cpu::conv2d_backward_data(s, dyr.data(), wr.data(), f(dx), cpu::ConvAlgo::kExact);
+    }
+    cpu::conv2d_backward_data(s, f(dy), f(w), f(dx), conv_algo(m));
   }
   void conv2d_backward_weight(const Conv2dShape& s, const Tensor& x, const Tensor& dy,
                               const Tensor& dw, const Tensor& dbias) override {
-    cpu::conv2d_backward_weight(s, f(x), f(dy), f(dw), f(dbias));
+    const Fp32Math m = conv_math();
+    if (m == Fp32Math::kTf32) {
+      const std::vector<float> xr = tf32_copy(x), dyr = tf32_copy(dy);
+      cpu::conv2d_backward_weight(s, xr.data(), dyr.data(), f(dw), nullptr,
+                                  cpu::ConvAlgo::kExact);
+      if (dbias.defined()) cpu::channel_sum(s.N, s.K, s.P * s.Q, f(dy), f(dbias));
+      return;
+    }
+    cpu::conv2d_backward_weight(s, f(x), f(dy), f(dw), f(dbias), conv_algo(m));
   }
 
   void max_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,

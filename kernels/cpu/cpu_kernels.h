@@ -22,13 +22,19 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           int64_t ldc);
 
 // Convolution (cross-correlation, as PyTorch). bias may be null.
+// kFastest may take Winograd's transforms (3x3 layers with 16+ channels each
+// way), which round differently from FP32 products and sums; kExact computes
+// every output as a sum of FP32 products (im2col + GEMM, or the direct
+// kernels), the highest-precision setting (core/precision.h).
+enum class ConvAlgo { kFastest, kExact };
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                    float* y);
+                    float* y, ConvAlgo algo = ConvAlgo::kFastest);
 // dx = conv2d transposed: overwrites dx.
-void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx);
+void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
+                          ConvAlgo algo = ConvAlgo::kFastest);
 // dw (and dbias when not null) overwritten with the gradient summed over the batch.
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
-                            float* dbias);
+                            float* dbias, ConvAlgo algo = ConvAlgo::kFastest);
 
 // Pooling. max pool records the flat input index (h*W+w within its plane) of
 // each output's maximum in argmax; padding counts as -inf. avg pool divides by
@@ -50,6 +56,9 @@ void fill(int64_t n, float value, float* y);
 // NaN, overflow gives Inf); bfloat16 -> float32 is exact.
 void float_to_bf16(int64_t n, const float* x, bfloat16* y);
 void bf16_to_float(int64_t n, const bfloat16* x, float* y);
+// y = x rounded to TF32 as cvt.rna.tf32.f32 does (core/tf32.h): the value a
+// tensor core multiplies. y may be x.
+void round_to_tf32(int64_t n, const float* x, float* y);
 // y[outer, C, inner] = x + bias[C]
 void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, const float* bias,
                       float* y);

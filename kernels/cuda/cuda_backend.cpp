@@ -7,6 +7,7 @@
 // (copies to the CPU, sum, label_range) waits for the stream first.
 #include <stdexcept>
 
+#include "core/precision.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -15,6 +16,18 @@ namespace {
 
 float* f(const Tensor& t) { return t.defined() ? static_cast<float*>(t.raw_data()) : nullptr; }
 const int64_t* i64(const Tensor& t) { return static_cast<const int64_t*>(t.raw_data()); }
+
+// The rung an op runs, by core/precision.h: the tensor-core rungs where the
+// family computes in TF32 (PyTorch's default for convolutions), else the
+// FP32 ones.
+int gemm_rung() {
+  return fp32_math(OpFamily::kMatmul, DeviceType::CUDA) == Fp32Math::kTf32 ? kTf32Gemm
+                                                                          : kBestGemm;
+}
+int conv_rung() {
+  return fp32_math(OpFamily::kConv, DeviceType::CUDA) == Fp32Math::kTf32 ? kTf32Conv
+                                                                        : kBestConv;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -81,28 +94,32 @@ class CudaBackend final : public Backend {
     activate();
     int64_t M = y.size(0), N = y.size(1);
     int64_t K = ta ? a.size(0) : a.size(1);
-    Tensor ws = workspace(gemm_workspace_floats(kBestGemm, M, N, K));
-    cuda::gemm(kBestGemm, ta, tb, M, N, K, alpha, f(a), a.size(1), f(b), b.size(1), beta, f(y), N,
+    const int rung = gemm_rung();
+    Tensor ws = workspace(gemm_workspace_floats(rung, M, N, K));
+    cuda::gemm(rung, ta, tb, M, N, K, alpha, f(a), a.size(1), f(b), b.size(1), beta, f(y), N,
                f(ws), stream_);
   }
 
   void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor& bias,
                       const Tensor& y) override {
     activate();
-    Tensor ws = workspace(conv2d_workspace_floats(kBestConv, s));
-    cuda::conv2d_forward(kBestConv, s, f(x), f(w), f(bias), f(y), f(ws), stream_);
+    const int rung = conv_rung();
+    Tensor ws = workspace(conv2d_workspace_floats(rung, s));
+    cuda::conv2d_forward(rung, s, f(x), f(w), f(bias), f(y), f(ws), stream_);
   }
   void conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w,
                             const Tensor& dx) override {
     activate();
-    Tensor ws = workspace(conv2d_workspace_floats(kBestConv, s));
-    cuda::conv2d_backward_data(kBestConv, s, f(dy), f(w), f(dx), f(ws), stream_);
+    const int rung = conv_rung();
+    Tensor ws = workspace(conv2d_workspace_floats(rung, s));
+    cuda::conv2d_backward_data(rung, s, f(dy), f(w), f(dx), f(ws), stream_);
   }
   void conv2d_backward_weight(const Conv2dShape& s, const Tensor& x, const Tensor& dy,
                               const Tensor& dw, const Tensor& dbias) override {
     activate();
-    Tensor ws = workspace(conv2d_workspace_floats(kBestConv, s));
-    cuda::conv2d_backward_weight(kBestConv, s, f(x), f(dy), f(dw), f(dbias), f(ws), stream_);
+    const int rung = conv_rung();
+    Tensor ws = workspace(conv2d_workspace_floats(rung, s));
+    cuda::conv2d_backward_weight(rung, s, f(x), f(dy), f(dw), f(dbias), f(ws), stream_);
   }
 
   void max_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,

@@ -6,6 +6,7 @@
 // as many processes as mpiexec starts.
 #include <catch2/catch.hpp>
 
+#include "core/precision.h"
 #include "tests/parallel/data_parallel_scenarios.h"
 #include "tests/parallel/ranks.h"
 
@@ -19,6 +20,10 @@ namespace {
 // present are left out (enough_gpus says so).
 template <class Scenarios>
 void run_on_gpus(const std::vector<int>& rank_counts, int available, const Scenarios& scenarios) {
+  // FP32 convolutions (cuda:0's default is TF32): a rank's shard of the batch
+  // sums its gradients in another order than the whole batch does, and the
+  // comparisons' tolerances are FP32's, not TF32's 2^-11 per operand.
+  const anvil::ScopedFp32Precision fp32(anvil::Fp32Precision::kIeee);
   for (int n : rank_counts) {
     if (!enough_gpus(n, available)) continue;
     for (const auto& [name, scenario] : scenarios) {

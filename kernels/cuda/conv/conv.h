@@ -28,7 +28,8 @@
 namespace anvil::cuda {
 
 constexpr int kConvVariants = 6;
-constexpr int kBestConv = 5;  // the one the backend uses (FP32)
+constexpr int kBestConv = 5;  // the one the backend uses in FP32
+constexpr int kTf32Conv = 6;  // ... and in TF32 (core/precision.h)
 // Rungs 1..kConvFp32Variants compute in FP32; the rungs after them on
 // tensor cores, with operands rounded to TF32 (10 mantissa bits, nearest,
 // ties away) and FP32 accumulation.

@@ -29,7 +29,8 @@
 namespace anvil::cuda {
 
 constexpr int kGemmVariants = 10;
-constexpr int kBestGemm = 8;  // the one the backend uses (FP32)
+constexpr int kBestGemm = 8;  // the one the backend uses in FP32
+constexpr int kTf32Gemm = 9;  // ... and in TF32 (core/precision.h)
 // Rungs 1..kGemmFp32Variants compute in FP32 (FP32 operands, products and
 // sums); the rungs after them on tensor cores, with rounded operands (each
 // Rung's `math` below).
