@@ -74,6 +74,7 @@
 #include "apps/train_recipes.h"
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "core/precision.h"
 #include "core/random.h"
 #include "data/idx.h"
 #include "data/transforms.h"
@@ -104,6 +105,7 @@ struct Options {
   double momentum = 0;
   uint64_t seed = 0;
   bool no_torch = false;
+  std::string fp32_precision = "default";  // core/precision.h: anvil's side only
   std::string python = "/usr/bin/python3";
   std::string script;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
@@ -483,12 +485,17 @@ int run(Options& o) {
   resolve_defaults(o);
   std::signal(SIGPIPE, SIG_IGN);  // a PyTorch child that dies must not take the bench with it
   omp_set_num_threads(o.threads);
+  const Fp32Precision precision = parse_fp32_precision(o.fp32_precision);
+  set_fp32_precision(OpFamily::kConv, precision);
+  set_fp32_precision(OpFamily::kMatmul, precision);
   if (o.script.empty()) o.script = default_script();
   const int64_t size = input_size(o.model);
   std::cout << fmt::format("bench_train: {} (seed init, {}x{} inputs), SGD lr {} momentum {}, "
                            "batch {}, {} thread(s), load average {}\n",
                            o.model, size, size, o.lr, o.momentum, o.batch_size, o.threads,
                            load_average());
+  std::cout << fmt::format("anvil's float32 math (--fp32-precision {}): {}\n", o.fp32_precision,
+                           describe_fp32_math(DeviceType::CPU));
 
   // Only the images the run needs (all of them for --epochs).
   const int64_t need =
@@ -759,6 +766,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", o.seed, "Initialisation seed")->capture_default_str();
   app.add_flag("--no-torch", o.no_torch, "Do not run the PyTorch comparison");
+  app.add_option("--fp32-precision", o.fp32_precision,
+                 "anvil's float32 convolutions and matmuls: default, ieee (no Winograd) or tf32 "
+                 "(emulated); PyTorch's CPU is FP32 in all three")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"default", "ieee", "tf32"}));
   app.add_option("--python", o.python, "Python interpreter with torch")->capture_default_str();
   app.add_option("--script", o.script, "Path of train_torch.py (default: next to the sources)");
   app.add_option("--data-dir", o.data_dir, "Directory with the Fashion-MNIST IDX files")

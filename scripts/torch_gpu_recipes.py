@@ -13,10 +13,13 @@ ratios (tools/gpu/gpu-check.sh): the same model, init, batch, rate and epochs as
 both with plain SGD at the seed recipe's rate and batch (apps/recipes.json) on
 pixels / 255, the training set reshuffled every epoch
 (the last, short batch kept), cross-entropy, evaluated on the 10,000 test
-images in eval mode after each epoch. FP32 throughout: TF32 is turned off for
-matrix products and cuDNN convolutions, as anvil's kernels and the kernel
-benchmark's cuBLAS/cuDNN baselines are FP32; cudnn.benchmark picks the
-fastest algorithm per shape (its search falls in the first epoch).
+images in eval mode after each epoch. --fp32-precision ieee (the default
+here): FP32 throughout, TF32 turned off for matrix products and cuDNN
+convolutions, as `anvil-train --fp32-precision ieee` and the kernel
+benchmark's FP32 baselines; --fp32-precision default: PyTorch's own defaults
+(cuDNN convolutions in TF32, matmuls in FP32), as `anvil-train`'s default.
+cudnn.benchmark picks the fastest algorithm per shape (its search falls in
+the first epoch).
 
 The data is moved to the device once; each step slices a shuffled batch on the
 device, so an epoch's seconds are the training steps (synchronised at the
@@ -67,14 +70,17 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit-train", type=int, default=0, help="first N training images (0: all)")
     ap.add_argument("--limit-test", type=int, default=0, help="first N test images (0: all)")
+    ap.add_argument("--fp32-precision", choices=["ieee", "default"], default="ieee",
+                    help="ieee: no TF32 anywhere; default: PyTorch's (TF32 convolutions)")
     args = ap.parse_args()
     if args.epochs < 1:
         sys.exit(f"--epochs: {args.epochs}: must be >= 1")
 
     device = torch.device(args.device)
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        if args.fp32_precision == "ieee":
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
         torch.backends.cudnn.benchmark = True
     torch.manual_seed(args.seed)
     make, zero_biases = MODELS[args.model]
@@ -121,7 +127,10 @@ def main():
             "train_acc": round(correct.item() / len(train_x), 4),
             "test_loss": round(test_loss, 4), "test_acc": test_acc,
             "epoch_seconds": round(seconds, 3), "images_per_second": round(len(train_x) / seconds, 1),
-            "device": str(device), "model": args.model, "torch": torch.__version__}), flush=True)
+            "device": str(device), "model": args.model, "torch": torch.__version__,
+            "fp32_precision": args.fp32_precision,
+            "tf32": {"cudnn": torch.backends.cudnn.allow_tf32,
+                     "matmul": torch.backends.cuda.matmul.allow_tf32}}), flush=True)
 
 
 if __name__ == "__main__":

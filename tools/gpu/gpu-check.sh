@@ -7,6 +7,8 @@
 #   bash tools/gpu/gpu-check.sh "$OUT" --part 1   # tests + kernel benchmark
 #   bash tools/gpu/gpu-check.sh "$OUT" --part 2   # training runs, PyTorch, sanitizers
 #   bash tools/gpu/gpu-check.sh "$OUT" --part 3   # the data-parallel path on one GPU
+#   bash tools/gpu/gpu-check.sh "$OUT" --part 4   # ResNet-18 in each framework's defaults (TF32 convs)
+#   bash tools/gpu/gpu-check.sh "$OUT" --part 5   # accuracy in TF32: LeNet 3 seeds, ResNet-18 best
 #   bash tools/gpu/gpu-check.sh "$OUT" --part sanitizers   # part 2's sanitizer steps alone
 #
 # writes OUTDIR/report.md and OUTDIR/figures.json, plus the logs behind them
@@ -35,11 +37,11 @@
 # expression (CI's short rehearsal: "[gemm]"), not the whole suite.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-usage="usage: bash tools/gpu/gpu-check.sh OUTDIR [--part 1|2|3|all|sanitizers]"
+usage="usage: bash tools/gpu/gpu-check.sh OUTDIR [--part 1|2|3|4|5|all|sanitizers]"
 out=${1:?$usage}
 part=all
 if [[ $# -ge 3 && "$2" == "--part" ]]; then part=$3; fi
-[[ "$part" =~ ^(1|2|3|all|sanitizers)$ ]] || { echo "$usage" >&2; exit 2; }
+[[ "$part" =~ ^(1|2|3|4|5|all|sanitizers)$ ]] || { echo "$usage" >&2; exit 2; }
 pack=${ANVIL_GPU_PACK:-.gpu}  # where gpu-pack.sh put the bundle
 start=$SECONDS
 # bin/ and lib/ come packed (bundle.tar.xz, unpacked into $pack/unpacked for
@@ -257,7 +259,8 @@ if [[ "$part" == 1 || "$part" == all ]]; then
 fi
 
 if [[ "$part" == 2 || "$part" == all ]]; then
-  train=("$files/bin/anvil-train" --recipe seed --data-dir "$data")
+  # FP32 on both sides: anvil's FP32 rungs against PyTorch with TF32 off.
+  train=("$files/bin/anvil-train" --recipe seed --fp32-precision ieee --data-dir "$data")
   torch_run=("$python" scripts/torch_gpu_recipes.py --data-dir "$data")
   if ((gpu)); then
     step "anvil: LeNet, seed recipe, 10 epochs on cuda:0" train.log 200 \
@@ -295,6 +298,46 @@ if [[ "$part" == 2 || "$part" == all || "$part" == sanitizers ]]; then
     step "compute-sanitizer racecheck over the CUDA tests" sanitizer.log 150 sanitizer racecheck
   else
     skip "compute-sanitizer memcheck and racecheck over the CUDA tests" "no GPU (nvidia-smi lists none)"
+  fi
+fi
+
+if [[ "$part" == 4 ]]; then
+  # Each framework as a user gets it: anvil-train's default and PyTorch's
+  # both run convolutions in TF32 (tensor cores) and matmuls in FP32.
+  # ResNet-18 only (LeNet's step is too small for its convolutions to matter).
+  train=("$files/bin/anvil-train" --recipe seed --fp32-precision default --data-dir "$data")
+  torch_run=("$python" scripts/torch_gpu_recipes.py --fp32-precision default --data-dir "$data")
+  if ((gpu)) && [[ -n "$python" ]]; then
+    step "anvil: ResNet-18, seed recipe, 1 epoch on cuda:0, its defaults" train.log 100 \
+      "${train[@]}" --model resnet18 --epochs 1 --device cuda:0 --metrics "$work/anvil-resnet18-defaults.jsonl"
+    step "pytorch: ResNet-18, seed recipe, 1 epoch on cuda:0, its defaults" train.log 100 bash -c \
+      '"$@" > "'"$work"'/torch-resnet18-defaults.jsonl"' _ "${torch_run[@]}" --model resnet18 --epochs 1 --device cuda:0
+  else
+    skip "anvil and PyTorch with their defaults (TF32 convolutions)" "no GPU, or no python3 with torch"
+  fi
+fi
+
+if [[ "$part" == 5 ]]; then
+  # TF32 training's accuracy (convolutions and matmuls on the tensor cores):
+  # ResNet-18's best recipe, 15 epochs, with LeNet's seed recipe from 3 seeds
+  # beside it on the same GPU (accuracy only: neither run's time is a figure).
+  tf32_accuracy() {
+    local train=("$files/bin/anvil-train" --fp32-precision tf32 --data-dir "$data" --device cuda:0)
+    (for seed in 0 1 2; do
+       "${train[@]}" --model lenet --recipe seed --seed $seed \
+         --metrics "$work/anvil-lenet-tf32-seed$seed.jsonl" > "$work/lenet-seed$seed.log" 2>&1
+     done) &
+    local lenet=$! rc=0
+    "${train[@]}" --model resnet18 --recipe best --metrics "$work/anvil-resnet18-best-tf32.jsonl" || rc=$?
+    wait $lenet || rc=$((rc ? rc : $?))
+    cat "$work"/lenet-seed*.log
+    return $rc
+  }
+  if ((gpu)); then
+    step "anvil: TF32 accuracy: ResNet-18 best recipe 15 epochs, LeNet seed recipe seeds 0-2" \
+      train.log 300 tf32_accuracy
+  else
+    skip "anvil: TF32 accuracy runs" "no GPU (nvidia-smi lists none)"
   fi
 fi
 
