@@ -13,9 +13,10 @@
 //   02_im2col.cu             column matrix in the workspace, then GEMM rung 04
 //   03_implicit_gemm.cu      GEMM rung 04's tile reading the columns from x
 //   04_implicit_warp_tile.cu GEMM rung 07's warp tile on the same readers
-//   05_split_k.cu  (ships)   04 plus chunks of the reduction over grid.z
-//   06_tf32_mma.cu           05 on TF32 tensor cores (mma.sync m16n8k8), FP32
-//                            accumulation: not FP32 accurate, not the default
+//   05_split_k.cu  (ships)   04 plus chunks of the reduction over grid.z: FP32
+//   06_tf32_mma.cu  (ships)  05 on TF32 tensor cores (mma.sync m16n8k8), FP32
+//                            accumulation: the default on CUDA, as PyTorch's
+//                            (docs/precision.md; --fp32-precision ieee takes 05)
 // Run one rung alone (checked against the CPU, then timed):
 //   build/sim/bench_cuda_kernels conv 3
 #pragma once

@@ -14,8 +14,8 @@
 //   06_warp_tiled.cu         128x128 tile, warp sub-tiles, 8x8 per thread
 //   07_double_buffered.cu    two shared-memory stages: loads overlap the FMAs
 //   08_split_k.cu  (ships)   7 plus chunks of K over grid.z when tiles are few
-//   09_tf32_mma.cu           TF32 tensor cores (mma.sync m16n8k8), FP32 accumulation,
-//                            split-K as 8: not FP32 accurate, not the default
+//   09_tf32_mma.cu  (ships)  TF32 tensor cores (mma.sync m16n8k8), FP32 accumulation,
+//                            split-K as 8: matmuls under --fp32-precision tf32
 //   10_bf16_mma.cu           9 with BF16 operands (mma.sync m16n8k16)
 // Run one rung alone (checked against the CPU, then timed; simulated in the
 // sim build, on the GPU in the release build):
