@@ -14,6 +14,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/tensor.h"
+#include "tests/golden_util.h"
 
 #ifndef ANVIL_TEST_DATA_DIR
 #error "ANVIL_TEST_DATA_DIR must name the tests/ directory"
@@ -27,15 +28,7 @@ namespace {
 constexpr double kAbsTol = 1e-5;
 constexpr double kRelTol = 1e-5;
 
-const json& golden() {
-  static const json doc = [] {
-    const std::string path = ANVIL_TEST_DATA_DIR "/golden/ops_golden.json";
-    std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot open " + path);
-    return json::parse(in);
-  }();
-  return doc;
-}
+const json& golden() { return anvil::testing::golden_file("ops_golden.json"); }
 
 std::vector<const json*> cases_of(const std::string& op) {
   std::vector<const json*> out;

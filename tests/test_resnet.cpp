@@ -35,6 +35,7 @@
 #include "nn/module.h"
 #include "nn/optim.h"
 #include "nn/safetensors.h"
+#include "tests/golden_util.h"
 #include "tests/gradcheck.h"
 #include "tests/nn_test_util.h"
 #if defined(ANVIL_CUDA_BACKEND)
@@ -52,15 +53,7 @@ using Catch::Contains;
 
 namespace {
 
-const json& golden() {
-  static const json doc = [] {
-    const std::string path = ANVIL_TEST_DATA_DIR "/golden/resnet_golden.json";
-    std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot open " + path);
-    return json::parse(in);
-  }();
-  return doc;
-}
+const json& golden() { return anvil::testing::golden_file("resnet_golden.json"); }
 
 // ---- deterministic values, identical to make_resnet_golden.py's
 

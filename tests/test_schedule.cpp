@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/schedule.h"
+#include "tests/golden_util.h"
 
 using namespace anvil::optim;
 using Catch::Contains;
@@ -59,10 +60,7 @@ std::string error_of(const ScheduleOptions& o) {
 }  // namespace
 
 TEST_CASE("LR schedules give torch's rates, step by step", "[schedule]") {
-  const std::string path = ANVIL_TEST_DATA_DIR "/golden/schedule_golden.json";
-  std::ifstream in(path);
-  REQUIRE(in);
-  nlohmann::json golden = nlohmann::json::parse(in);
+  const nlohmann::json& golden = anvil::testing::golden_file("schedule_golden.json");
   REQUIRE(golden["cases"].size() >= 8);
   for (auto& c : golden["cases"]) {
     const std::string name = c["name"];

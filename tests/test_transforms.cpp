@@ -23,6 +23,7 @@
 #include "data/dataloader.h"
 #include "data/idx.h"
 #include "data/transforms.h"
+#include "tests/golden_util.h"
 #include "tests/test_util.h"
 
 #ifndef ANVIL_TEST_DATA_DIR
@@ -35,15 +36,7 @@ using json = nlohmann::json;
 
 namespace {
 
-const json& golden() {
-  static const json doc = [] {
-    const std::string path = ANVIL_TEST_DATA_DIR "/golden/transforms_golden.json";
-    std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot open " + path);
-    return json::parse(in);
-  }();
-  return doc;
-}
+const json& golden() { return anvil::testing::golden_file("transforms_golden.json"); }
 
 // A batch built by hand: image i, element k (CHW order) holds value(i, k);
 // example i has index first_index + i in its set.
