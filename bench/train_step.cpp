@@ -23,6 +23,7 @@
 
 #include "apps/train_recipes.h"
 #include "core/device.h"
+#include "core/precision.h"
 #include "data/dataloader.h"
 #include "data/idx.h"
 #include "nn/models.h"
@@ -43,9 +44,16 @@ int main(int argc, char** argv) {
   cli.add_option("--batch-size", batch, "Images per step (default: the recipe's)");
   cli.add_option("--steps", steps, "Training steps")->capture_default_str()->check(CLI::PositiveNumber);
   cli.add_option("--device", device, "cpu or cuda:N")->capture_default_str();
+  cli.add_option("--fp32-precision", o.fp32_precision,
+                 "float32 math of convolutions and matmuls: default, ieee or tf32 (core/precision.h)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"default", "ieee", "tf32"}));
   CLI11_PARSE(cli, argc, argv);
   try {
     o = app::apply_recipe(o);
+    const Fp32Precision precision = parse_fp32_precision(o.fp32_precision);
+    set_fp32_precision(OpFamily::kConv, precision);
+    set_fp32_precision(OpFamily::kMatmul, precision);
     if (batch > 0) o.batch_size = batch;
     const Device dev = Device::parse(device);
     auto model = models::create(o.model, app::parse_init(o.init));

@@ -13,7 +13,10 @@
 # --sample N sets ANVIL_SIM_SAMPLE_BLOCKS=N: each launch runs N evenly spread
 # blocks and skips the rest (a full ResNet-18 step takes too long on the
 # simulator); the timings stay usable, the step's numbers do not. --recipe R
-# (default seed) picks the optimizer, as anvil-train's --recipe. --runs N
+# (default seed) picks the optimizer, as anvil-train's --recipe.
+# --fp32-precision P (default ieee: the FP32 kernels that docs/generated/'s
+# audits and tools/predict/step_time.py model) picks the float32 math, as
+# anvil-train's (docs/precision.md; tf32: the tensor-core rungs). --runs N
 # (default 5) runs the step N times and reports each kernel's median: one
 # run's block times carry whatever the host took from this virtual machine
 # (tools/predict/launch_audit.py). The build
@@ -23,16 +26,17 @@
 # tools/predict/step_time.py reads.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-usage="usage: tools/predict/launch-audit.sh MODEL BATCH [--sample N] [--runs N] [--recipe R] [--write]"
+usage="usage: tools/predict/launch-audit.sh MODEL BATCH [--sample N] [--runs N] [--recipe R] [--fp32-precision P] [--write]"
 [[ $# -ge 2 ]] || { echo "$usage" >&2; exit 2; }
 model=$1 batch=$2
 shift 2
-sample=0 runs=5 recipe=seed write=
+sample=0 runs=5 recipe=seed precision=ieee write=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --sample) sample=${2:?--sample needs a block count}; shift 2 ;;
     --runs) runs=${2:?--runs needs a count}; shift 2 ;;
     --recipe) recipe=${2:?--recipe needs seed or best}; shift 2 ;;
+    --fp32-precision) precision=${2:?--fp32-precision needs default, ieee or tf32}; shift 2 ;;
     --write) write=1; shift ;;
     *) echo "launch-audit: unknown argument '$1'" >&2; echo "$usage" >&2; exit 2 ;;
   esac
@@ -55,7 +59,8 @@ start=$(date +%s)
 for ((run = 1; run <= runs; ++run)); do
   audit="$out/$model-$batch-run$run.jsonl"
   ANVIL_SIM_LAUNCH_AUDIT="$audit" ANVIL_SIM_SAMPLE_BLOCKS="$sample" \
-    nice -n 19 "$build/train_step" --model "$model" --batch-size "$batch" --recipe "$recipe" >&2
+    nice -n 19 "$build/train_step" --model "$model" --batch-size "$batch" --recipe "$recipe" \
+      --fp32-precision "$precision" >&2
   audits+=("$audit")
 done
 seconds=$(( ($(date +%s) - start) / runs ))
@@ -63,8 +68,9 @@ seconds=$(( ($(date +%s) - start) / runs ))
 cmd="tools/predict/launch-audit.sh $model $batch"
 [[ $sample != 0 ]] && cmd+=" --sample $sample"
 [[ $recipe != seed ]] && cmd+=" --recipe $recipe"
+[[ $precision != ieee ]] && cmd+=" --fp32-precision $precision"
 [[ $runs != 5 ]] && cmd+=" --runs $runs"
-title="**$model, batch $batch, one training step ($recipe recipe)**, \`$cmd\` ($(date -u +%Y-%m-%d), ${seconds} s a run on this machine)"
+title="**$model, batch $batch, one training step ($recipe recipe, fp32 precision $precision)**, \`$cmd\` ($(date -u +%Y-%m-%d), ${seconds} s a run on this machine)"
 args=("${audits[@]}" --title "$title" --save "$out/$model-$batch.jsonl")
 [[ -n $write ]] && args+=(--write "$model $batch")
 python3 tools/predict/launch_audit.py "${args[@]}"
