@@ -321,8 +321,8 @@ if [[ "$part" == 5 ]]; then
   # TF32 training's accuracy (convolutions and matmuls on the tensor cores):
   # ResNet-18's best recipe, 15 epochs, with LeNet's seed recipe from 3 seeds
   # beside it on the same GPU (accuracy only: neither run's time is a figure).
-  tf32_accuracy() {
-    local train=("$files/bin/anvil-train" --fp32-precision tf32 --data-dir "$data" --device cuda:0)
+  tf32_accuracy() {  # tf32_accuracy DATA_DIR (a step's function sees only exported names)
+    local train=("$files/bin/anvil-train" --fp32-precision tf32 --data-dir "$1" --device cuda:0)
     (for seed in 0 1 2; do
        "${train[@]}" --model lenet --recipe seed --seed $seed \
          --metrics "$work/anvil-lenet-tf32-seed$seed.jsonl" > "$work/lenet-seed$seed.log" 2>&1
@@ -335,7 +335,7 @@ if [[ "$part" == 5 ]]; then
   }
   if ((gpu)); then
     step "anvil: TF32 accuracy: ResNet-18 best recipe 15 epochs, LeNet seed recipe seeds 0-2" \
-      train.log 300 tf32_accuracy
+      train.log 300 tf32_accuracy "$data"
   else
     skip "anvil: TF32 accuracy runs" "no GPU (nvidia-smi lists none)"
   fi
