@@ -23,7 +23,8 @@
 # folder is build/sim unless ANVIL_BUILD says otherwise; train_step is
 # (re)built there first. The runs' audit files stay in build/launch-audit/
 # (MODEL-BATCH-runK.jsonl), with their merge in MODEL-BATCH.jsonl, which
-# tools/predict/step_time.py reads.
+# tools/predict/step_time.py reads; other precisions than ieee add theirs to
+# the names (MODEL-BATCH-tf32.jsonl).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 usage="usage: tools/predict/launch-audit.sh MODEL BATCH [--sample N] [--runs N] [--recipe R] [--fp32-precision P] [--write]"
@@ -54,10 +55,12 @@ nice -n 19 cmake --build "$build" --target train_step -j2 >/dev/null
 
 out=build/launch-audit
 mkdir -p "$out"
+tag=""  # the FP32 audits keep the names tools/predict/step_time.py reads
+[[ $precision != ieee ]] && tag="-$precision"
 audits=()
 start=$(date +%s)
 for ((run = 1; run <= runs; ++run)); do
-  audit="$out/$model-$batch-run$run.jsonl"
+  audit="$out/$model-$batch$tag-run$run.jsonl"
   ANVIL_SIM_LAUNCH_AUDIT="$audit" ANVIL_SIM_SAMPLE_BLOCKS="$sample" \
     nice -n 19 "$build/train_step" --model "$model" --batch-size "$batch" --recipe "$recipe" \
       --fp32-precision "$precision" >&2
@@ -71,6 +74,6 @@ cmd="tools/predict/launch-audit.sh $model $batch"
 [[ $precision != ieee ]] && cmd+=" --fp32-precision $precision"
 [[ $runs != 5 ]] && cmd+=" --runs $runs"
 title="**$model, batch $batch, one training step ($recipe recipe, fp32 precision $precision)**, \`$cmd\` ($(date -u +%Y-%m-%d), ${seconds} s a run on this machine)"
-args=("${audits[@]}" --title "$title" --save "$out/$model-$batch.jsonl")
+args=("${audits[@]}" --title "$title" --save "$out/$model-$batch$tag.jsonl")
 [[ -n $write ]] && args+=(--write "$model $batch")
 python3 tools/predict/launch_audit.py "${args[@]}"
