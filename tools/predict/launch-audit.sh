@@ -76,4 +76,5 @@ cmd="tools/predict/launch-audit.sh $model $batch"
 title="**$model, batch $batch, one training step ($recipe recipe, fp32 precision $precision)**, \`$cmd\` ($(date -u +%Y-%m-%d), ${seconds} s a run on this machine)"
 args=("${audits[@]}" --title "$title" --save "$out/$model-$batch$tag.jsonl")
 [[ -n $write ]] && args+=(--write "$model $batch")
+[[ -n $write && $precision != ieee ]] && args+=(--doc "docs/generated/launch-audit-$precision.md")
 python3 tools/predict/launch_audit.py "${args[@]}"

@@ -135,6 +135,8 @@ def main():
     ap.add_argument("--title", required=True)
     ap.add_argument("--note", default="")
     ap.add_argument("--write", metavar="MARKER")
+    ap.add_argument("--doc", type=Path, default=DOC,
+                    help="the page --write edits (default docs/generated/launch-audit.md)")
     ap.add_argument("--save", metavar="FILE", help="write the (merged) rows there, one JSON object a line")
     a = ap.parse_args()
     rows = merge([read(path) for path in a.audit])
@@ -147,13 +149,13 @@ def main():
         return
     begin = re.compile(rf"<!-- launch-audit {re.escape(a.write)}: begin[^>]*-->\n")
     end = f"<!-- launch-audit {a.write}: end -->"
-    doc = DOC.read_text()
+    doc = a.doc.read_text()
     m = begin.search(doc)
     if not m or end not in doc[m.end():]:
-        sys.exit(f"launch_audit: {DOC} has no '<!-- launch-audit {a.write}: begin ... -->' ... '{end}' markers")
+        sys.exit(f"launch_audit: {a.doc} has no '<!-- launch-audit {a.write}: begin ... -->' ... '{end}' markers")
     tail = doc[m.end():].split(end, 1)[1]
-    DOC.write_text(doc[:m.end()] + text + "\n" + end + tail)
-    print(f"launch_audit: {DOC.name}, {a.write}: updated")
+    a.doc.write_text(doc[:m.end()] + text + "\n" + end + tail)
+    print(f"launch_audit: {a.doc.name}, {a.write}: updated")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,14 @@ block per channel for bias gradients and BatchNorm variant 1).
     tools/predict/step_time.py --model lenet --batch 128    # one step
     tools/predict/step_time.py --docs --write               # rewrite docs/generated/step-time.md
     tools/predict/step_time.py --launch-us 2                # another per-launch floor
+    tools/predict/step_time.py --fp32-precision tf32        # FP32 kernels -> the TF32 rungs
+    tools/predict/step_time.py --fp32-precision tf32 --tc-efficiency 0.5
+
+With --fp32-precision tf32 the two configurations are the shipped FP32
+kernels and the same step with conv 06 and GEMM 09 (the TF32 rungs, which
+keep conv 05's and GEMM 08's tiles and split plans; their audit is
+docs/generated/launch-audit-tf32.md); their launches' FLOPs go at the dense
+TF32 peak times --tc-efficiency.
 
 The model, and every assumption in it:
 
@@ -78,6 +86,10 @@ import step_model as sm  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "docs" / "generated"
 F = 4  # bytes per float
+# H100 SXM5's dense TF32 tensor-core peak (its datasheet: 989.4 TFLOP/s with
+# sparsity, half of it dense); --tc-efficiency scales it.
+TF32_PEAK = 494.7e12
+ERAS = {False: ("baseline", "shipped"), True: ("FP32", "TF32")}  # the two columns' names
 CLASSES = 10
 GEMM, CONV, RED, BN, EW, POOL, SOFT = ("gemm_kernels::", "conv_kernels::", "reduce_kernels::",
                                        "batch_norm_kernels::", "elementwise_kernels::",
@@ -106,16 +118,41 @@ def show(key):
     return key.split("::", 1)[-1].replace("<(sgd_kernels::Mode)0,false>", "<plain>")
 
 
+# The TF32 rungs' kernels (conv 06, GEMM 09) by the FP32 kernel whose tiles
+# they keep: mma_tile::Shape<Tf32, 1, 4, 3> is conv 05's 64x128 tile (128
+# threads), Shape<Tf32, 2, 4, 2> the 128x128 one (256 threads).
+TF32_TILES = {"64x128": "mma_tile::Shape<mma_tile::Tf32,1,4,3>",
+              "128x128": "mma_tile::Shape<mma_tile::Tf32,2,4,2>"}
+
+
+def tf32_name(kernel):
+    m = re.match(r"(conv_kernels::\w+_warp_tiled)<(\d+x\d+)>$", kernel)
+    if m:
+        return f"{m.group(1)}<{TF32_TILES[m.group(2)]}>"
+    m = re.match(r"gemm_kernels::gemm_split_k<(\w+),(\w+)>$", kernel)
+    if m:
+        return f"gemm_kernels::gemm_mma<{TF32_TILES['128x128']},{m.group(1)},{m.group(2)}>"
+    raise ValueError(f"step_time: no TF32 rung for {kernel}")
+
+
 class Step:
-    """The launches of one step, per era ("baseline", "shipped")."""
+    """The launches of one step, per era ("baseline", "shipped"). With tf32,
+    the eras are the shipped FP32 kernels ("baseline") and the same step with
+    the TF32 rungs in the convolutions and GEMMs ("shipped"): everything
+    else launches the shipped kernels in both."""
 
-    def __init__(self):
+    def __init__(self, tf32=False):
         self.launches = {"baseline": [], "shipped": []}
+        self.tf32 = tf32
 
-    def add(self, era, kernel, flops, nbytes, row=None, blocks=None):
+    def add(self, era, kernel, flops, nbytes, row=None, blocks=None, tensor_cores=False):
+        if self.tf32:  # the FP32 baseline's kernels are out; shipped ones run in both eras
+            if era == "baseline":
+                return
+            era = "both" if era == "shipped" else era
         for e in (("baseline", "shipped") if era == "both" else (era,)):
             self.launches[e].append(dict(kernel=kernel, row=row or kernel, flops=flops, bytes=nbytes,
-                                         blocks=blocks))
+                                         blocks=blocks, tensor_cores=tensor_cores and e == "shipped"))
 
     def gemm(self, kernel, before, m, n, k, flops, read, narrow=False):
         """A shipped GEMM (conv 5 or GEMM 8) of an m x n result over k, its split-K
@@ -123,7 +160,14 @@ class Step:
         bm, per_sm = (64, 3) if narrow else (128, 2)
         tiles = kt.tiles(m, n, bm, 128)
         splits = kt.split_k(m, n, k, tiles, per_sm)[0]
-        self.add("shipped", kernel, flops, read + F * splits * m * n, blocks=tiles * splits)
+        if self.tf32:  # the TF32 rungs: the FP32 rungs' tiles, split plans and sums
+            main = dict(flops=flops, nbytes=read + F * splits * m * n, blocks=tiles * splits)
+            self.launches["baseline"].append(dict(kernel=kernel, row=kernel, bytes=main["nbytes"],
+                                                  flops=flops, blocks=main["blocks"], tensor_cores=False))
+            self.launches["shipped"].append(dict(kernel=tf32_name(kernel), row=kernel, bytes=main["nbytes"],
+                                                 flops=flops, blocks=main["blocks"], tensor_cores=True))
+        else:
+            self.add("shipped", kernel, flops, read + F * splits * m * n, blocks=tiles * splits)
         if splits > 1:
             warp = splits >= 32
             self.add("shipped", GEMM + ("add_partials_by_warp" if warp else "add_partials"), 0,
@@ -217,10 +261,10 @@ def loss_and_sgd(step, b, params):
         step.add("both", SGD, 0, F * 3 * p)
 
 
-def build(model, batch):
+def build(model, batch, tf32=False):
     """The launches of one training step, and the step's GEMM FLOPs."""
     lenet, lenet_fc, resnet = kt.layers(batch)
-    step, params = Step(), []
+    step, params = Step(tf32), []
     if model == "lenet":  # conv, ReLU, avg pool x2; 800-128-10 (nn/models.cpp)
         for i, s in enumerate(lenet):
             conv(step, s, need_dx=i > 0)
@@ -273,23 +317,33 @@ def parse_table(text, model, batch, where):
     return out
 
 
-def audits(model, batch, docs_only=False):
+def shipped_audit(model, batch, docs_only, tag=""):
+    """The audit of the shipped kernels (tag "-tf32": with the TF32 rungs):
+    build/launch-audit's merged runs, else the docs' table."""
+    path = ROOT / "build" / "launch-audit" / f"{model}-{batch}{tag}.jsonl"
+    if path.exists() and not docs_only:
+        table = {norm(r["kernel"]): dict(launches=r["launches"], util=r["predicted_sm_utilisation"],
+                                         blocks=(r["blocks_min"], r["blocks_max"])) for r in la.read(path)}
+        return table, str(path.relative_to(ROOT))
+    doc = GENERATED / f"launch-audit{tag}.md"
+    return (parse_table(doc.read_text(), model, batch, str(doc.relative_to(ROOT))),
+            str(doc.relative_to(ROOT)) + " (no " + str(path.relative_to(ROOT)) + ")")
+
+
+def audits(model, batch, docs_only=False, tf32=False):
+    after, source = shipped_audit(model, batch, docs_only)
+    if tf32:  # FP32's shipped kernels against the TF32 step
+        tc, tc_source = shipped_audit(model, batch, docs_only, "-tf32")
+        return {"baseline": after, "shipped": tc}, f"FP32 {source}; TF32 {tc_source}"
     baseline = GENERATED / "launch-audit-baseline.md"
     before = parse_table(baseline.read_text(), model, batch, str(baseline.relative_to(ROOT)))
-    path = ROOT / "build" / "launch-audit" / f"{model}-{batch}.jsonl"
-    if path.exists() and not docs_only:
-        after = {norm(r["kernel"]): dict(launches=r["launches"], util=r["predicted_sm_utilisation"],
-                                         blocks=(r["blocks_min"], r["blocks_max"])) for r in la.read(path)}
-        source = str(path.relative_to(ROOT))
-    else:
-        shipped = GENERATED / "launch-audit.md"
-        after = parse_table(shipped.read_text(), model, batch, str(shipped.relative_to(ROOT)))
-        source = str(shipped.relative_to(ROOT)) + " (no " + str(path.relative_to(ROOT)) + ")"
     return {"baseline": before, "shipped": after}, source
 
 
 def predict(model, batch, a):
-    step, (audit, source) = build(model, batch), audits(model, batch, a.docs)
+    tf32 = a.fp32_precision == "tf32"
+    step, (audit, source) = build(model, batch, tf32), audits(model, batch, a.docs, tf32)
+    tc_peak = TF32_PEAK * a.tc_efficiency
     rows = defaultdict(lambda: {e: defaultdict(float, kernels=set()) for e in ("baseline", "shipped")})
     checks, totals = [], {}
     for era, launches in step.launches.items():
@@ -310,7 +364,8 @@ def predict(model, batch, a):
         t = totals[era] = defaultdict(float)
         for x in launches:
             util = audit[era].get(x["kernel"], {"util": 1.0})["util"]
-            roof = max(x["flops"] / kt.FP32_PEAK, x["bytes"] / kt.HBM_BW)
+            peak = tc_peak if x["tensor_cores"] else kt.FP32_PEAK
+            roof = max(x["flops"] / peak, x["bytes"] / kt.HBM_BW)
             r = rows[x["row"]][era]
             r["kernels"].add(x["kernel"])
             for key, v in (("launches", 1), ("flops", x["flops"]), ("bytes", x["bytes"]), ("roof", roof),
@@ -319,7 +374,7 @@ def predict(model, batch, a):
                 t[key] += v
     reference = 3 * batch * (sm.lenet_forward_flops() if model == "lenet" else sm.resnet18_forward_flops())
     return dict(model=model, batch=batch, rows=rows, totals=totals, audit=audit, source=source,
-                checks=checks, reference=reference)
+                checks=checks, reference=reference, tf32=tf32)
 
 
 def pair(b, a, fmt):
@@ -362,8 +417,9 @@ def line(label, b, a, util_b, util_a, gflop="{:.3f}"):
 
 def table(p, share=0.0):
     rows, audit = fold(p, share) if share else p["rows"], p["audit"]
-    out = ["| family (shipped kernels) | launches | GFLOP | MB | roofline µs | utilisation baseline | shipped | "
-           "predicted µs baseline | shipped |", "|---|---|---|---|---|---|---|---|---|"]
+    b, a = ERAS[p["tf32"]]
+    out = [f"| family (shipped kernels) | launches | GFLOP | MB | roofline µs | utilisation {b} | {a} | "
+           f"predicted µs {b} | {a} |", "|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(rows, key=lambda k: ("::" not in k, -max(rows[k][e]["pred"] for e in ("baseline", "shipped")))):
         b, a = rows[key]["baseline"], rows[key]["shipped"]
         out.append(line(f"`{show(key)}`" if "::" in key else key, b, a, util_cell(b, audit["baseline"]),
@@ -398,11 +454,16 @@ def summary(p, launch_us):
 def report(p, a):
     name = {"lenet": "LeNet", "resnet18": "ResNet-18"}[p["model"]]
     print(f"### {name}, batch {p['batch']}\n")
-    print(f"Shipped: {p['source']}; baseline: docs/generated/launch-audit-baseline.md. "
-          f"{summary(p, a.launch_us)}.\n")
+    where = (p["source"] if p["tf32"] else
+             f"Shipped: {p['source']}; baseline: docs/generated/launch-audit-baseline.md")
+    print(f"{where}. {summary(p, a.launch_us)}.\n")
     print("\n".join(table(p, 0.01 if a.markdown else 0.0)))
     print("\n\\* effective: roofline / predicted over the row's kernels (several kernels, or the total).\n")
-    print("Mapping (baseline → shipped):\n\n" + "\n".join(mapping(p)) + "\n")
+    if p["tf32"]:
+        print("Mapping (FP32 → TF32): each row's conv 05 or GEMM 08 kernel → the TF32 rung's kernel with "
+              "the same tiles and split plan (conv 06, GEMM 09); every other kernel is the same in both.\n")
+    else:
+        print("Mapping (baseline → shipped):\n\n" + "\n".join(mapping(p)) + "\n")
     if a.markdown:
         return
     ta = p["totals"]["shipped"]
@@ -418,6 +479,12 @@ def main():
     ap.add_argument("--model", choices=["lenet", "resnet18"])
     ap.add_argument("--batch", type=int, choices=[128, 256])
     ap.add_argument("--launch-us", type=float, default=4.0, help="per-launch floor (µs), default 4")
+    ap.add_argument("--fp32-precision", choices=["ieee", "tf32"], default="ieee",
+                    help="tf32: the shipped FP32 kernels against the same step with the TF32 rungs "
+                         "(docs/generated/launch-audit-tf32.md) in place of the baseline")
+    ap.add_argument("--tc-efficiency", type=float, default=1.0,
+                    help="with tf32: the share of the tensor cores' peak the TF32 rungs reach "
+                         "inside a full SM (default 1: a lower bound)")
     ap.add_argument("--markdown", action="store_true",
                     help="print what goes into docs/generated/step-time.md (kernels under 1%% folded)")
     ap.add_argument("--write", action="store_true",
@@ -442,17 +509,20 @@ def main():
         text = io.StringIO()
         with contextlib.redirect_stdout(text):
             render(preds, a)
-        text = ("# Predicted step time on one H100: shipped kernels and the baseline\n\n"
-                "<!-- Generated by `python3 tools/predict/step_time.py --docs --write`; do not edit. -->\n\n"
+        tf32 = a.fp32_precision == "tf32"
+        flags = " --fp32-precision tf32" if tf32 else ""
+        text = (("# Predicted step time on one H100: FP32 kernels and TF32 rungs\n\n" if tf32 else
+                 "# Predicted step time on one H100: shipped kernels and the baseline\n\n") +
+                f"<!-- Generated by `python3 tools/predict/step_time.py --docs{flags} --write`; do not edit. -->\n\n"
                 "How the prediction is made: [kernels.md](../kernels.md), \"Predicted step time\". "
-                "Each cell with an arrow reads baseline → shipped.\n\n" + text.getvalue().rstrip() + "\n")
-        path = GENERATED / "step-time.md"
+                f"Each cell with an arrow reads {' → '.join(ERAS[tf32])}.\n\n" + text.getvalue().rstrip() + "\n")
+        path = GENERATED / ("step-time-tf32.md" if tf32 else "step-time.md")
         if a.write:
             path.write_text(text)
             print(f"step_time: {path.relative_to(ROOT)} updated", file=sys.stderr)
         elif not path.exists() or path.read_text() != text:
             sys.exit(f"step_time: {path.relative_to(ROOT)} is not what the audit tables give; rerun "
-                     f"python3 tools/predict/step_time.py --docs --write")
+                     f"python3 tools/predict/step_time.py --docs{flags} --write")
     failed = [f"{p['model']} {p['batch']}" for p in preds if p["checks"]]
     if a.check and failed:
         sys.exit(f"step_time: the model disagrees with the launch audit for {', '.join(failed)} "
@@ -460,6 +530,9 @@ def main():
 
 
 def render(preds, a):
+    if a.fp32_precision == "tf32":
+        print(f"TF32: H100 SXM5 dense TF32 {TF32_PEAK / 1e12:.1f} TFLOP/s x --tc-efficiency "
+              f"{a.tc_efficiency:g} for the conv and GEMM launches of the TF32 step.")
     print(f"Assumptions: H100 SXM5 FP32 {kt.FP32_PEAK / 1e12:.1f} TFLOP/s, HBM {kt.HBM_BW / 1e12:.2f} TB/s; "
           f"minimum bytes (each tensor once); predicted = roofline / the audit's predicted SM utilisation; "
           f"floor {a.launch_us:g} µs per launch (see the docstring).\n")
