@@ -364,7 +364,7 @@ def predict(model, batch, a):
         t = totals[era] = defaultdict(float)
         for x in launches:
             util = audit[era].get(x["kernel"], {"util": 1.0})["util"]
-            peak = tc_peak if x["tensor_cores"] else kt.FP32_PEAK
+            peak = tc_peak if x.get("tensor_cores") else kt.FP32_PEAK
             roof = max(x["flops"] / peak, x["bytes"] / kt.HBM_BW)
             r = rows[x["row"]][era]
             r["kernels"].add(x["kernel"])
