@@ -265,8 +265,8 @@ if [[ "$part" == 2 || "$part" == all ]]; then
   if ((gpu)); then
     step "anvil: LeNet, seed recipe, 10 epochs on cuda:0" train.log 200 \
       "${train[@]}" --model lenet --device cuda:0 --metrics "$work/anvil-lenet.jsonl"
-    step "anvil: ResNet-18, seed recipe, 1 epoch on cuda:0" train.log 200 \
-      "${train[@]}" --model resnet18 --epochs 1 --device cuda:0 --metrics "$work/anvil-resnet18.jsonl"
+    step "anvil: ResNet-18, seed recipe, 2 epochs on cuda:0" train.log 200 \
+      "${train[@]}" --model resnet18 --epochs 2 --device cuda:0 --metrics "$work/anvil-resnet18.jsonl"
   else
     step "anvil: LeNet (no GPU: 1 epoch of 2048 images on cpu instead)" train.log 300 \
       "${train[@]}" --model lenet --epochs 1 --limit-train 2048 --limit-test 512 --device cpu \
@@ -280,8 +280,8 @@ if [[ "$part" == 2 || "$part" == all ]]; then
   elif ((gpu)); then
     step "pytorch: LeNet, seed recipe, 10 epochs on cuda:0" train.log 200 bash -c \
       '"$@" > "'"$work"'/torch-lenet.jsonl"' _ "${torch_run[@]}" --model lenet --epochs 10 --device cuda:0
-    step "pytorch: ResNet-18, seed recipe, 1 epoch on cuda:0" train.log 200 bash -c \
-      '"$@" > "'"$work"'/torch-resnet18.jsonl"' _ "${torch_run[@]}" --model resnet18 --epochs 1 --device cuda:0
+    step "pytorch: ResNet-18, seed recipe, 2 epochs on cuda:0" train.log 200 bash -c \
+      '"$@" > "'"$work"'/torch-resnet18.jsonl"' _ "${torch_run[@]}" --model resnet18 --epochs 2 --device cuda:0
   else
     step "pytorch: LeNet (no GPU: 1 epoch of 2048 images on cpu instead)" train.log 300 bash -c \
       '"$@" > "'"$work"'/torch-lenet.jsonl"' _ "${torch_run[@]}" --model lenet --epochs 1 \
@@ -308,10 +308,10 @@ if [[ "$part" == 4 ]]; then
   train=("$files/bin/anvil-train" --recipe seed --fp32-precision default --data-dir "$data")
   torch_run=("$python" scripts/torch_gpu_recipes.py --fp32-precision default --data-dir "$data")
   if ((gpu)) && [[ -n "$python" ]]; then
-    step "anvil: ResNet-18, seed recipe, 1 epoch on cuda:0, its defaults" train.log 100 \
-      "${train[@]}" --model resnet18 --epochs 1 --device cuda:0 --metrics "$work/anvil-resnet18-defaults.jsonl"
-    step "pytorch: ResNet-18, seed recipe, 1 epoch on cuda:0, its defaults" train.log 100 bash -c \
-      '"$@" > "'"$work"'/torch-resnet18-defaults.jsonl"' _ "${torch_run[@]}" --model resnet18 --epochs 1 --device cuda:0
+    step "anvil: ResNet-18, seed recipe, 2 epochs on cuda:0, its defaults" train.log 100 \
+      "${train[@]}" --model resnet18 --epochs 2 --device cuda:0 --metrics "$work/anvil-resnet18-defaults.jsonl"
+    step "pytorch: ResNet-18, seed recipe, 2 epochs on cuda:0, its defaults" train.log 100 bash -c \
+      '"$@" > "'"$work"'/torch-resnet18-defaults.jsonl"' _ "${torch_run[@]}" --model resnet18 --epochs 2 --device cuda:0
   else
     skip "anvil and PyTorch with their defaults (TF32 convolutions)" "no GPU, or no python3 with torch"
   fi
