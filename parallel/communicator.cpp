@@ -172,10 +172,17 @@ CallInfo tensor_call(Collective collective, const Tensor& t) {
   return c;
 }
 
+// Whether the collective's schedule depends on the chunk size.
+bool cut_in_chunks(const CallInfo& c) {
+  return (c.collective == Collective::kAllreduce && c.algorithm == Algorithm::kRing) ||
+         c.collective == Collective::kBroadcast || c.collective == Collective::kReduceScatter;
+}
+
 }  // namespace
 
 std::vector<CallInfo> Communicator::agree(CallInfo mine) {
   mine.seq = ++seq_;
+  if (cut_in_chunks(mine)) mine.chunk_bytes = chunk_bytes_.load();
   const std::string what = describe(mine);
   transport_->set_context(what);
   std::vector<CallInfo> all =
@@ -192,6 +199,15 @@ std::vector<CallInfo> Communicator::agree(CallInfo mine) {
                                 "asked for {}, rank {} asked for {}",
                                 rank(), backend(), device().str(), mine.seq, ref,
                                 describe(all[size_t(ref)]), j, describe(all[size_t(j)])));
+  }
+  for (int j = 0; j < size(); ++j) {
+    if (all[size_t(j)].chunk_bytes == all[size_t(ref)].chunk_bytes) continue;
+    throw CommError(fmt::format(
+        "rank {} ({}, {}): ranks disagree on collective #{} ({}): rank {} cuts it in chunks of "
+        "{} bytes, rank {} in chunks of {} bytes (CommOptions::chunk_bytes must be the same "
+        "on every rank)",
+        rank(), backend(), device().str(), mine.seq, describe(mine), ref,
+        all[size_t(ref)].chunk_bytes, j, all[size_t(j)].chunk_bytes));
   }
   return all;
 }

@@ -53,6 +53,11 @@ struct CallInfo {
   int32_t root = -1;
   int32_t ndim = -1;  // -1: no tensor (scatter's non-roots, barrier)
   int64_t shape[kMaxDims] = {};
+  // Where the message is cut (CommOptions::chunk_bytes) for the collectives
+  // whose schedule depends on it (the ring all-reduce, broadcast,
+  // reduce-scatter); 0 for the others. Ranks that cut differently would
+  // exchange pieces of different sizes.
+  uint64_t chunk_bytes = 0;
 
   Shape tensor_shape() const { return Shape(shape, shape + (ndim > 0 ? ndim : 0)); }
   int64_t numel() const;

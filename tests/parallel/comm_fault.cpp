@@ -4,6 +4,7 @@
 //   none      every rank behaves: prints "all collectives done", exits 0
 //   silent    the last rank never calls the second collective
 //   mismatch  rank 1 asks for 1001 elements where the others ask for 1000
+//   chunk     rank 1 cuts the ring's messages in chunks of 64 bytes
 //   kill      rank 1 dies (SIGKILL) before the second collective
 //   no-send   rank 1 never sends what rank 0 receives (point to point,
 //             which has no agreement check: the data wait's deadline)
@@ -25,8 +26,8 @@ int main(int argc, char** argv) {
   CLI::App app{"one MPI job with one fault, for anvil's fault tests"};
   std::string fault = "none";
   double timeout = 2;
-  app.add_option("--fault", fault, "none, silent, mismatch, kill or no-send")
-      ->check(CLI::IsMember({"none", "silent", "mismatch", "kill", "no-send"}));
+  app.add_option("--fault", fault, "none, silent, mismatch, chunk, kill or no-send")
+      ->check(CLI::IsMember({"none", "silent", "mismatch", "chunk", "kill", "no-send"}));
   app.add_option("--timeout", timeout, "the communicator's deadline, in seconds");
   CLI11_PARSE(app, argc, argv);
 
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
     if (fault == "silent" && rank == size - 1) sleep_past_deadline();
     if (fault == "kill" && rank == 1) std::raise(SIGKILL);
     if (fault == "mismatch" && rank == 1) t = anvil::Tensor::ones({1001});
+    if (fault == "chunk" && rank == 1) comm->set_chunk_bytes(64);
     if (fault == "no-send") {
       if (rank == 1) sleep_past_deadline();
       if (rank == 0) comm->recv(anvil::Tensor::zeros({10}), 1);
