@@ -263,13 +263,30 @@ class Communicator::CommThread {
 Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions options)
     : transport_(std::move(transport)), options_(options), chunk_bytes_(options.chunk_bytes) {
   transport_->set_timeout(options_.timeout);
+  transport_->set_failure_handler([this](const std::string& why) { fail(why); });
   if (transport_->host_synchronous()) thread_ = std::make_unique<CommThread>();
+}
+
+std::string Communicator::failure() const {
+  std::lock_guard lock(failure_mutex_);
+  return failure_;
+}
+
+bool Communicator::fail(const std::string& why) {
+  {
+    std::lock_guard lock(failure_mutex_);
+    if (!failure_.empty()) return false;
+    failure_ = why;
+  }
+  transport_->abort();
+  transport_->channel().report_failure(why);
+  return true;
 }
 
 Communicator::~Communicator() {
   if (!transport_) return;
   auto close = [&] {
-    if (failure_.empty()) {
+    if (failure().empty()) {
       try {
         transport_->set_context("closing the communicator");
         transport_->synchronize();
@@ -286,6 +303,7 @@ Communicator::~Communicator() {
   } else {
     close();
   }
+  transport_.reset();  // its watchdog stops while fail() still has what it needs
 }
 
 int Communicator::rank() const { return transport_->rank(); }
@@ -308,17 +326,15 @@ template <typename Check, typename Body>
 void Communicator::run(const char* name, Check&& check, Body&& body) {
   check();  // on the caller's thread: an argument error involves no other rank
   on_comm_thread([&] {
-    if (!failure_.empty())
+    if (const std::string first = failure(); !first.empty())
       throw CommError(fmt::format("rank {} ({}, {}): {}: the communicator failed earlier and "
                                   "can no longer be used; the first error was: {}",
-                                  rank(), backend(), device().str(), name, failure_));
+                                  rank(), backend(), device().str(), name, first));
     transport_->set_timeout(options_.timeout);
     try {
       body();
     } catch (const std::exception& e) {
-      failure_ = e.what();
-      transport_->channel().report_failure(failure_);
-      transport_->abort();
+      fail(e.what());
       throw;
     }
   });
@@ -634,12 +650,7 @@ void Communicator::sendrecv(const Tensor& send_tensor, int to, const Tensor& rec
 }
 
 void Communicator::abort(const std::string& why) {
-  on_comm_thread([&] {
-    if (!failure_.empty()) return;
-    failure_ = why;
-    transport_->channel().report_failure(why);
-    transport_->abort();
-  });
+  on_comm_thread([&] { fail(why); });
 }
 
 void Communicator::synchronize() {

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -171,11 +172,19 @@ class Communicator {
   template <typename Check, typename Body>
   void run(const char* name, Check&& check, Body&& body);
 
+  // The first error, "" while the communicator works; set by its own thread
+  // or by the transport's watchdog.
+  std::string failure() const;
+  // Breaks the communicator with `why` unless it is already broken: aborts
+  // the transport, then tells the other ranks. False if it was broken before.
+  bool fail(const std::string& why);
+
   std::unique_ptr<Transport> transport_;
   CommOptions options_;
   std::atomic<size_t> chunk_bytes_;
   std::atomic<uint64_t> seq_{0};
-  std::string failure_;  // the first error; set once the communicator is broken
+  mutable std::mutex failure_mutex_;
+  std::string failure_;
   std::unique_ptr<CommThread> thread_;  // host-synchronous transports only
 };
 

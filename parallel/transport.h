@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <memory>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -149,10 +150,20 @@ class Transport {
   // "rank 2 (nccl, cuda:2): <context>: " — how every error of this rank begins.
   std::string error_prefix() const;
 
+  // Who is told when the transport fails on a thread of its own (NCCL's
+  // watchdog): the Communicator, which then refuses every call and tells the
+  // other ranks. Set before the first collective.
+  void set_failure_handler(std::function<void(const std::string&)> handler) {
+    failure_handler_ = std::move(handler);
+  }
+
  protected:
   Transport(int rank, int size, Device device) : rank_(rank), size_(size), device_(device) {}
   // The running collective's scratch tensors (see scratch()).
   std::vector<Tensor> held_;
+  void report_failure(const std::string& why) {
+    if (failure_handler_) failure_handler_(why);
+  }
 
  private:
   int rank_;
@@ -160,6 +171,7 @@ class Transport {
   Device device_;
   std::string context_;
   std::chrono::milliseconds timeout_{300000};
+  std::function<void(const std::string&)> failure_handler_;
 };
 
 // How long "ANVIL_COMM_TIMEOUT" seconds is, as a message fragment ("5 s").
