@@ -544,6 +544,7 @@ std::unique_ptr<Communicator> nccl_communicator(const NcclId& id, int rank, int 
 
 std::unique_ptr<Communicator> nccl_world(CommOptions options) {
   mpi_detail::ensure_initialized();
+  mpi_detail::install_sigterm_handler();
   const int rank = mpi_detail::world_rank(), size = mpi_detail::world_size();
   const int local = mpi_detail::local_rank();
   if (local >= device_count())
