@@ -536,13 +536,23 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op) {
         agree(mine);
         const std::vector<int64_t> rows = split_rows(input.size(0), size());
         const std::vector<int64_t> bounds = offsets_of(rows, row_elements(input.shape()));
-        Tensor work = input.clone();  // the ring's scratch: every segment but ours ends partial
+        Shape shape = input.shape();
+        shape[0] = rows[size_t(rank())];
+        output = Tensor::empty(shape, input.dtype(), device());  // this rank's rows, no more
         transport_->begin();
-        algorithms::ring_reduce_scatter(*transport_, work.raw_data(), bounds, input.dtype(),
+        // The ring works on a copy (every segment but ours ends partial),
+        // scratch that goes back to the allocator at end().
+        void* work = transport_->scratch(input.nbytes());
+        if (input.nbytes() > 0) transport_->copy(work, input.raw_data(), input.nbytes(), 0);
+        algorithms::ring_reduce_scatter(*transport_, work, bounds, input.dtype(),
                                         op == ReduceOp::kAverage ? 1.0f / float(size()) : 1.0f,
                                         chunk_bytes_.load());
+        const size_t esize = dtype_size(input.dtype());
+        if (output.nbytes() > 0)
+          transport_->copy(output.raw_data(),
+                           static_cast<const char*>(work) + size_t(bounds[size_t(rank())]) * esize,
+                           output.nbytes(), 0);
         transport_->end();
-        output = work.narrow(offsets_of(rows, 1)[size_t(rank())], rows[size_t(rank())]);
       });
   return output;
 }
