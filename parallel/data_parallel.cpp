@@ -154,6 +154,7 @@ void DataParallel::begin_step(int64_t examples, int64_t global_examples) {
   step_global_examples_ = global_examples;
   in_step_ = true;
   next_bucket_ = 0;
+  final_.assign(params_.size(), false);
   for (auto& b : buckets_) {
     b->ready = 0;
     b->work.reset();
@@ -162,6 +163,19 @@ void DataParallel::begin_step(int64_t examples, int64_t global_examples) {
 
 void DataParallel::on_gradient(size_t param) {
   if (!in_step_) return;  // a backward outside a training step (a test, say)
+  // A second gradient in one step would land after its bucket was copied
+  // for the all-reduce and be lost: refused, rather than dropped.
+  if (final_[param]) {
+    std::string name;
+    for (const auto& [n, p] : model_.named_parameters())
+      if (p.same(params_[param])) name = n;
+    throw std::logic_error(fmt::format(
+        "DataParallel: rank {}: parameter '{}' got a second gradient in one training step (a "
+        "second backward() between begin_step and after_backward); its gradients are reduced "
+        "once per step: call backward() once per step",
+        comm_.rank(), name));
+  }
+  final_[param] = true;
   ++buckets_[bucket_of_[param]]->ready;
   // Buckets start in index order on every rank, whatever order backward
   // finishes them in (a weight before its bias, a shortcut before the

@@ -90,6 +90,7 @@ class DataParallel final : public train::Replicas, public nn::BatchNormSync {
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<size_t> bucket_of_;  // parameter -> bucket
   size_t next_bucket_ = 0;         // buckets [0, next_bucket_) started in this step
+  std::vector<bool> final_;        // parameter -> its gradient came in this step
   int64_t step_examples_ = 0, step_global_examples_ = 0;
   bool in_step_ = false;  // between begin_step and after_backward
   std::vector<nn::BatchNorm2d*> synced_;

@@ -124,3 +124,39 @@ TEST_CASE("mpi: data-parallel training with ranks that get no example ends where
     require_outcomes(scenario(*comm), comm->rank());
   }
 }
+
+TEST_CASE("nccl: a second backward in one data-parallel step is refused and names the parameter",
+          "[nccl][data_parallel]") {
+  if (gpus(2) == 0) return;
+  const par::NcclId id = par::nccl_unique_id();
+  const auto seen = each_rank(2, [&](int r) {
+    anvil::manual_seed(0);
+    const anvil::Device device = anvil::Device::cuda(r);
+    auto comm = par::nccl_communicator(id, r, 2, device, options(30));
+    anvil::nn::Linear model(4, 3);
+    model.to(device);
+    par::DataParallel replicas(*comm, model, {});
+    const Tensor x = Tensor::ones({2, 4}, DType::Float32, device);
+    replicas.begin_step(2, 4);
+    anvil::sum(model.forward(x)).backward();
+    std::string error;
+    try {
+      anvil::sum(model.forward(x)).backward();
+    } catch (const std::logic_error& e) {
+      error = e.what();
+    }
+    replicas.after_backward();  // the step still ends: the first backward's gradients
+    comm->synchronize();
+    return std::pair{error, model.bias.grad().to_vector()};
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << seen[size_t(r)].first);
+    const std::string& error = seen[size_t(r)].first;
+    const std::string who = "DataParallel: rank " + std::to_string(r) + ": parameter '";
+    const std::string what = "' got a second gradient in one training step";
+    REQUIRE((error.find(who + "weight" + what) != std::string::npos ||
+             error.find(who + "bias" + what) != std::string::npos));
+    // Each rank's bias gradient is 2 (two rows of ones), summed over 2 ranks.
+    REQUIRE(seen[size_t(r)].second == std::vector<float>(3, 4.0f));
+  }
+}
