@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <future>
@@ -67,6 +68,14 @@ std::chrono::milliseconds default_timeout() {
     throw std::invalid_argument(fmt::format(
         "ANVIL_COMM_TIMEOUT='{}': expected a positive number of seconds", env));
   return std::chrono::milliseconds(std::max<int64_t>(1, int64_t(seconds * 1000.0)));
+}
+
+bool comm_debug() {
+  const char* env = std::getenv("ANVIL_COMM_DEBUG");
+  if (env == nullptr || *env == '\0' || std::string_view(env) == "OFF") return false;
+  if (std::string_view(env) == "INFO") return true;
+  throw std::invalid_argument(
+      fmt::format("ANVIL_COMM_DEBUG='{}': expected INFO (print every collective) or OFF", env));
 }
 
 std::string timeout_text(std::chrono::milliseconds t) {
@@ -185,6 +194,10 @@ std::vector<CallInfo> Communicator::agree(CallInfo mine) {
   if (cut_in_chunks(mine)) mine.chunk_bytes = chunk_bytes_.load();
   const std::string what = describe(mine);
   transport_->set_context(what);
+  if (debug_) {
+    debug_call_ = what;
+    debug_bytes_ = size_t(mine.numel()) * dtype_size(mine.dtype);
+  }
   std::vector<CallInfo> all =
       transport_->channel().exchange(mine, options_.timeout, transport_->error_prefix());
   // Rooted collectives compare with the root (whose tensor defines the
@@ -261,7 +274,10 @@ class Communicator::CommThread {
 };
 
 Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions options)
-    : transport_(std::move(transport)), options_(options), chunk_bytes_(options.chunk_bytes) {
+    : transport_(std::move(transport)),
+      options_(options),
+      debug_(comm_debug()),
+      chunk_bytes_(options.chunk_bytes) {
   transport_->set_timeout(options_.timeout);
   transport_->set_failure_handler([this](const std::string& why) { fail(why); });
   if (transport_->host_synchronous()) thread_ = std::make_unique<CommThread>();
@@ -331,11 +347,23 @@ void Communicator::run(const char* name, Check&& check, Body&& body) {
                                   "can no longer be used; the first error was: {}",
                                   rank(), backend(), device().str(), name, first));
     transport_->set_timeout(options_.timeout);
+    const auto start = std::chrono::steady_clock::now();
+    debug_call_.clear();
     try {
       body();
     } catch (const std::exception& e) {
       fail(e.what());
       throw;
+    }
+    if (debug_ && !debug_call_.empty()) {
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      const std::string line = fmt::format(
+          "anvil comm: rank {} ({}, {}): {}: {} bytes, {:.3f} ms {}\n", rank(), backend(),
+          device().str(), debug_call_, debug_bytes_, ms,
+          transport_->host_synchronous() ? "(done)" : "(issued; the device finishes later)");
+      std::fputs(line.c_str(), stderr);
     }
   });
 }

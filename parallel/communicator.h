@@ -69,6 +69,14 @@ std::string_view algorithm_name(Algorithm algorithm);
 // not a positive number throws std::invalid_argument naming the variable.
 std::chrono::milliseconds default_timeout();
 
+// ANVIL_COMM_DEBUG=INFO (as NCCL_DEBUG): every collective prints one line on
+// stderr when its call returns: rank, backend and device, the collective and
+// its number, algorithm, dtype and shape, bytes, and the host's time in the
+// call (on a GPU the time to issue it; the device finishes later). Unset,
+// empty or OFF: nothing. Anything else throws std::invalid_argument naming
+// the variable.
+bool comm_debug();
+
 struct CommOptions {
   std::chrono::milliseconds timeout = default_timeout();
   // The ring's pipeline: each step moves a rank's segment in chunks of about
@@ -181,6 +189,10 @@ class Communicator {
 
   std::unique_ptr<Transport> transport_;
   CommOptions options_;
+  bool debug_ = false;  // ANVIL_COMM_DEBUG=INFO
+  // The running collective, for its ANVIL_COMM_DEBUG line (set by agree()).
+  std::string debug_call_;
+  size_t debug_bytes_ = 0;
   std::atomic<size_t> chunk_bytes_;
   std::atomic<uint64_t> seq_{0};
   mutable std::mutex failure_mutex_;
