@@ -23,6 +23,10 @@
 // buffers, hooks, copies or collectives, so a run on one device costs what
 // it would without it.
 //
+// A parameter that no rank's batch reaches keeps no gradient, as on one
+// device (SGD then leaves it alone); one backward per step (a second is
+// refused: its gradients would arrive after their bucket was sent).
+//
 // BatchNorm: each replica normalises with its own batch's statistics (as
 // DataParallel and DDP do); after every step the running statistics (every
 // buffer) are rank 0's on every rank, as DDP's broadcast_buffers keeps them.

@@ -160,3 +160,62 @@ TEST_CASE("nccl: a second backward in one data-parallel step is refused and name
     REQUIRE(seen[size_t(r)].second == std::vector<float>(3, 4.0f));
   }
 }
+
+namespace {
+// A model with a layer its forward never reaches.
+struct HalfUsed final : anvil::nn::Module {
+  std::shared_ptr<anvil::nn::Linear> used = std::make_shared<anvil::nn::Linear>(4, 3);
+  std::shared_ptr<anvil::nn::Linear> unused = std::make_shared<anvil::nn::Linear>(4, 3);
+  HalfUsed() {
+    register_module("used", used);
+    register_module("unused", unused);
+  }
+  Tensor forward(const Tensor& x) override { return used->forward(x); }
+  std::string describe() const override { return "HalfUsed"; }
+};
+}  // namespace
+
+TEST_CASE("nccl: a parameter no rank's batch reaches keeps no gradient and SGD leaves it alone",
+          "[nccl][data_parallel]") {
+  if (gpus(2) == 0) return;
+  const par::NcclId id = par::nccl_unique_id();
+  struct Seen {
+    bool unused_grad = true, used_grad = false;
+    std::vector<float> unused_before, unused_after, used_bias_grad;
+  };
+  const auto seen = each_rank(2, [&](int r) {
+    anvil::manual_seed(0);
+    const anvil::Device device = anvil::Device::cuda(r);
+    auto comm = par::nccl_communicator(id, r, 2, device, options(30));
+    HalfUsed model;
+    model.to(device);
+    par::DataParallel replicas(*comm, model, {});
+    anvil::optim::SGDOptions o;
+    o.lr = 0.1;
+    o.momentum = 0.9;
+    o.weight_decay = 0.1;
+    anvil::optim::SGD sgd(model.parameters(), o);
+    Seen s;
+    s.unused_before = model.unused->weight.to_vector();
+    sgd.zero_grad();
+    // Rank 1 has no example of this batch of 2: it skips backward.
+    replicas.begin_step(r == 0 ? 2 : 0, 2);
+    if (r == 0)
+      anvil::sum(model.forward(Tensor::ones({2, 4}, DType::Float32, device))).backward();
+    replicas.after_backward();
+    sgd.step();
+    s.unused_grad = model.unused->weight.grad().defined() || model.unused->bias.grad().defined();
+    s.used_grad = model.used->weight.grad().defined() && model.used->bias.grad().defined();
+    s.unused_after = model.unused->weight.to_vector();
+    s.used_bias_grad = model.used->bias.grad().to_vector();
+    return s;
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    const Seen& s = seen[size_t(r)];
+    REQUIRE(!s.unused_grad);
+    REQUIRE(s.unused_after == s.unused_before);  // no weight decay, no momentum
+    REQUIRE(s.used_grad);  // rank 1's too: rank 0's batch reached it
+    REQUIRE(s.used_bias_grad == std::vector<float>(3, 2.0f));
+  }
+}
