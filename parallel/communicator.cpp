@@ -301,6 +301,7 @@ bool Communicator::fail(const std::string& why) {
 
 Communicator::~Communicator() {
   if (!transport_) return;
+  transport_->quiesce();  // no thread of the transport calls fail() from here on
   auto close = [&] {
     if (failure().empty()) {
       try {
@@ -319,7 +320,6 @@ Communicator::~Communicator() {
   } else {
     close();
   }
-  transport_.reset();  // its watchdog stops while fail() still has what it needs
 }
 
 int Communicator::rank() const { return transport_->rank(); }

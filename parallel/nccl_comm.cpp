@@ -81,7 +81,7 @@ class NcclTransport final : public Transport {
   }
 
   ~NcclTransport() override {
-    watchdog_.reset();  // before what it polls goes; this thread is now the only one
+    quiesce();  // before what the watchdog polls goes; this thread is now the only one
     if (comm_ != nullptr) {
       try {
         activate();
@@ -228,11 +228,15 @@ class NcclTransport final : public Transport {
     cuda::check(cudaEventRecord(lane_done_, lane_), "cudaEventRecord");
     // This wait names the exchange that never completed: the watchdog leaves
     // the deadline to it.
-    watchdog_->pause();
-    struct Resume {
-      Watchdog& dog;
-      ~Resume() { dog.resume(); }
-    } resume{*watchdog_};
+    struct Pause {  // (no watchdog once the communicator is closing)
+      Watchdog* dog;
+      explicit Pause(Watchdog* d) : dog(d) {
+        if (dog) dog->pause();
+      }
+      ~Pause() {
+        if (dog) dog->resume();
+      }
+    } pause(watchdog_.get());
     std::string failure;
     const bool done = poll_until(timeout(), [&] {
       failure = problem();
@@ -248,6 +252,8 @@ class NcclTransport final : public Transport {
     std::lock_guard lock(mutex_);
     abort_locked();
   }
+
+  void quiesce() noexcept override { watchdog_.reset(); }
 
  private:
   // A post's event and who it exchanged with, in a ring of recent posts: a
@@ -348,6 +354,7 @@ class NcclTransport final : public Transport {
 
   // Arms the collective just issued: events on both lanes mark its end.
   void watch() {
+    if (!watchdog_) return;  // closing: nothing more is issued but the flush
     Watched w;
     for (cudaEvent_t* e : {&w.wire, &w.lane}) {
       std::lock_guard lock(watched_mutex_);

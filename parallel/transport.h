@@ -139,6 +139,9 @@ class Transport {
   virtual void synchronize() = 0;
   // Gives up on everything in flight (NCCL: ncclCommAbort). Never throws.
   virtual void abort() noexcept = 0;
+  // Stops the transport's own threads that call back into the Communicator
+  // (NCCL's watchdog): the Communicator's destructor calls it first.
+  virtual void quiesce() noexcept {}
 
   // What the running collective is, for error messages ("allreduce #3 (ring,
   // sum, float32 [1000])"), and the deadline of every wait.
