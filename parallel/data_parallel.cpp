@@ -158,6 +158,7 @@ void DataParallel::begin_step(int64_t examples, int64_t global_examples) {
   step_examples_ = examples;
   step_global_examples_ = global_examples;
   in_step_ = true;
+  reduce_step_ = sync_;  // inside no_sync(): gradients only accumulate
   next_bucket_ = 0;
   final_.assign(params_.size(), false);
   for (auto& b : buckets_) {
@@ -167,7 +168,7 @@ void DataParallel::begin_step(int64_t examples, int64_t global_examples) {
 }
 
 void DataParallel::on_gradient(size_t param) {
-  if (!in_step_) return;  // a backward outside a training step (a test, say)
+  if (!in_step_ || !reduce_step_) return;  // outside a training step (a test), or no_sync()
   // A second gradient in one step would land after its bucket was copied
   // for the all-reduce and be lost: refused, rather than dropped.
   if (final_[param]) {
@@ -212,7 +213,7 @@ void DataParallel::launch(Bucket& b) {
 }
 
 void DataParallel::after_backward() {
-  if (comm_.size() == 1) {
+  if (comm_.size() == 1 || !reduce_step_) {  // one rank, or inside no_sync()
     in_step_ = false;
     return;
   }

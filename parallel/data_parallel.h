@@ -33,6 +33,7 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "nn/layers.h"
@@ -74,6 +75,26 @@ class DataParallel final : public train::Replicas, public nn::BatchNormSync {
   // checkpoint.
   void broadcast_state(optim::SGD* optimizer = nullptr);
 
+  // Gradient accumulation, as DDP's no_sync(): while the returned scope
+  // lives, steps (begin_step .. after_backward) reduce nothing and each
+  // rank's gradients accumulate in .grad; the first synced step after it
+  // reduces the sum of them all. Every rank must skip the same steps.
+  class NoSync {
+   public:
+    explicit NoSync(DataParallel& dp) : dp_(&dp) { dp.sync_ = false; }
+    ~NoSync() {
+      if (dp_) dp_->sync_ = true;
+    }
+    NoSync(NoSync&& other) noexcept : dp_(std::exchange(other.dp_, nullptr)) {}
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+    NoSync& operator=(NoSync&&) = delete;
+
+   private:
+    DataParallel* dp_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
   // train::Replicas
   void begin_step(int64_t examples, int64_t global_examples) override;
   void after_backward() override;
@@ -97,6 +118,8 @@ class DataParallel final : public train::Replicas, public nn::BatchNormSync {
   std::vector<bool> final_;        // parameter -> its gradient came in this step
   int64_t step_examples_ = 0, step_global_examples_ = 0;
   bool in_step_ = false;  // between begin_step and after_backward
+  bool sync_ = true;          // false inside no_sync()
+  bool reduce_step_ = false;  // this step's gradients are reduced (sync_ at begin_step)
   std::vector<nn::BatchNorm2d*> synced_;
 };
 

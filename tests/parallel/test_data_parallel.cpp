@@ -219,3 +219,56 @@ TEST_CASE("nccl: a parameter no rank's batch reaches keeps no gradient and SGD l
     REQUIRE(s.used_bias_grad == std::vector<float>(3, 2.0f));
   }
 }
+
+TEST_CASE("nccl: no_sync accumulates micro-batches and the synced step reduces their sum once",
+          "[nccl][data_parallel]") {
+  if (gpus(2) == 0) return;
+  const par::NcclId id = par::nccl_unique_id();
+  // Rank r's micro-batch k: rows_k rows of the value (r + 1) * (k + 1).
+  const std::vector<int64_t> rows = {2, 3, 1};
+  struct Seen {
+    uint64_t collectives_in_no_sync = 0;
+    std::vector<float> weight_grad, bias_grad;
+  };
+  const auto seen = each_rank(2, [&](int r) {
+    anvil::manual_seed(0);
+    const anvil::Device device = anvil::Device::cuda(r);
+    auto comm = par::nccl_communicator(id, r, 2, device, options(30));
+    anvil::nn::Linear model(4, 3);
+    model.to(device);
+    par::DataParallel replicas(*comm, model, {});
+    auto micro_batch = [&](size_t k) {
+      replicas.begin_step(rows[k], 2 * rows[k]);
+      const float v = float((r + 1) * int(k + 1));
+      anvil::sum(model.forward(Tensor::full({rows[k], 4}, v, DType::Float32, device))).backward();
+      replicas.after_backward();
+    };
+    Seen s;
+    {
+      const uint64_t before = comm->collectives();
+      auto scope = replicas.no_sync();
+      micro_batch(0);
+      micro_batch(1);
+      s.collectives_in_no_sync = comm->collectives() - before;
+    }
+    micro_batch(2);
+    comm->synchronize();
+    s.weight_grad = model.weight.grad().to_vector();
+    s.bias_grad = model.bias.grad().to_vector();
+    return s;
+  });
+  // One device on every micro-batch of both ranks: each output's bias
+  // gradient is the number of rows, each weight's the sum of the inputs.
+  double total_rows = 0, total_input = 0;
+  for (int r = 0; r < 2; ++r)
+    for (size_t k = 0; k < rows.size(); ++k) {
+      total_rows += double(rows[k]);
+      total_input += double(rows[k]) * (r + 1) * double(k + 1);
+    }
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    REQUIRE(seen[size_t(r)].collectives_in_no_sync == 0);
+    REQUIRE(seen[size_t(r)].bias_grad == std::vector<float>(3, float(total_rows)));
+    REQUIRE(seen[size_t(r)].weight_grad == std::vector<float>(12, float(total_input)));
+  }
+}
