@@ -25,7 +25,12 @@
 // ANVIL_COMM_TIMEOUT seconds in the environment, default 300). A rank that
 // disagrees or does not answer makes the others throw CommError naming the
 // collective and that rank; an NCCL communicator then aborts, and a
-// communicator that has failed refuses further calls.
+// communicator that has failed refuses further calls. A host that waits
+// outside parallel/ behind a collective (an event, a copy) is covered too:
+// each NCCL communicator's watchdog thread aborts it when a collective in
+// flight passes its deadline or NCCL reports an error (parallel/watchdog.h).
+// ANVIL_COMM_DEBUG=INFO prints every collective (comm_debug()); the chunk
+// size is part of what ranks must agree on.
 #pragma once
 #include <array>
 #include <atomic>

@@ -406,7 +406,9 @@ class NcclTransport final : public Transport {
   // On the watchdog's thread: the first failure aborts the communicator,
   // which wakes every thread waiting behind it, and breaks it for good.
   void watchdog_abort(const std::string& why) {
-    const std::string what = why + "; the watchdog aborted the communicator";
+    // (once: a peer's failure may already say it of the peer)
+    static constexpr std::string_view kAborted = "; the watchdog aborted the communicator";
+    const std::string what = why.ends_with(kAborted) ? why : why + std::string(kAborted);
     {
       std::lock_guard lock(mutex_);
       if (comm_ == nullptr) return;  // already aborted, and reported, by its own thread
