@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <future>
@@ -67,6 +68,14 @@ std::chrono::milliseconds default_timeout() {
     throw std::invalid_argument(fmt::format(
         "ANVIL_COMM_TIMEOUT='{}': expected a positive number of seconds", env));
   return std::chrono::milliseconds(std::max<int64_t>(1, int64_t(seconds * 1000.0)));
+}
+
+bool comm_debug() {
+  const char* env = std::getenv("ANVIL_COMM_DEBUG");
+  if (env == nullptr || *env == '\0' || std::string_view(env) == "OFF") return false;
+  if (std::string_view(env) == "INFO") return true;
+  throw std::invalid_argument(
+      fmt::format("ANVIL_COMM_DEBUG='{}': expected INFO (print every collective) or OFF", env));
 }
 
 std::string timeout_text(std::chrono::milliseconds t) {
@@ -172,12 +181,23 @@ CallInfo tensor_call(Collective collective, const Tensor& t) {
   return c;
 }
 
+// Whether the collective's schedule depends on the chunk size.
+bool cut_in_chunks(const CallInfo& c) {
+  return (c.collective == Collective::kAllreduce && c.algorithm == Algorithm::kRing) ||
+         c.collective == Collective::kBroadcast || c.collective == Collective::kReduceScatter;
+}
+
 }  // namespace
 
 std::vector<CallInfo> Communicator::agree(CallInfo mine) {
   mine.seq = ++seq_;
+  if (cut_in_chunks(mine)) mine.chunk_bytes = chunk_bytes_.load();
   const std::string what = describe(mine);
   transport_->set_context(what);
+  if (debug_) {
+    debug_call_ = what;
+    debug_bytes_ = size_t(mine.numel()) * dtype_size(mine.dtype);
+  }
   std::vector<CallInfo> all =
       transport_->channel().exchange(mine, options_.timeout, transport_->error_prefix());
   // Rooted collectives compare with the root (whose tensor defines the
@@ -192,6 +212,15 @@ std::vector<CallInfo> Communicator::agree(CallInfo mine) {
                                 "asked for {}, rank {} asked for {}",
                                 rank(), backend(), device().str(), mine.seq, ref,
                                 describe(all[size_t(ref)]), j, describe(all[size_t(j)])));
+  }
+  for (int j = 0; j < size(); ++j) {
+    if (all[size_t(j)].chunk_bytes == all[size_t(ref)].chunk_bytes) continue;
+    throw CommError(fmt::format(
+        "rank {} ({}, {}): ranks disagree on collective #{} ({}): rank {} cuts it in chunks of "
+        "{} bytes, rank {} in chunks of {} bytes (CommOptions::chunk_bytes must be the same "
+        "on every rank)",
+        rank(), backend(), device().str(), mine.seq, describe(mine), ref,
+        all[size_t(ref)].chunk_bytes, j, all[size_t(j)].chunk_bytes));
   }
   return all;
 }
@@ -245,15 +274,36 @@ class Communicator::CommThread {
 };
 
 Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions options)
-    : transport_(std::move(transport)), options_(options), chunk_bytes_(options.chunk_bytes) {
+    : transport_(std::move(transport)),
+      options_(options),
+      debug_(comm_debug()),
+      chunk_bytes_(options.chunk_bytes) {
   transport_->set_timeout(options_.timeout);
+  transport_->set_failure_handler([this](const std::string& why) { fail(why); });
   if (transport_->host_synchronous()) thread_ = std::make_unique<CommThread>();
+}
+
+std::string Communicator::failure() const {
+  std::lock_guard lock(failure_mutex_);
+  return failure_;
+}
+
+bool Communicator::fail(const std::string& why) {
+  {
+    std::lock_guard lock(failure_mutex_);
+    if (!failure_.empty()) return false;
+    failure_ = why;
+  }
+  transport_->abort();
+  transport_->channel().report_failure(why);
+  return true;
 }
 
 Communicator::~Communicator() {
   if (!transport_) return;
+  transport_->quiesce();  // no thread of the transport calls fail() from here on
   auto close = [&] {
-    if (failure_.empty()) {
+    if (failure().empty()) {
       try {
         transport_->set_context("closing the communicator");
         transport_->synchronize();
@@ -292,18 +342,28 @@ template <typename Check, typename Body>
 void Communicator::run(const char* name, Check&& check, Body&& body) {
   check();  // on the caller's thread: an argument error involves no other rank
   on_comm_thread([&] {
-    if (!failure_.empty())
+    if (const std::string first = failure(); !first.empty())
       throw CommError(fmt::format("rank {} ({}, {}): {}: the communicator failed earlier and "
                                   "can no longer be used; the first error was: {}",
-                                  rank(), backend(), device().str(), name, failure_));
+                                  rank(), backend(), device().str(), name, first));
     transport_->set_timeout(options_.timeout);
+    const auto start = std::chrono::steady_clock::now();
+    debug_call_.clear();
     try {
       body();
     } catch (const std::exception& e) {
-      failure_ = e.what();
-      transport_->channel().report_failure(failure_);
-      transport_->abort();
+      fail(e.what());
       throw;
+    }
+    if (debug_ && !debug_call_.empty()) {
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      const std::string line = fmt::format(
+          "anvil comm: rank {} ({}, {}): {}: {} bytes, {:.3f} ms {}\n", rank(), backend(),
+          device().str(), debug_call_, debug_bytes_, ms,
+          transport_->host_synchronous() ? "(done)" : "(issued; the device finishes later)");
+      std::fputs(line.c_str(), stderr);
     }
   });
 }
@@ -504,13 +564,23 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op) {
         agree(mine);
         const std::vector<int64_t> rows = split_rows(input.size(0), size());
         const std::vector<int64_t> bounds = offsets_of(rows, row_elements(input.shape()));
-        Tensor work = input.clone();  // the ring's scratch: every segment but ours ends partial
+        Shape shape = input.shape();
+        shape[0] = rows[size_t(rank())];
+        output = Tensor::empty(shape, input.dtype(), device());  // this rank's rows, no more
         transport_->begin();
-        algorithms::ring_reduce_scatter(*transport_, work.raw_data(), bounds, input.dtype(),
+        // The ring works on a copy (every segment but ours ends partial),
+        // scratch that goes back to the allocator at end().
+        void* work = transport_->scratch(input.nbytes());
+        if (input.nbytes() > 0) transport_->copy(work, input.raw_data(), input.nbytes(), 0);
+        algorithms::ring_reduce_scatter(*transport_, work, bounds, input.dtype(),
                                         op == ReduceOp::kAverage ? 1.0f / float(size()) : 1.0f,
                                         chunk_bytes_.load());
+        const size_t esize = dtype_size(input.dtype());
+        if (output.nbytes() > 0)
+          transport_->copy(output.raw_data(),
+                           static_cast<const char*>(work) + size_t(bounds[size_t(rank())]) * esize,
+                           output.nbytes(), 0);
         transport_->end();
-        output = work.narrow(offsets_of(rows, 1)[size_t(rank())], rows[size_t(rank())]);
       });
   return output;
 }
@@ -618,12 +688,7 @@ void Communicator::sendrecv(const Tensor& send_tensor, int to, const Tensor& rec
 }
 
 void Communicator::abort(const std::string& why) {
-  on_comm_thread([&] {
-    if (!failure_.empty()) return;
-    failure_ = why;
-    transport_->channel().report_failure(why);
-    transport_->abort();
-  });
+  on_comm_thread([&] { fail(why); });
 }
 
 void Communicator::synchronize() {

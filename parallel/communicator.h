@@ -25,7 +25,12 @@
 // ANVIL_COMM_TIMEOUT seconds in the environment, default 300). A rank that
 // disagrees or does not answer makes the others throw CommError naming the
 // collective and that rank; an NCCL communicator then aborts, and a
-// communicator that has failed refuses further calls.
+// communicator that has failed refuses further calls. A host that waits
+// outside parallel/ behind a collective (an event, a copy) is covered too:
+// each NCCL communicator's watchdog thread aborts it when a collective in
+// flight passes its deadline or NCCL reports an error (parallel/watchdog.h).
+// ANVIL_COMM_DEBUG=INFO prints every collective (comm_debug()); the chunk
+// size is part of what ranks must agree on.
 #pragma once
 #include <array>
 #include <atomic>
@@ -34,6 +39,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -67,6 +73,14 @@ std::string_view algorithm_name(Algorithm algorithm);
 // ANVIL_COMM_TIMEOUT (seconds, may be fractional) or 300 s. A value that is
 // not a positive number throws std::invalid_argument naming the variable.
 std::chrono::milliseconds default_timeout();
+
+// ANVIL_COMM_DEBUG=INFO (as NCCL_DEBUG): every collective prints one line on
+// stderr when its call returns: rank, backend and device, the collective and
+// its number, algorithm, dtype and shape, bytes, and the host's time in the
+// call (on a GPU the time to issue it; the device finishes later). Unset,
+// empty or OFF: nothing. Anything else throws std::invalid_argument naming
+// the variable.
+bool comm_debug();
 
 struct CommOptions {
   std::chrono::milliseconds timeout = default_timeout();
@@ -171,11 +185,23 @@ class Communicator {
   template <typename Check, typename Body>
   void run(const char* name, Check&& check, Body&& body);
 
+  // The first error, "" while the communicator works; set by its own thread
+  // or by the transport's watchdog.
+  std::string failure() const;
+  // Breaks the communicator with `why` unless it is already broken: aborts
+  // the transport, then tells the other ranks. False if it was broken before.
+  bool fail(const std::string& why);
+
   std::unique_ptr<Transport> transport_;
   CommOptions options_;
+  bool debug_ = false;  // ANVIL_COMM_DEBUG=INFO
+  // The running collective, for its ANVIL_COMM_DEBUG line (set by agree()).
+  std::string debug_call_;
+  size_t debug_bytes_ = 0;
   std::atomic<size_t> chunk_bytes_;
   std::atomic<uint64_t> seq_{0};
-  std::string failure_;  // the first error; set once the communicator is broken
+  mutable std::mutex failure_mutex_;
+  std::string failure_;
   std::unique_ptr<CommThread> thread_;  // host-synchronous transports only
 };
 

@@ -13,7 +13,11 @@ namespace anvil::parallel {
 struct DataParallel::Bucket {
   std::vector<size_t> params;    // indices into params_
   std::vector<int64_t> offsets;  // where each one's gradient starts in `flat`
-  Tensor flat;                   // the bucket's gradients, end to end
+  // The bucket's gradients, end to end, then one float per parameter: 1 on a
+  // rank that has its gradient, 0 on one that has none. Summed, it says
+  // whether any rank has it.
+  Tensor flat;
+  int64_t counts = 0;            // where those flags start in `flat`
   size_t ready = 0;              // gradients final so far in this backward
   std::shared_ptr<Work> work;    // its all-reduce, once launched
 };
@@ -87,7 +91,8 @@ DataParallel::DataParallel(Communicator& comm, nn::Module& model, DataParallelOp
       b->offsets.push_back(numel);
       numel += params_[k].numel();
     }
-    b->flat = Tensor::zeros({numel}, DType::Float32, comm.device());
+    b->counts = numel;
+    b->flat = Tensor::zeros({numel + int64_t(members.size())}, DType::Float32, comm.device());
     buckets_.push_back(std::move(b));
   }
   if (options_.overlap)
@@ -153,7 +158,9 @@ void DataParallel::begin_step(int64_t examples, int64_t global_examples) {
   step_examples_ = examples;
   step_global_examples_ = global_examples;
   in_step_ = true;
+  reduce_step_ = sync_;  // inside no_sync(): gradients only accumulate
   next_bucket_ = 0;
+  final_.assign(params_.size(), false);
   for (auto& b : buckets_) {
     b->ready = 0;
     b->work.reset();
@@ -161,7 +168,20 @@ void DataParallel::begin_step(int64_t examples, int64_t global_examples) {
 }
 
 void DataParallel::on_gradient(size_t param) {
-  if (!in_step_) return;  // a backward outside a training step (a test, say)
+  if (!in_step_ || !reduce_step_) return;  // outside a training step (a test), or no_sync()
+  // A second gradient in one step would land after its bucket was copied
+  // for the all-reduce and be lost: refused, rather than dropped.
+  if (final_[param]) {
+    std::string name;
+    for (const auto& [n, p] : model_.named_parameters())
+      if (p.same(params_[param])) name = n;
+    throw std::logic_error(fmt::format(
+        "DataParallel: rank {}: parameter '{}' got a second gradient in one training step (a "
+        "second backward() between begin_step and after_backward); its gradients are reduced "
+        "once per step: call backward() once per step",
+        comm_.rank(), name));
+  }
+  final_[param] = true;
   ++buckets_[bucket_of_[param]]->ready;
   // Buckets start in index order on every rank, whatever order backward
   // finishes them in (a weight before its bias, a shortcut before the
@@ -174,20 +194,26 @@ void DataParallel::on_gradient(size_t param) {
 
 void DataParallel::launch(Bucket& b) {
   NoGradGuard no_grad;
+  Backend& backend = backend_for(b.flat.device());
+  Tensor counts = b.flat.narrow(b.counts, int64_t(b.params.size()));
+  backend.fill(counts, 1.0);
   for (size_t i = 0; i < b.params.size(); ++i) {
     const Tensor& p = params_[b.params[i]];
     Tensor slot = b.flat.narrow(b.offsets[i], p.numel());
     const Tensor g = p.grad();
-    if (g.defined())
+    if (g.defined()) {
       slot.copy_(g.reshape({p.numel()}));
-    else
-      backend_for(slot.device()).fill(slot, 0.0);  // a parameter this rank's batch did not reach
+    } else {  // a parameter this rank's batch did not reach
+      backend.fill(slot, 0.0);
+      Tensor count = counts.narrow(int64_t(i), 1);
+      backend.fill(count, 0.0);
+    }
   }
   b.work = comm_.allreduce_async(b.flat, ReduceOp::kSum, options_.algorithm);
 }
 
 void DataParallel::after_backward() {
-  if (comm_.size() == 1) {
+  if (comm_.size() == 1 || !reduce_step_) {  // one rank, or inside no_sync()
     in_step_ = false;
     return;
   }
@@ -198,10 +224,18 @@ void DataParallel::after_backward() {
   for (auto& b : buckets_) {
     b->work->wait();
     b->work.reset();
+    // How many ranks have each gradient, read (a wait on the host) only where
+    // this rank has none: a parameter no rank's batch reached stays without
+    // one, as on one device, so SGD leaves it alone.
+    std::vector<float> counts;
+    for (size_t i = 0; i < b->params.size() && counts.empty(); ++i)
+      if (!params_[b->params[i]].grad().defined())
+        counts = b->flat.narrow(b->counts, int64_t(b->params.size())).to_vector();
     for (size_t i = 0; i < b->params.size(); ++i) {
       const Tensor& p = params_[b->params[i]];
       Tensor g = p.grad();
       if (!g.defined()) {
+        if (counts[i] == 0) continue;
         g = Tensor::empty(p.shape(), DType::Float32, p.device());
         p.set_grad(g);
       }

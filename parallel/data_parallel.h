@@ -23,12 +23,17 @@
 // buffers, hooks, copies or collectives, so a run on one device costs what
 // it would without it.
 //
+// A parameter that no rank's batch reaches keeps no gradient, as on one
+// device (SGD then leaves it alone); one backward per step (a second is
+// refused: its gradients would arrive after their bucket was sent).
+//
 // BatchNorm: each replica normalises with its own batch's statistics (as
 // DataParallel and DDP do); after every step the running statistics (every
 // buffer) are rank 0's on every rank, as DDP's broadcast_buffers keeps them.
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "nn/layers.h"
@@ -70,6 +75,26 @@ class DataParallel final : public train::Replicas, public nn::BatchNormSync {
   // checkpoint.
   void broadcast_state(optim::SGD* optimizer = nullptr);
 
+  // Gradient accumulation, as DDP's no_sync(): while the returned scope
+  // lives, steps (begin_step .. after_backward) reduce nothing and each
+  // rank's gradients accumulate in .grad; the first synced step after it
+  // reduces the sum of them all. Every rank must skip the same steps.
+  class NoSync {
+   public:
+    explicit NoSync(DataParallel& dp) : dp_(&dp) { dp.sync_ = false; }
+    ~NoSync() {
+      if (dp_) dp_->sync_ = true;
+    }
+    NoSync(NoSync&& other) noexcept : dp_(std::exchange(other.dp_, nullptr)) {}
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+    NoSync& operator=(NoSync&&) = delete;
+
+   private:
+    DataParallel* dp_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
   // train::Replicas
   void begin_step(int64_t examples, int64_t global_examples) override;
   void after_backward() override;
@@ -90,8 +115,11 @@ class DataParallel final : public train::Replicas, public nn::BatchNormSync {
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<size_t> bucket_of_;  // parameter -> bucket
   size_t next_bucket_ = 0;         // buckets [0, next_bucket_) started in this step
+  std::vector<bool> final_;        // parameter -> its gradient came in this step
   int64_t step_examples_ = 0, step_global_examples_ = 0;
   bool in_step_ = false;  // between begin_step and after_backward
+  bool sync_ = true;          // false inside no_sync()
+  bool reduce_step_ = false;  // this step's gradients are reduced (sync_ at begin_step)
   std::vector<nn::BatchNorm2d*> synced_;
 };
 

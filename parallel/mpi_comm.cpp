@@ -19,7 +19,6 @@
 
 #include <atomic>
 #include <climits>
-#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -30,11 +29,20 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "parallel/mpi_internal.h"
+#include "parallel/watchdog.h"
 
 namespace anvil::parallel {
 namespace {
 
 std::atomic<bool> g_failed{false};  // a collective failed: leave without MPI_Finalize
+
+const char* thread_level_name(int level) {
+  if (level == MPI_THREAD_SINGLE) return "MPI_THREAD_SINGLE";
+  if (level == MPI_THREAD_FUNNELED) return "MPI_THREAD_FUNNELED";
+  if (level == MPI_THREAD_SERIALIZED) return "MPI_THREAD_SERIALIZED";
+  if (level == MPI_THREAD_MULTIPLE) return "MPI_THREAD_MULTIPLE";
+  return "(unknown)";
+}
 
 std::string mpi_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -53,15 +61,29 @@ void finalize_at_exit() {
   if (!finalized && !g_failed.load()) MPI_Finalize();
 }
 
+// This process's rank in the job, for the SIGTERM handler, which may call
+// nothing that is not async-signal-safe: set before the handler is installed.
+volatile std::sig_atomic_t g_signal_rank = -1;
+
 // Another rank failed or was killed, and mpirun is ending the job: say so on
-// this rank too, rather than vanish without a word.
+// this rank too, rather than vanish without a word. Only write() and
+// _exit(): the text is put together by hand.
 void on_sigterm(int) {
-  char text[128];
-  const int n = std::snprintf(text, sizeof text,
-                              "anvil: rank %d: stopped by SIGTERM: the MPI job is ending "
-                              "(another rank failed or was killed)\n",
-                              mpi_detail::world_rank());
-  if (n > 0) (void)!::write(2, text, size_t(n));
+  char text[160];
+  size_t n = 0;
+  auto put = [&](const char* s) {
+    while (*s != '\0' && n < sizeof text) text[n++] = *s++;
+  };
+  put("anvil: rank ");
+  char digits[12];
+  int d = 0;
+  for (long r = g_signal_rank < 0 ? 0 : long(g_signal_rank); d == 0 || r > 0; r /= 10)
+    digits[d++] = char('0' + r % 10);
+  if (g_signal_rank < 0) put("?");
+  else
+    while (d > 0 && n < sizeof text) text[n++] = digits[--d];
+  put(": stopped by SIGTERM: the MPI job is ending (another rank failed or was killed)\n");
+  (void)!::write(2, text, n);
   ::_exit(128 + SIGTERM);
 }
 
@@ -172,60 +194,6 @@ struct Requests {
   }
 };
 
-// Keeps the deadline of a blocking MPI call: armed around the call, it
-// prints its message and ends the whole job (MPI_Abort) if the call has not
-// returned in time. One thread per process, started on first use.
-class Watchdog {
- public:
-  class Armed {
-   public:
-    Armed(std::string message, std::chrono::milliseconds timeout) {
-      Watchdog& w = instance();
-      std::lock_guard lock(w.mutex_);
-      w.message_ = std::move(message);
-      w.deadline_ = std::chrono::steady_clock::now() + timeout;
-      w.armed_ = true;
-      ++w.generation_;
-      w.changed_.notify_all();
-    }
-    ~Armed() {
-      Watchdog& w = instance();
-      std::lock_guard lock(w.mutex_);
-      w.armed_ = false;
-      w.changed_.notify_all();
-    }
-    Armed(const Armed&) = delete;
-    Armed& operator=(const Armed&) = delete;
-  };
-
- private:
-  static Watchdog& instance() {
-    static auto* w = new Watchdog();  // leaked: it may outlive static destructors
-    return *w;
-  }
-  Watchdog() {
-    std::thread([this] {
-      std::unique_lock lock(mutex_);
-      for (;;) {
-        changed_.wait(lock, [&] { return armed_; });
-        const uint64_t call = generation_;
-        const auto deadline = deadline_;
-        if (changed_.wait_until(lock, deadline, [&] { return !armed_ || generation_ != call; }))
-          continue;  // that call returned in time
-        std::fprintf(stderr, "anvil: %s\n", message_.c_str());
-        g_failed.store(true);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-      }
-    }).detach();
-  }
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  bool armed_ = false;
-  uint64_t generation_ = 0;  // calls armed so far
-  std::chrono::steady_clock::time_point deadline_;
-  std::string message_;
-};
-
 // MPI counts are ints: a large message goes as several of at most 1 GiB.
 constexpr size_t kMaxPiece = size_t(1) << 30;
 
@@ -277,7 +245,15 @@ class MpiTransport final : public Transport {
   explicit MpiTransport(std::chrono::milliseconds timeout)
       : Transport(mpi_detail::world_rank(), mpi_detail::world_size(), Device::cpu()),
         channel_(std::make_shared<MpiChannel>(timeout)),
-        data_(duplicate_world(timeout, error_prefix())) {
+        data_(duplicate_world(timeout, error_prefix())),
+        // A blocking MPI call that passes its deadline cannot be taken back:
+        // the whole job ends (MPI_Abort, allowed from any thread at
+        // MPI_THREAD_MULTIPLE).
+        watchdog_([](const std::string& why) {
+          std::fprintf(stderr, "anvil: %s: ending the job\n", why.c_str());
+          g_failed.store(true);
+          MPI_Abort(MPI_COMM_WORLD, 1);
+        }) {
     set_timeout(timeout);
   }
   ~MpiTransport() override {
@@ -329,8 +305,9 @@ class MpiTransport final : public Transport {
 
   // MPI_Allreduce itself, blocking (its non-blocking twin runs other, often
   // slower, algorithms: it would not be the baseline users know). Its
-  // deadline is kept by a watchdog thread that ends the job if it passes; the
-  // agreement before it has already made sure every rank is making this call.
+  // deadline is kept by the communicator's watchdog, which ends the job if it
+  // passes; the agreement before it has already made sure every rank is
+  // making this call.
   void native_allreduce(void* data, int64_t n, DType dtype, ReduceOp op) override {
     pending_.wait_or_throw(timeout(), error_prefix());
     const std::string who = error_prefix();
@@ -338,13 +315,11 @@ class MpiTransport final : public Transport {
     const int64_t esize = int64_t(dtype_size(dtype));
     for (int64_t offset = 0; offset < n; offset += INT_MAX / 8) {
       const int count = int(std::min<int64_t>(INT_MAX / 8, n - offset));
-      Watchdog::Armed armed(fmt::format("{}MPI_Allreduce did not complete within {} "
-                                        "(ANVIL_COMM_TIMEOUT): ending the job",
-                                        who, timeout_text(timeout())),
-                            timeout());
-      check(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(data) + offset * esize, count, type,
-                          MPI_SUM, data_),
-            "MPI_Allreduce", who);
+      const uint64_t armed = watchdog_.arm(who + "MPI_Allreduce ", timeout());
+      const int code = MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(data) + offset * esize,
+                                     count, type, MPI_SUM, data_);
+      watchdog_.disarm(armed);
+      check(code, "MPI_Allreduce", who);
     }
     if (op == ReduceOp::kAverage) {
       float* p = static_cast<float*>(data);
@@ -364,6 +339,7 @@ class MpiTransport final : public Transport {
   MPI_Comm data_;
   Requests pending_;
   uint64_t posted_ = 0;
+  Watchdog watchdog_;
 };
 
 }  // namespace
@@ -374,16 +350,42 @@ namespace mpi_detail {
 
 void ensure_initialized() {
   static std::once_flag once;
+  static std::string problem;  // the thread level's, told to every caller
   std::call_once(once, [] {
     int initialized = 0;
     MPI_Initialized(&initialized);
-    if (initialized) return;
     int provided = 0;
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
-      throw CommError("MPI_Init_thread failed");
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    std::atexit(finalize_at_exit);
+    if (initialized) {  // by the program itself, at a level of its choosing
+      MPI_Query_thread(&provided);
+    } else {
+      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+        throw CommError("MPI_Init_thread failed");
+      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+      std::atexit(finalize_at_exit);
+    }
+    // Each communicator's own thread calls MPI, as do the caller's thread and
+    // the watchdog (MPI_Abort): at once, so nothing less will do.
+    if (provided < MPI_THREAD_MULTIPLE)
+      problem = fmt::format(
+          "MPI gives thread level {}, but anvil needs MPI_THREAD_MULTIPLE (its communicators "
+          "call MPI from threads of their own){}",
+          thread_level_name(provided),
+          initialized ? ": the program initialised MPI itself at a lower level before anvil"
+                      : ": this MPI library was built without thread support");
   });
+  if (!problem.empty()) throw CommError(problem);
+}
+
+void install_sigterm_handler() {
+  if (mpi_rank_from_environment() < 0) return;  // not started by mpirun: nobody sends it
+  g_signal_rank = std::sig_atomic_t(world_rank());
+  struct sigaction old {};
+  sigaction(SIGTERM, nullptr, &old);
+  if (old.sa_handler != SIG_DFL) return;  // the program's own handler stays
+  struct sigaction action {};
+  action.sa_handler = on_sigterm;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
 }
 
 int world_rank() {
@@ -435,11 +437,7 @@ int mpi_size() { return mpi_detail::world_size(); }
 
 std::unique_ptr<Communicator> mpi_world(CommOptions options) {
   mpi_detail::ensure_initialized();
-  if (mpi_detail::world_size() > 1) {
-    struct sigaction old {};
-    sigaction(SIGTERM, nullptr, &old);
-    if (old.sa_handler == SIG_DFL) std::signal(SIGTERM, on_sigterm);
-  }
+  mpi_detail::install_sigterm_handler();
   return std::make_unique<Communicator>(std::make_unique<MpiTransport>(options.timeout), options);
 }
 

@@ -14,8 +14,14 @@ namespace anvil::parallel::mpi_detail {
 
 // MPI_Init_thread on first use (MPI_THREAD_MULTIPLE); MPI_Finalize at exit
 // unless a collective failed (then the process leaves without it, and
-// mpirun ends the job rather than wait in MPI_Finalize).
+// mpirun ends the job rather than wait in MPI_Finalize). Throws CommError,
+// naming the level, when MPI gives less than MPI_THREAD_MULTIPLE (also when
+// the program initialised MPI itself).
 void ensure_initialized();
+// Under mpirun, and unless the program has a SIGTERM handler of its own: on
+// SIGTERM (mpirun ending the job after another rank failed) the process says
+// so, naming its rank, and exits. Async-signal-safe: the rank is read now.
+void install_sigterm_handler();
 int world_rank();
 int world_size();
 // This process's rank among the job's processes on its machine.

@@ -17,9 +17,22 @@
 // loop over ncclCommGetAsyncError and cudaEventQuery with the deadline. When
 // it passes, the communicator is aborted (ncclCommAbort) so that no kernel
 // is left waiting for a peer that will never come.
+//
+// A host that waits elsewhere (an event, a copy, `item()`) behind a
+// collective that never completes is woken by the communicator's watchdog
+// (parallel/watchdog.h): every collective is armed with its deadline when it
+// is issued (end(), end_later()) and disarmed once its events have been
+// reached. The watchdog aborts the communicator when a deadline passes, NCCL
+// reports an asynchronous error, or another rank of the process has failed;
+// the failure names this rank and the collective, and every later call
+// throws it. `mutex_` keeps the watchdog's abort away from the NCCL calls of
+// the communicator's own thread.
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <vector>
 
 #include "core/device.h"
@@ -27,6 +40,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "parallel/mpi_internal.h"
 #include "parallel/nccl_api.h"
+#include "parallel/watchdog.h"
 
 namespace anvil::parallel {
 namespace {
@@ -54,6 +68,10 @@ class NcclTransport final : public Transport {
       for (auto& t : tickets_)
         cuda::check(cudaEventCreateWithFlags(&t.event, cudaEventDisableTiming),
                     "cudaEventCreate");
+      watchdog_ = std::make_unique<Watchdog>(
+          [this](const std::string& why) { watchdog_abort(why); },
+          [this](Watchdog& dog) { return poll(dog); },
+          std::clamp(timeout / 10, std::chrono::milliseconds(1), std::chrono::milliseconds(100)));
     } catch (const std::exception& e) {
       channel_->report_failure(e.what());
       abort();
@@ -63,6 +81,7 @@ class NcclTransport final : public Transport {
   }
 
   ~NcclTransport() override {
+    quiesce();  // before what the watchdog polls goes; this thread is now the only one
     if (comm_ != nullptr) {
       try {
         activate();
@@ -79,7 +98,7 @@ class NcclTransport final : public Transport {
         }
       } catch (...) {
       }
-      abort();
+      abort_locked();
     }
     release();
   }
@@ -101,6 +120,7 @@ class NcclTransport final : public Transport {
     cuda::check(cudaEventRecord(lane_done_, lane_), "cudaEventRecord");
     cuda::check(cudaStreamWaitEvent(compute, wire_done_, 0), "cudaStreamWaitEvent");
     cuda::check(cudaStreamWaitEvent(compute, lane_done_, 0), "cudaStreamWaitEvent");
+    watch();
     // The compute stream now waits for the lanes, and the lanes of the next
     // collective for the compute stream: a block freed now is safe to reuse.
     held_.clear();
@@ -133,12 +153,15 @@ class NcclTransport final : public Transport {
     cuda::check(cudaEventRecord(later->lane, lane_), "cudaEventRecord");
     later->held = std::move(held_);
     held_.clear();
+    watch();
     return later;
   }
 
   uint64_t post(std::span<const Message> messages) override {
     activate();
     wire_after_lane();
+    std::unique_lock lock(mutex_);
+    check_live();
     ncclResult_t first_error = ncclSuccess;
     nccl(ncclGroupStart(), "ncclGroupStart");
     for (const Message& m : messages) {
@@ -150,6 +173,7 @@ class NcclTransport final : public Transport {
       if (r != ncclSuccess && r != ncclInProgress && first_error == ncclSuccess) first_error = r;
     }
     const ncclResult_t end = ncclGroupEnd();
+    lock.unlock();
     nccl(first_error, "ncclSend/ncclRecv");
     nccl(end, "ncclGroupEnd");
     Ticket& t = record_ticket();
@@ -181,9 +205,13 @@ class NcclTransport final : public Transport {
   void native_allreduce(void* data, int64_t n, DType dtype, ReduceOp op) override {
     activate();
     wire_after_lane();
-    nccl(ncclAllReduce(data, data, size_t(n), dtype == DType::Int64 ? ncclInt64 : ncclFloat32,
-                       op == ReduceOp::kAverage ? ncclAvg : ncclSum, comm_, wire_),
-         "ncclAllReduce");
+    std::unique_lock lock(mutex_);
+    check_live();
+    const ncclResult_t r =
+        ncclAllReduce(data, data, size_t(n), dtype == DType::Int64 ? ncclInt64 : ncclFloat32,
+                      op == ReduceOp::kAverage ? ncclAvg : ncclSum, comm_, wire_);
+    lock.unlock();
+    nccl(r, "ncclAllReduce");
     Ticket& t = record_ticket();
     t.peers.clear();
     for (int j = 0; j < size(); ++j)
@@ -192,9 +220,23 @@ class NcclTransport final : public Transport {
 
   void synchronize() override {
     activate();
-    if (comm_ == nullptr) throw CommError(error_prefix() + "the communicator was aborted");
+    {
+      std::lock_guard lock(mutex_);
+      check_live();
+    }
     cuda::check(cudaEventRecord(wire_done_, wire_), "cudaEventRecord");
     cuda::check(cudaEventRecord(lane_done_, lane_), "cudaEventRecord");
+    // This wait names the exchange that never completed: the watchdog leaves
+    // the deadline to it.
+    struct Pause {  // (no watchdog once the communicator is closing)
+      Watchdog* dog;
+      explicit Pause(Watchdog* d) : dog(d) {
+        if (dog) dog->pause();
+      }
+      ~Pause() {
+        if (dog) dog->resume();
+      }
+    } pause(watchdog_.get());
     std::string failure;
     const bool done = poll_until(timeout(), [&] {
       failure = problem();
@@ -207,10 +249,11 @@ class NcclTransport final : public Transport {
   }
 
   void abort() noexcept override {
-    if (comm_ == nullptr) return;
-    ncclCommAbort(comm_);  // NCCL's kernels stop: the streams run on
-    comm_ = nullptr;
+    std::lock_guard lock(mutex_);
+    abort_locked();
   }
+
+  void quiesce() noexcept override { watchdog_.reset(); }
 
  private:
   // A post's event and who it exchanged with, in a ring of recent posts: a
@@ -234,7 +277,10 @@ class NcclTransport final : public Transport {
                                         : ""));
       return;
     }
-    if (r != ncclSuccess) throw CommError(error_prefix() + call + " failed: " + text(r));
+    if (r != ncclSuccess) {
+      std::lock_guard lock(mutex_);
+      throw CommError(error_prefix() + call + " failed: " + text(r));
+    }
   }
 
   // Polls ncclCommGetAsyncError until NCCL is no longer busy; false when the
@@ -247,32 +293,130 @@ class NcclTransport final : public Transport {
         failure = "another rank failed: " + peer;
         return true;
       }
+      std::lock_guard lock(mutex_);
+      if (comm_ == nullptr) {
+        failure = aborted_text();
+        return true;
+      }
       const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
       if (r != ncclSuccess) state = r;
       return state != ncclInProgress;
     });
     if (!failure.empty()) throw CommError(error_prefix() + failure);
-    if (done && state != ncclSuccess)
+    if (done && state != ncclSuccess) {
+      std::lock_guard lock(mutex_);
       throw CommError(error_prefix() + "NCCL reports an error: " + text(state));
+    }
     return done;
   }
 
+  // Caller holds mutex_ (or is the only thread left).
   std::string text(ncclResult_t r) const {
     std::string s = ncclGetErrorString(r);
-    const char* last = ncclGetLastError(comm_);
+    const char* last = comm_ != nullptr ? ncclGetLastError(comm_) : nullptr;
     if (last != nullptr && *last != '\0') s += fmt::format(" ({})", last);
     return s;
   }
 
   // "" while all is well; otherwise what went wrong (polled while waiting).
   std::string problem() {
+    {
+      std::lock_guard lock(mutex_);
+      if (comm_ == nullptr) return aborted_text();
+    }
     if (std::string peer = channel_->peer_failure(); !peer.empty())
       return "another rank failed: " + peer;
+    std::lock_guard lock(mutex_);
+    if (comm_ == nullptr) return aborted_text();
     ncclResult_t state = ncclSuccess;
     if (ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state != ncclSuccess &&
         state != ncclInProgress)
       return "NCCL reports an error: " + text(state);
     return "";
+  }
+
+  // ---- the watchdog's side ----
+
+  // Caller holds mutex_.
+  void abort_locked() noexcept {
+    if (comm_ == nullptr) return;
+    ncclCommAbort(comm_);  // NCCL's kernels stop: the streams run on
+    comm_ = nullptr;
+  }
+  std::string aborted_text() const {
+    return abort_reason_.empty() ? std::string("the communicator was aborted")
+                                 : "the communicator was aborted: " + abort_reason_;
+  }
+  // Caller holds mutex_: throws once the communicator has been aborted.
+  void check_live() const {
+    if (comm_ == nullptr) throw CommError(error_prefix() + aborted_text());
+  }
+
+  // Arms the collective just issued: events on both lanes mark its end.
+  void watch() {
+    if (!watchdog_) return;  // closing: nothing more is issued but the flush
+    Watched w;
+    for (cudaEvent_t* e : {&w.wire, &w.lane}) {
+      std::lock_guard lock(watched_mutex_);
+      if (!spare_events_.empty()) {
+        *e = spare_events_.back();
+        spare_events_.pop_back();
+      }
+    }
+    for (cudaEvent_t* e : {&w.wire, &w.lane})
+      if (*e == nullptr)
+        cuda::check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
+    cuda::check(cudaEventRecord(w.wire, wire_), "cudaEventRecord");
+    cuda::check(cudaEventRecord(w.lane, lane_), "cudaEventRecord");
+    w.what = error_prefix();
+    std::lock_guard lock(watched_mutex_);
+    w.id = watchdog_->arm(w.what, timeout());
+    watched_.push_back(std::move(w));
+  }
+
+  // On the watchdog's thread: disarms the collectives that have completed
+  // (in order: the lanes are streams), and says what went wrong, if anything.
+  std::string poll(Watchdog& dog) {
+    activate();
+    std::string oldest;
+    {
+      std::lock_guard lock(watched_mutex_);
+      while (!watched_.empty()) {
+        Watched& w = watched_.front();
+        if (!reached(w.wire) || !reached(w.lane)) break;
+        dog.disarm(w.id);
+        spare_events_.push_back(w.wire);
+        spare_events_.push_back(w.lane);
+        watched_.pop_front();
+      }
+      if (watched_.empty()) return "";
+      oldest = watched_.front().what;
+    }
+    if (std::string peer = channel_->peer_failure(); !peer.empty())
+      return oldest + "another rank failed: " + peer;
+    std::lock_guard lock(mutex_);
+    if (comm_ == nullptr) return "";  // aborted by this rank's own thread, which reports it
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state != ncclSuccess &&
+        state != ncclInProgress)
+      return oldest + "NCCL reports an asynchronous error: " + text(state);
+    return "";
+  }
+
+  // On the watchdog's thread: the first failure aborts the communicator,
+  // which wakes every thread waiting behind it, and breaks it for good.
+  void watchdog_abort(const std::string& why) {
+    // (once: a peer's failure may already say it of the peer)
+    static constexpr std::string_view kAborted = "; the watchdog aborted the communicator";
+    const std::string what = why.ends_with(kAborted) ? why : why + std::string(kAborted);
+    {
+      std::lock_guard lock(mutex_);
+      if (comm_ == nullptr) return;  // already aborted, and reported, by its own thread
+      abort_reason_ = what;
+      abort_locked();
+    }
+    std::fprintf(stderr, "anvil: %s\n", what.c_str());
+    report_failure(what);
   }
 
   bool reached(cudaEvent_t e) const {
@@ -324,6 +468,10 @@ class NcclTransport final : public Transport {
   }
 
   void release() noexcept {
+    for (const Watched& w : watched_) spare_events_.insert(spare_events_.end(), {w.wire, w.lane});
+    watched_.clear();
+    for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
+    spare_events_.clear();
     for (cudaEvent_t e : {start_, wire_done_, lane_done_})
       if (e) cudaEventDestroy(e);
     for (auto& t : tickets_)
@@ -335,14 +483,27 @@ class NcclTransport final : public Transport {
     for (auto& t : tickets_) t.event = nullptr;
   }
 
+  // A collective the watchdog waits for: its lanes' events at its end.
+  struct Watched {
+    uint64_t id = 0;
+    cudaEvent_t wire = nullptr, lane = nullptr;
+    std::string what;
+  };
+
   std::shared_ptr<HostChannel> channel_;
+  mutable std::mutex mutex_;  // comm_ and abort_reason_, between this rank's thread and the watchdog
   ncclComm_t comm_ = nullptr;
+  std::string abort_reason_;  // why the watchdog aborted it
   cudaStream_t wire_ = nullptr, lane_ = nullptr;
   cudaEvent_t start_ = nullptr, wire_done_ = nullptr, lane_done_ = nullptr;
   Ticket tickets_[kTickets];
   uint64_t posted_ = 0;       // posts so far (tickets)
   uint64_t lane_waited_ = 0;  // the latest ticket the lane waits for
   bool lane_dirty_ = false;   // lane work the wire has not yet been told to wait for
+  std::mutex watched_mutex_;  // watched_, spare_events_
+  std::deque<Watched> watched_;
+  std::vector<cudaEvent_t> spare_events_;
+  std::unique_ptr<Watchdog> watchdog_;  // last: stopped first
 };
 
 ncclUniqueId to_nccl(const NcclId& id) {
@@ -392,6 +553,7 @@ std::unique_ptr<Communicator> nccl_communicator(const NcclId& id, int rank, int 
 
 std::unique_ptr<Communicator> nccl_world(CommOptions options) {
   mpi_detail::ensure_initialized();
+  mpi_detail::install_sigterm_handler();
   const int rank = mpi_detail::world_rank(), size = mpi_detail::world_size();
   const int local = mpi_detail::local_rank();
   if (local >= device_count())

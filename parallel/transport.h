@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <memory>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,6 +54,11 @@ struct CallInfo {
   int32_t root = -1;
   int32_t ndim = -1;  // -1: no tensor (scatter's non-roots, barrier)
   int64_t shape[kMaxDims] = {};
+  // Where the message is cut (CommOptions::chunk_bytes) for the collectives
+  // whose schedule depends on it (the ring all-reduce, broadcast,
+  // reduce-scatter); 0 for the others. Ranks that cut differently would
+  // exchange pieces of different sizes.
+  uint64_t chunk_bytes = 0;
 
   Shape tensor_shape() const { return Shape(shape, shape + (ndim > 0 ? ndim : 0)); }
   int64_t numel() const;
@@ -133,6 +139,9 @@ class Transport {
   virtual void synchronize() = 0;
   // Gives up on everything in flight (NCCL: ncclCommAbort). Never throws.
   virtual void abort() noexcept = 0;
+  // Stops the transport's own threads that call back into the Communicator
+  // (NCCL's watchdog): the Communicator's destructor calls it first.
+  virtual void quiesce() noexcept {}
 
   // What the running collective is, for error messages ("allreduce #3 (ring,
   // sum, float32 [1000])"), and the deadline of every wait.
@@ -144,10 +153,20 @@ class Transport {
   // "rank 2 (nccl, cuda:2): <context>: " — how every error of this rank begins.
   std::string error_prefix() const;
 
+  // Who is told when the transport fails on a thread of its own (NCCL's
+  // watchdog): the Communicator, which then refuses every call and tells the
+  // other ranks. Set before the first collective.
+  void set_failure_handler(std::function<void(const std::string&)> handler) {
+    failure_handler_ = std::move(handler);
+  }
+
  protected:
   Transport(int rank, int size, Device device) : rank_(rank), size_(size), device_(device) {}
   // The running collective's scratch tensors (see scratch()).
   std::vector<Tensor> held_;
+  void report_failure(const std::string& why) {
+    if (failure_handler_) failure_handler_(why);
+  }
 
  private:
   int rank_;
@@ -155,6 +174,7 @@ class Transport {
   Device device_;
   std::string context_;
   std::chrono::milliseconds timeout_{300000};
+  std::function<void(const std::string&)> failure_handler_;
 };
 
 // How long "ANVIL_COMM_TIMEOUT" seconds is, as a message fragment ("5 s").

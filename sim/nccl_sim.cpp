@@ -83,6 +83,7 @@ struct State {
   std::mutex mutex;
   std::condition_variable joined;  // a rank joined a clique
   std::map<std::string, std::shared_ptr<Clique>> cliques;
+  std::map<int, ncclResult_t> injected;  // ncclSimInjectAsyncError, by device
 };
 State& state() {  // leaked on purpose, like the simulator's other registries
   static auto* s = new State();
@@ -540,6 +541,9 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
   CommState* c = live(comm);
   if (!c || !async_error) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: null argument");
   std::lock_guard lock(state().mutex);
+  if (auto it = state().injected.find(c->device);
+      c->error == ncclSuccess && it != state().injected.end())
+    c->error = it->second;
   if (c->error != ncclSuccess) {
     *async_error = c->error;
   } else if (c->clique->joined < c->nranks) {
@@ -654,6 +658,46 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   o->dtype = datatype;
   o->redop = op;
   return issue(std::move(o), stream);
+}
+
+// ---- test hooks ----
+
+namespace {
+// An item that stalls its stream until released: a kernel that never ends,
+// as far as the work queued behind it can tell.
+struct Hold final : anvil::sim::detail::CommWork {
+  std::atomic<bool> released{false};
+  void queued(const StreamRef&, uint64_t) override {}
+  bool progress() override { return released.load(); }
+};
+std::mutex g_holds_mutex;
+std::map<uint64_t, std::shared_ptr<Hold>> g_holds;
+uint64_t g_next_hold = 0;
+}  // namespace
+
+uint64_t ncclSimHoldStream(cudaStream_t stream) {
+  auto hold = std::make_shared<Hold>();
+  if (!anvil::sim::detail::enqueue_comm(stream, hold)) return 0;
+  std::lock_guard lock(g_holds_mutex);
+  g_holds[++g_next_hold] = hold;
+  return g_next_hold;
+}
+
+void ncclSimReleaseStream(uint64_t hold) {
+  {
+    std::lock_guard lock(g_holds_mutex);
+    auto it = g_holds.find(hold);
+    if (it == g_holds.end()) return;
+    it->second->released.store(true);
+    g_holds.erase(it);
+  }
+  anvil::sim::detail::wake_streams();
+}
+
+void ncclSimInjectAsyncError(int device, ncclResult_t error) {
+  std::lock_guard lock(state().mutex);
+  if (error == ncclSuccess) state().injected.erase(device);
+  else state().injected[device] = error;
 }
 
 }  // namespace anvil_sim_nccl

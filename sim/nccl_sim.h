@@ -36,6 +36,7 @@
 #pragma once
 #include <climits>
 #include <cstddef>
+#include <cstdint>
 
 #include "sim/cuda_sim.h"
 
@@ -112,6 +113,19 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream);
+
+
+// Test hooks, for the communicator's fault tests (NCCL has no such calls):
+// ncclSimHoldStream queues an item that stalls `stream` (null: the current
+// device's legacy stream) until ncclSimReleaseStream(its number), as a
+// kernel that hangs would; 0 for an unknown stream. ncclSimInjectAsyncError
+// makes every communicator of `device` report `error` from
+// ncclCommGetAsyncError from then on, its operations left stalled as a
+// failed NCCL leaves them until ncclCommAbort (ncclSuccess stops injecting
+// into communicators that have not yet reported it).
+uint64_t ncclSimHoldStream(cudaStream_t stream);
+void ncclSimReleaseStream(uint64_t hold);
+void ncclSimInjectAsyncError(int device, ncclResult_t error);
 
 }  // namespace anvil_sim_nccl
 

@@ -4,13 +4,20 @@
 //   none      every rank behaves: prints "all collectives done", exits 0
 //   silent    the last rank never calls the second collective
 //   mismatch  rank 1 asks for 1001 elements where the others ask for 1000
+//   chunk     rank 1 cuts the ring's messages in chunks of 64 bytes
 //   kill      rank 1 dies (SIGKILL) before the second collective
 //   no-send   rank 1 never sends what rank 0 receives (point to point,
 //             which has no agreement check: the data wait's deadline)
+//   sigterm   the last rank gets SIGTERM (as from mpirun ending the job)
+//   serialized  the program initialises MPI itself at MPI_THREAD_SERIALIZED
+//             before asking for a communicator
+// --nccl runs the collectives on GPU tensors over nccl_world (one process
+// per GPU) instead of mpi_world.
 // A rank whose call fails prints the error and exits 1 (mpirun then ends the
 // job); a rank that has to wait out the others sleeps far past the deadline.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <mpi.h>
 
 #include <chrono>
 #include <csignal>
@@ -25,30 +32,44 @@ int main(int argc, char** argv) {
   CLI::App app{"one MPI job with one fault, for anvil's fault tests"};
   std::string fault = "none";
   double timeout = 2;
-  app.add_option("--fault", fault, "none, silent, mismatch, kill or no-send")
-      ->check(CLI::IsMember({"none", "silent", "mismatch", "kill", "no-send"}));
+  bool nccl = false;
+  app.add_option("--fault", fault, "none, silent, mismatch, chunk, kill, no-send, sigterm or "
+                                    "serialized")
+      ->check(CLI::IsMember({"none", "silent", "mismatch", "chunk", "kill", "no-send", "sigterm",
+                             "serialized"}));
+  app.add_flag("--nccl", nccl, "GPU tensors over nccl_world instead of CPU tensors over mpi_world");
   app.add_option("--timeout", timeout, "the communicator's deadline, in seconds");
   CLI11_PARSE(app, argc, argv);
 
   par::CommOptions options;
   options.timeout = std::chrono::milliseconds(int64_t(timeout * 1000));
   try {
-    auto comm = par::mpi_world(options);
+    if (fault == "serialized") {
+      int provided = 0;
+      MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    }
+    auto comm = nccl ? par::nccl_world(options) : par::mpi_world(options);
     const int rank = comm->rank(), size = comm->size();
+    const anvil::Device device = comm->device();
     auto sleep_past_deadline = [&] {
       std::this_thread::sleep_for(std::chrono::duration<double>(timeout * 20));
     };
-    anvil::Tensor t = anvil::Tensor::ones({1000});
+    anvil::Tensor t = anvil::Tensor::ones({1000}, anvil::DType::Float32, device);
     comm->allreduce(t);  // one that works, so the job is known to be up
+    comm->synchronize();
     if (fault == "silent" && rank == size - 1) sleep_past_deadline();
     if (fault == "kill" && rank == 1) std::raise(SIGKILL);
-    if (fault == "mismatch" && rank == 1) t = anvil::Tensor::ones({1001});
+    if (fault == "sigterm" && rank == size - 1) std::raise(SIGTERM);
+    if (fault == "mismatch" && rank == 1)
+      t = anvil::Tensor::ones({1001}, anvil::DType::Float32, device);
+    if (fault == "chunk" && rank == 1) comm->set_chunk_bytes(64);
     if (fault == "no-send") {
       if (rank == 1) sleep_past_deadline();
-      if (rank == 0) comm->recv(anvil::Tensor::zeros({10}), 1);
+      if (rank == 0) comm->recv(anvil::Tensor::zeros({10}, anvil::DType::Float32, device), 1);
     } else {
       comm->allreduce(t);
     }
+    comm->synchronize();
     std::printf("rank %d: all collectives done\n", rank);
     return 0;
   } catch (const std::exception& e) {

@@ -228,10 +228,16 @@ inline Outcomes scatter_scenario(Communicator& c) {
   return out;
 }
 
+// Row counts below, at and above the rank count; the last also cut in
+// 1 KiB chunks, so that each step of the ring moves several.
 inline Outcomes reduce_scatter_scenario(Communicator& c) {
   Outcomes out;
   const int n = c.size();
-  for (int64_t rows : {int64_t(1), int64_t(n), int64_t(3 * n + 2), int64_t(1000)}) {
+  const size_t chunk = c.options().chunk_bytes;
+  const std::vector<std::pair<int64_t, size_t>> cases = {
+      {1, chunk}, {n, chunk}, {3 * n + 2, chunk}, {1000, chunk}, {1000, 1024}};
+  for (const auto& [rows, bytes] : cases) {
+    c.set_chunk_bytes(bytes);
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
       const int64_t cols = 5;
       Tensor input = on(c, make(c.rank(), rows * cols, true), {rows, cols});
@@ -244,8 +250,16 @@ inline Outcomes reduce_scatter_scenario(Communicator& c) {
           want[size_t(i)] += exact_value(r, first * cols + i);
       if (op == ReduceOp::kAverage)
         for (double& w : want) w /= n;
-      out.push_back({fmt::format("reduce_scatter ({}) of {} rows", op == ReduceOp::kSum ? "sum" : "average", rows),
+      out.push_back({fmt::format("reduce_scatter ({}) of {} rows in {}-byte chunks",
+                                 op == ReduceOp::kSum ? "sum" : "average", rows, bytes),
                      host(c, part), want, op == ReduceOp::kSum ? 0 : 1e-6});
+      // Its own storage, of its own size: not a view into a larger buffer.
+      const bool own = part.impl()->offset == 0 &&
+                       (mine == 0 || part.impl()->storage->bytes() == part.nbytes());
+      out.push_back({fmt::format("reduce_scatter of {} rows returns {} rows in storage of their "
+                                 "own size (storage of {} bytes)",
+                                 rows, mine, part.impl()->storage->bytes()),
+                     {double(own), double(part.shape() == Shape{mine, cols})}, {1.0, 1.0}, 0});
       out.push_back({fmt::format("reduce_scatter of {} rows leaves its input alone", rows),
                      host(c, input),
                      [&] {
@@ -255,6 +269,7 @@ inline Outcomes reduce_scatter_scenario(Communicator& c) {
                      0});
     }
   }
+  c.set_chunk_bytes(chunk);
   return out;
 }
 

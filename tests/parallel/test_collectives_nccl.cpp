@@ -117,6 +117,32 @@ TEST_CASE("nccl: ranks that disagree all stop before any data moves, naming both
   }
 }
 
+TEST_CASE("nccl: ranks that cut a message in chunks of different sizes are refused and both are named",
+          "[nccl]") {
+  if (gpus(2) == 0) return;
+  const par::NcclId id = par::nccl_unique_id();
+  const auto errors = each_rank(2, [&](int r) {
+    auto comm = par::nccl_communicator(id, r, 2, anvil::Device::cuda(r), options(30));
+    comm->set_chunk_bytes(r == 1 ? 64 : 4096);
+    Tensor t = on(*comm, make(r, 1000, true));
+    comm->allreduce(t, ReduceOp::kSum, Algorithm::kNaive);  // not cut in chunks: agreed
+    std::string error;
+    try {
+      comm->allreduce(t);
+    } catch (const par::CommError& e) {
+      error = e.what();
+    }
+    return error;
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << errors[size_t(r)]);
+    REQUIRE_THAT(errors[size_t(r)],
+                 Contains("ranks disagree on collective #2 (allreduce #2 (ring, sum) of float32 "
+                          "[1000]): rank 0 cuts it in chunks of 4096 bytes, rank 1 in chunks of "
+                          "64 bytes (CommOptions::chunk_bytes must be the same on every rank)"));
+  }
+}
+
 TEST_CASE("nccl: a peer that stops answering mid-exchange: deadline, abort, and the GPU runs on",
           "[nccl]") {
   if (gpus(2) == 0) return;
