@@ -172,9 +172,7 @@ int run_one_device(const Options& o) {
 }  // namespace
 
 int run_training(const Options& o) {
-  const Fp32Precision precision = parse_fp32_precision(o.fp32_precision);
-  set_fp32_precision(OpFamily::kConv, precision);
-  set_fp32_precision(OpFamily::kMatmul, precision);
+  set_fp32_precision(parse_fp32_precision(o.fp32_precision));
   app::parse_init(o.init);
   app::check_settings(o);
   parallel::parse_algorithm(o.allreduce);  // (a CLI validator names the flag first)

@@ -485,9 +485,7 @@ int run(Options& o) {
   resolve_defaults(o);
   std::signal(SIGPIPE, SIG_IGN);  // a PyTorch child that dies must not take the bench with it
   omp_set_num_threads(o.threads);
-  const Fp32Precision precision = parse_fp32_precision(o.fp32_precision);
-  set_fp32_precision(OpFamily::kConv, precision);
-  set_fp32_precision(OpFamily::kMatmul, precision);
+  set_fp32_precision(parse_fp32_precision(o.fp32_precision));
   if (o.script.empty()) o.script = default_script();
   const int64_t size = input_size(o.model);
   std::cout << fmt::format("bench_train: {} (seed init, {}x{} inputs), SGD lr {} momentum {}, "

@@ -51,9 +51,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(cli, argc, argv);
   try {
     o = app::apply_recipe(o);
-    const Fp32Precision precision = parse_fp32_precision(o.fp32_precision);
-    set_fp32_precision(OpFamily::kConv, precision);
-    set_fp32_precision(OpFamily::kMatmul, precision);
+    set_fp32_precision(parse_fp32_precision(o.fp32_precision));
     if (batch > 0) o.batch_size = batch;
     const Device dev = Device::parse(device);
     auto model = models::create(o.model, app::parse_init(o.init));

@@ -26,6 +26,10 @@ const char* math_name(Fp32Math m, DeviceType device) {
 }  // namespace
 
 void set_fp32_precision(OpFamily family, Fp32Precision p) { slot(family).store(p); }
+void set_fp32_precision(Fp32Precision both) {
+  set_fp32_precision(OpFamily::kConv, both);
+  set_fp32_precision(OpFamily::kMatmul, both);
+}
 Fp32Precision fp32_precision(OpFamily family) { return slot(family).load(); }
 
 Fp32Precision parse_fp32_precision(std::string_view word) {

@@ -30,6 +30,7 @@ enum class OpFamily { kConv, kMatmul };
 enum class Fp32Precision { kDefault, kIeee, kTf32 };
 
 void set_fp32_precision(OpFamily family, Fp32Precision p);
+void set_fp32_precision(Fp32Precision both);  // convolutions and matmuls alike
 Fp32Precision fp32_precision(OpFamily family);
 
 // "default", "ieee", "tf32" (PyTorch's words); anything else throws
