@@ -3,7 +3,7 @@
 //
 // Convolutions and matrix products follow core/precision.h: FP32 with the
 // fastest algorithm by default; kIeee rules Winograd out; kTf32 emulates a
-// tensor core: the operands are rounded to TF32 (copies), and the exact
+// tensor core: the operands are rounded to TF32 (grow-only copies), and the exact
 // FP32 algorithm runs on them. A product of two TF32 values (11 significant
 // bits each) is exact in FP32, so only the order of the FP32 sums differs
 // from the GPU's. The bias and its gradient stay FP32, as on the GPU.
@@ -22,11 +22,16 @@ namespace {
 float* f(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 const int64_t* i64(const Tensor& t) { return t.data<int64_t>(); }
 
-// A copy of t's floats rounded to TF32, as a tensor core reads them.
-std::vector<float> tf32_copy(const Tensor& t) {
-  std::vector<float> r(static_cast<size_t>(t.numel()));
+// A copy of t's floats rounded to TF32, as a tensor core reads them, in one
+// of the calling thread's two grow-only buffers (cpu::scratch's slots belong
+// to the kernels): no allocation in steady state. Valid until the next copy
+// into the same buffer.
+const float* tf32_copy(const Tensor& t, int buffer) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& r = buffers[buffer];
+  if (r.size() < static_cast<size_t>(t.numel())) r.resize(static_cast<size_t>(t.numel()));
   cpu::round_to_tf32(t.numel(), f(t), r.data());
-  return r;
+  return r.data();
 }
 
 Fp32Math conv_math() { return fp32_math(OpFamily::kConv, DeviceType::CPU); }
@@ -92,9 +97,8 @@ class CpuBackend final : public Backend {
     int64_t M = y.size(0), N = y.size(1);
     int64_t K = ta ? a.size(0) : a.size(1);
     if (fp32_math(OpFamily::kMatmul, DeviceType::CPU) == Fp32Math::kTf32) {
-      const std::vector<float> ar = tf32_copy(a), br = tf32_copy(b);
-      return cpu::gemm(ta, tb, M, N, K, alpha, ar.data(), a.size(1), br.data(), b.size(1), beta,
-                       f(y), N);
+      return cpu::gemm(ta, tb, M, N, K, alpha, tf32_copy(a, 0), a.size(1), tf32_copy(b, 1),
+                       b.size(1), beta, f(y), N);
     }
     cpu::gemm(ta, tb, M, N, K, alpha, f(a), a.size(1), f(b), b.size(1), beta, f(y), N);
   }
@@ -103,8 +107,8 @@ class CpuBackend final : public Backend {
                       const Tensor& y) override {
     const Fp32Math m = conv_math();
     if (m == Fp32Math::kTf32) {
-      const std::vector<float> xr = tf32_copy(x), wr = tf32_copy(w);
-      return cpu::conv2d_forward(s, xr.data(), wr.data(), f(bias), f(y), cpu::ConvAlgo::kExact);
+      return cpu::conv2d_forward(s, tf32_copy(x, 0), tf32_copy(w, 1), f(bias), f(y),
+                                 cpu::ConvAlgo::kExact);
     }
     cpu::conv2d_forward(s, f(x), f(w), f(bias), f(y), conv_algo(m));
   }
@@ -112,8 +116,8 @@ class CpuBackend final : public Backend {
                             const Tensor& dx) override {
     const Fp32Math m = conv_math();
     if (m == Fp32Math::kTf32) {
-      const std::vector<float> dyr = tf32_copy(dy), wr = tf32_copy(w);
-      return cpu::conv2d_backward_data(s, dyr.data(), wr.data(), f(dx), cpu::ConvAlgo::kExact);
+      return cpu::conv2d_backward_data(s, tf32_copy(dy, 0), tf32_copy(w, 1), f(dx),
+                                       cpu::ConvAlgo::kExact);
     }
     cpu::conv2d_backward_data(s, f(dy), f(w), f(dx), conv_algo(m));
   }
@@ -121,8 +125,7 @@ class CpuBackend final : public Backend {
                               const Tensor& dw, const Tensor& dbias) override {
     const Fp32Math m = conv_math();
     if (m == Fp32Math::kTf32) {
-      const std::vector<float> xr = tf32_copy(x), dyr = tf32_copy(dy);
-      cpu::conv2d_backward_weight(s, xr.data(), dyr.data(), f(dw), nullptr,
+      cpu::conv2d_backward_weight(s, tf32_copy(x, 0), tf32_copy(dy, 1), f(dw), nullptr,
                                   cpu::ConvAlgo::kExact);
       if (dbias.defined()) cpu::channel_sum(s.N, s.K, s.P * s.Q, f(dy), f(dbias));
       return;
