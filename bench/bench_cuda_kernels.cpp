@@ -47,6 +47,18 @@
 namespace bench_cuda {
 #if defined(ANVIL_CUDA_BACKEND)
 
+// The families a run names, and how many rungs each has.
+struct Family {
+  const char* name;
+  int rungs;
+};
+const Family kFamilies[] = {{"gemm", cu::kGemmVariants},
+                            {"conv", cu::kConvVariants},
+                            {"softmax", cu::kSoftmaxVariants},
+                            {"sum", cu::kSumVariants},
+                            {"csum", cu::kChannelSumVariants},
+                            {"bn", cu::kBatchNormVariants}};
+
 int run(Options opt) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);

@@ -253,19 +253,6 @@ struct Bench {
   void batch_norm(const char* name, int64_t N, int64_t C, int64_t HW);
 };
 
-
-// The families a run names, and how many rungs each has.
-struct Family {
-  const char* name;
-  int rungs;
-};
-const Family kFamilies[] = {{"gemm", cu::kGemmVariants},
-                            {"conv", cu::kConvVariants},
-                            {"softmax", cu::kSoftmaxVariants},
-                            {"sum", cu::kSumVariants},
-                            {"csum", cu::kChannelSumVariants},
-                            {"bn", cu::kBatchNormVariants}};
-
 // The rungs of a family with `count` this run checks and times.
 inline std::vector<int> rungs_of(const Options& opt, int count) {
   if (opt.rung > 0) return {opt.rung};
