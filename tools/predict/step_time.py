@@ -145,14 +145,14 @@ class Step:
         self.launches = {"baseline": [], "shipped": []}
         self.tf32 = tf32
 
-    def add(self, era, kernel, flops, nbytes, row=None, blocks=None, tensor_cores=False):
+    def add(self, era, kernel, flops, nbytes, row=None, blocks=None):
         if self.tf32:  # the FP32 baseline's kernels are out; shipped ones run in both eras
             if era == "baseline":
                 return
             era = "both" if era == "shipped" else era
         for e in (("baseline", "shipped") if era == "both" else (era,)):
             self.launches[e].append(dict(kernel=kernel, row=row or kernel, flops=flops, bytes=nbytes,
-                                         blocks=blocks, tensor_cores=tensor_cores and e == "shipped"))
+                                         blocks=blocks, tensor_cores=False))
 
     def gemm(self, kernel, before, m, n, k, flops, read, narrow=False):
         """A shipped GEMM (conv 5 or GEMM 8) of an m x n result over k, its split-K
@@ -160,14 +160,14 @@ class Step:
         bm, per_sm = (64, 3) if narrow else (128, 2)
         tiles = kt.tiles(m, n, bm, 128)
         splits = kt.split_k(m, n, k, tiles, per_sm)[0]
+        nbytes, blocks = read + F * splits * m * n, tiles * splits
         if self.tf32:  # the TF32 rungs: the FP32 rungs' tiles, split plans and sums
-            main = dict(flops=flops, nbytes=read + F * splits * m * n, blocks=tiles * splits)
-            self.launches["baseline"].append(dict(kernel=kernel, row=kernel, bytes=main["nbytes"],
-                                                  flops=flops, blocks=main["blocks"], tensor_cores=False))
-            self.launches["shipped"].append(dict(kernel=tf32_name(kernel), row=kernel, bytes=main["nbytes"],
-                                                 flops=flops, blocks=main["blocks"], tensor_cores=True))
+            self.launches["baseline"].append(dict(kernel=kernel, row=kernel, flops=flops, bytes=nbytes,
+                                                  blocks=blocks, tensor_cores=False))
+            self.launches["shipped"].append(dict(kernel=tf32_name(kernel), row=kernel, flops=flops,
+                                                 bytes=nbytes, blocks=blocks, tensor_cores=True))
         else:
-            self.add("shipped", kernel, flops, read + F * splits * m * n, blocks=tiles * splits)
+            self.add("shipped", kernel, flops, nbytes, blocks=blocks)
         if splits > 1:
             warp = splits >= 32
             self.add("shipped", GEMM + ("add_partials_by_warp" if warp else "add_partials"), 0,
@@ -354,7 +354,8 @@ def predict(model, batch, a):
             xs, blocks = seen.get(kernel), [x["blocks"] for x in seen.get(kernel, []) if x["blocks"]]
             if not xs:  # a kernel the model does not know: its launches at the floor
                 checks.append(f"{era}: `{show(kernel)}` ({au['launches']} launches) is not in the model")
-                launches += [dict(kernel=kernel, row=kernel, flops=0, bytes=0, blocks=None)] * au["launches"]
+                launches += [dict(kernel=kernel, row=kernel, flops=0, bytes=0, blocks=None,
+                                  tensor_cores=False)] * au["launches"]
             elif len(xs) != au["launches"]:
                 checks.append(f"{era}: `{show(kernel)}` {len(xs)} launches in the model, {au['launches']} in the audit")
             if blocks and (min(blocks), max(blocks)) != au["blocks"]:
@@ -364,7 +365,7 @@ def predict(model, batch, a):
         t = totals[era] = defaultdict(float)
         for x in launches:
             util = audit[era].get(x["kernel"], {"util": 1.0})["util"]
-            peak = tc_peak if x.get("tensor_cores") else kt.FP32_PEAK
+            peak = tc_peak if x["tensor_cores"] else kt.FP32_PEAK
             roof = max(x["flops"] / peak, x["bytes"] / kt.HBM_BW)
             r = rows[x["row"]][era]
             r["kernels"].add(x["kernel"])
