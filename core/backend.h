@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/tensor.h"
+#include "kernels/pointwise.h"
 #include "kernels/shapes.h"
 
 namespace anvil {
@@ -46,6 +47,11 @@ class Backend {
 
   virtual void relu_forward(const Tensor& x, const Tensor& y) = 0;
   virtual void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
+  // y = op(x) and dx = dy * op'(saved) elementwise, for the ops of
+  // kernels/pointwise.h; saved is op's input or output, as its kSaved says.
+  virtual void pointwise_forward(PointwiseOp op, const Tensor& x, const Tensor& y) = 0;
+  virtual void pointwise_backward(PointwiseOp op, const Tensor& saved, const Tensor& dy,
+                                  const Tensor& dx) = 0;
   virtual void add(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
   virtual void mul(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
   virtual void axpy(float alpha, const Tensor& x, const Tensor& y) = 0;  // y += alpha*x

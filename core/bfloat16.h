@@ -7,11 +7,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define ANVIL_HOST_DEVICE __host__ __device__
-#else
-#define ANVIL_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace anvil {
 

@@ -99,6 +99,39 @@ Tensor relu(const Tensor& x) {
   return y;
 }
 
+namespace {
+
+// An op of kernels/pointwise.h: y = op(x), and a backward that reads op's
+// input or output, as the op's kSaved says.
+Tensor pointwise(PointwiseOp op, const Tensor& x) {
+  struct Info {
+    const char* name;
+    const char* backward_name;
+    Saved saved;
+  };
+  const Info info = visit_pointwise(op, [](auto o) {
+    using Op = decltype(o);
+    return Info{Op::kName, Op::kBackwardName, Op::kSaved};
+  });
+  check_float(info.name, "x", x);
+  Tensor y = like(x);
+  backend(x).pointwise_forward(op, x, y);
+  if (any_requires_grad({&x})) {
+    // The tensor itself, not the graph node holding it.
+    Tensor saved = info.saved == Saved::kInput ? x.detach() : y.detach();
+    record(y, info.backward_name, {&x}, [op, saved](const Tensor& g) {
+      Tensor dx = like(g);
+      backend(g).pointwise_backward(op, saved, g, dx);
+      return Grads{dx};
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor silu(const Tensor& x) { return pointwise(PointwiseOp::kSilu, x); }
+
 // ---------------------------------------------------------------- matmul
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

@@ -17,6 +17,7 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);  // same shapes
 Tensor scale(const Tensor& x, double alpha);   // alpha * x
 Tensor relu(const Tensor& x);
+Tensor silu(const Tensor& x);  // x * sigmoid(x), as torch.nn.functional.silu
 
 // Matrix products. a[M,K] @ b[K,N]; linear: x[N,in] w[out,in] -> x w^T + bias[out].
 Tensor matmul(const Tensor& a, const Tensor& b);

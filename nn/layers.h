@@ -81,6 +81,12 @@ class ReLU : public Module {
   std::string describe() const override { return "ReLU()"; }
 };
 
+class SiLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return silu(x); }
+  std::string describe() const override { return "SiLU()"; }
+};
+
 class MaxPool2d : public Module {
  public:
   explicit MaxPool2d(int64_t kernel_size, int64_t stride = -1, int64_t padding = 0);

@@ -443,6 +443,43 @@ TEST_CASE("elementwise ops", "[cpu][elementwise]") {
   }
 }
 
+TEST_CASE("pointwise silu against FP64, tails and NaN included", "[cpu][elementwise]") {
+  // y = x / (1 + e^-x): expf (1 ulp in glibc), one addition of positive
+  // terms and one division give at most about 3 ulps, so 8 * 2^-24 relative
+  // is a bound with room. dx = dy s (1 + x (1 - s)): 1 - s cancels for large
+  // x, where the rounding of s (2^-24 absolute) is multiplied by x, hence an
+  // absolute term in |x|.
+  for (const int64_t n : {int64_t{13}, int64_t{100003}}) {  // serial and OpenMP paths
+    DYNAMIC_SECTION("n = " << n) {
+      Vec x = random_vec(n, 910), dy = random_vec(n, 911);
+      for (float& v : x) v *= 12.0f;  // [-12, 12)
+      x[0] = 0.0f;
+      x[1] = -100.0f;  // e^100 overflows: y is -0, dx is 0
+      x[2] = 100.0f;
+      x[3] = kNaN;
+      Vec y(n), dx(n);
+      cpu::pointwise_forward(PointwiseOp::kSilu, n, x.data(), y.data());
+      cpu::pointwise_backward(PointwiseOp::kSilu, n, x.data(), dy.data(), dx.data());
+      const double eps = std::ldexp(1.0, -24);
+      for (int64_t i = 4; i < n; ++i) {
+        const double xd = x[i], s = 1.0 / (1.0 + std::exp(-xd));
+        const double want_y = xd * s, want_dx = dy[i] * s * (1.0 + xd * (1.0 - s));
+        INFO("x = " << x[i] << ", dy = " << dy[i]);
+        REQUIRE(std::fabs(y[i] - want_y) <= 8 * eps * std::fabs(want_y));
+        REQUIRE(std::fabs(dx[i] - want_dx) <= 8 * eps * (1 + std::fabs(xd)) * std::fabs(dy[i]));
+      }
+      CHECK(y[0] == 0.0f);
+      CHECK(dx[0] == 0.5f * dy[0]);  // silu'(0) = 1/2
+      CHECK((y[1] == 0.0f && std::signbit(y[1])));
+      CHECK(dx[1] == 0.0f);
+      CHECK(y[2] == 100.0f);
+      CHECK(dx[2] == dy[2]);
+      CHECK(std::isnan(y[3]));
+      CHECK(std::isnan(dx[3]));
+    }
+  }
+}
+
 TEST_CASE("channel bias and channel sums", "[cpu][elementwise]") {
   struct Dims {
     int64_t outer, C, inner;

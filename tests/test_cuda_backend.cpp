@@ -87,7 +87,7 @@ void compare_op(const std::string& name, const OpFn& f, const std::vector<Tensor
 TEST_CASE("cuda ops: elementwise, matrix products and reductions match the CPU",
           "[cuda][ops]") {
   if (!cuda_test::have_device()) return;
-  SECTION("add, mul, scale, relu") {
+  SECTION("add, mul, scale, relu, silu") {
     Tensor a = uniform({3, 5, 7}, 1), b = uniform({3, 5, 7}, 2);
     compare_op("add", [](auto& in) { return add(in[0], in[1]); }, {a, b}, {true, true});
     compare_op("add scalar", [](auto& in) { return add(in[0], in[1]); },
@@ -97,6 +97,7 @@ TEST_CASE("cuda ops: elementwise, matrix products and reductions match the CPU",
     compare_op("mul", [](auto& in) { return mul(in[0], in[1]); }, {a, b}, {true, true});
     compare_op("scale", [](auto& in) { return scale(in[0], -1.5); }, {a}, {true});
     compare_op("relu", [](auto& in) { return relu(in[0]); }, {a}, {true});
+    compare_op("silu", [](auto& in) { return silu(in[0]); }, {scale(a, 6.0)}, {true});
   }
   SECTION("matmul and linear") {
     compare_op("matmul", [](auto& in) { return matmul(in[0], in[1]); },

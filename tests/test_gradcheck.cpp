@@ -231,6 +231,21 @@ TEST_CASE("gradcheck: relu", "[gradcheck][ops]") {
   }
 }
 
+TEST_CASE("gradcheck: silu", "[gradcheck][ops]") {
+  // Smooth everywhere: no kinks to keep away from. [-6, 6] reaches both
+  // tails, where the derivative leaves [0, 1] (its minimum, about -0.1, is
+  // near x = -2.4; its maximum, about 1.1, near x = 2.4).
+  for (const Shape& s : {Shape{7}, Shape{2, 3, 7, 5}}) {
+    DYNAMIC_SECTION("shape " << shape_str(s)) {
+      expect_ok(run([](const Inputs& in) { return silu(in[0]); }, {uniform_tensor(s, 30, -6, 6)}));
+    }
+  }
+  SECTION("silu of a computed tensor") {
+    auto f = [](const Inputs& in) { return silu(mul(in[0], in[1])); };
+    expect_ok(run(f, {uniform_tensor({3, 5}, 31, -3, 3), uniform_tensor({3, 5}, 32, -2, 2)}));
+  }
+}
+
 // ============================================================ matmul, linear
 
 TEST_CASE("gradcheck: matmul", "[gradcheck][ops]") {

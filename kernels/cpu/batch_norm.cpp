@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace anvil::cpu {
 
@@ -113,6 +114,35 @@ void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const float* x,
       for (int64_t i = 0; i < HW; ++i) dp[i] = kf * gp[i] + uf * (xp[i] - mean) + vf;
     }
   }
+}
+
+// ---- CpuBackend (cpu_backend.h) ----
+
+void CpuBackend::batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
+                                          const Tensor& beta, float eps, float momentum,
+                                          const Tensor& running_mean, const Tensor& running_var,
+                                          const Tensor& save_mean, const Tensor& save_invstd,
+                                          const Tensor& y) {
+  auto [N, C, HW] = nchw_view(x);
+  cpu::batch_norm_forward_train(N, C, HW, floats(x), floats(gamma), floats(beta), eps, momentum,
+                                floats(running_mean), floats(running_var), floats(save_mean),
+                                floats(save_invstd), floats(y));
+}
+void CpuBackend::batch_norm_forward_eval(const Tensor& x, const Tensor& gamma,
+                                         const Tensor& beta, const Tensor& running_mean,
+                                         const Tensor& running_var, float eps, const Tensor& y) {
+  auto [N, C, HW] = nchw_view(x);
+  cpu::batch_norm_forward_eval(N, C, HW, floats(x), floats(gamma), floats(beta),
+                               floats(running_mean), floats(running_var), eps, floats(y));
+}
+void CpuBackend::batch_norm_backward_train(const Tensor& x, const Tensor& gamma,
+                                           const Tensor& save_mean, const Tensor& save_invstd,
+                                           const Tensor& dy, const Tensor& dx,
+                                           const Tensor& dgamma, const Tensor& dbeta) {
+  auto [N, C, HW] = nchw_view(x);
+  cpu::batch_norm_backward_train(N, C, HW, floats(x), floats(gamma), floats(save_mean),
+                                 floats(save_invstd), floats(dy), floats(dx), floats(dgamma),
+                                 floats(dbeta));
 }
 
 }  // namespace anvil::cpu

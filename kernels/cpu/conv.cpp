@@ -47,6 +47,8 @@
 #include "kernels/cpu/conv_winograd.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "core/precision.h"
 
 namespace anvil::cpu {
 
@@ -402,6 +404,47 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
     }
   }
   if (dbias) channel_sum(s.N, s.K, PQ, dy, dbias);
+}
+
+// ---- CpuBackend (cpu_backend.h): the algorithm by core/precision.h ----
+
+namespace {
+Fp32Math conv_math() { return fp32_math(OpFamily::kConv, DeviceType::CPU); }
+ConvAlgo conv_algo(Fp32Math m) {
+  return m == Fp32Math::kFp32Fast ? ConvAlgo::kFastest : ConvAlgo::kExact;
+}
+}  // namespace
+
+void CpuBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                                const Tensor& bias, const Tensor& y) {
+  const Fp32Math m = conv_math();
+  if (m == Fp32Math::kTf32) {
+    return cpu::conv2d_forward(s, tf32_operand(x, 0), tf32_operand(w, 1), floats(bias),
+                               floats(y), ConvAlgo::kExact);
+  }
+  cpu::conv2d_forward(s, floats(x), floats(w), floats(bias), floats(y), conv_algo(m));
+}
+
+void CpuBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w,
+                                      const Tensor& dx) {
+  const Fp32Math m = conv_math();
+  if (m == Fp32Math::kTf32) {
+    return cpu::conv2d_backward_data(s, tf32_operand(dy, 0), tf32_operand(w, 1), floats(dx),
+                                     ConvAlgo::kExact);
+  }
+  cpu::conv2d_backward_data(s, floats(dy), floats(w), floats(dx), conv_algo(m));
+}
+
+void CpuBackend::conv2d_backward_weight(const Conv2dShape& s, const Tensor& x, const Tensor& dy,
+                                        const Tensor& dw, const Tensor& dbias) {
+  const Fp32Math m = conv_math();
+  if (m == Fp32Math::kTf32) {
+    cpu::conv2d_backward_weight(s, tf32_operand(x, 0), tf32_operand(dy, 1), floats(dw), nullptr,
+                                ConvAlgo::kExact);
+    if (dbias.defined()) cpu::channel_sum(s.N, s.K, s.P * s.Q, floats(dy), floats(dbias));
+    return;
+  }
+  cpu::conv2d_backward_weight(s, floats(x), floats(dy), floats(dw), floats(dbias), conv_algo(m));
 }
 
 }  // namespace anvil::cpu

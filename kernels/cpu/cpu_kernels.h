@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/bfloat16.h"
+#include "kernels/pointwise.h"
 #include "kernels/shapes.h"
 
 namespace anvil::cpu {
@@ -47,6 +48,10 @@ void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx);
 // Elementwise. Output may alias an input exactly (in place), never partially.
 void relu_forward(int64_t n, const float* x, float* y);
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx);  // dx = dy * (y > 0)
+// The ops of kernels/pointwise.h: y = op(x); dx = dy * op'(saved).
+void pointwise_forward(PointwiseOp op, int64_t n, const float* x, float* y);
+void pointwise_backward(PointwiseOp op, int64_t n, const float* saved, const float* dy,
+                        float* dx);
 void add(int64_t n, const float* a, const float* b, float* y);
 void mul(int64_t n, const float* a, const float* b, float* y);
 void axpy(int64_t n, float alpha, const float* x, float* y);  // y += alpha * x

@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace anvil::cpu {
 
@@ -56,6 +57,27 @@ void relu_forward(int64_t n, const float* x, float* y) {
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
   for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+namespace {
+template <class Op>
+void pointwise_forward_loop(int64_t n, const float* x, float* y) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) y[i] = Op::forward(x[i]);
+}
+template <class Op>
+void pointwise_backward_loop(int64_t n, const float* saved, const float* dy, float* dx) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) dx[i] = Op::backward(saved[i], dy[i]);
+}
+}  // namespace
+
+void pointwise_forward(PointwiseOp op, int64_t n, const float* x, float* y) {
+  visit_pointwise(op, [&](auto o) { pointwise_forward_loop<decltype(o)>(n, x, y); });
+}
+void pointwise_backward(PointwiseOp op, int64_t n, const float* saved, const float* dy,
+                        float* dx) {
+  visit_pointwise(op, [&](auto o) { pointwise_backward_loop<decltype(o)>(n, saved, dy, dx); });
 }
 
 void add(int64_t n, const float* a, const float* b, float* y) {
@@ -158,6 +180,63 @@ float sum(int64_t n, const float* x) {
   double acc = 0.0;
   for (int64_t b = 0; b < blocks; ++b) acc += part[b];
   return static_cast<float>(acc);
+}
+
+// ---- CpuBackend (cpu_backend.h) ----
+
+void CpuBackend::fill(const Tensor& dst, double value) {
+  switch (dst.dtype()) {
+    case DType::Float32: cpu::fill(dst.numel(), float(value), dst.data<float>()); break;
+    case DType::Int64: std::fill_n(dst.data<int64_t>(), dst.numel(), int64_t(value)); break;
+    case DType::UInt8: std::fill_n(dst.data<uint8_t>(), dst.numel(), uint8_t(value)); break;
+    case DType::BFloat16:
+      std::fill_n(dst.data<bfloat16>(), dst.numel(), bfloat16(float(value)));
+      break;
+  }
+}
+void CpuBackend::add_scalar_int64(const Tensor& dst, int64_t value) {
+  int64_t* y = dst.data<int64_t>();
+  for (int64_t i = 0; i < dst.numel(); ++i) y[i] += value;
+}
+
+void CpuBackend::relu_forward(const Tensor& x, const Tensor& y) {
+  cpu::relu_forward(x.numel(), floats(x), floats(y));
+}
+void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  cpu::relu_backward(y.numel(), floats(y), floats(dy), floats(dx));
+}
+void CpuBackend::pointwise_forward(PointwiseOp op, const Tensor& x, const Tensor& y) {
+  cpu::pointwise_forward(op, x.numel(), floats(x), floats(y));
+}
+void CpuBackend::pointwise_backward(PointwiseOp op, const Tensor& saved, const Tensor& dy,
+                                    const Tensor& dx) {
+  cpu::pointwise_backward(op, saved.numel(), floats(saved), floats(dy), floats(dx));
+}
+void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& y) {
+  cpu::add(a.numel(), floats(a), floats(b), floats(y));
+}
+void CpuBackend::mul(const Tensor& a, const Tensor& b, const Tensor& y) {
+  cpu::mul(a.numel(), floats(a), floats(b), floats(y));
+}
+void CpuBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
+  cpu::axpy(x.numel(), alpha, floats(x), floats(y));
+}
+void CpuBackend::scale(float alpha, const Tensor& x, const Tensor& y) {
+  cpu::scale(x.numel(), alpha, floats(x), floats(y));
+}
+void CpuBackend::add_channel_bias(int64_t outer, int64_t C, int64_t inner, const Tensor& x,
+                                  const Tensor& bias, const Tensor& y) {
+  cpu::add_channel_bias(outer, C, inner, floats(x), floats(bias), floats(y));
+}
+void CpuBackend::channel_sum(int64_t outer, int64_t C, int64_t inner, const Tensor& dy,
+                             const Tensor& db) {
+  cpu::channel_sum(outer, C, inner, floats(dy), floats(db));
+}
+void CpuBackend::sum(const Tensor& x, double scale, const Tensor& out) {
+  floats(out)[0] = static_cast<float>(double(cpu::sum(x.numel(), floats(x))) * scale);
+}
+void CpuBackend::broadcast_scalar(const Tensor& scalar, float alpha, const Tensor& y) {
+  cpu::fill(y.numel(), alpha * floats(scalar)[0], floats(y));
 }
 
 }  // namespace anvil::cpu

@@ -18,6 +18,8 @@
 #include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "core/precision.h"
 
 namespace anvil::cpu {
 
@@ -80,6 +82,20 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
               trans_b ? CblasTrans : CblasNoTrans, blas_int(M, "M"), blas_int(N, "N"),
               blas_int(K, "K"), alpha, A, blas_int(lda, "lda"), B, blas_int(ldb, "ldb"), beta, C,
               blas_int(ldc, "ldc"));
+}
+
+// ---- CpuBackend (cpu_backend.h) ----
+
+void CpuBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tensor& b,
+                      float beta, const Tensor& y) {
+  int64_t M = y.size(0), N = y.size(1);
+  int64_t K = ta ? a.size(0) : a.size(1);
+  if (fp32_math(OpFamily::kMatmul, DeviceType::CPU) == Fp32Math::kTf32) {
+    return cpu::gemm(ta, tb, M, N, K, alpha, tf32_operand(a, 0), a.size(1), tf32_operand(b, 1),
+                     b.size(1), beta, floats(y), N);
+  }
+  cpu::gemm(ta, tb, M, N, K, alpha, floats(a), a.size(1), floats(b), b.size(1), beta, floats(y),
+            N);
 }
 
 }  // namespace anvil::cpu

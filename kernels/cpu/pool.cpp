@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace anvil::cpu {
 
@@ -276,6 +277,23 @@ void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx) {
       }
     }
   }
+}
+
+// ---- CpuBackend (cpu_backend.h) ----
+
+void CpuBackend::max_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
+                                    const Tensor& argmax) {
+  cpu::max_pool2d_forward(s, floats(x), floats(y), argmax.data<int64_t>());
+}
+void CpuBackend::max_pool2d_backward(const Pool2dShape& s, const Tensor& dy,
+                                     const Tensor& argmax, const Tensor& dx) {
+  cpu::max_pool2d_backward(s, floats(dy), int64s(argmax), floats(dx));
+}
+void CpuBackend::avg_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) {
+  cpu::avg_pool2d_forward(s, floats(x), floats(y));
+}
+void CpuBackend::avg_pool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) {
+  cpu::avg_pool2d_backward(s, floats(dy), floats(dx));
 }
 
 }  // namespace anvil::cpu

@@ -5,6 +5,7 @@
 // variant is a plain vectorisable loop.
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace anvil::cpu {
 
@@ -46,6 +47,15 @@ void sgd_update(int64_t n, float* param, const float* grad, float* momentum_buf,
       param[i] -= lr * b;
     }
   }
+}
+
+// ---- CpuBackend (cpu_backend.h) ----
+
+void CpuBackend::sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                            float lr, float momentum, float weight_decay, bool nesterov,
+                            bool first_step) {
+  cpu::sgd_update(param.numel(), floats(param), floats(grad), floats(momentum_buf), lr, momentum,
+                  weight_decay, nesterov, first_step);
 }
 
 }  // namespace anvil::cpu

@@ -12,10 +12,12 @@
 // and its gradient p - q. e = 0 is the plain cross-entropy.
 // count_correct, beside them, scores a batch's predictions for the epoch's
 // accuracy.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace anvil::cpu {
 
@@ -69,6 +71,33 @@ int64_t count_correct(int64_t N, int64_t C, const float* logits, const int64_t* 
     correct += best == labels[i];
   }
   return correct;
+}
+
+// ---- CpuBackend (cpu_backend.h) ----
+
+void CpuBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
+                                               float label_smoothing, const Tensor& loss,
+                                               const Tensor& probs) {
+  cpu::softmax_cross_entropy_forward(logits.size(0), logits.size(1), floats(logits),
+                                     int64s(labels), label_smoothing, floats(loss),
+                                     floats(probs));
+}
+void CpuBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
+                                                float label_smoothing, const Tensor& dloss,
+                                                const Tensor& dlogits) {
+  cpu::softmax_cross_entropy_backward(probs.size(0), probs.size(1), floats(probs),
+                                      int64s(labels), label_smoothing, floats(dloss),
+                                      floats(dlogits));
+}
+void CpuBackend::count_correct(const Tensor& logits, const Tensor& labels,
+                               const Tensor& counter) {
+  *counter.data<int64_t>() +=
+      cpu::count_correct(logits.size(0), logits.size(1), floats(logits), int64s(labels));
+}
+std::pair<int64_t, int64_t> CpuBackend::label_range(const Tensor& labels) {
+  const int64_t* p = int64s(labels);
+  auto [lo, hi] = std::minmax_element(p, p + labels.numel());
+  return {*lo, *hi};
 }
 
 }  // namespace anvil::cpu

@@ -1,6 +1,8 @@
 // Internal to kernels/cuda: the pieces cuda_device.cpp assembles per device.
 #pragma once
+#include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "core/backend.h"
 #include "core/storage.h"
@@ -11,9 +13,43 @@ namespace anvil::cuda {
 // A caching allocator over cudaMalloc for one device (cuda_allocator.cpp).
 std::unique_ptr<Allocator> make_caching_allocator(int device);
 
-// The Backend of one device: kernels launched on `stream`, scratch from `allocator`
-// (cuda_backend.cpp).
-std::unique_ptr<Backend> make_backend(int device, cudaStream_t stream);
+// The Backend of one device (core/backend.h documents each method): kernels
+// launched on the device's compute stream, scratch memory from its caching
+// allocator. Each method is defined beside the kernels it launches, in that
+// family's host file: an op's CUDA code is in one place. Kernels run
+// asynchronously; a method that hands a value to the host (a copy to the
+// CPU, label_range) waits for the stream first.
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
+
+  // copy in cuda_backend.cpp; the others in their family's host file:
+  // gemm/gemm.cpp, conv/conv.cpp, reduce/reduce.cpp (channel_sum, sum,
+  // label_range), softmax/softmax.cpp (with count_correct),
+  // batch_norm/batch_norm.cpp, pool.cpp, sgd.cpp, elementwise.cpp (fill,
+  // convert and the rest).
+#include "kernels/backend_overrides.inc"
+
+ private:
+  // Kernels launch on the current device: make it this backend's.
+  void activate() const;
+  // Waits for the compute stream (before a value goes to the host).
+  void wait() const;
+  // Scratch for one kernel, from the caching allocator; undefined for 0.
+  // Freed when the caller returns, which is safe: later work on the same
+  // stream runs after the kernel that used it.
+  Tensor workspace(size_t floats) const;
+
+  const int device_;
+  const cudaStream_t stream_;
+};
+
+// A tensor's elements as the kernels take them (device pointers); null for
+// an undefined tensor (an absent bias).
+inline float* floats(const Tensor& t) {
+  return t.defined() ? static_cast<float*>(t.raw_data()) : nullptr;
+}
+inline const int64_t* int64s(const Tensor& t) { return static_cast<const int64_t*>(t.raw_data()); }
 
 // True once the device's state (allocator, streams, backend) exists: a
 // device no tensor or stream has used yet is false, and asking does not

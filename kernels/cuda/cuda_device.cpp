@@ -115,7 +115,7 @@ DeviceState& state(int index) {
     s.allocator = make_caching_allocator(index);
     check(cudaStreamCreate(&s.stream), "cudaStreamCreate");
     check(cudaStreamCreate(&s.copy_stream), "cudaStreamCreate");
-    s.backend = make_backend(index, s.stream);
+    s.backend = std::make_unique<CudaBackend>(index, s.stream);
     s.ready.store(true, std::memory_order_release);
   });
   return s;

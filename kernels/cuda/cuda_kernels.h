@@ -25,6 +25,7 @@
 #include "kernels/cuda/reduce/reduce.h"
 #include "kernels/cuda/softmax/softmax.h"
 #include "kernels/cuda/runtime.h"
+#include "kernels/pointwise.h"
 #include "kernels/shapes.h"
 
 namespace anvil::cuda {
@@ -43,6 +44,10 @@ void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx, cudaS
 // Output may alias an input exactly (in place).
 void relu_forward(int64_t n, const float* x, float* y, cudaStream_t stream);
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx, cudaStream_t stream);
+// The ops of kernels/pointwise.h, as cpu::pointwise_forward/backward.
+void pointwise_forward(PointwiseOp op, int64_t n, const float* x, float* y, cudaStream_t stream);
+void pointwise_backward(PointwiseOp op, int64_t n, const float* saved, const float* dy, float* dx,
+                        cudaStream_t stream);
 void add(int64_t n, const float* a, const float* b, float* y, cudaStream_t stream);
 void mul(int64_t n, const float* a, const float* b, float* y, cudaStream_t stream);
 void axpy(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream);

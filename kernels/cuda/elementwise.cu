@@ -1,4 +1,5 @@
-// Elementwise kernels: relu forward/backward, add, mul, axpy, scale, fill
+// Elementwise kernels: relu forward/backward, the pointwise ops of
+// kernels/pointwise.h (one template each way), add, mul, axpy, scale, fill
 // (float, int64, uint8, bfloat16), float32 <-> bfloat16 conversion, an int64
 // counter increment, a device scalar spread over a tensor and the
 // per-channel bias add.
@@ -66,6 +67,17 @@ __global__ void __launch_bounds__(kBlock) relu_forward_kernel(int64_t n, const f
 // dx = dy where y > 0, else 0 (also at y == 0 exactly, and for NaN y).
 __global__ void __launch_bounds__(kBlock) relu_backward_kernel(int64_t n, const float* y, const float* dy, float* dx) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+// The ops of kernels/pointwise.h, one instantiation each.
+template <class Op>
+__global__ void __launch_bounds__(kBlock) pointwise_forward_kernel(int64_t n, const float* x, float* y) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = Op::forward(x[i]);
+}
+template <class Op>
+__global__ void __launch_bounds__(kBlock) pointwise_backward_kernel(int64_t n, const float* saved, const float* dy,
+                                                            float* dx) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dx[i] = Op::backward(saved[i], dy[i]);
 }
 
 __global__ void __launch_bounds__(kBlock) add_kernel(int64_t n, const float* a, const float* b, float* y) {
@@ -143,6 +155,24 @@ void relu_backward(int64_t n, const float* y, const float* dy, float* dx, cudaSt
   check_n(n, "relu_backward");
   if (n == 0) return;
   launch(relu_backward_kernel, grid_for(n), dim3(kBlock), 0, stream, n, y, dy, dx);
+}
+
+void pointwise_forward(PointwiseOp op, int64_t n, const float* x, float* y, cudaStream_t stream) {
+  check_n(n, "pointwise_forward");
+  if (n == 0) return;
+  visit_pointwise(op, [&](auto o) {
+    launch(pointwise_forward_kernel<decltype(o)>, grid_for(n), dim3(kBlock), 0, stream, n, x, y);
+  });
+}
+
+void pointwise_backward(PointwiseOp op, int64_t n, const float* saved, const float* dy, float* dx,
+                        cudaStream_t stream) {
+  check_n(n, "pointwise_backward");
+  if (n == 0) return;
+  visit_pointwise(op, [&](auto o) {
+    launch(pointwise_backward_kernel<decltype(o)>, grid_for(n), dim3(kBlock), 0, stream, n,
+           saved, dy, dx);
+  });
 }
 
 void add(int64_t n, const float* a, const float* b, float* y, cudaStream_t stream) {

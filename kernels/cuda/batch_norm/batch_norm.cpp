@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cuda/batch_norm/batch_norm.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace anvil::cuda {
 namespace {
@@ -67,6 +68,43 @@ void batch_norm_backward_train(int variant, int64_t N, int64_t C, int64_t HW, co
   require_workspace(rung, N, C, HW, workspace, variant, "batch_norm_backward_train");
   rung.backward({N, C, HW, x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, workspace},
                 stream);
+}
+
+// ---- CudaBackend (cuda_backend.h) ----
+
+void CudaBackend::batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
+                                           const Tensor& beta, float eps, float momentum,
+                                           const Tensor& running_mean, const Tensor& running_var,
+                                           const Tensor& save_mean, const Tensor& save_invstd,
+                                           const Tensor& y) {
+  activate();
+  auto [N, C, HW] = nchw_view(x);
+  Tensor ws = workspace(batch_norm_workspace_floats(kBestBatchNorm, N, C, HW));
+  cuda::batch_norm_forward_train(kBestBatchNorm, N, C, HW, floats(x), floats(gamma),
+                                 floats(beta), eps, momentum, floats(running_mean),
+                                 floats(running_var), floats(save_mean), floats(save_invstd),
+                                 floats(y), floats(ws), stream_);
+}
+void CudaBackend::batch_norm_forward_eval(const Tensor& x, const Tensor& gamma,
+                                          const Tensor& beta, const Tensor& running_mean,
+                                          const Tensor& running_var, float eps,
+                                          const Tensor& y) {
+  activate();
+  auto [N, C, HW] = nchw_view(x);
+  cuda::batch_norm_forward_eval(N, C, HW, floats(x), floats(gamma), floats(beta),
+                                floats(running_mean), floats(running_var), eps, floats(y),
+                                stream_);
+}
+void CudaBackend::batch_norm_backward_train(const Tensor& x, const Tensor& gamma,
+                                            const Tensor& save_mean, const Tensor& save_invstd,
+                                            const Tensor& dy, const Tensor& dx,
+                                            const Tensor& dgamma, const Tensor& dbeta) {
+  activate();
+  auto [N, C, HW] = nchw_view(x);
+  Tensor ws = workspace(batch_norm_workspace_floats(kBestBatchNorm, N, C, HW));
+  cuda::batch_norm_backward_train(kBestBatchNorm, N, C, HW, floats(x), floats(gamma),
+                                  floats(save_mean), floats(save_invstd), floats(dy), floats(dx),
+                                  floats(dgamma), floats(dbeta), floats(ws), stream_);
 }
 
 }  // namespace anvil::cuda

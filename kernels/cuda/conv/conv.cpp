@@ -9,6 +9,8 @@
 
 #include "kernels/cuda/conv/conv.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "core/precision.h"
 
 namespace anvil::cuda {
 namespace {
@@ -115,6 +117,42 @@ void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, c
     return;
   }
   rung.backward_weight(s, x, dy, dw, ws, stream);
+}
+
+// ---- CudaBackend (cuda_backend.h) ----
+
+namespace {
+// The rung by core/precision.h: the tensor cores where convolutions compute
+// in TF32 (PyTorch's default), else the FP32 rung.
+int backend_rung() {
+  return fp32_math(OpFamily::kConv, DeviceType::CUDA) == Fp32Math::kTf32 ? kTf32Conv
+                                                                        : kBestConv;
+}
+}  // namespace
+
+void CudaBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
+                                 const Tensor& bias, const Tensor& y) {
+  activate();
+  const int rung = backend_rung();
+  Tensor ws = workspace(conv2d_workspace_floats(rung, s));
+  cuda::conv2d_forward(rung, s, floats(x), floats(w), floats(bias), floats(y), floats(ws),
+                       stream_);
+}
+void CudaBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w,
+                                       const Tensor& dx) {
+  activate();
+  const int rung = backend_rung();
+  Tensor ws = workspace(conv2d_workspace_floats(rung, s));
+  cuda::conv2d_backward_data(rung, s, floats(dy), floats(w), floats(dx), floats(ws), stream_);
+}
+void CudaBackend::conv2d_backward_weight(const Conv2dShape& s, const Tensor& x,
+                                         const Tensor& dy, const Tensor& dw,
+                                         const Tensor& dbias) {
+  activate();
+  const int rung = backend_rung();
+  Tensor ws = workspace(conv2d_workspace_floats(rung, s));
+  cuda::conv2d_backward_weight(rung, s, floats(x), floats(dy), floats(dw), floats(dbias),
+                               floats(ws), stream_);
 }
 
 }  // namespace anvil::cuda

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "kernels/cuda/gemm/gemm.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "core/precision.h"
 
 namespace anvil::cuda {
 namespace {
@@ -65,6 +67,22 @@ void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc, cudaStream_t stream) {
   gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr, stream);
+}
+
+// ---- CudaBackend (cuda_backend.h) ----
+
+// The rung by core/precision.h: the tensor cores where matmuls compute in
+// TF32, else the FP32 rung.
+void CudaBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tensor& b,
+                       float beta, const Tensor& y) {
+  activate();
+  int64_t M = y.size(0), N = y.size(1);
+  int64_t K = ta ? a.size(0) : a.size(1);
+  const int rung =
+      fp32_math(OpFamily::kMatmul, DeviceType::CUDA) == Fp32Math::kTf32 ? kTf32Gemm : kBestGemm;
+  Tensor ws = workspace(gemm_workspace_floats(rung, M, N, K));
+  cuda::gemm(rung, ta, tb, M, N, K, alpha, floats(a), a.size(1), floats(b), b.size(1), beta,
+             floats(y), N, floats(ws), stream_);
 }
 
 }  // namespace anvil::cuda

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "kernels/cuda/reduce/reduce.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_kernels.h"
 
 namespace anvil::cuda {
 namespace {
@@ -63,6 +65,33 @@ void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const flo
     throw std::invalid_argument("cuda::channel_sum: variant 2 needs channel_sum_workspace_floats "
                                 "floats of workspace");
   channel_sum_rungs::kRungs[variant - 1].launch(outer, C, inner, dy, db, workspace, stream);
+}
+
+// ---- CudaBackend (cuda_backend.h) ----
+
+void CudaBackend::channel_sum(int64_t outer, int64_t C, int64_t inner, const Tensor& dy,
+                              const Tensor& db) {
+  activate();
+  Tensor ws = workspace(channel_sum_workspace_floats(kBestChannelSum, outer, C, inner));
+  cuda::channel_sum(kBestChannelSum, outer, C, inner, floats(dy), floats(db), floats(ws),
+                    stream_);
+}
+void CudaBackend::sum(const Tensor& x, double scale, const Tensor& out) {
+  activate();
+  Tensor ws = workspace(sum_workspace_floats(kBestSum, x.numel()));
+  cuda::sum(kBestSum, x.numel(), floats(x), floats(out), floats(ws), stream_);
+  if (scale != 1.0) cuda::scale(1, static_cast<float>(scale), floats(out), floats(out), stream_);
+}
+std::pair<int64_t, int64_t> CudaBackend::label_range(const Tensor& labels) {
+  activate();
+  Tensor out = Tensor::empty({2}, DType::Int64, labels.device());
+  cuda::label_min_max(labels.numel(), int64s(labels), static_cast<int64_t*>(out.raw_data()),
+                      stream_);
+  int64_t host[2] = {0, 0};
+  check(cudaMemcpyAsync(host, out.raw_data(), sizeof host, cudaMemcpyDeviceToHost, stream_),
+        "cudaMemcpyAsync");
+  wait();
+  return {host[0], host[1]};
 }
 
 }  // namespace anvil::cuda

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cuda/softmax/softmax.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace anvil::cuda {
 
@@ -33,6 +34,31 @@ void softmax_cross_entropy_forward(int variant, int64_t N, int64_t C, const floa
   if (N == 0) return;
   softmax_rungs::kRungs[variant - 1].launch(
       {N, C, logits, labels, label_smoothing, loss, probs}, stream);
+}
+
+// ---- CudaBackend (cuda_backend.h) ----
+
+void CudaBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
+                                                float label_smoothing, const Tensor& loss,
+                                                const Tensor& probs) {
+  activate();
+  cuda::softmax_cross_entropy_forward(kBestSoftmax, logits.size(0), logits.size(1),
+                                      floats(logits), int64s(labels), label_smoothing,
+                                      floats(loss), floats(probs), stream_);
+}
+void CudaBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
+                                                 float label_smoothing, const Tensor& dloss,
+                                                 const Tensor& dlogits) {
+  activate();
+  cuda::softmax_cross_entropy_backward(probs.size(0), probs.size(1), floats(probs),
+                                       int64s(labels), label_smoothing, floats(dloss),
+                                       floats(dlogits), stream_);
+}
+void CudaBackend::count_correct(const Tensor& logits, const Tensor& labels,
+                                const Tensor& counter) {
+  activate();
+  cuda::count_correct(logits.size(0), logits.size(1), floats(logits), int64s(labels),
+                      static_cast<int64_t*>(counter.raw_data()), stream_);
 }
 
 }  // namespace anvil::cuda
