@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
   app.add_flag("--eval-only", o.eval_only, "Evaluate the weights of --init-from or --resume on the test set (loss, accuracy, per class, confusion matrix) and exit");
   app.add_option("--resume", o.resume, "Continue the run saved in this checkpoint (same training flags; keeps checkpointing to it)");
   app.add_option("--bn-recalibrate", o.bn_recalibrate, "Before each evaluation, re-estimate BatchNorm running statistics over N training batches (0 = keep the running averages)")->check(number_at_least(0, true));
+  app.add_option("--accumulate", o.accumulate, "Gradient accumulation: each step's batch (each rank's share) as N micro-batches, one forward/backward each, gradients summed and all-reduced once per step; --batch-size stays the step's batch. Saves activation memory; BatchNorm sees the micro-batch")->check(number_at_least(1, true));
   app.add_option("--stop-after-epoch", o.stop_after_epoch, "End this invocation after epoch N (0 = run all); --resume continues")->check(number_at_least(0, true));
   // Data-parallel training (docs/parallel.md); --batch-size stays the global batch.
   app.add_flag("--distributed", o.distributed, "One data-parallel rank per MPI process: start with mpirun -np N (CPU ranks, or GPU ranks on cuda:<local rank>)");

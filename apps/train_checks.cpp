@@ -92,7 +92,8 @@ void check_eval_only(const Options& o) {
   const std::pair<const char*, bool> idle[] = {{"--save", !o.save.empty()},
                                                {"--checkpoint", !o.checkpoint.empty()},
                                                {"--stop-after-epoch", o.stop_after_epoch > 0},
-                                               {"--bn-recalibrate", o.bn_recalibrate > 0}};
+                                               {"--bn-recalibrate", o.bn_recalibrate > 0},
+                                               {"--accumulate", o.accumulate > 1}};
   for (auto& [flag, given] : idle)
     if (given)
       throw UsageError(fmt::format("{} has no effect with --eval-only (nothing is trained)", flag));

@@ -12,6 +12,7 @@ EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
   options.progress = progress;
   options.label_smoothing = o.label_smoothing;
   options.replicas = &*run.replicas;
+  options.accumulate = o.accumulate;
   EpochResult e;
   e.epoch = epoch;
   e.train = train::train_epoch(*run.model, *run.optimizer, *run.train_loader, run.r.device,

@@ -157,6 +157,7 @@ nlohmann::ordered_json replica_settings(const Options& o) {
   j["sync-bn"] = o.sync_bn;
   j["fp32-precision"] = o.fp32_precision;
   j["bn-recalibrate"] = o.bn_recalibrate;
+  j["accumulate"] = o.accumulate;
   j["limit-test"] = o.limit_test;
   return j;
 }

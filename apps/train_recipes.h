@@ -47,6 +47,11 @@ struct Options {
   // batches before each evaluation (train::recalibrate_batch_norm). It changes
   // what evaluation sees, not the weights, so it is not a training setting.
   int64_t bn_recalibrate = 0;
+  // Gradient accumulation: each rank's share of a batch in this many
+  // micro-batches, one optimizer step per batch (train::EpochOptions). For
+  // memory: without BatchNorm the step is the same, so it is not a training
+  // setting either.
+  int64_t accumulate = 1;
   // Data-parallel training (docs/parallel.md): one rank per MPI process
   // (--distributed, under mpirun), or one thread per GPU (--gpus / --devices).
   // --batch-size stays the global batch. Not training settings either: a

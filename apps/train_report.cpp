@@ -103,6 +103,10 @@ void Report::header() {
       o.label_smoothing > 0 ? fmt::format(", label smoothing {}", o.label_smoothing) : "");
   out_ << fmt::format("  float32 math (--fp32-precision {}): {}\n", o.fp32_precision,
                       describe_fp32_math(run_.r.device.type));
+  if (o.accumulate > 1)
+    out_ << fmt::format("  gradient accumulation: each step's batch{} as {} micro-batches, "
+                        "reduced once per step\n",
+                        run_.r.data_parallel ? " (each rank's share)" : "", o.accumulate);
   if (o.bn_recalibrate > 0)
     out_ << fmt::format("  BatchNorm statistics re-estimated over {} training batches before "
                         "each evaluation\n",
@@ -132,6 +136,7 @@ nlohmann::ordered_json Report::metrics_record(const EpochResult& e) const {
                                  {"recipe", o.recipe},
                                  {"fp32_math", describe_fp32_math(run_.r.device.type)},
                                  {"batch_size", o.batch_size},
+                                 {"accumulate", o.accumulate},
                                  {"lr", o.lr},
                                  {"last_lr", e.train.last_lr}};
   if (run_.r.data_parallel) {

@@ -69,6 +69,7 @@ class OneReplica final : public Replicas {
  public:
   void begin_step(int64_t, int64_t) override {}
   void after_backward() override {}
+  void set_no_sync(bool) override {}
   void sum_totals(const Tensor&, const Tensor&, int64_t&) override {}
 };
 
@@ -98,6 +99,10 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
   else batches.start_epoch();
   RunningTotals totals(device);
   Replicas& replicas = replicas_or_one(options.replicas);
+  if (options.accumulate < 1)
+    throw std::invalid_argument(
+        fmt::format("train_epoch: accumulate must be >= 1, got {}", options.accumulate));
+  const int64_t parts = options.accumulate;
   int64_t done = 0;
   data::DeviceBatch b;
   while (batches.next(b)) {
@@ -109,14 +114,22 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
                                             loader.num_batches()));
     optimizer.zero_grad();
     // This rank's part of the batch may be empty (a last batch smaller than
-    // the rank count): it then adds nothing but still takes part in the sum.
-    replicas.begin_step(batch.size, batch.global_size);
-    if (batch.size > 0) {
-      const StepResult s = forward_backward(model, x, y, options.label_smoothing,
-                                            double(batch.size) / double(batch.global_size));
-      totals.add(s.loss, double(batch.size), s.logits, y);
+    // the rank count), and so may a micro-batch: it then adds nothing but
+    // still takes part in the sum. Each backpropagates its share of the
+    // whole batch's mean loss, so the summed gradients are the batch's.
+    for (int64_t k = 0; k < parts; ++k) {
+      const int64_t begin = batch.size * k / parts, end = batch.size * (k + 1) / parts;
+      if (parts > 1) replicas.set_no_sync(k + 1 < parts);  // reduce after the last one
+      replicas.begin_step(end - begin, batch.global_size);
+      if (end > begin) {
+        const Tensor xs = parts > 1 ? x.narrow(begin, end - begin) : x;
+        const Tensor ys = parts > 1 ? y.narrow(begin, end - begin) : y;
+        const StepResult s = forward_backward(model, xs, ys, options.label_smoothing,
+                                              double(end - begin) / double(batch.global_size));
+        totals.add(s.loss, double(end - begin), s.logits, ys);
+      }
+      replicas.after_backward();
     }
-    replicas.after_backward();
     optimizer.step();
     ++done;
     if (options.progress)

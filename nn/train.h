@@ -52,6 +52,10 @@ class Replicas {
   // the sum over the ranks (the same everywhere), and every buffer (BatchNorm's
   // running statistics) rank 0's.
   virtual void after_backward() = 0;
+  // Gradient accumulation (DataParallel::no_sync()): while true, steps
+  // reduce nothing and each rank's gradients add up in .grad; the next step
+  // with it false reduces their sum. Every rank sets it at the same steps.
+  virtual void set_no_sync(bool no_sync) = 0;
   // Sums an epoch's running totals over the ranks, in place: loss_sum
   // (float32 scalar), correct (int64 scalar), both on the replica's device.
   virtual void sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) = 0;
@@ -74,6 +78,14 @@ struct EpochOptions {
   // over the ranks (progress: this rank's own so far). Null: one replica,
   // the whole batch on this device.
   Replicas* replicas = nullptr;
+  // Gradient accumulation: each step's batch (this rank's share of it) is
+  // cut into this many micro-batches, each one forward and backward, their
+  // gradients summed in .grad and reduced over the ranks once, before the
+  // one optimizer step. Without BatchNorm the step equals the whole batch
+  // at once, within float rounding; BatchNorm normalises each micro-batch
+  // with its own statistics, as in PyTorch. A micro-batch may be empty (a
+  // share smaller than this count).
+  int64_t accumulate = 1;
 };
 
 

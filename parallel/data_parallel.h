@@ -98,6 +98,7 @@ class DataParallel final : public train::Replicas, public nn::BatchNormSync {
   // train::Replicas
   void begin_step(int64_t examples, int64_t global_examples) override;
   void after_backward() override;
+  void set_no_sync(bool no_sync) override { sync_ = !no_sync; }
   void sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) override;
   // nn::BatchNormSync (with sync_batch_norm): inside a training step.
   Tensor forward(nn::BatchNorm2d& bn, const Tensor& x) override;

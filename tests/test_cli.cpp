@@ -70,7 +70,7 @@ TEST_CASE("anvil-train --help lists the options and exits 0", "[cli]") {
         "--save", "--metrics", "--recipe", "--lr-schedule", "--lr-step-epochs", "--lr-gamma",
         "--lr-min", "--warmup-epochs", "--resize", "--augment", "--no-augment", "--normalize",
         "--crop-padding", "--label-smoothing", "--checkpoint", "--resume", "--stop-after-epoch",
-        "--bn-recalibrate"})
+        "--bn-recalibrate", "--accumulate"})
     CHECK_THAT(r.output, Contains(flag));
   for (const char* model : {"lenet", "resnet18", "resnet18-96"})
     CHECK_THAT(r.output, Contains(model));
@@ -348,6 +348,7 @@ TEST_CASE("anvil-train rejects bad recipes, schedules and transforms, naming the
   one_error("--model resnet18 --resize 5000", {"--resize 5000", "1024"});
   one_error("--model lenet --bn-recalibrate 5", {"--bn-recalibrate 5", "lenet", "no BatchNorm"});
   expect_failure("--bn-recalibrate -1", {"--bn-recalibrate"});
+  expect_failure("--accumulate 0", {"--accumulate"});
   one_error("--label-smoothing 1.5", {"--label-smoothing 1.5", "[0, 1]"});
   expect_failure("--label-smoothing -0.1", {"--label-smoothing"});
   one_error("--lr-min nan", {"--lr-min", "finite", "nan"});
@@ -561,6 +562,33 @@ TEST_CASE("anvil-train --label-smoothing trains against smoothed targets", "[cli
                   quote(ckpt)).code == 0);
   expect_failure(common + " --epochs 2 --resume " + quote(ckpt),
                  {ckpt, "--label-smoothing 0.2", "--label-smoothing 0.0"});
+}
+
+TEST_CASE("anvil-train --accumulate: micro-batches, one step per batch, said in the header",
+          "[cli]") {
+  TempDir dir;
+  write_synthetic_split(dir.path / "data", 32, 16);
+  // Kaiming weights and a large rate, so that two steps move the loss.
+  const std::string common =
+      "--device cpu --model lenet --epochs 1 --batch-size 16 --init kaiming --lr 0.1 "
+      "--momentum 0.9 --data-dir " + quote((dir.path / "data").string());
+  std::string metrics = dir.file("metrics.jsonl"), plain_metrics = dir.file("plain.jsonl");
+  CliResult r = run_cli(common + " --accumulate 3 --metrics " + quote(metrics));
+  INFO("exit " << r.code << ", output:\n" << r.output);
+  REQUIRE(r.code == 0);
+  check_no_crash(r);
+  CHECK_THAT(r.output, Contains("gradient accumulation: each step's batch as 3 micro-batches"));
+  CliResult plain = run_cli(common + " --metrics " + quote(plain_metrics));
+  REQUIRE(plain.code == 0);
+  CHECK_THAT(plain.output, !Contains("accumulation"));
+  auto m = nlohmann::json::parse(lines_of(read_file(metrics)).at(0));
+  auto p = nlohmann::json::parse(lines_of(read_file(plain_metrics)).at(0));
+  CHECK(m["accumulate"] == 3);
+  CHECK(p["accumulate"] == 1);
+  // LeNet has no BatchNorm: two steps on micro-batches of 5, 5 and 6 end
+  // where two steps on the whole batches do, up to float rounding.
+  CHECK(m["test_loss"].get<double>() == Approx(p["test_loss"].get<double>()).epsilon(1e-4));
+  CHECK(m["train_loss"].get<double>() == Approx(p["train_loss"].get<double>()).epsilon(1e-4));
 }
 
 TEST_CASE("anvil-train --bn-recalibrate re-estimates BatchNorm statistics before evaluating",

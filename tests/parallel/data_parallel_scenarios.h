@@ -47,6 +47,7 @@ struct TrainSetup {
   int64_t batch = 10;
   int epochs = 2;
   anvil::parallel::DataParallelOptions options;
+  int64_t accumulate = 1;  // the replica's micro-batches per step (the reference: 1)
 };
 
 inline std::shared_ptr<anvil::nn::Module> make_model(const std::string& name, uint64_t seed) {
@@ -87,12 +88,13 @@ inline Outcomes data_parallel_scenario(Communicator& c, const TrainSetup& s) {
   rep_loader.set_shard(c.rank(), c.size());
   Outcomes out;
   const std::string tag =
-      fmt::format("{} on {} ranks ({}, {} overlap)", s.model, c.size(),
+      fmt::format("{} on {} ranks ({}, {} overlap, {} micro-batches per step)", s.model, c.size(),
                   anvil::parallel::algorithm_name(s.options.algorithm),
-                  s.options.overlap ? "with" : "without");
+                  s.options.overlap ? "with" : "without", s.accumulate);
   for (int e = 0; e < s.epochs; ++e) {
     train::EpochOptions ref_o, rep_o;
     rep_o.replicas = &replicas;
+    rep_o.accumulate = s.accumulate;
     const train::EpochStats want = train::train_epoch(*reference, ref_opt, ref_loader, device, ref_o);
     const train::EpochStats got = train::train_epoch(*replica, rep_opt, rep_loader, device, rep_o);
     out.push_back({fmt::format("epoch {} loss and accuracy, {}", e, tag),
@@ -216,6 +218,14 @@ inline std::vector<std::pair<std::string, Scenario>> data_parallel_scenarios() {
       {"lenet, native, overlap, one bucket per parameter",
        [=](Communicator& c) {
          return data_parallel_scenario(c, setup("lenet", Algorithm::kNative, true, 1));
+       }},
+      {"mlp, ring, overlap, 3 micro-batches per step",
+       [=](Communicator& c) {
+         // Shards of 5 (or 4 and 3) cut into 3: micro-batches of 1 and 2, and
+         // in the last batch's shards of 3 or 2, an empty one.
+         TrainSetup s = setup("mlp", Algorithm::kRing, true, 4 << 10);
+         s.accumulate = 3;
+         return data_parallel_scenario(c, s);
        }},
       {"determinism", data_parallel_determinism_scenario},
       {"sync_batch_norm op", sync_batch_norm_scenario},
