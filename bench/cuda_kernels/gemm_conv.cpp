@@ -258,13 +258,15 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
       out.poison(stream);
       d_db.poison(stream);
       call(true);
-      const double rounding = v > cu::kConvFp32Variants ? kTf32Rounding : 0.0;  // rung 6: TF32
+      const cu::gemm_rungs::Math math = cu::conv_rungs::rung(v).math;
+      const double rounding = gemm_rounding(math);
       bool ok = verify(op, shape, impl, out.download(), *refs[dir], reductions[dir], rounding);
       if (ok && dir == kBackwardWeight)
         ok = verify("bwdW", shape, impl + " dbias", d_db.download(), db_ref, s.N * s.P * s.Q);
       if (ok)
+        // (No cuDNN BF16 baseline: it would take BF16 tensors in memory.)
         row(op, shape, impl, timer->median_ms([&] { call(false); }), flop,
-            vendor_ms[v > cu::kConvFp32Variants ? 1 : 0]);
+            math == cu::gemm_rungs::Math::kBf16 ? kNoVendor : vendor_ms[int(math)]);
     }
   }
 }

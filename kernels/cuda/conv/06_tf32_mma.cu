@@ -25,32 +25,11 @@
 #include "kernels/cuda/conv/warp_tile_kernels.cuh"
 
 namespace anvil::cuda {
-namespace conv_kernels {
-namespace {
 
-// The partials of whichever direction splits most (rung 05's split).
-size_t workspace(const Conv2dShape& s) { return split_workspace(s, Tf32Tiles{}); }
-
-void forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
-             float* ws, cudaStream_t stream) {
-  warp_tile_forward(s, x, w, bias, y, ws, stream, SplitByWaves{}, Tf32Tiles{});
-}
-
-void backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx, float* ws,
-                   cudaStream_t stream) {
-  warp_tile_backward_data(s, dy, w, dx, ws, stream, SplitByWaves{}, Tf32Tiles{});
-}
-
-void backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* ws,
-                     cudaStream_t stream) {
-  warp_tile_backward_weight(s, x, dy, dw, ws, stream, SplitByWaves{}, Tf32Tiles{});
-}
-
-}  // namespace
-}  // namespace conv_kernels
-
-const conv_rungs::Rung conv_rungs::kTf32Mma = {"tf32 mma", conv_kernels::workspace,
-                                               conv_kernels::forward, conv_kernels::backward_data,
-                                               conv_kernels::backward_weight};
+using Tf32Rung = conv_kernels::MmaRung<mma_tile::Tf32>;
+const conv_rungs::Rung conv_rungs::kTf32Mma = {"tf32 mma", Tf32Rung::workspace,
+                                               Tf32Rung::forward, Tf32Rung::backward_data,
+                                               Tf32Rung::backward_weight,
+                                               gemm_rungs::Math::kTf32};
 
 }  // namespace anvil::cuda

@@ -17,23 +17,26 @@
 //   06_tf32_mma.cu  (ships)  05 on TF32 tensor cores (mma.sync m16n8k8), FP32
 //                            accumulation: the default on CUDA, as PyTorch's
 //                            (docs/precision.md; --fp32-precision ieee takes 05)
+//   07_bf16_mma.cu           06 with BF16 operands (mma.sync m16n8k16): the
+//                            arithmetic of BF16 mixed precision
 // Run one rung alone (checked against the CPU, then timed):
 //   build/sim/bench_cuda_kernels conv 3
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/gemm/gemm.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/shapes.h"
 
 namespace anvil::cuda {
 
-constexpr int kConvVariants = 6;
+constexpr int kConvVariants = 7;
 constexpr int kBestConv = 5;  // the one the backend uses in FP32
 constexpr int kTf32Conv = 6;  // ... and in TF32 (core/precision.h)
 // Rungs 1..kConvFp32Variants compute in FP32; the rungs after them on
-// tensor cores, with operands rounded to TF32 (10 mantissa bits, nearest,
-// ties away) and FP32 accumulation.
+// tensor cores with FP32 accumulation, operands rounded to TF32 (06: 10
+// mantissa bits, nearest, ties away) or BF16 (07: 7 bits, nearest even).
 constexpr int kConvFp32Variants = 5;
 
 // The workspace (floats) a variant needs for all three directions of `s`,
@@ -66,8 +69,10 @@ struct Rung {
                         float* workspace, cudaStream_t);
   void (*backward_weight)(const Conv2dShape&, const float* x, const float* dy, float* dw,
                           float* workspace, cudaStream_t);
+  gemm_rungs::Math math = gemm_rungs::Math::kFp32;  // how its products round
 };
-extern const Rung kDirect, kIm2col, kImplicitGemm, kImplicitWarpTile, kSplitK, kTf32Mma;
+extern const Rung kDirect, kIm2col, kImplicitGemm, kImplicitWarpTile, kSplitK, kTf32Mma,
+    kBf16Mma;
 // Rung `variant` (1 to kConvVariants; std::invalid_argument otherwise).
 const Rung& rung(int variant);
 }  // namespace conv_rungs

@@ -102,22 +102,23 @@ void with_warp_tile(int64_t M, F&& f) {
     f(warp_tile::DoubleBuffered{});
 }
 
-// with_warp_tile as a type (FP32 rungs 04, 05), and its TF32 counterpart
-// (rung 06): mma_tile's TF32 128 x 128 tile, or its 64 x 128 Narrow one for 64
-// rows or fewer.
+// with_warp_tile as a type (FP32 rungs 04, 05), and its tensor-core
+// counterpart (rungs 06 and 07, Math mma_tile::Tf32 or Bf16): mma_tile's
+// 128 x 128 tile, or its 64 x 128 Narrow one for 64 rows or fewer.
 struct Fp32Tiles {
   template <class F>
   void operator()(int64_t M, F&& f) const {
     with_warp_tile(M, f);
   }
 };
-struct Tf32Tiles {
+template <class Math>
+struct MmaTiles {
   template <class F>
   void operator()(int64_t M, F&& f) const {
-    if (M <= mma_tile::Narrow<mma_tile::Tf32>::kBM)
-      f(mma_tile::Narrow<mma_tile::Tf32>{});
+    if (M <= mma_tile::Narrow<Math>::kBM)
+      f(mma_tile::Narrow<Math>{});
     else
-      f(mma_tile::Wide<mma_tile::Tf32>{});
+      f(mma_tile::Wide<Math>{});
   }
 };
 
@@ -202,5 +203,25 @@ void warp_tile_backward_weight(const Conv2dShape& s, const float* x, const float
                     dy);
   });
 }
+
+// A tensor-core rung (06 TF32, 07 BF16): the three directions of rung 05
+// (its split by waves) on MmaTiles<Math>.
+template <class Math>
+struct MmaRung {
+  using Tiles = MmaTiles<Math>;
+  static size_t workspace(const Conv2dShape& s) { return split_workspace(s, Tiles{}); }
+  static void forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                      float* y, float* ws, cudaStream_t stream) {
+    warp_tile_forward(s, x, w, bias, y, ws, stream, SplitByWaves{}, Tiles{});
+  }
+  static void backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
+                            float* ws, cudaStream_t stream) {
+    warp_tile_backward_data(s, dy, w, dx, ws, stream, SplitByWaves{}, Tiles{});
+  }
+  static void backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                              float* ws, cudaStream_t stream) {
+    warp_tile_backward_weight(s, x, dy, dw, ws, stream, SplitByWaves{}, Tiles{});
+  }
+};
 
 }  // namespace anvil::cuda::conv_kernels
