@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -412,15 +413,25 @@ void broadcast_bytes(void* data, size_t bytes, int root, std::chrono::millisecon
                      const std::string& what) {
   ensure_initialized();
   const std::string who = fmt::format("rank {} (mpi): {}: ", world_rank(), what);
+  // The broadcast goes through a buffer of its own: a collective's request
+  // cannot be cancelled, so one that times out may still write later, and
+  // must not write into the caller's (often a stack frame that is gone by
+  // then). On a timeout the buffer is left to it, deliberately: the job is
+  // failing, and a few bytes leaked beat a write into freed memory.
+  auto staging = std::make_unique<std::vector<char>>(static_cast<char*>(data),
+                                                     static_cast<char*>(data) + bytes);
   MPI_Request r;
-  check(MPI_Ibcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &r), "MPI_Ibcast", who);
+  check(MPI_Ibcast(staging->data(), int(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &r), "MPI_Ibcast",
+        who);
   Requests one;
   one.add(r, root, true, 0);
-  if (!one.wait(timeout, who)) {  // (a collective's request cannot be cancelled)
+  if (!one.wait(timeout, who)) {
+    (void)staging.release();  // still the request's: see above
     throw CommError(fmt::format("{}the broadcast from rank {} did not complete within {} "
                                 "(ANVIL_COMM_TIMEOUT)",
                                 who, root, timeout_text(timeout)));
   }
+  std::memcpy(data, staging->data(), bytes);
 }
 
 std::shared_ptr<HostChannel> world_channel(std::chrono::milliseconds timeout) {

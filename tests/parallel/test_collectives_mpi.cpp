@@ -3,6 +3,12 @@
 // every process checks its own results against the host's reference.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "parallel/mpi_internal.h"
+
 #include "tests/cuda_test_util.h"
 #include "tests/parallel/ranks.h"
 #include "tests/parallel/scenarios.h"
@@ -49,4 +55,31 @@ TEST_CASE("mpi: argument errors are refused before anything moves, naming what i
   Tensor t = Tensor::ones({5});
   comm->allreduce(t);
   REQUIRE(t.to_vector() == std::vector<float>(5, float(comm->size())));
+}
+
+// A timed-out broadcast's request stays with MPI (a collective's request
+// cannot be cancelled) and completes whenever the root sends: it must do so
+// into a buffer of its own, not the caller's, which may be gone by then.
+// Rank 1 gives up after 100 ms; the root broadcasts 300 ms later; after two
+// barriers (MPI progresses the orphaned request inside them) rank 1's
+// buffer must still hold what it held.
+TEST_CASE("mpi: a broadcast that timed out never writes into its caller's buffer later", "[mpi]") {
+  if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
+  auto comm = par::mpi_world(options());
+  if (comm->size() < 2) return skip("needs 2 ranks: one that gives up, and the root");
+  const std::vector<char> sent(64, 'x'), before(64, '.');
+  std::vector<char> buffer = comm->rank() == 0 ? sent : before;
+  using namespace std::chrono_literals;
+  if (comm->rank() == 1) {
+    REQUIRE_THROWS_WITH(par::mpi_detail::broadcast_bytes(buffer.data(), buffer.size(), 0, 100ms,
+                                                         "a test broadcast"),
+                        Catch::Matchers::Contains("did not complete within"));
+  } else {
+    if (comm->rank() == 0) std::this_thread::sleep_for(400ms);
+    par::mpi_detail::broadcast_bytes(buffer.data(), buffer.size(), 0, 10s, "a test broadcast");
+  }
+  comm->barrier();
+  std::this_thread::sleep_for(50ms);
+  comm->barrier();
+  CHECK(buffer == (comm->rank() == 1 ? before : sent));
 }
