@@ -195,8 +195,10 @@ struct Requests {
   }
 };
 
-// MPI counts are ints: a large message goes as several of at most 1 GiB.
+// MPI counts are ints: a large message goes as several of at most 1 GiB
+// (less where a test sets it: set_max_message_bytes).
 constexpr size_t kMaxPiece = size_t(1) << 30;
+std::atomic<size_t> g_max_piece{kMaxPiece};
 
 class MpiChannel final : public HostChannel {
  public:
@@ -276,8 +278,9 @@ class MpiTransport final : public Transport {
     pending_.wait_or_throw(timeout(), error_prefix());
     const std::string who = error_prefix();
     for (const Message& m : messages) {
-      for (size_t offset = 0; offset < m.bytes; offset += kMaxPiece) {
-        const int piece = int(std::min(kMaxPiece, m.bytes - offset));
+      const size_t max_piece = g_max_piece.load();
+      for (size_t offset = 0; offset < m.bytes; offset += max_piece) {
+        const int piece = int(std::min(max_piece, m.bytes - offset));
         char* p = static_cast<char*>(m.data) + offset;
         MPI_Request r;
         if (m.kind == Message::kSend)
@@ -432,6 +435,13 @@ void broadcast_bytes(void* data, size_t bytes, int root, std::chrono::millisecon
                                 who, root, timeout_text(timeout)));
   }
   std::memcpy(data, staging->data(), bytes);
+}
+
+size_t set_max_message_bytes(size_t bytes) {
+  if (bytes == 0 || bytes > kMaxPiece)
+    throw std::invalid_argument(fmt::format(
+        "set_max_message_bytes: {} is not in 1..{} (MPI counts are ints)", bytes, kMaxPiece));
+  return g_max_piece.exchange(bytes);
 }
 
 std::shared_ptr<HostChannel> world_channel(std::chrono::milliseconds timeout) {

@@ -29,6 +29,10 @@ int local_rank();
 // Root's bytes to every process of the job (MPI_Ibcast), within `timeout`.
 void broadcast_bytes(void* data, size_t bytes, int root, std::chrono::milliseconds timeout,
                      const std::string& what);
+// The largest piece one MPI message carries (1 GiB, MPI's counts being
+// ints): longer messages go as several. A test sets it small to run that
+// path without gigabytes; returns the previous value.
+size_t set_max_message_bytes(size_t bytes);
 // The check channel over the job's processes (its own MPI communicator). A
 // failure reported on it marks the process so that exit skips MPI_Finalize.
 std::shared_ptr<HostChannel> world_channel(std::chrono::milliseconds timeout);

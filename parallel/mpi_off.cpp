@@ -24,6 +24,7 @@ int local_rank() { return 0; }
 void broadcast_bytes(void*, size_t, int, std::chrono::milliseconds, const std::string&) {
   throw CommError(kMissing);
 }
+size_t set_max_message_bytes(size_t) { throw CommError(kMissing); }
 std::shared_ptr<HostChannel> world_channel(std::chrono::milliseconds) { throw CommError(kMissing); }
 }  // namespace mpi_detail
 

@@ -36,6 +36,25 @@ TEST_CASE("mpi: every collective on every rank of the job against the host's ref
   }
 }
 
+// MPI's counts are ints, so a message over 1 GiB goes as several pieces.
+// The same path with 1000-byte pieces: every collective again, its messages
+// (up to MiBs) cut into pieces of 1000 bytes and a rest.
+TEST_CASE("mpi: every collective with messages cut into 1000-byte pieces", "[mpi]") {
+  if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
+  auto comm = par::mpi_world(options());
+  const size_t previous = par::mpi_detail::set_max_message_bytes(1000);
+  struct Restore {
+    size_t bytes;
+    ~Restore() { par::mpi_detail::set_max_message_bytes(bytes); }
+  } restore{previous};
+  for (const auto& [name, scenario] : all_scenarios()) {
+    INFO(name << " on " << comm->size() << " ranks, 1000-byte pieces");
+    require_outcomes(scenario(*comm), comm->rank());
+  }
+  REQUIRE_THROWS_WITH(par::mpi_detail::set_max_message_bytes(0),
+                      Catch::Matchers::Contains("is not in 1.."));
+}
+
 TEST_CASE("mpi: argument errors are refused before anything moves, naming what is wrong", "[mpi]") {
   if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
   auto comm = par::mpi_world(options());
