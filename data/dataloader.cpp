@@ -11,6 +11,8 @@
 #include <thread>
 #include <utility>
 
+#include "data/shard.h"
+
 namespace anvil::data {
 
 namespace {
@@ -128,9 +130,8 @@ struct DataLoader::Impl {
     const int64_t global_begin = b * batch_size;
     const int64_t global_n = std::min(batch_size, s.count - global_begin);
     // This rank's part: torch.tensor_split's split of the global batch.
-    int64_t part_begin = 0;
-    for (int r = 0; r < shard_rank; ++r) part_begin += global_n / shards + (r < global_n % shards);
-    const int64_t n = global_n / shards + (shard_rank < global_n % shards);
+    const int64_t part_begin = shard_first_row(global_n, shards, shard_rank);
+    const int64_t n = shard_rows(global_n, shards, shard_rank);
     const int64_t begin = global_begin + part_begin;
     const int64_t pix = s.rows * s.cols;
     out.size = n;

@@ -1,12 +1,8 @@
-// The Communicator: argument checks, the agreement every rank reaches before
-// data moves, and the dispatch to the algorithms (collectives.h).
-//
-// Before each collective every rank posts what it is about to do (CallInfo)
-// on the host channel and reads every other rank's. Ranks that disagree (a
-// different collective, count, dtype, root or call number) all stop there
-// with the same message naming both sides; a rank that never posts is named
-// by the others when their deadline passes. Only then does data move, so a
-// mismatch can never turn into a hang or a corrupted buffer on the wire.
+// The Communicator: its thread, its failure, and the collectives' front
+// ends, each of which reads check (the arguments, on the caller's thread) ->
+// agree (agreement.cpp: every rank's call the same) -> begin -> the
+// algorithm (collectives.h) -> end. Names, options and the environment are
+// in comm_options.cpp, the transport's shared parts in transport.cpp.
 #include "parallel/communicator.h"
 
 #include <fmt/format.h>
@@ -23,90 +19,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "data/shard.h"
 #include "parallel/collectives.h"
 #include "parallel/transport.h"
 
 namespace anvil::parallel {
-
-// ---- names, options ----
-
-Algorithm parse_algorithm(std::string_view name) {
-  if (name == "ring") return Algorithm::kRing;
-  if (name == "naive") return Algorithm::kNaive;
-  if (name == "native") return Algorithm::kNative;
-  throw std::invalid_argument(
-      fmt::format("unknown all-reduce algorithm '{}' (choose ring, naive or native)", name));
-}
-
-std::string_view algorithm_name(Algorithm algorithm) {
-  switch (algorithm) {
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kNaive: return "naive";
-    case Algorithm::kNative: return "native";
-  }
-  return "?";
-}
-
-std::string_view collective_name(Collective c) {
-  switch (c) {
-    case Collective::kAllreduce: return "allreduce";
-    case Collective::kBroadcast: return "broadcast";
-    case Collective::kScatter: return "scatter";
-    case Collective::kReduceScatter: return "reduce_scatter";
-    case Collective::kAllGather: return "all_gather";
-    case Collective::kBarrier: return "barrier";
-  }
-  return "?";
-}
-
-std::chrono::milliseconds default_timeout() {
-  const char* env = std::getenv("ANVIL_COMM_TIMEOUT");
-  if (env == nullptr || *env == '\0') return std::chrono::minutes(5);
-  char* end = nullptr;
-  const double seconds = std::strtod(env, &end);
-  if (end == env || *end != '\0' || !(seconds > 0) || !std::isfinite(seconds))
-    throw std::invalid_argument(fmt::format(
-        "ANVIL_COMM_TIMEOUT='{}': expected a positive number of seconds", env));
-  return std::chrono::milliseconds(std::max<int64_t>(1, int64_t(seconds * 1000.0)));
-}
-
-bool comm_debug() {
-  const char* env = std::getenv("ANVIL_COMM_DEBUG");
-  if (env == nullptr || *env == '\0' || std::string_view(env) == "OFF") return false;
-  if (std::string_view(env) == "INFO") return true;
-  throw std::invalid_argument(
-      fmt::format("ANVIL_COMM_DEBUG='{}': expected INFO (print every collective) or OFF", env));
-}
-
-std::string timeout_text(std::chrono::milliseconds t) {
-  return fmt::format("{:g} s", double(t.count()) / 1000.0);
-}
-
-std::string Transport::error_prefix() const {
-  return fmt::format("rank {} ({}, {}): {}: ", rank_, name(), device_.str(),
-                     context_.empty() ? std::string("communicator") : context_);
-}
-
-void* Transport::scratch(size_t bytes) {
-  held_.push_back(Tensor::empty({int64_t(std::max<size_t>(bytes, 1))}, DType::UInt8, device_));
-  return held_.back().raw_data();
-}
-
-std::unique_ptr<InFlight> Transport::end_later() {
-  end();  // a transport that does the work on the host: nothing is left for later
-  struct Done final : InFlight {
-    void wait() override {}
-  };
-  return std::make_unique<Done>();
-}
-
-int64_t CallInfo::numel() const { return ndim < 0 ? 0 : shape_numel(tensor_shape()); }
-
-int mpi_rank_from_environment() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
-    if (const char* v = std::getenv(name); v && *v) return std::atoi(v);
-  return -1;
-}
 
 std::string broadcast_text(Communicator& comm, const std::string& text, int root) {
   Tensor length =
@@ -121,108 +38,6 @@ std::string broadcast_text(Communicator& comm, const std::string& text, int root
   comm.synchronize();
   const Tensor host = bytes.to(Device::cpu());
   return std::string(static_cast<const char*>(host.raw_data()), size_t(n));
-}
-
-// ---- the agreement ----
-
-namespace {
-
-std::string op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "average"; }
-
-// "allreduce #3 (ring, sum) of float32 [1000]"
-std::string describe(const CallInfo& c) {
-  std::string s = fmt::format("{} #{}", collective_name(c.collective), c.seq);
-  switch (c.collective) {
-    case Collective::kAllreduce:
-      s += fmt::format(" ({}, {})", algorithm_name(c.algorithm), op_name(c.op));
-      break;
-    case Collective::kReduceScatter: s += fmt::format(" ({})", op_name(c.op)); break;
-    case Collective::kBroadcast:
-    case Collective::kScatter: s += fmt::format(" from rank {}", c.root); break;
-    default: break;
-  }
-  if (c.ndim >= 0) s += fmt::format(" of {} {}", dtype_name(c.dtype), shape_str(c.tensor_shape()));
-  return s;
-}
-
-// Whether two ranks' calls are compatible; `ref` is the rank the others are
-// compared with (rank 0, or the root of a rooted collective).
-bool compatible(const CallInfo& ref, const CallInfo& other) {
-  if (ref.seq != other.seq || ref.collective != other.collective) return false;
-  auto same_tensor = [&] {
-    return ref.dtype == other.dtype && ref.ndim == other.ndim &&
-           std::equal(ref.shape, ref.shape + std::max(ref.ndim, 0), other.shape);
-  };
-  switch (ref.collective) {
-    case Collective::kAllreduce:
-      return ref.algorithm == other.algorithm && ref.op == other.op && same_tensor();
-    case Collective::kReduceScatter: return ref.op == other.op && same_tensor();
-    case Collective::kBroadcast: return ref.root == other.root && same_tensor();
-    case Collective::kScatter: return ref.root == other.root;
-    case Collective::kAllGather:
-      return ref.dtype == other.dtype && ref.ndim == other.ndim &&
-             std::equal(ref.shape + 1, ref.shape + std::max(ref.ndim, 1), other.shape + 1);
-    case Collective::kBarrier: return true;
-  }
-  return false;
-}
-
-CallInfo tensor_call(Collective collective, const Tensor& t) {
-  CallInfo c;
-  c.collective = collective;
-  c.dtype = t.dtype();
-  if (t.dim() > CallInfo::kMaxDims)
-    throw std::invalid_argument(fmt::format("{}: tensors of more than {} dimensions are not "
-                                            "supported (got {})",
-                                            collective_name(collective), CallInfo::kMaxDims,
-                                            shape_str(t.shape())));
-  c.ndim = int32_t(t.dim());
-  for (int64_t d = 0; d < t.dim(); ++d) c.shape[d] = t.size(d);
-  return c;
-}
-
-// Whether the collective's schedule depends on the chunk size.
-bool cut_in_chunks(const CallInfo& c) {
-  return (c.collective == Collective::kAllreduce && c.algorithm == Algorithm::kRing) ||
-         c.collective == Collective::kBroadcast || c.collective == Collective::kReduceScatter;
-}
-
-}  // namespace
-
-std::vector<CallInfo> Communicator::agree(CallInfo mine) {
-  mine.seq = ++seq_;
-  if (cut_in_chunks(mine)) mine.chunk_bytes = chunk_bytes_.load();
-  const std::string what = describe(mine);
-  transport_->set_context(what);
-  if (debug_) {
-    debug_call_ = what;
-    debug_bytes_ = size_t(mine.numel()) * dtype_size(mine.dtype);
-  }
-  std::vector<CallInfo> all =
-      transport_->channel().exchange(mine, options_.timeout, transport_->error_prefix());
-  // Rooted collectives compare with the root (whose tensor defines the
-  // call), the others with rank 0; the first rank that differs is named.
-  int ref = 0;
-  if ((mine.collective == Collective::kBroadcast || mine.collective == Collective::kScatter) &&
-      mine.root >= 0 && mine.root < size() && all[size_t(mine.root)].seq == mine.seq)
-    ref = mine.root;
-  for (int j = 0; j < size(); ++j) {
-    if (compatible(all[size_t(ref)], all[size_t(j)])) continue;
-    throw CommError(fmt::format("rank {} ({}, {}): ranks disagree on collective #{}: rank {} "
-                                "asked for {}, rank {} asked for {}",
-                                rank(), backend(), device().str(), mine.seq, ref,
-                                describe(all[size_t(ref)]), j, describe(all[size_t(j)])));
-  }
-  for (int j = 0; j < size(); ++j) {
-    if (all[size_t(j)].chunk_bytes == all[size_t(ref)].chunk_bytes) continue;
-    throw CommError(fmt::format(
-        "rank {} ({}, {}): ranks disagree on collective #{} ({}): rank {} cuts it in chunks of "
-        "{} bytes, rank {} in chunks of {} bytes (CommOptions::chunk_bytes must be the same "
-        "on every rank)",
-        rank(), backend(), device().str(), mine.seq, describe(mine), ref,
-        all[size_t(ref)].chunk_bytes, j, all[size_t(j)].chunk_bytes));
-  }
-  return all;
 }
 
 // ---- the communicator ----
@@ -343,9 +158,9 @@ void Communicator::run(const char* name, Check&& check, Body&& body) {
   check();  // on the caller's thread: an argument error involves no other rank
   on_comm_thread([&] {
     if (const std::string first = failure(); !first.empty())
-      throw CommError(fmt::format("rank {} ({}, {}): {}: the communicator failed earlier and "
-                                  "can no longer be used; the first error was: {}",
-                                  rank(), backend(), device().str(), name, first));
+      throw CommError(fmt::format("{}: {}: the communicator failed earlier and can no longer "
+                                  "be used; the first error was: {}",
+                                  transport_->identity(), name, first));
     transport_->set_timeout(options_.timeout);
     const auto start = std::chrono::steady_clock::now();
     debug_call_.clear();
@@ -374,8 +189,7 @@ namespace {
 // of a dtype the collective moves.
 void check_tensor(const Transport& t, const char* collective, const char* what,
                   const Tensor& tensor, bool numeric_only) {
-  const std::string who = fmt::format("rank {} ({}, {}): {}", t.rank(), t.name(),
-                                      t.device().str(), collective);
+  const std::string who = fmt::format("{}: {}", t.identity(), collective);
   if (!tensor.defined()) throw std::invalid_argument(who + ": " + what + " is undefined");
   if (tensor.device() != t.device()) {
     throw std::invalid_argument(fmt::format(
@@ -392,17 +206,14 @@ void check_tensor(const Transport& t, const char* collective, const char* what,
 
 void check_rank(const Transport& t, const char* collective, const char* what, int r) {
   if (r < 0 || r >= t.size())
-    throw std::invalid_argument(fmt::format("rank {} ({}, {}): {}: {} {} is not a rank of a "
-                                            "communicator of {}",
-                                            t.rank(), t.name(), t.device().str(), collective,
-                                            what, r, t.size()));
+    throw std::invalid_argument(fmt::format("{}: {}: {} {} is not a rank of a communicator of {}",
+                                            t.identity(), collective, what, r, t.size()));
 }
 
-// Rows per rank when `rows` are split as torch.tensor_split(rows, n) does:
-// the first rows % n ranks get one more.
+// Rows per rank, as the data loader shares a batch (data/shard.h).
 std::vector<int64_t> split_rows(int64_t rows, int n) {
   std::vector<int64_t> counts(static_cast<size_t>(n));
-  for (int j = 0; j < n; ++j) counts[size_t(j)] = rows / n + (j < rows % n ? 1 : 0);
+  for (int j = 0; j < n; ++j) counts[size_t(j)] = data::shard_rows(rows, n, j);
   return counts;
 }
 
@@ -433,7 +244,7 @@ void check_allreduce(const Transport& t, const Tensor& tensor, ReduceOp op) {
 
 std::unique_ptr<InFlight> Communicator::allreduce_body(const Tensor& tensor, ReduceOp op,
                                                        Algorithm algorithm, bool later) {
-  CallInfo mine = tensor_call(Collective::kAllreduce, tensor);
+  CallInfo mine = CallInfo::of(Collective::kAllreduce, tensor);
   mine.algorithm = algorithm;
   mine.op = op;
   agree(mine);
@@ -502,7 +313,7 @@ void Communicator::broadcast(const Tensor& tensor, int root) {
         check_rank(*transport_, "broadcast", "root", root);
       },
       [&] {
-        CallInfo mine = tensor_call(Collective::kBroadcast, tensor);
+        CallInfo mine = CallInfo::of(Collective::kBroadcast, tensor);
         mine.root = root;
         agree(mine);
         transport_->begin();
@@ -527,7 +338,7 @@ Tensor Communicator::scatter(const Tensor& input, int root) {
       [&] {
         CallInfo mine;
         mine.collective = Collective::kScatter;
-        if (rank() == root) mine = tensor_call(Collective::kScatter, input);
+        if (rank() == root) mine = CallInfo::of(Collective::kScatter, input);
         mine.root = root;
         const CallInfo from_root = agree(mine)[size_t(root)];
         Shape shape = from_root.tensor_shape();
@@ -559,7 +370,7 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op) {
               rank(), dtype_name(input.dtype())));
       },
       [&] {
-        CallInfo mine = tensor_call(Collective::kReduceScatter, input);
+        CallInfo mine = CallInfo::of(Collective::kReduceScatter, input);
         mine.op = op;
         agree(mine);
         const std::vector<int64_t> rows = split_rows(input.size(0), size());
@@ -597,7 +408,7 @@ Tensor Communicator::all_gather(const Tensor& shard) {
               rank()));
       },
       [&] {
-        const std::vector<CallInfo> all = agree(tensor_call(Collective::kAllGather, shard));
+        const std::vector<CallInfo> all = agree(CallInfo::of(Collective::kAllGather, shard));
         std::vector<int64_t> rows;
         for (const CallInfo& c : all) rows.push_back(c.shape[0]);
         const std::vector<int64_t> bounds = offsets_of(rows, row_elements(shard.shape()));

@@ -62,6 +62,8 @@ struct CallInfo {
 
   Shape tensor_shape() const { return Shape(shape, shape + (ndim > 0 ? ndim : 0)); }
   int64_t numel() const;
+  // A collective's call on tensor t: its dtype and shape (agreement.cpp).
+  static CallInfo of(Collective collective, const Tensor& t);
 };
 
 // The host-side channel the ranks check their calls over. Thread ranks share
@@ -150,6 +152,8 @@ class Transport {
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
+  // "rank 2 (nccl, cuda:2)": who this rank is, in every message it writes.
+  std::string identity() const;
   // "rank 2 (nccl, cuda:2): <context>: " — how every error of this rank begins.
   std::string error_prefix() const;
 

@@ -1,0 +1,126 @@
+// The agreement every rank reaches before data moves.
+//
+// Before each collective every rank posts what it is about to do (CallInfo)
+// on the host channel and reads every other rank's. Ranks that disagree (a
+// different collective, count, dtype, root, call number or chunk size) all
+// stop there with the same message naming both sides; a rank that never
+// posts is named by the others when their deadline passes. Only then does
+// data move, so a mismatch can never turn into a hang or a corrupted buffer
+// on the wire.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "parallel/transport.h"
+
+namespace anvil::parallel {
+
+namespace {
+
+std::string op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "average"; }
+
+// "allreduce #3 (ring, sum) of float32 [1000]"
+std::string describe(const CallInfo& c) {
+  std::string s = fmt::format("{} #{}", collective_name(c.collective), c.seq);
+  switch (c.collective) {
+    case Collective::kAllreduce:
+      s += fmt::format(" ({}, {})", algorithm_name(c.algorithm), op_name(c.op));
+      break;
+    case Collective::kReduceScatter: s += fmt::format(" ({})", op_name(c.op)); break;
+    case Collective::kBroadcast:
+    case Collective::kScatter: s += fmt::format(" from rank {}", c.root); break;
+    default: break;
+  }
+  if (c.ndim >= 0) s += fmt::format(" of {} {}", dtype_name(c.dtype), shape_str(c.tensor_shape()));
+  return s;
+}
+
+// Whether two ranks' calls are compatible; `ref` is the rank the others are
+// compared with (rank 0, or the root of a rooted collective).
+bool compatible(const CallInfo& ref, const CallInfo& other) {
+  if (ref.seq != other.seq || ref.collective != other.collective) return false;
+  auto same_tensor = [&] {
+    return ref.dtype == other.dtype && ref.ndim == other.ndim &&
+           std::equal(ref.shape, ref.shape + std::max(ref.ndim, 0), other.shape);
+  };
+  switch (ref.collective) {
+    case Collective::kAllreduce:
+      return ref.algorithm == other.algorithm && ref.op == other.op && same_tensor();
+    case Collective::kReduceScatter: return ref.op == other.op && same_tensor();
+    case Collective::kBroadcast: return ref.root == other.root && same_tensor();
+    case Collective::kScatter: return ref.root == other.root;
+    case Collective::kAllGather:
+      return ref.dtype == other.dtype && ref.ndim == other.ndim &&
+             std::equal(ref.shape + 1, ref.shape + std::max(ref.ndim, 1), other.shape + 1);
+    case Collective::kBarrier: return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+CallInfo CallInfo::of(Collective collective, const Tensor& t) {
+  CallInfo c;
+  c.collective = collective;
+  c.dtype = t.dtype();
+  if (t.dim() > CallInfo::kMaxDims)
+    throw std::invalid_argument(fmt::format("{}: tensors of more than {} dimensions are not "
+                                            "supported (got {})",
+                                            collective_name(collective), CallInfo::kMaxDims,
+                                            shape_str(t.shape())));
+  c.ndim = int32_t(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) c.shape[d] = t.size(d);
+  return c;
+}
+
+namespace {
+
+// Whether the collective's schedule depends on the chunk size.
+bool cut_in_chunks(const CallInfo& c) {
+  return (c.collective == Collective::kAllreduce && c.algorithm == Algorithm::kRing) ||
+         c.collective == Collective::kBroadcast || c.collective == Collective::kReduceScatter;
+}
+
+}  // namespace
+
+std::vector<CallInfo> Communicator::agree(CallInfo mine) {
+  mine.seq = ++seq_;
+  if (cut_in_chunks(mine)) mine.chunk_bytes = chunk_bytes_.load();
+  const std::string what = describe(mine);
+  transport_->set_context(what);
+  if (debug_) {
+    debug_call_ = what;
+    debug_bytes_ = size_t(mine.numel()) * dtype_size(mine.dtype);
+  }
+  std::vector<CallInfo> all =
+      transport_->channel().exchange(mine, options_.timeout, transport_->error_prefix());
+  // Rooted collectives compare with the root (whose tensor defines the
+  // call), the others with rank 0; the first rank that differs is named.
+  int ref = 0;
+  if ((mine.collective == Collective::kBroadcast || mine.collective == Collective::kScatter) &&
+      mine.root >= 0 && mine.root < size() && all[size_t(mine.root)].seq == mine.seq)
+    ref = mine.root;
+  for (int j = 0; j < size(); ++j) {
+    if (compatible(all[size_t(ref)], all[size_t(j)])) continue;
+    throw CommError(fmt::format("{}: ranks disagree on collective #{}: rank {} asked for {}, "
+                                "rank {} asked for {}",
+                                transport_->identity(), mine.seq, ref,
+                                describe(all[size_t(ref)]), j, describe(all[size_t(j)])));
+  }
+  for (int j = 0; j < size(); ++j) {
+    if (all[size_t(j)].chunk_bytes == all[size_t(ref)].chunk_bytes) continue;
+    throw CommError(fmt::format(
+        "{}: ranks disagree on collective #{} ({}): rank {} cuts it in chunks of {} bytes, "
+        "rank {} in chunks of {} bytes (CommOptions::chunk_bytes must be the same on every "
+        "rank)",
+        transport_->identity(), mine.seq, describe(mine), ref,
+        all[size_t(ref)].chunk_bytes, j, all[size_t(j)].chunk_bytes));
+  }
+  return all;
+}
+
+}  // namespace anvil::parallel
