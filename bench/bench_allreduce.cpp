@@ -18,6 +18,8 @@
 // the bandwidth each rank's link must carry for an all-reduce, which makes
 // runs on different rank counts comparable, and which for a good all-reduce
 // tends to the link bandwidth. The last column is ring busbw / native busbw.
+// --unchecked adds each algorithm without the per-call check of every
+// rank's call ("ring/unchecked", ...): the check's cost, side by side.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -52,6 +54,7 @@ struct Options {
   int repeats = 5;
   double round_seconds = 0.1;
   size_t chunk_bytes = size_t(1) << 20;
+  bool unchecked = false;  // each algorithm also without the per-call check
   std::string json;
 };
 
@@ -113,20 +116,35 @@ int64_t check(par::Communicator& c, int64_t count, par::Algorithm algo) {
   return wrong;
 }
 
-double time_iterations(par::Communicator& c, const Tensor& buffer, par::Algorithm algo,
+// An algorithm, with or without the per-call agreement (CommOptions::check_calls).
+struct Variant {
+  par::Algorithm algorithm;
+  bool checked = true;
+  std::string name() const {
+    return std::string(par::algorithm_name(algorithm)) + (checked ? "" : "/unchecked");
+  }
+};
+
+double time_iterations(par::Communicator& c, const Tensor& buffer, const Variant& v,
                        int64_t iterations) {
+  const par::Algorithm algo = v.algorithm;
+  c.set_check_calls(v.checked);
   c.barrier();
   const auto start = Clock::now();
   for (int64_t i = 0; i < iterations; ++i) c.allreduce(buffer, par::ReduceOp::kSum, algo);
   c.synchronize();
-  return slowest(c, std::chrono::duration<double>(Clock::now() - start).count());
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  c.set_check_calls(true);
+  return slowest(c, seconds);
 }
 
 // Every rank runs this; the rows are complete on every rank.
 std::vector<Row> run(par::Communicator& c, const Options& o) {
   c.set_chunk_bytes(o.chunk_bytes);
-  std::vector<par::Algorithm> algos;
-  for (const auto& name : o.algorithms) algos.push_back(par::parse_algorithm(name));
+  std::vector<Variant> algos;
+  for (const auto& name : o.algorithms) algos.push_back({par::parse_algorithm(name), true});
+  if (o.unchecked)
+    for (const auto& name : o.algorithms) algos.push_back({par::parse_algorithm(name), false});
   std::vector<Row> rows;
   for (size_t bytes = parse_bytes(o.min_bytes, "--min-bytes");
        bytes <= parse_bytes(o.max_bytes, "--max-bytes"); bytes *= 2) {
@@ -135,7 +153,7 @@ std::vector<Row> run(par::Communicator& c, const Options& o) {
     // A trial run of each algorithm sets the iteration count (the same on
     // every rank: the slowest rank's time decides).
     double trial = 0;
-    for (par::Algorithm a : algos) trial = std::max(trial, time_iterations(c, buffer, a, 2) / 2);
+    for (const Variant& a : algos) trial = std::max(trial, time_iterations(c, buffer, a, 2) / 2);
     const int64_t iterations =
         std::clamp<int64_t>(int64_t(o.round_seconds / std::max(trial, 1e-9)), 3, 2000);
     std::vector<std::vector<double>> rounds(algos.size());
@@ -146,9 +164,9 @@ std::vector<Row> run(par::Communicator& c, const Options& o) {
       std::sort(rounds[a].begin(), rounds[a].end());
       Row row;
       row.bytes = bytes;
-      row.algorithm = std::string(par::algorithm_name(algos[a]));
+      row.algorithm = algos[a].name();
       row.seconds = rounds[a][rounds[a].size() / 2];
-      row.wrong = check(c, count, algos[a]);
+      row.wrong = check(c, count, algos[a].algorithm);
       rows.push_back(row);
     }
   }
@@ -214,6 +232,7 @@ int main(int argc, char** argv) {
   app.add_option("--round-seconds", o.round_seconds, "about how long each algorithm's round lasts")
       ->check(CLI::PositiveNumber);
   app.add_option("--chunk-bytes", o.chunk_bytes, "the ring's chunk (0: whole segments, the textbook ring)");
+  app.add_flag("--unchecked", o.unchecked, "also time each algorithm without the per-call check of every rank's call (ANVIL_COMM_CHECK=OFF)");
   app.add_option("--json", o.json, "also write one object per algorithm and size to FILE");
   CLI11_PARSE(app, argc, argv);
 

@@ -62,6 +62,14 @@ bool comm_debug() {
       fmt::format("ANVIL_COMM_DEBUG='{}': expected INFO (print every collective) or OFF", env));
 }
 
+bool comm_check_default() {
+  const char* env = std::getenv("ANVIL_COMM_CHECK");
+  if (env == nullptr || *env == '\0' || std::string_view(env) == "ON") return true;
+  if (std::string_view(env) == "OFF") return false;
+  throw std::invalid_argument(fmt::format(
+      "ANVIL_COMM_CHECK='{}': expected ON (compare every rank's call first) or OFF", env));
+}
+
 std::string timeout_text(std::chrono::milliseconds t) {
   return fmt::format("{:g} s", double(t.count()) / 1000.0);
 }

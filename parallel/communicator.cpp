@@ -92,7 +92,8 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opt
     : transport_(std::move(transport)),
       options_(options),
       debug_(comm_debug()),
-      chunk_bytes_(options.chunk_bytes) {
+      chunk_bytes_(options.chunk_bytes),
+      check_calls_(options.check_calls) {
   transport_->set_timeout(options_.timeout);
   transport_->set_failure_handler([this](const std::string& why) { fail(why); });
   if (transport_->host_synchronous()) thread_ = std::make_unique<CommThread>();
@@ -145,6 +146,7 @@ std::string_view Communicator::backend() const { return transport_->name(); }
 CommOptions Communicator::options() const {
   CommOptions o = options_;
   o.chunk_bytes = chunk_bytes_.load();
+  o.check_calls = check_calls_.load();
   return o;
 }
 

@@ -82,12 +82,26 @@ std::chrono::milliseconds default_timeout();
 // the variable.
 bool comm_debug();
 
+// ANVIL_COMM_CHECK=OFF (as TORCH_DISTRIBUTED_DEBUG, the other way round):
+// no per-call agreement before all-reduce, broadcast and reduce-scatter
+// (CommOptions::check_calls). Unset, empty or ON: the check. Anything else
+// throws std::invalid_argument naming the variable.
+bool comm_check_default();
+
 struct CommOptions {
   std::chrono::milliseconds timeout = default_timeout();
   // The ring's pipeline: each step moves a rank's segment in chunks of about
   // this many bytes, so that one chunk's transfer overlaps the reduction of
   // the one before. 0 moves whole segments (the textbook ring).
   size_t chunk_bytes = size_t{1} << 20;
+  // Before each all-reduce, broadcast and reduce-scatter, every rank's call
+  // (collective, number, dtype, shape, root, chunk size) is compared with
+  // every other's, over the host channel, so that a mismatch stops every
+  // rank with one message instead of a hang or a silently wrong exchange.
+  // Off saves one small exchange per call (docs/parallel.md measures it);
+  // scatter, all-gather and barrier exchange anyway (the answer carries the
+  // shapes). Must be the same on every rank.
+  bool check_calls = comm_check_default();
 };
 
 class Transport;  // parallel/transport.h
@@ -118,8 +132,12 @@ class Communicator {
   std::string_view backend() const;  // "mpi" or "nccl"
   CommOptions options() const;
   void set_chunk_bytes(size_t bytes) { chunk_bytes_.store(bytes); }
-  // Collectives issued so far (each one's number appears in its errors).
+  // CommOptions::check_calls, from the next call on (every rank alike).
+  void set_check_calls(bool on) { check_calls_.store(on); }
+  // Collectives issued so far (each one's number appears in its errors), and
+  // how many of them exchanged their call with the other ranks first.
   uint64_t collectives() const { return seq_.load(); }
+  uint64_t checked_calls() const { return checked_.load(); }
 
   // ---- collectives: every rank calls them, in the same order ----
   // In place: every rank's `tensor` becomes the elementwise sum (or mean) of
@@ -199,6 +217,8 @@ class Communicator {
   std::string debug_call_;
   size_t debug_bytes_ = 0;
   std::atomic<size_t> chunk_bytes_;
+  std::atomic<bool> check_calls_;
+  std::atomic<uint64_t> checked_{0};
   std::atomic<uint64_t> seq_{0};
   mutable std::mutex failure_mutex_;
   std::string failure_;

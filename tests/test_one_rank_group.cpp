@@ -3,7 +3,9 @@
 // device, bit for bit, with no collective issued.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/random.h"
@@ -106,4 +108,33 @@ TEST_CASE("one_rank_group: DataParallel over it is plain training, with no colle
   CHECK(replica_losses == plain_losses);
   CHECK(plain_losses[1] < plain_losses[0]);
   testing::require_same_state(replica_state, plain_state);
+}
+
+TEST_CASE("ANVIL_COMM_CHECK: ON or unset checks every call, OFF none, anything else is refused",
+          "[one-rank]") {
+  const char* saved = std::getenv("ANVIL_COMM_CHECK");
+  const std::string previous = saved ? saved : "";
+  auto restore = [&] {
+    if (saved) setenv("ANVIL_COMM_CHECK", previous.c_str(), 1);
+    else unsetenv("ANVIL_COMM_CHECK");
+  };
+  unsetenv("ANVIL_COMM_CHECK");
+  CHECK(parallel::comm_check_default());
+  setenv("ANVIL_COMM_CHECK", "OFF", 1);
+  CHECK_FALSE(parallel::comm_check_default());
+  CHECK_FALSE(parallel::CommOptions{}.check_calls);
+  setenv("ANVIL_COMM_CHECK", "sometimes", 1);
+  CHECK_THROWS_WITH(parallel::comm_check_default(),
+                    Catch::Matchers::Contains("ANVIL_COMM_CHECK='sometimes': expected ON"));
+  restore();
+  // On one rank too: an unchecked all-reduce exchanges nothing.
+  auto comm = parallel::one_rank_group(Device::cpu());
+  Tensor t = Tensor::ones({4});
+  comm->allreduce(t);
+  CHECK(comm->checked_calls() == 1);
+  comm->set_check_calls(false);
+  comm->allreduce(t);
+  CHECK(comm->checked_calls() == 1);
+  CHECK(comm->collectives() == 2);
+  CHECK(t.to_vector() == std::vector<float>(4, 1.0f));
 }

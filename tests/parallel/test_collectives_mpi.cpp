@@ -55,6 +55,39 @@ TEST_CASE("mpi: every collective with messages cut into 1000-byte pieces", "[mpi
                       Catch::Matchers::Contains("is not in 1.."));
 }
 
+// CommOptions::check_calls off (ANVIL_COMM_CHECK=OFF): the same results,
+// and no exchange of calls before all-reduce, broadcast and reduce-scatter;
+// scatter, all-gather and barrier exchange anyway (their answer carries the
+// shapes).
+TEST_CASE("mpi: with the per-call check off every collective gives the same results", "[mpi]") {
+  if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
+  auto comm = par::mpi_world(options());
+  comm->set_check_calls(false);
+  struct Restore {
+    par::Communicator& c;
+    ~Restore() { c.set_check_calls(true); }
+  } restore{*comm};
+  for (const auto& [name, scenario] : all_scenarios()) {
+    INFO(name << " on " << comm->size() << " ranks, unchecked");
+    require_outcomes(scenario(*comm), comm->rank());
+  }
+  const Tensor t = Tensor::ones({10});
+  uint64_t before = comm->checked_calls();
+  comm->allreduce(t);
+  comm->broadcast(t, 0);
+  comm->reduce_scatter(Tensor::ones({int64_t(comm->size()), 3}));
+  comm->synchronize();
+  CHECK(comm->checked_calls() == before);
+  CHECK(t.to_vector()[0] == float(comm->size()));
+  comm->barrier();
+  CHECK(comm->checked_calls() == before + 1);
+  comm->set_check_calls(true);
+  before = comm->checked_calls();
+  comm->allreduce(t);
+  comm->synchronize();
+  CHECK(comm->checked_calls() == before + 1);
+}
+
 TEST_CASE("mpi: argument errors are refused before anything moves, naming what is wrong", "[mpi]") {
   if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
   auto comm = par::mpi_world(options());
