@@ -36,13 +36,16 @@ std::string describe(const CallInfo& c) {
     default: break;
   }
   if (c.ndim >= 0) s += fmt::format(" of {} {}", dtype_name(c.dtype), shape_str(c.tensor_shape()));
+  if (c.fingerprint != 0) s += fmt::format(" (fingerprint {:#018x})", c.fingerprint);
   return s;
 }
 
 // Whether two ranks' calls are compatible; `ref` is the rank the others are
 // compared with (rank 0, or the root of a rooted collective).
 bool compatible(const CallInfo& ref, const CallInfo& other) {
-  if (ref.seq != other.seq || ref.collective != other.collective) return false;
+  if (ref.seq != other.seq || ref.collective != other.collective ||
+      ref.fingerprint != other.fingerprint)
+    return false;
   auto same_tensor = [&] {
     return ref.dtype == other.dtype && ref.ndim == other.ndim &&
            std::equal(ref.shape, ref.shape + std::max(ref.ndim, 0), other.shape);

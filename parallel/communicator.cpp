@@ -245,10 +245,12 @@ void check_allreduce(const Transport& t, const Tensor& tensor, ReduceOp op) {
 }  // namespace
 
 std::unique_ptr<InFlight> Communicator::allreduce_body(const Tensor& tensor, ReduceOp op,
-                                                       Algorithm algorithm, bool later) {
+                                                       Algorithm algorithm, uint64_t fingerprint,
+                                                       bool later) {
   CallInfo mine = CallInfo::of(Collective::kAllreduce, tensor);
   mine.algorithm = algorithm;
   mine.op = op;
+  mine.fingerprint = fingerprint;
   agree(mine);
   Transport& t = *transport_;
   t.begin();
@@ -270,14 +272,15 @@ std::unique_ptr<InFlight> Communicator::allreduce_body(const Tensor& tensor, Red
   return nullptr;
 }
 
-void Communicator::allreduce(const Tensor& tensor, ReduceOp op, Algorithm algorithm) {
+void Communicator::allreduce(const Tensor& tensor, ReduceOp op, Algorithm algorithm,
+                             uint64_t fingerprint) {
   run(
       "allreduce", [&] { check_allreduce(*transport_, tensor, op); },
-      [&] { allreduce_body(tensor, op, algorithm, false); });
+      [&] { allreduce_body(tensor, op, algorithm, fingerprint, false); });
 }
 
 std::shared_ptr<Work> Communicator::allreduce_async(const Tensor& tensor, ReduceOp op,
-                                                    Algorithm algorithm) {
+                                                    Algorithm algorithm, uint64_t fingerprint) {
   if (thread_) {
     // Over MPI the whole collective runs on the communicator's thread.
     check_allreduce(*transport_, tensor, op);
@@ -288,8 +291,9 @@ std::shared_ptr<Work> Communicator::allreduce_async(const Tensor& tensor, Reduce
     };
     auto work = std::make_shared<ThreadWork>();
     work->tensor = tensor;
-    work->done = thread_->post([this, tensor, op, algorithm] {
-      run("allreduce", [] {}, [&] { allreduce_body(tensor, op, algorithm, false); });
+    work->done = thread_->post([this, tensor, op, algorithm, fingerprint] {
+      run("allreduce", [] {},
+          [&] { allreduce_body(tensor, op, algorithm, fingerprint, false); });
     });
     return work;
   }
@@ -303,7 +307,7 @@ std::shared_ptr<Work> Communicator::allreduce_async(const Tensor& tensor, Reduce
   work->tensor = tensor;
   run(
       "allreduce", [&] { check_allreduce(*transport_, tensor, op); },
-      [&] { work->in_flight = allreduce_body(tensor, op, algorithm, true); });
+      [&] { work->in_flight = allreduce_body(tensor, op, algorithm, fingerprint, true); });
   return work;
 }
 

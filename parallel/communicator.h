@@ -143,15 +143,20 @@ class Communicator {
   // In place: every rank's `tensor` becomes the elementwise sum (or mean) of
   // all ranks' tensors. float32 (sum, average) or int64 (sum). For a given
   // rank count, the ring's result is bitwise the same on every rank and from
-  // run to run.
+  // run to run. `fingerprint` says which tensor this is, beyond its dtype
+  // and shape (DataParallel: a hash of the bucket's parameters); 0 says
+  // nothing. Ranks whose fingerprints differ are refused at the agreement,
+  // naming both: same-shaped tensors (a BatchNorm weight and its bias) would
+  // otherwise be summed with each other.
   void allreduce(const Tensor& tensor, ReduceOp op = ReduceOp::kSum,
-                 Algorithm algorithm = Algorithm::kRing);
+                 Algorithm algorithm = Algorithm::kRing, uint64_t fingerprint = 0);
   // The same, returning at once: the reduction runs while the caller goes on
   // (on a GPU, on the communicator's streams; over MPI, on the
   // communicator's own thread) until Work::wait(). Calls are still made, and
   // run, in order.
   std::shared_ptr<Work> allreduce_async(const Tensor& tensor, ReduceOp op = ReduceOp::kSum,
-                                        Algorithm algorithm = Algorithm::kRing);
+                                        Algorithm algorithm = Algorithm::kRing,
+                                        uint64_t fingerprint = 0);
   // In place: every rank's `tensor` becomes root's, passed down a chain of
   // ranks from the root in chunks (a pipeline: ~ (n - 2 + chunks) steps).
   void broadcast(const Tensor& tensor, int root);
@@ -193,7 +198,7 @@ class Communicator {
   void on_comm_thread(std::function<void()> body);
   // The all-reduce's body: ends it (end()), or leaves it in flight (returned).
   std::unique_ptr<InFlight> allreduce_body(const Tensor& tensor, ReduceOp op,
-                                           Algorithm algorithm, bool later);
+                                           Algorithm algorithm, uint64_t fingerprint, bool later);
   // Numbers the call, checks that every rank asks for the same (returns what
   // each asked for), and names it for the transport's errors.
   std::vector<CallInfo> agree(CallInfo mine);

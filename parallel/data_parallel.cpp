@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <stdexcept>
+#include <string_view>
 
 #include "core/autograd.h"
 #include "core/backend.h"
@@ -18,11 +19,25 @@ struct DataParallel::Bucket {
   // whether any rank has it.
   Tensor flat;
   int64_t counts = 0;            // where those flags start in `flat`
+  uint64_t fingerprint = 0;      // its parameters' names and shapes, hashed
   size_t ready = 0;              // gradients final so far in this backward
   std::shared_ptr<Work> work;    // its all-reduce, once launched
 };
 
 namespace {
+
+// FNV-1a over a parameter's name or one of its sizes: each bucket's
+// fingerprint for the agreement, so that ranks that bucket their
+// parameters differently (another model, another order) are refused rather
+// than summing one parameter's gradient into another's.
+uint64_t fingerprint_of(uint64_t h, std::string_view text) {
+  if (h == 0) h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : text) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
+}
+uint64_t fingerprint_of(uint64_t h, int64_t size) {
+  return fingerprint_of(h, std::string_view(reinterpret_cast<const char*>(&size), sizeof size));
+}
 
 // Rank 0's values of all `tensors` on every rank, in one broadcast per dtype
 // (copied end to end into one buffer and back) rather than one per tensor.
@@ -90,6 +105,8 @@ DataParallel::DataParallel(Communicator& comm, nn::Module& model, DataParallelOp
     for (size_t k : members) {
       b->offsets.push_back(numel);
       numel += params_[k].numel();
+      b->fingerprint = fingerprint_of(b->fingerprint, named[k].first);
+      for (int64_t d : params_[k].shape()) b->fingerprint = fingerprint_of(b->fingerprint, d);
     }
     b->counts = numel;
     b->flat = Tensor::zeros({numel + int64_t(members.size())}, DType::Float32, comm.device());
@@ -209,7 +226,7 @@ void DataParallel::launch(Bucket& b) {
       backend.fill(count, 0.0);
     }
   }
-  b.work = comm_.allreduce_async(b.flat, ReduceOp::kSum, options_.algorithm);
+  b.work = comm_.allreduce_async(b.flat, ReduceOp::kSum, options_.algorithm, b.fingerprint);
 }
 
 void DataParallel::after_backward() {

@@ -59,6 +59,9 @@ struct CallInfo {
   // reduce-scatter); 0 for the others. Ranks that cut differently would
   // exchange pieces of different sizes.
   uint64_t chunk_bytes = 0;
+  // Which tensor the caller says this is (Communicator::allreduce's
+  // fingerprint); 0: unsaid. Part of what ranks must agree on.
+  uint64_t fingerprint = 0;
 
   Shape tensor_shape() const { return Shape(shape, shape + (ndim > 0 ? ndim : 0)); }
   int64_t numel() const;

@@ -5,6 +5,8 @@
 //   silent    the last rank never calls the second collective
 //   mismatch  rank 1 asks for 1001 elements where the others ask for 1000
 //   chunk     rank 1 cuts the ring's messages in chunks of 64 bytes
+//   fingerprint  rank 1 says its tensor is another one (allreduce's
+//             fingerprint) than rank 0 does
 //   kill      rank 1 dies (SIGKILL) before the second collective
 //   no-send   rank 1 never sends what rank 0 receives (point to point,
 //             which has no agreement check: the data wait's deadline)
@@ -33,10 +35,10 @@ int main(int argc, char** argv) {
   std::string fault = "none";
   double timeout = 2;
   bool nccl = false;
-  app.add_option("--fault", fault, "none, silent, mismatch, chunk, kill, no-send, sigterm or "
-                                    "serialized")
-      ->check(CLI::IsMember({"none", "silent", "mismatch", "chunk", "kill", "no-send", "sigterm",
-                             "serialized"}));
+  app.add_option("--fault", fault, "none, silent, mismatch, chunk, fingerprint, kill, no-send, "
+                                    "sigterm or serialized")
+      ->check(CLI::IsMember({"none", "silent", "mismatch", "chunk", "fingerprint", "kill",
+                             "no-send", "sigterm", "serialized"}));
   app.add_flag("--nccl", nccl, "GPU tensors over nccl_world instead of CPU tensors over mpi_world");
   app.add_option("--timeout", timeout, "the communicator's deadline, in seconds");
   CLI11_PARSE(app, argc, argv);
@@ -66,6 +68,8 @@ int main(int argc, char** argv) {
     if (fault == "no-send") {
       if (rank == 1) sleep_past_deadline();
       if (rank == 0) comm->recv(anvil::Tensor::zeros({10}, anvil::DType::Float32, device), 1);
+    } else if (fault == "fingerprint") {
+      comm->allreduce(t, par::ReduceOp::kSum, par::Algorithm::kRing, rank == 1 ? 0x52 : 0x51);
     } else {
       comm->allreduce(t);
     }
