@@ -3,6 +3,7 @@
 // every process checks its own results against the host's reference.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -86,6 +87,22 @@ TEST_CASE("mpi: with the per-call check off every collective gives the same resu
   comm->allreduce(t);
   comm->synchronize();
   CHECK(comm->checked_calls() == before + 1);
+}
+
+// The communicator's destructor finishes the work already issued before
+// letting go; the Work outlives the communicator.
+TEST_CASE("mpi: destroying a communicator with an all-reduce in flight finishes it first", "[mpi]") {
+  if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
+  auto comm = par::mpi_world(options());
+  const int n = comm->size();
+  Tensor t = Tensor::full({int64_t(1) << 16}, double(comm->rank() + 1));
+  std::shared_ptr<par::Work> work = comm->allreduce_async(t);
+  comm.reset();
+  work->wait();
+  const std::vector<float> v = t.to_vector();
+  const float want = float(n * (n + 1) / 2);
+  CHECK(*std::min_element(v.begin(), v.end()) == want);
+  CHECK(*std::max_element(v.begin(), v.end()) == want);
 }
 
 TEST_CASE("mpi: argument errors are refused before anything moves, naming what is wrong", "[mpi]") {

@@ -5,6 +5,7 @@
 // stops answering in the middle of an exchange, a rank that never joins.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <optional>
@@ -198,4 +199,29 @@ TEST_CASE("nccl: tensors on the wrong device are refused, naming both devices", 
   comm->allreduce(t);  // still usable
   comm->synchronize();
   REQUIRE(t.to_vector() == std::vector<float>(3, 1.0f));
+}
+
+// The communicator's destructor finishes the work already issued (within
+// its deadline) before letting go: an all-reduce still in flight when the
+// communicator is destroyed completes, and its Work, which outlives the
+// communicator, still waits for it.
+TEST_CASE("nccl: destroying a communicator with an all-reduce in flight finishes it first",
+          "[nccl]") {
+  const int available = gpus(2);
+  if (available == 0) return;
+  const int n = 2;
+  if (!enough_gpus(n, available)) return;
+  const par::NcclId id = par::nccl_unique_id();
+  const auto sums = each_rank(n, [&](int r) {
+    auto comm = par::nccl_communicator(id, r, n, anvil::Device::cuda(r), options(120));
+    Tensor t = Tensor::full({int64_t(1) << 16}, double(r + 1), DType::Float32,
+                            anvil::Device::cuda(r));
+    std::shared_ptr<par::Work> work = comm->allreduce_async(t);
+    comm.reset();
+    work->wait();
+    const std::vector<float> v = t.to_vector();
+    return std::vector<double>{*std::min_element(v.begin(), v.end()),
+                               *std::max_element(v.begin(), v.end())};
+  });
+  for (int r = 0; r < n; ++r) CHECK(sums[size_t(r)] == std::vector<double>{3.0, 3.0});
 }
