@@ -14,11 +14,11 @@
 //   06_warp_tiled.cu         128x128 tile, warp sub-tiles, 8x8 per thread
 //   07_double_buffered.cu    two shared-memory stages: loads overlap the FMAs
 //   08_split_k.cu  (ships)   7 plus chunks of K over grid.z when tiles are few
-//   09_tf32_mma.cu  (ships)  TF32 tensor cores (mma.sync m16n8k8), FP32 accumulation,
-//                            split-K as 8: matmuls under --fp32-precision tf32
+//   09_tf32_mma.cu           TF32 tensor cores (mma.sync m16n8k8), FP32 accumulation,
+//                            split-K as 8
 //   10_bf16_mma.cu           9 with BF16 operands (mma.sync m16n8k16)
 //   11_tf32_pipelined.cu     9's numerics fed by a 4-stage cp.async pipeline,
-//                            64 x 64 warp tiles
+//   (ships)                  64 x 64 warp tiles: matmuls under --fp32-precision tf32
 // Run one rung alone (checked against the CPU, then timed; simulated in the
 // sim build, on the GPU in the release build):
 //   build/sim/bench_cuda_kernels gemm 3
@@ -32,7 +32,7 @@ namespace anvil::cuda {
 
 constexpr int kGemmVariants = 11;
 constexpr int kBestGemm = 8;  // the one the backend uses in FP32
-constexpr int kTf32Gemm = 9;  // ... and in TF32 (core/precision.h)
+constexpr int kTf32Gemm = 11;  // ... and in TF32 (core/precision.h)
 // Rungs 1..kGemmFp32Variants compute in FP32 (FP32 operands, products and
 // sums); the rungs after them on tensor cores, with rounded operands (each
 // Rung's `math` below).
