@@ -62,64 +62,69 @@ struct Layout {
   __device__ __forceinline__ static int unit_word(int e) { return pair(unit_j(e), unit_k(e)); }
 };
 
-// One quad a thread copies at every stage: 4 elements along the
-// contiguous index from (j, k) at stage 0, 8 further along k each stage.
-template <class Get>
-struct Quad {
-  const float* src;  // the current stage's first element (the address only)
-  int j, k;          // at the current stage
-  int room;          // KMajor: elements inside J from j, at most 4
-  __device__ __forceinline__ Quad(const Get& get, int j_, int k_, int J)
-      : src(get.at(j_, k_)), j(j_), k(k_), room(J - j_ < 0 ? 0 : J - j_ < 4 ? J - j_ : 4) {}
-  // Elements of the current stage's quad inside J x Kd (the first ones).
-  __device__ __forceinline__ int inside(int J, int Kd) const {
-    if constexpr (Get::kMajor) return k < Kd ? room : 0;
-    const int left = Kd - k;
-    return j >= J || left <= 0 ? 0 : left < 4 ? left : 4;
+// Copies quad (j..j+3, k) of a KMajor operand, else (j, k..k+3), from src
+// to dst (4 words), its first n elements inside the matrix: one 16-byte
+// cp.async (Aligned), else one 4-byte cp.async per element; src-size the
+// bytes inside, zeros after them. A copy of nothing reads from `nothing`, a
+// valid address (src-size 0 reads no byte of it).
+template <bool Aligned>
+__device__ __forceinline__ void copy_quad(uint32_t* dst, const float* src, int n,
+                                          const float* nothing) {
+  if constexpr (Aligned) {
+    cp_async::copy_cg(dst, n > 0 ? src : nothing, 4 * n);
+  } else {
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) cp_async::copy_ca<4>(dst + i, i < n ? src + i : nothing, i < n ? 4 : 0);
   }
-  // Copies the current stage's quad to dst (4 words): one 16-byte cp.async
-  // (Aligned), else one 4-byte cp.async per element; src-size the elements
-  // inside, zeros after them. A copy of nothing reads from `nothing` (a valid
-  // address: src-size 0 reads no byte of it). Then moves to the next stage.
-  template <bool Aligned>
-  __device__ __forceinline__ void copy(uint32_t* dst, const float* nothing, int J, int Kd,
-                                       int64_t step) {
-    const int n = inside(J, Kd);
-    if constexpr (Aligned) {
-      cp_async::copy_cg(dst, n > 0 ? src : nothing, 4 * n);
-    } else {
-      #pragma unroll
-      for (int i = 0; i < 4; ++i) cp_async::copy_ca<4>(dst + i, i < n ? src + i : nothing, i < n ? 4 : 0);
-    }
-    src += step;
-    k += kBK;
-  }
-};
+}
 
-// This thread's share of one operand's stage: unit threadIdx.x, quads x
-// and y, copied into its 8 words of the stage and rounded there.
+// min(4, max(0, v)): the elements of a quad inside, given how many are left.
+__device__ __forceinline__ int clamp4(int v) { return v <= 0 ? 0 : v < 4 ? v : 4; }
+
+// This thread's share of one operand's stage: unit threadIdx.x, quads x at
+// (j, k) and y at (j + kDJ, k + kDK), copied into its 8 words of the stage
+// and rounded there. The stage's k advances by 8 per copy.
 template <int Threads, bool PairJ, int BJ, class Get>
 struct Stager {
   using L = Layout<Get::kMajor, PairJ, BJ>;
   static_assert(L::kUnits == Threads, "one unit per thread and operand");
-  Quad<Get> x, y;
-  int64_t step;  // floats from one stage's element to the next's (8 along k)
+  static constexpr bool kAlongJ = Get::kMajor;
+  const float* src;  // x's first element at the current stage (the address only)
   const float* nothing;
+  int64_t step;      // floats from one stage's element to the next's (8 along k)
+  int64_t to_y;      // floats from x's first element to y's
+  int k;             // x's k at the current stage
+  // Along j, the elements of x and y inside J (at most 4); along k, 4 if
+  // the quad's row j is inside J, else 0.
+  int room_x, room_y;
 
-  __device__ __forceinline__ Stager(const Get& get, int j0, int J)
-      : x(get, j0 + L::unit_j(int(threadIdx.x)), L::unit_k(int(threadIdx.x)), J),
-        y(get, j0 + L::unit_j(int(threadIdx.x)) + L::kDJ, L::unit_k(int(threadIdx.x)) + L::kDK, J),
-        step(get.at(0, kBK) - get.at(0, 0)),
-        nothing(get.at(0, 0)) {}
+  __device__ __forceinline__ Stager(const Get& get, int j0, int J) {
+    const int e = int(threadIdx.x), j = j0 + L::unit_j(e);
+    k = L::unit_k(e);
+    src = get.at(j, k);
+    nothing = get.at(0, 0);
+    step = get.at(0, kBK) - get.at(0, 0);
+    to_y = get.at(j + L::kDJ, k + L::kDK) - src;
+    room_x = kAlongJ ? clamp4(J - j) : j < J ? 4 : 0;
+    room_y = kAlongJ ? clamp4(J - j - L::kDJ) : j + L::kDJ < J ? 4 : 0;
+  }
   __device__ __forceinline__ static uint32_t* words(uint32_t* tile) {
     return tile + L::unit_word(int(threadIdx.x));
   }
+  // The elements inside J x Kd of a quad with `room` at k.
+  __device__ __forceinline__ static int inside(int room, int k, int Kd) {
+    if constexpr (kAlongJ) return k < Kd ? room : 0;
+    const int left = clamp4(Kd - k);
+    return room < left ? room : left;
+  }
   // Copies the next stage into tile.
   template <bool Aligned>
-  __device__ __forceinline__ void copy(uint32_t* tile, int J, int Kd) {
+  __device__ __forceinline__ void copy(uint32_t* tile, int Kd) {
     uint32_t* w = words(tile);
-    x.template copy<Aligned>(w, nothing, J, Kd, step);
-    y.template copy<Aligned>(w + 4, nothing, J, Kd, step);
+    copy_quad<Aligned>(w, src, inside(room_x, k, Kd), nothing);
+    copy_quad<Aligned>(w + 4, src + to_y, inside(room_y, k + L::kDK, Kd), nothing);
+    src += step;
+    k += kBK;
   }
   // The unit as copied (quads x, y of floats), rounded by cvt.rna.tf32.f32
   // and interleaved in place. Only this thread's copies are touched, so its
@@ -191,7 +196,7 @@ __device__ __forceinline__ void mma_stage(const uint32_t* As, const uint32_t* Bs
 // The main loop (11_tf32_pipelined.cu explains it), for Aligned operands
 // (16-byte copies) or not (4-byte copies).
 template <class S, bool Aligned, class SA, class SB>
-__device__ __forceinline__ void pipeline(int M, int N, int K, SA& sa, SB& sb,
+__device__ __forceinline__ void pipeline(int K, SA& sa, SB& sb,
                                          uint32_t (*As)[SA::L::kWords],
                                          uint32_t (*Bs)[SB::L::kWords], int wm, int wn, int g,
                                          int t, float (&acc)[S::kTilesM][S::kTilesN][4]) {
@@ -200,8 +205,8 @@ __device__ __forceinline__ void pipeline(int M, int N, int K, SA& sa, SB& sb,
   const int steps = (K + S::kBK - 1) / S::kBK;
   auto copy = [&](int s) {  // stage s into buffer s % kStages, one commit group
     if (s < steps) {
-      sa.template copy<Aligned>(As[s % S::kStages], M, K);
-      sb.template copy<Aligned>(Bs[s % S::kStages], N, K);
+      sa.template copy<Aligned>(As[s % S::kStages], K);
+      sb.template copy<Aligned>(Bs[s % S::kStages], K);
     }
     cp_async::commit_group();  // empty past the end: one group per stage, always
   };
@@ -239,9 +244,9 @@ __device__ __forceinline__ void Shape<WarpsM, WarpsN, Stages, MinBlocks>::multip
   SB sb(gb, n0, N);
   float acc[S::kTilesM][S::kTilesN][4] = {};
   if (ga.aligned && gb.aligned)  // the same for the whole launch
-    pipeline<S, true>(M, N, K, sa, sb, As, Bs, wm, wn, g, t, acc);
+    pipeline<S, true>(K, sa, sb, As, Bs, wm, wn, g, t, acc);
   else
-    pipeline<S, false>(M, N, K, sa, sb, As, Bs, wm, wn, g, t, acc);
+    pipeline<S, false>(K, sa, sb, As, Bs, wm, wn, g, t, acc);
   mma_tile::put_warp_tile(M, N, m0 + wm, n0 + wn, g, t, acc, put);
 }
 
