@@ -39,7 +39,8 @@ TEST_CASE("cp.async: a copy lands at the wait that completes its group, not befo
     CHECK(got[8 * i + 3] == 1);     // one group pending before the wait
     CHECK(got[8 * i + 2] == 0x1000u + uint32_t(4 * i));  // after wait_group 0
     CHECK(got[8 * i + 4] == 0);
-    CHECK(got[8 * i + 5] == 0x1000u + uint32_t(4 * ((i + 1) % 32)));  // a neighbour's, after a barrier
+    // A neighbour's copy, after a barrier.
+    CHECK(got[8 * i + 5] == 0x1000u + uint32_t(4 * ((i + 1) % 32)));
   }
 }
 

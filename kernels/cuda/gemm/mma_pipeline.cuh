@@ -10,7 +10,7 @@
 #pragma once
 #include <cstdint>
 #if !defined(__CUDACC__)
-#include <cstring>
+#include <stdexcept>
 #endif
 
 #include "kernels/cuda/cp_async.cuh"
@@ -35,7 +35,8 @@ template <bool KMajor, bool PairJ, int BJ>
 struct Layout {
   static constexpr int kDJ = PairJ ? 8 : 0, kDK = PairJ ? 0 : 4;
   static constexpr int kLD = KMajor ? (PairJ ? BJ + 8 : 2 * BJ + 8) : (PairJ ? 16 : 8);
-  static constexpr int kWords = KMajor ? (PairJ ? kBK : kBK / 2) * kLD : (PairJ ? BJ / 2 : BJ) * kLD;
+  static constexpr int kRows = KMajor ? (PairJ ? kBK : kBK / 2) : (PairJ ? BJ / 2 : BJ);
+  static constexpr int kWords = kRows * kLD;
   static constexpr int kUnits = BJ * kBK / 8;
   // PairJ: the pair row of j (j % 16 < 8).
   __device__ __forceinline__ static int row(int j) { return PairJ ? j / 16 * 8 + j % 8 : j; }
@@ -74,7 +75,8 @@ __device__ __forceinline__ void copy_quad(uint32_t* dst, const float* src, int n
     cp_async::copy_cg(dst, n > 0 ? src : nothing, 4 * n);
   } else {
     #pragma unroll
-    for (int i = 0; i < 4; ++i) cp_async::copy_ca<4>(dst + i, i < n ? src + i : nothing, i < n ? 4 : 0);
+    for (int i = 0; i < 4; ++i)
+      cp_async::copy_ca<4>(dst + i, i < n ? src + i : nothing, i < n ? 4 : 0);
   }
 }
 
@@ -181,7 +183,8 @@ __device__ __forceinline__ void mma_stage(const uint32_t* As, const uint32_t* Bs
                                           int g, int t, float (&acc)[S::kTilesM][S::kTilesN][4]) {
   uint32_t b[S::kTilesN][2];
   #pragma unroll
-  for (int j = 0; j < S::kTilesN; ++j) load_pair(Bs + LB::pair(wn + j * 8 + g, t), b[j][0], b[j][1]);
+  for (int j = 0; j < S::kTilesN; ++j)
+    load_pair(Bs + LB::pair(wn + j * 8 + g, t), b[j][0], b[j][1]);
   #pragma unroll
   for (int i = 0; i < S::kTilesM; ++i) {
     const int m = wm + i * 16 + g;
