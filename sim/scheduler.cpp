@@ -117,6 +117,7 @@ struct SimThread {
   bool started = false;        // has been switched to once (TSan: the synchronising switch)
   unsigned barriers = 0;       // __syncthreads passed, for the barrier's TSan sync slot
   unsigned warp_syncs = 0;     // __syncwarp passed, likewise
+  cp_async::Queue copies;      // cp.async copies not yet performed (sim/cp_async_sim.h)
 };
 
 // Hands out pooled stacks and tells the thread where its stack lies (ASan
@@ -474,6 +475,7 @@ void run_block(const KernelCall& call, const std::source_location& where) {
 #endif
                            try {
                              call.run_thread();
+                             cp_async::complete_all(t.copies);  // issued copies land
                            } catch (const ctx::detail::forced_unwind&) {
                              throw;  // Boost.Context's own unwinding must pass
                            } catch (const BlockAborted&) {
@@ -745,6 +747,12 @@ void set_workers(unsigned count) { worker_setting().store(std::max(count, 1u)); 
 unsigned workers() { return worker_setting().load(); }
 
 void* dynamic_shared_bytes() { return t_dynamic_shared; }
+
+cp_async::Queue& detail::current_cp_async_queue(const char* what) {
+  SimThread* t = t_current;
+  if (t == nullptr) throw std::logic_error(std::string(what) + " called outside a kernel");
+  return t->copies;
+}
 
 }  // namespace anvil::sim
 

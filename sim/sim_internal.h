@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/cp_async_sim.h"
 #include "sim/cuda_sim.h"
 
 namespace anvil::sim::detail {
@@ -36,6 +37,10 @@ void check_launch_config(dim3 grid, dim3 block, size_t shared_bytes,
 // with the first error: a divergent barrier, a misused warp collective, or an
 // exception thrown by a CUDA thread; workers take no new block after it.
 void run_kernel(const KernelLaunch& launch);
+
+// The calling CUDA thread's cp.async queue (cp_async_sim.cpp); throws
+// std::logic_error naming `what` outside a kernel.
+cp_async::Queue& current_cp_async_queue(const char* what);
 
 // ---- launch_audit.cpp ----
 // True while the launch audit records; the first call starts it when

@@ -1,6 +1,7 @@
 // Kernels for tests/test_sim_sanitizers.cpp, some broken on purpose: the
 // sanitizer builds must catch them. Kept out of kernels/cuda (never built by
 // nvcc).
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_compat.h"
 
 namespace sim_test_kernels {
@@ -24,6 +25,26 @@ __global__ void missing_syncthreads(const float* in, float* out) {
 __global__ void with_syncthreads(const float* in, float* out) {
   __shared__ float tile[64];
   tile[threadIdx.x] = in[threadIdx.x];
+  __syncthreads();
+  out[threadIdx.x] = tile[63 - threadIdx.x];
+}
+
+// Broken: each thread copies its element to shared memory with cp.async and
+// waits for it, then reads another thread's copy without a __syncthreads:
+// that copy is the other thread's write, made at its wait (sim/
+// cp_async_sim.h). ThreadSanitizer must report a data race.
+__global__ void cp_async_missing_syncthreads(const float* in, float* out) {
+  alignas(16) __shared__ float tile[64];
+  anvil::cuda::cp_async::copy_ca<4>(&tile[threadIdx.x], &in[threadIdx.x]);
+  anvil::cuda::cp_async::wait_all();
+  out[threadIdx.x] = tile[63 - threadIdx.x];
+}
+
+// Correct: the same with the barrier after the wait.
+__global__ void cp_async_with_syncthreads(const float* in, float* out) {
+  alignas(16) __shared__ float tile[64];
+  anvil::cuda::cp_async::copy_ca<4>(&tile[threadIdx.x], &in[threadIdx.x]);
+  anvil::cuda::cp_async::wait_all();
   __syncthreads();
   out[threadIdx.x] = tile[63 - threadIdx.x];
 }

@@ -1,5 +1,6 @@
-// kernels/cuda GEMM on tensor cores, rungs 09 (TF32, 09_tf32_mma.cu) and 10
-// (BF16, 10_bf16_mma.cu), against an FP64 reference, element by element,
+// kernels/cuda GEMM on tensor cores, rungs 09 (TF32, 09_tf32_mma.cu), 10
+// (BF16, 10_bf16_mma.cu) and 11 (TF32 through a cp.async pipeline,
+// 11_tf32_pipelined.cu), against an FP64 reference, element by element,
 // with bounds derived below: ragged shapes, every transpose, odd and
 // 16-byte-aligned strides, several tiles and a split K. A control shows
 // that the operands really are rounded, and in the simulator build a
@@ -73,8 +74,11 @@ struct Rung {
 };
 double tf32(float x) { return double(std::bit_cast<float>(anvil::float_to_tf32_bits(x))); }
 double bf16(float x) { return double(anvil::bf16_bits_to_float(anvil::float_to_bf16_bits(x))); }
-constexpr Rung kTf32{9, 0x1p-11, tf32, "tf32"}, kBf16{10, 0x1p-8, bf16, "bf16"};
+constexpr Rung kTf32{9, 0x1p-11, tf32, "tf32"}, kBf16{10, 0x1p-8, bf16, "bf16"},
+    kTf32Pipelined{11, 0x1p-11, tf32, "tf32"};
 static_assert(cu::gemm_rungs::kRungs[kTf32.variant - 1].math == cu::gemm_rungs::Math::kTf32);
+static_assert(cu::gemm_rungs::kRungs[kTf32Pipelined.variant - 1].math ==
+              cu::gemm_rungs::Math::kTf32);
 static_assert(cu::gemm_rungs::kRungs[kBf16.variant - 1].math == cu::gemm_rungs::Math::kBf16);
 
 struct Case {
@@ -157,13 +161,14 @@ std::string describe(const Case& s) {
 
 }  // namespace
 
-TEST_CASE("cuda gemm mma: rungs 9 (TF32) and 10 (BF16) are within their bounds of FP64 and "
-          "round their operands", "[cuda][gemm][tf32][bf16]") {
+TEST_CASE("cuda gemm mma: rungs 9 and 11 (TF32) and 10 (BF16) are within their bounds of FP64 "
+          "and round their operands", "[cuda][gemm][tf32][bf16]") {
   if (!cuda_test::have_device()) return;
-  // A ragged single tile with odd strides (scalar loads), every transpose;
-  // 130 x 136 (2 x 2 tiles, ragged) with strides a multiple of 4 (16-byte
-  // loads), every transpose; and a one-tile result whose K = 600 splits
-  // over grid.z (5 chunks of 128, the last 88).
+  // A ragged single tile with odd strides (scalar loads; rung 11: 4-byte
+  // copies), every transpose; 130 x 136 (2 x 2 tiles, ragged) with strides a
+  // multiple of 4 (16-byte loads or copies, zero-filled past the edges),
+  // every transpose; and a one-tile result whose K = 600 splits over grid.z
+  // (5 chunks of 128, the last 88).
   std::vector<Case> cases;
   for (int t = 0; t < 4; ++t)
     cases.push_back({67, 45, 133, bool(t & 1), bool(t & 2), 3, 0.5f, -1.5f});
@@ -171,7 +176,7 @@ TEST_CASE("cuda gemm mma: rungs 9 (TF32) and 10 (BF16) are within their bounds o
     cases.push_back({130, 136, 24, bool(t & 1), bool(t & 2), 4, 1.0f, 0.0f});
   cases.push_back({20, 9, 600, false, false, 1, -0.75f, 0.25f});
   cases.push_back({20, 9, 600, true, true, 1, 1.0f, 0.0f});
-  for (const Rung& rung : {kTf32, kBf16}) {
+  for (const Rung& rung : {kTf32, kBf16, kTf32Pipelined}) {
     INFO("rung " << rung.variant << " (" << rung.name << ")");
     REQUIRE(cu::gemm_workspace_floats(rung.variant, 67, 45, 133) == 0);  // K too short to split
     REQUIRE(cu::gemm_workspace_floats(rung.variant, 20, 9, 600) == 5 * 20 * 9);
@@ -193,15 +198,15 @@ TEST_CASE("cuda gemm mma: rungs 9 (TF32) and 10 (BF16) are within their bounds o
 }
 
 #if defined(ANVIL_CUDA_SIM)
-TEST_CASE("cuda gemm mma: a swapped fragment register in the emulated tensor core breaks rungs 9 "
-          "and 10", "[cuda][gemm][tf32][bf16][sim]") {
+TEST_CASE("cuda gemm mma: a swapped fragment register in the emulated tensor core breaks rungs "
+          "9 to 11", "[cuda][gemm][tf32][bf16][sim]") {
   namespace mma = anvil::sim::mma;
   const Case s{67, 45, 133, false, true, 3, 1.0f, 0.0f};
   struct Swap {
     mma::Operand operand;
     int i, j;
   };
-  for (const Rung& rung : {kTf32, kBf16}) {
+  for (const Rung& rung : {kTf32, kBf16, kTf32Pipelined}) {
     for (const Swap w : {Swap{mma::Operand::kA, 1, 2}, Swap{mma::Operand::kB, 0, 1}}) {
       mma::set_register_swap(w.operand, w.i, w.j);
       const std::string hook = mma::register_swap();

@@ -1,9 +1,10 @@
 // The simulator under the sanitizers: a kernel reading past a cudaMalloc
 // block is reported by AddressSanitizer as a heap-buffer-overflow, and a
-// missing __syncthreads, or two blocks on different workers writing one
-// element, by ThreadSanitizer as a data race, each naming the kernel's
-// source line. The broken kernels run in a child process (this test
-// binary, running a hidden test case), since a report ends the process.
+// missing __syncthreads (also after another thread's cp.async wait), or two
+// blocks on different workers writing one element, by ThreadSanitizer as a
+// data race, each naming the kernel's source line. The broken kernels run
+// in a child process (this test binary, running a hidden test case), since
+// a report ends the process.
 // Only meaningful in the asan and tsan builds; elsewhere the children run the
 // kernels and nothing is expected of them.
 #if defined(ANVIL_CUDA_SIM)
@@ -97,6 +98,14 @@ TEST_CASE("sim child: with syncthreads", "[.][sim-child]") {
   run_copy_kernel(sim_test_kernels::with_syncthreads, 64);
 }
 
+TEST_CASE("sim child: cp.async missing syncthreads", "[.][sim-child]") {
+  run_copy_kernel(sim_test_kernels::cp_async_missing_syncthreads, 64);
+}
+
+TEST_CASE("sim child: cp.async with syncthreads", "[.][sim-child]") {
+  run_copy_kernel(sim_test_kernels::cp_async_with_syncthreads, 64);
+}
+
 TEST_CASE("sim child: missing syncwarp", "[.][sim-child]") {
   run_copy_kernel(sim_test_kernels::missing_syncwarp, 32);
 }
@@ -155,6 +164,23 @@ TEST_CASE("sim under TSan: a missing __syncthreads is a data race", "[sim][sanit
   INFO(warp_fixed.output);
   CHECK(warp_fixed.code == 0);
   CHECK_THAT(warp_fixed.output, !Contains("ThreadSanitizer"));
+}
+
+TEST_CASE("sim under TSan: another thread's cp.async copy read without the barrier after its "
+          "wait is a data race", "[sim][sanitizer][cp_async]") {
+  if (!kTsan) {
+    WARN("not a ThreadSanitizer build: the detection is checked by the tsan preset");
+    return;
+  }
+  ChildResult broken = run_child("sim child: cp.async missing syncthreads");
+  INFO(broken.output);
+  CHECK(broken.code != 0);
+  CHECK_THAT(broken.output, Contains("ThreadSanitizer: data race") &&
+                                Contains("cp_async_missing_syncthreads"));
+  ChildResult fixed = run_child("sim child: cp.async with syncthreads");
+  INFO(fixed.output);
+  CHECK(fixed.code == 0);
+  CHECK_THAT(fixed.output, !Contains("ThreadSanitizer"));
 }
 
 TEST_CASE("sim under TSan: two blocks writing one element without atomics is a data race",

@@ -3,6 +3,9 @@
 //   mma_m16n8k16_bf16  mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
 //   cvt_rna_tf32       cvt.rna.tf32.f32
 //   pack_bf16x2        cvt.rn.bf16x2.f32 (two floats to bf16, nearest-even)
+// and, in the sibling header cp_async.cuh, the asynchronous copies that feed
+// them: cp.async.{ca,cg}.shared.global, cp.async.commit_group,
+// cp.async.wait_group, cp.async.wait_all.
 // Under nvcc (sm_80 and later) each is inline PTX; in the simulator build
 // (ANVIL_CUDA_SIM) each calls the emulation (sim/mma_sim.h, core/tf32.h,
 // core/bfloat16.h). D = A * B + C with A row-major (m x k), B column-major

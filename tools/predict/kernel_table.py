@@ -46,7 +46,7 @@ KERNELS = {
     "gemm_warp_tiled": ("gemm 6", 256),
     "gemm_double_buffered": ("gemm 7", 256),
     "gemm_split_k": ("gemm 8", 256),
-    "gemm_mma": ("gemm 9, 10", None),  # by its tile's math: MMA_VARIANTS
+    "gemm_mma": ("gemm 9, 10, 11", None),  # by its tile: MMA_VARIANTS
     "add_partials": ("split-K sum", 256),
     "add_partials_by_warp": ("split-K sum", 256),
     "forward_naive": ("conv 1", 256),
@@ -106,11 +106,15 @@ CLAIMS = {
 # The tensor-core tiles (mma_tile.cuh, tile "tf32 ..." or "bf16 ..."): their
 # fragment loads are 32-bit (no LDS.128 claimed); the global loads of a
 # strided operand are 16-byte where aligned. Every one also claims HMMA and
-# no FFMA in its main loop (checked below).
+# no FFMA in its main loop (checked below). The pipelined tile
+# (mma_pipeline.cuh, "tf32 ... pipelined") copies global to shared memory
+# with 16-byte cp.async (LDGSTS.128) instead.
 MMA_CLAIMS = {"gemm_mma": {"ldg128"}, "forward_warp_tiled": {"ldg128"}}
-# What a kernel on a tensor-core tile is, by its math: GEMM rung 9 or 10;
-# the convolution kernels are rung 6, not 4 and 5.
+PIPELINED_CLAIMS = {"ldgsts128"}
+# What a kernel on a tensor-core tile is, by its tile's math (and pipeline):
+# GEMM rung 9, 10 or 11; the convolution kernels are rung 6, not 4 and 5.
 MMA_VARIANTS = {("gemm_mma", "tf32"): "gemm 9", ("gemm_mma", "bf16"): "gemm 10",
+                ("gemm_mma", "tf32 pipelined"): "gemm 11",
                 **{(base, "tf32"): "conv 6" for base in
                    ("forward_warp_tiled", "backward_data_warp_tiled", "backward_weight_warp_tiled")}}
 
@@ -130,7 +134,11 @@ def base_and_tile(demangled):
             break
     shape = re.search(r"warp_tile::Shape<([\d, ]+)>", name)
     mma = re.search(r"mma_tile::Shape<[\w:]*mma_tile::(Tf32|Bf16), (\d+), (\d+), \d+>", name)
+    pipelined = re.search(r"mma_pipeline::Shape<(\d+), (\d+), \d+, \d+>", name)
     base = re.sub(r"<.*", "", name).split("::")[-1]
+    if pipelined:  # 64 x 64 per warp
+        wm, wn = int(pipelined.group(1)), int(pipelined.group(2))
+        return base, f"tf32 {64 * wm}x{64 * wn} pipelined", 32 * wm * wn
     if mma:  # 64 x 32 per warp
         wm, wn = int(mma.group(2)), int(mma.group(3))
         return base, f"{mma.group(1).lower()} {64 * wm}x{32 * wn}", 32 * wm * wn
@@ -194,13 +202,16 @@ def sass_facts(instrs):
     backward branch whose loop body holds the most FFMAs (static count)."""
     ops = [op for _, op, _ in instrs]
     facts = {
-        "ldg128": sum(op.startswith("LDG") and ".128" in op for op in ops),
+        "ldg128": sum(op.startswith("LDG.") and ".128" in op for op in ops),
         "lds128": sum(op.startswith("LDS") and ".128" in op for op in ops),
+        "ldgsts128": sum(op.startswith("LDGSTS") and ".128" in op for op in ops),
         "local": sum(op.startswith(("LDL", "STL")) for op in ops),
         "ffma": sum(op == "FFMA" for op in ops),
         "loop_ffma": 0,
         "loop_len": 0,
-        "loop_hmma": (0, 0, 0),  # the loop with the most HMMA: (HMMA, FFMA, instructions)
+        # The loop with the most HMMA, the shortest of those (a kernel with a
+        # fast path and a fallback loop: the fast one): (HMMA, FFMA, instructions).
+        "loop_hmma": (0, 0, 0),
     }
     # Basic blocks: a block starts at a branch target and after a branch.
     targets = {int(t.group(1), 16) for _, op, args in instrs if op == "BRA"
@@ -230,7 +241,8 @@ def sass_facts(instrs):
         if ffma > facts["loop_ffma"]:
             facts["loop_ffma"], facts["loop_len"] = ffma, len(body)
         hmma = sum(o.startswith("HMMA") for o in body)
-        if hmma > facts["loop_hmma"][0]:
+        best = facts["loop_hmma"]
+        if hmma > best[0] or (hmma == best[0] and hmma > 0 and len(body) < best[2]):
             facts["loop_hmma"] = (hmma, ffma, len(body))
     return facts
 
@@ -263,12 +275,14 @@ def kernel_rows(folder):
             base, tile, shape_threads = base_and_tile(names.get(mangled, mangled))
             variant, threads = KERNELS.get(base, ("", 256))
             if tile.startswith(("tf32", "bf16")):
-                variant = MMA_VARIANTS.get((base, tile[:4]), variant)
+                math_key = tile[:4] + (" pipelined" if tile.endswith("pipelined") else "")
+                variant = MMA_VARIANTS.get((base, math_key), variant)
             threads = shape_threads or threads
             facts = sass_facts(sass.get(mangled, []))
             key = (source_file(name), base, tile)
             row = rows.setdefault(key, {"variant": variant, "threads": threads, "count": 0, "regs": [],
                                         "smem": 0, "stack": 0, "spill": 0, "ldg128": [], "lds128": [],
+                                        "ldgsts128": [],
                                         "local": 0, "loop": [], "block": [], "hmma": []})
             row["count"] += 1
             row["regs"].append(r["regs"])
@@ -277,6 +291,7 @@ def kernel_rows(folder):
             row["spill"] = max(row["spill"], r["spill"])
             row["ldg128"].append(facts["ldg128"])
             row["lds128"].append(facts["lds128"])
+            row["ldgsts128"].append(facts["ldgsts128"])
             row["local"] = max(row["local"], facts["local"])
             if facts["loop_len"]:
                 row["loop"].append((facts["loop_ffma"], facts["loop_len"]))
@@ -288,16 +303,19 @@ def kernel_rows(folder):
 
 def kernel_table(rows):
     out = ["| file | kernel | variant | inst. | threads | registers | spills | stack | static smem | "
-           "blocks/SM (limit) | occupancy | LDG.128 | LDS.128 | local mem | FFMA, densest block | FFMA / instr., main loop |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "blocks/SM (limit) | occupancy | LDG.128 | LDS.128 | LDGSTS.128 | local mem | FFMA, densest block | "
+           "FFMA / instr., main loop |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     problems = []
     for (cu, base, tile), r in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[1]["variant"], kv[0][1], kv[0][2])):
         regs = f"{min(r['regs'])}" if min(r["regs"]) == max(r["regs"]) else f"{min(r['regs'])}-{max(r['regs'])}"
         blocks, occ, limiter = occupancy(r["threads"], max(r["regs"]), r["smem"])
         mma = tile.startswith(("tf32", "bf16"))
         claims = MMA_CLAIMS.get(base, set()) if mma else CLAIMS.get((base, tile), CLAIMS.get(base, set()))
+        if tile.endswith("pipelined"):
+            claims = PIPELINED_CLAIMS
         cells = []
-        for what in ("ldg128", "lds128"):
+        for what in ("ldg128", "lds128", "ldgsts128"):
             n = min(r[what])
             cell = str(n) if n == max(r[what]) else f"{n}-{max(r[what])}"
             if what in claims:
@@ -325,7 +343,7 @@ def kernel_table(rows):
         name = f"`{base}`" + (f" {tile}" if tile else "")
         out.append(f"| {cu} | {name} | {r['variant']} | {r['count']} | {r['threads']} | {regs} | {r['spill']} | "
                    f"{r['stack']} | {r['smem']} | {blocks} ({limiter}) | {100 * occ:.0f}% | {cells[0]} | "
-                   f"{cells[1]} | {local_cell} | {block_cell} | {loop_cell} |")
+                   f"{cells[1]} | {cells[2]} | {local_cell} | {block_cell} | {loop_cell} |")
     return out, problems, rows
 
 

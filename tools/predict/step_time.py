@@ -13,7 +13,7 @@ block per channel for bias gradients and BatchNorm variant 1).
     tools/predict/step_time.py --fp32-precision tf32 --tc-efficiency 0.5
 
 With --fp32-precision tf32 the two configurations are the shipped FP32
-kernels and the same step with conv 06 and GEMM 09 (the TF32 rungs, which
+kernels and the same step with conv 06 and GEMM 11 (the TF32 rungs, which
 keep conv 05's and GEMM 08's tiles and split plans; their audit is
 docs/generated/launch-audit-tf32.md); their launches' FLOPs go at the dense
 TF32 peak times --tc-efficiency.
@@ -118,11 +118,14 @@ def show(key):
     return key.split("::", 1)[-1].replace("<(sgd_kernels::Mode)0,false>", "<plain>")
 
 
-# The TF32 rungs' kernels (conv 06, GEMM 09) by the FP32 kernel whose tiles
-# they keep: mma_tile::Shape<Tf32, 1, 4, 3> is conv 05's 64x128 tile (128
-# threads), Shape<Tf32, 2, 4, 2> the 128x128 one (256 threads).
+# The TF32 rungs' kernels (conv 06, GEMM 11) by the FP32 kernel whose tiles
+# and split plans they keep: mma_tile::Shape<Tf32, 1, 4, 3> is conv 05's
+# 64x128 tile (128 threads), Shape<Tf32, 2, 4, 2> the 128x128 one (256
+# threads); GEMM 11's mma_pipeline::Shape<2, 2, 4, 2> is GEMM 08's 128x128
+# (in 128 threads) with its 2 blocks per SM in the split plan.
 TF32_TILES = {"64x128": "mma_tile::Shape<mma_tile::Tf32,1,4,3>",
               "128x128": "mma_tile::Shape<mma_tile::Tf32,2,4,2>"}
+TF32_GEMM = "mma_pipeline::Shape<2,2,4,2>"
 
 
 def tf32_name(kernel):
@@ -131,7 +134,7 @@ def tf32_name(kernel):
         return f"{m.group(1)}<{TF32_TILES[m.group(2)]}>"
     m = re.match(r"gemm_kernels::gemm_split_k<(\w+),(\w+)>$", kernel)
     if m:
-        return f"gemm_kernels::gemm_mma<{TF32_TILES['128x128']},{m.group(1)},{m.group(2)}>"
+        return f"gemm_kernels::gemm_mma<{TF32_GEMM},{m.group(1)},{m.group(2)}>"
     raise ValueError(f"step_time: no TF32 rung for {kernel}")
 
 
@@ -462,7 +465,7 @@ def report(p, a):
     print("\n\\* effective: roofline / predicted over the row's kernels (several kernels, or the total).\n")
     if p["tf32"]:
         print("Mapping (FP32 → TF32): each row's conv 05 or GEMM 08 kernel → the TF32 rung's kernel with "
-              "the same tiles and split plan (conv 06, GEMM 09); every other kernel is the same in both.\n")
+              "the same tiles and split plan (conv 06, GEMM 11); every other kernel is the same in both.\n")
     else:
         print("Mapping (baseline → shipped):\n\n" + "\n".join(mapping(p)) + "\n")
     if a.markdown:

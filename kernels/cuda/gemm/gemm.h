@@ -14,9 +14,11 @@
 //   06_warp_tiled.cu         128x128 tile, warp sub-tiles, 8x8 per thread
 //   07_double_buffered.cu    two shared-memory stages: loads overlap the FMAs
 //   08_split_k.cu  (ships)   7 plus chunks of K over grid.z when tiles are few
-//   09_tf32_mma.cu  (ships)  TF32 tensor cores (mma.sync m16n8k8), FP32 accumulation,
-//                            split-K as 8: matmuls under --fp32-precision tf32
+//   09_tf32_mma.cu           TF32 tensor cores (mma.sync m16n8k8), FP32 accumulation,
+//                            split-K as 8
 //   10_bf16_mma.cu           9 with BF16 operands (mma.sync m16n8k16)
+//   11_tf32_pipelined.cu     9's numerics fed by a 4-stage cp.async pipeline,
+//   (ships)                  64 x 64 warp tiles: matmuls under --fp32-precision tf32
 // Run one rung alone (checked against the CPU, then timed; simulated in the
 // sim build, on the GPU in the release build):
 //   build/sim/bench_cuda_kernels gemm 3
@@ -28,16 +30,16 @@
 
 namespace anvil::cuda {
 
-constexpr int kGemmVariants = 10;
+constexpr int kGemmVariants = 11;
 constexpr int kBestGemm = 8;  // the one the backend uses in FP32
-constexpr int kTf32Gemm = 9;  // ... and in TF32 (core/precision.h)
+constexpr int kTf32Gemm = 11;  // ... and in TF32 (core/precision.h)
 // Rungs 1..kGemmFp32Variants compute in FP32 (FP32 operands, products and
 // sums); the rungs after them on tensor cores, with rounded operands (each
 // Rung's `math` below).
 constexpr int kGemmFp32Variants = 8;
 
 // The workspace (floats) `variant` needs for an M x N x K product: 0 but
-// for the split shapes of 08, 09 and 10.
+// for the split shapes of 08 to 11.
 size_t gemm_workspace_floats(int variant, int64_t M, int64_t N, int64_t K);
 
 // Launches rung `variant` asynchronously on `stream`; the overload without a
@@ -83,6 +85,8 @@ void tf32_mma(const GemmArgs&, cudaStream_t);
 size_t tf32_mma_workspace_floats(int64_t M, int64_t N, int64_t K);
 void bf16_mma(const GemmArgs&, cudaStream_t);
 size_t bf16_mma_workspace_floats(int64_t M, int64_t N, int64_t K);
+void tf32_pipelined(const GemmArgs&, cudaStream_t);
+size_t tf32_pipelined_workspace_floats(int64_t M, int64_t N, int64_t K);
 
 // What a rung's arithmetic is: FP32 throughout, or TF32 operands (rounded
 // to 10 mantissa bits, nearest, ties away) or BF16 operands (7 mantissa
@@ -108,6 +112,7 @@ inline constexpr Rung kRungs[kGemmVariants] = {
     {"split-K", split_k, Math::kFp32, split_k_workspace_floats},
     {"tf32 mma", tf32_mma, Math::kTf32, tf32_mma_workspace_floats},
     {"bf16 mma", bf16_mma, Math::kBf16, bf16_mma_workspace_floats},
+    {"tf32 pipelined", tf32_pipelined, Math::kTf32, tf32_pipelined_workspace_floats},
 };
 static_assert(kRungs[kGemmFp32Variants - 1].math == Math::kFp32 &&
               kRungs[kGemmFp32Variants].math != Math::kFp32);

@@ -1,8 +1,10 @@
-// What GEMM rungs 09 (TF32) and 10 (BF16) share: the kernel on mma_tile's
-// 128 x 128 tile of shape S over one K-slice per blockIdx.z, and the
-// launcher with rung 08's split-K (split_k.h): where the tiles fill less
-// than one wave and K is long, grid.z chunks of K write FP32 partial tiles
-// to the workspace and rung 08's second pass adds them in a fixed order.
+// What GEMM rungs 09 (TF32), 10 (BF16) and 11 (TF32, pipelined) share: the
+// kernel on a tensor-core tile of shape S (mma_tile.cuh's, or rung 11's in
+// mma_pipeline.cuh; S::multiply computes it) over one K-slice per
+// blockIdx.z, and the launcher with rung 08's split-K (split_k.h): where the
+// tiles fill less than one wave and K is long, grid.z chunks of K write
+// FP32 partial tiles to the workspace and rung 08's second pass adds them
+// in a fixed order.
 #pragma once
 #include <cstdint>
 
@@ -21,7 +23,7 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     gemm_mma(int M, int N, int K, int chunk, OpA<TA> a, OpB<TB> b, StoreC c) {
   const int k0 = int(blockIdx.z) * chunk, length = K - k0 < chunk ? K - k0 : chunk;
   c.C += int64_t(blockIdx.z) * M * N;
-  mma_tile::multiply<S>(M, N, length, warp_tile::KSlice(a, k0), warp_tile::KSlice(b, k0), c);
+  S::multiply(M, N, length, warp_tile::KSlice(a, k0), warp_tile::KSlice(b, k0), c);
 }
 
 template <class S>

@@ -176,6 +176,10 @@ struct Shape {
   static constexpr int kBM = kWarpsM * kWarpM, kBN = kWarpsN * kWarpN;
   static constexpr int kTilesM = kWarpM / 16, kTilesN = kWarpN / 8;  // 4 x 4
   static constexpr int kMinBlocks = MinBlocks;  // __launch_bounds__: resident blocks per SM
+  // multiply() below, for mma_rung.cuh's kernel.
+  template <class GetA, class GetB, class Put>
+  __device__ __forceinline__ static void multiply(int M, int N, int K, const GetA& ga,
+                                                  const GetB& gb, const Put& put);
 };
 // GEMM rungs 09, 10 and convolution rung 06: 128 x 128, 2 x 4 warps.
 template <class Math>
@@ -185,6 +189,27 @@ using Wide = Shape<Math, 2, 4, 2>;
 // DoubleBufferedNarrow.
 template <class Math>
 using Narrow = Shape<Math, 1, 4, 3>;
+
+// A warp's accumulators, kTilesM x kTilesN mma tiles of 16 x 8 from (row0,
+// col0) of C, stored through put: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t),
+// c3 (g+8, 2t+1) of each tile, as pairs C[m][n], C[m][n+1] (the 4 lanes of
+// a row cover 32 contiguous bytes), those inside M x N.
+template <int TilesM, int TilesN, class Put>
+__device__ __forceinline__ void put_warp_tile(int M, int N, int row0, int col0, int g, int t,
+                                              const float (&acc)[TilesM][TilesN][4],
+                                              const Put& put) {
+  #pragma unroll
+  for (int i = 0; i < TilesM; ++i) {
+    #pragma unroll
+    for (int j = 0; j < TilesN; ++j) {
+      const int m = row0 + i * 16 + g, n = col0 + j * 8 + 2 * t;
+      if (n >= N) continue;
+      const int valid = N - n < 2 ? N - n : 2;
+      if (m < M) put(m, n, make_float4(acc[i][j][0], acc[i][j][1], 0.0f, 0.0f), valid);
+      if (m + 8 < M) put(m + 8, n, make_float4(acc[i][j][2], acc[i][j][3], 0.0f, 0.0f), valid);
+    }
+  }
+}
 
 // The mma of one stage: this warp's kTilesN B fragments (columns wn + 8j ..)
 // loaded from the stage, then for each of its kTilesM row tiles (rows
@@ -258,18 +283,14 @@ __device__ __forceinline__ void multiply(int M, int N, int K, const GetA& ga, co
     __syncthreads();  // publishes stage cur ^ 1 and frees stage cur
   }
 
-  // c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1) of each mma tile.
-  #pragma unroll
-  for (int i = 0; i < S::kTilesM; ++i) {
-    #pragma unroll
-    for (int j = 0; j < S::kTilesN; ++j) {
-      const int m = m0 + wm + i * 16 + g, n = n0 + wn + j * 8 + 2 * t;
-      if (n >= N) continue;
-      const int valid = N - n < 2 ? N - n : 2;
-      if (m < M) put(m, n, make_float4(acc[i][j][0], acc[i][j][1], 0.0f, 0.0f), valid);
-      if (m + 8 < M) put(m + 8, n, make_float4(acc[i][j][2], acc[i][j][3], 0.0f, 0.0f), valid);
-    }
-  }
+  put_warp_tile(M, N, m0 + wm, n0 + wn, g, t, acc, put);
+}
+
+template <class MathT, int WarpsM, int WarpsN, int MinBlocks>
+template <class GetA, class GetB, class Put>
+__device__ __forceinline__ void Shape<MathT, WarpsM, WarpsN, MinBlocks>::multiply(
+    int M, int N, int K, const GetA& ga, const GetB& gb, const Put& put) {
+  mma_tile::multiply<Shape>(M, N, K, ga, gb, put);
 }
 
 }  // namespace anvil::cuda::mma_tile

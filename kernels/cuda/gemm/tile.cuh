@@ -111,8 +111,10 @@ struct Strided {
     return KMajor ? p[int64_t(k) * ld + j] : p[int64_t(j) * ld + k];
   }
   // Elements (j..j+3, k) when KMajor, else (j, k..k+3); all inside the matrix.
-  __device__ __forceinline__ float4 quad(int j, int k) const {
-    return vec::load4(KMajor ? p + int64_t(k) * ld + j : p + int64_t(j) * ld + k);
+  __device__ __forceinline__ float4 quad(int j, int k) const { return vec::load4(at(j, k)); }
+  // Where element (j, k) is (for copies that take an address: cp.async).
+  __device__ __forceinline__ const float* at(int j, int k) const {
+    return KMajor ? p + int64_t(k) * ld + j : p + int64_t(j) * ld + k;
   }
 };
 

@@ -259,6 +259,7 @@ struct KSlice {
   __device__ __forceinline__ KSlice(const Get& g, int k0_) : get(g), k0(k0_), aligned(g.aligned) {}
   __device__ __forceinline__ float operator()(int j, int k) const { return get(j, k0 + k); }
   __device__ __forceinline__ float4 quad(int j, int k) const { return get.quad(j, k0 + k); }
+  __device__ __forceinline__ const float* at(int j, int k) const { return get.at(j, k0 + k); }
 };
 
 }  // namespace anvil::cuda::warp_tile
