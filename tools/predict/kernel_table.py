@@ -112,11 +112,13 @@ CLAIMS = {
 MMA_CLAIMS = {"gemm_mma": {"ldg128"}, "forward_warp_tiled": {"ldg128"}}
 PIPELINED_CLAIMS = {"ldgsts128"}
 # What a kernel on a tensor-core tile is, by its tile's math (and pipeline):
-# GEMM rung 9, 10 or 11; the convolution kernels are rung 6, not 4 and 5.
+# GEMM rung 9, 10 or 11; the convolution kernels are rung 6 (TF32) or 7
+# (BF16), not 4 and 5.
+CONV_WARP_TILED = ("forward_warp_tiled", "backward_data_warp_tiled", "backward_weight_warp_tiled")
 MMA_VARIANTS = {("gemm_mma", "tf32"): "gemm 9", ("gemm_mma", "bf16"): "gemm 10",
                 ("gemm_mma", "tf32 pipelined"): "gemm 11",
-                **{(base, "tf32"): "conv 6" for base in
-                   ("forward_warp_tiled", "backward_data_warp_tiled", "backward_weight_warp_tiled")}}
+                **{(base, "tf32"): "conv 6" for base in CONV_WARP_TILED},
+                **{(base, "bf16"): "conv 7" for base in CONV_WARP_TILED}}
 
 
 def base_and_tile(demangled):
