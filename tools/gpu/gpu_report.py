@@ -99,7 +99,8 @@ def headline(rows):
     the ResNet-18 3x3 layers per direction (goal 70%)."""
     h = {}
     # FP32 rungs against the vendor's FP32; the tensor-core rungs ("mma" in
-    # their names) against the vendor in the same arithmetic (TF32, BF16).
+    # their names: "tf32 mma", "bf16 mma", "tf32 mma pipelined") against the
+    # vendor in the same arithmetic (TF32, BF16).
     for suffix, tc in (("", False), ("_tensor_cores", True)):
         gemm = [r for r in rows if r["op"] == "gemm" and r["shape"].startswith("4096x4096x4096")
                 and r["impl"].startswith("v") and ("mma" in r["impl"]) == tc

@@ -25,6 +25,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "kernels/cuda/runtime.h"
 
@@ -112,10 +113,18 @@ inline constexpr Rung kRungs[kGemmVariants] = {
     {"split-K", split_k, Math::kFp32, split_k_workspace_floats},
     {"tf32 mma", tf32_mma, Math::kTf32, tf32_mma_workspace_floats},
     {"bf16 mma", bf16_mma, Math::kBf16, bf16_mma_workspace_floats},
-    {"tf32 pipelined", tf32_pipelined, Math::kTf32, tf32_pipelined_workspace_floats},
+    {"tf32 mma pipelined", tf32_pipelined, Math::kTf32, tf32_pipelined_workspace_floats},
 };
 static_assert(kRungs[kGemmFp32Variants - 1].math == Math::kFp32 &&
               kRungs[kGemmFp32Variants].math != Math::kFp32);
+// The tensor-core rungs, and they alone, have "mma" in their names: the GPU
+// report (tools/gpu/gpu_report.py) compares those with the vendor's TF32/BF16.
+static_assert([] {
+  for (const Rung& r : kRungs)
+    if ((r.math != Math::kFp32) != (std::string_view(r.name).find("mma") != std::string_view::npos))
+      return false;
+  return true;
+}());
 }  // namespace gemm_rungs
 
 }  // namespace anvil::cuda
