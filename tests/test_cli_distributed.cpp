@@ -25,6 +25,7 @@
 
 #include "core/device.h"
 #include "nn/safetensors.h"
+#include "tests/cuda_test_util.h"
 #include "tests/test_util.h"
 
 using anvil::testing::read_file;
@@ -300,6 +301,43 @@ TEST_CASE("a rank killed or stopped in training ends the whole job with an error
   }
   // Whatever was checkpointed is whole: it loads.
   if (fs::exists(dir.file("run.ckpt"))) REQUIRE_NOTHROW(anvil::nn::load_safetensors(dir.file("run.ckpt")));
+}
+
+// --gpus 2 end to end: one thread per GPU (simulated in the simulator
+// build), NCCL between them, against one GPU; and with --accumulate 2 on
+// top. FP32 convolutions (--fp32-precision ieee): a rank's half-batch sums
+// in another order than the whole batch, within FP32's tolerance.
+TEST_CASE("anvil-train --gpus 2 ends where one GPU does, with --accumulate 2 too",
+          "[cli][distributed][cuda]") {
+  if (!cuda_test::have_device()) return;
+  if (anvil::device_count() < 2) {
+    WARN("skipped: --gpus 2 needs 2 GPUs; this machine has " << anvil::device_count());
+    return;
+  }
+  TempDir dir("gpus2");
+  write_data(dir.path / "data");
+  const std::string common =
+      " --model lenet --epochs 1 --batch-size 8 --limit-train 16 --limit-test 8 --init kaiming "
+      "--lr 0.05 --no-shuffle --fp32-precision ieee --data-dir " + (dir.path / "data").string();
+  const Run one = shell(train_bin() + common + " --device cuda:0 --metrics " +
+                            dir.file("one.jsonl") + " --save " + dir.file("one.safetensors"),
+                        dir);
+  INFO(one.output);
+  REQUIRE(one.code == 0);
+  for (const std::string extra : {"", " --accumulate 2"}) {
+    const std::string tag = extra.empty() ? "two" : "two-acc";
+    const Run two = shell(train_bin() + common + " --gpus 2" + extra + " --metrics " +
+                              dir.file(tag + ".jsonl") + " --save " + dir.file(tag + ".safetensors"),
+                          dir);
+    INFO(two.output);
+    REQUIRE(two.code == 0);
+    REQUIRE_THAT(two.output, Contains("[2 x GPU]"));
+    const auto want = metrics_of(dir.file("one.jsonl")), got = metrics_of(dir.file(tag + ".jsonl"));
+    REQUIRE(got.size() == want.size());
+    for (const char* key : {"train_loss", "train_acc", "test_loss", "test_acc"})
+      REQUIRE(got[0][key].get<double>() == Approx(want[0][key].get<double>()).epsilon(1e-4));
+    require_same_weights(dir.file(tag + ".safetensors"), dir.file("one.safetensors"), 1e-4);
+  }
 }
 
 // [devices]: what --devices says depends on how many devices the build has.
