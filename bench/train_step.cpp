@@ -7,6 +7,9 @@
 //
 //   ANVIL_SIM_LAUNCH_AUDIT=audit.jsonl ./build/sim/train_step --model resnet18 --batch-size 256
 //
+// It ends with the device's peak memory over the run, from the caching
+// allocator's statistics (memory_stats).
+//
 // The images are a fixed synthetic pattern: a step launches the same kernels
 // on the same shapes whatever the pixels are. The recipe (seed by default)
 // gives the init, the SGD options and the label smoothing, so the step is the
@@ -24,6 +27,7 @@
 #include "apps/train_recipes.h"
 #include "core/device.h"
 #include "core/precision.h"
+#include "core/storage.h"
 #include "data/dataloader.h"
 #include "data/idx.h"
 #include "nn/models.h"
@@ -75,6 +79,12 @@ int main(int argc, char** argv) {
     synchronize(dev);
     fmt::print("{} ({} recipe) on {}: {} step(s) of batch {}, loss {:.4f}, {:.1f} s\n", o.model,
                o.recipe, dev.str(), steps, o.batch_size, stats.loss, stats.seconds);
+    // The caching allocator's high-water mark over the run: weights,
+    // gradients, momentum, the activations backward keeps, kernels'
+    // workspaces, and the batch itself.
+    const MemoryStats m = memory_stats(dev);
+    fmt::print("peak device memory: {:.1f} MiB allocated at most ({:.1f} MiB reserved now)\n",
+               double(m.peak_allocated) / 1048576.0, double(m.reserved) / 1048576.0);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_step: %s\n", e.what());
     return 1;
