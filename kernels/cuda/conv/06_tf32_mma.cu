@@ -26,10 +26,7 @@
 
 namespace anvil::cuda {
 
-using Tf32Rung = conv_kernels::MmaRung<mma_tile::Tf32>;
-const conv_rungs::Rung conv_rungs::kTf32Mma = {"tf32 mma", Tf32Rung::workspace,
-                                               Tf32Rung::forward, Tf32Rung::backward_data,
-                                               Tf32Rung::backward_weight,
-                                               gemm_rungs::Math::kTf32};
+const conv_rungs::Rung conv_rungs::kTf32Mma =
+    conv_kernels::MmaRung<mma_tile::Tf32>::rung("tf32 mma", gemm_rungs::Math::kTf32);
 
 }  // namespace anvil::cuda

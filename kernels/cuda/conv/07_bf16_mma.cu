@@ -17,10 +17,7 @@
 
 namespace anvil::cuda {
 
-using Bf16Rung = conv_kernels::MmaRung<mma_tile::Bf16>;
-const conv_rungs::Rung conv_rungs::kBf16Mma = {"bf16 mma", Bf16Rung::workspace,
-                                               Bf16Rung::forward, Bf16Rung::backward_data,
-                                               Bf16Rung::backward_weight,
-                                               gemm_rungs::Math::kBf16};
+const conv_rungs::Rung conv_rungs::kBf16Mma =
+    conv_kernels::MmaRung<mma_tile::Bf16>::rung("bf16 mma", gemm_rungs::Math::kBf16);
 
 }  // namespace anvil::cuda

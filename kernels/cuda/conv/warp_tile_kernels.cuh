@@ -222,6 +222,10 @@ struct MmaRung {
                               float* ws, cudaStream_t stream) {
     warp_tile_backward_weight(s, x, dy, dw, ws, stream, SplitByWaves{}, Tiles{});
   }
+  // The rung's entry in the ladder (conv.h's conv_rungs::Rung).
+  static constexpr conv_rungs::Rung rung(const char* name, gemm_rungs::Math math) {
+    return {name, workspace, forward, backward_data, backward_weight, math};
+  }
 };
 
 }  // namespace anvil::cuda::conv_kernels
