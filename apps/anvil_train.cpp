@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   app.add_option("--crop-padding", o.crop_padding, "Zero padding before the random crop, pixels (recipe)")->check(number_at_least(0, true));
   app.add_flag("--normalize,!--no-normalize", o.normalize, "Normalise with the training set's mean/std (recipe)");
   app.add_option("--label-smoothing", o.label_smoothing, "Training loss: cross-entropy against (1 - e) onehot + e / classes, e in [0, 1] (recipe)")->check(number_at_least(0, true));
+  app.add_option("--amp", o.amp, "Mixed precision: off, or bf16 (as torch.autocast: convolutions and linear layers in bfloat16 with float32 sums, activations kept in bfloat16; BatchNorm statistics, the loss and the float32 master weights, gradients and momentum as before)")->capture_default_str()->check(CLI::IsMember({"off", "bf16"}));
   app.add_option("--fp32-precision", o.fp32_precision, "How float32 convolutions and matmuls compute: default (PyTorch's: TF32 convolutions on CUDA, everything else FP32), ieee (FP32 throughout; no Winograd on the CPU) or tf32 (convolutions and matmuls in TF32; the CPU emulates it)")->capture_default_str()->check(CLI::IsMember({"default", "ieee", "tf32"}));
   app.add_option("--seed", o.seed, "Seed for initialisation, shuffling and augmentation")->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();

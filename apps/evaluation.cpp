@@ -107,7 +107,8 @@ int evaluate_only(const Options& o, nn::Module& model, Device device) {
                            o.batch_size, transforms.summary)
             << std::flush;
   const train::ClassEvaluation result =
-      train::evaluate_classes(model, test_loader, device, int64_t(app::kFashionClasses.size()));
+      train::evaluate_classes(model, test_loader, device, int64_t(app::kFashionClasses.size()),
+                              o.amp_bf16());
   std::cout << app::evaluation_text(result) << std::flush;
   if (!o.metrics.empty()) {
     nlohmann::ordered_json j = {{"mode", "eval"},     {"weights", weights}, {"model", o.model},

@@ -13,6 +13,7 @@ EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
   options.label_smoothing = o.label_smoothing;
   options.replicas = &*run.replicas;
   options.accumulate = o.accumulate;
+  options.amp = o.amp_bf16();
   EpochResult e;
   e.epoch = epoch;
   e.train = train::train_epoch(*run.model, *run.optimizer, *run.train_loader, run.r.device,
@@ -22,11 +23,12 @@ EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
   // with the re-estimated ones, so the run shows what recalibration adds.
   if (run.recalibration_loader) {
     e.test_running_stats =
-        train::evaluate(*run.model, *run.test_loader, run.r.device, options.replicas);
+        train::evaluate(*run.model, *run.test_loader, run.r.device, options.replicas, options.amp);
     train::recalibrate_batch_norm(*run.model, *run.recalibration_loader, run.r.device,
                                   o.bn_recalibrate, uint64_t(epoch - 1));
   }
-  e.test = train::evaluate(*run.model, *run.test_loader, run.r.device, options.replicas);
+  e.test = train::evaluate(*run.model, *run.test_loader, run.r.device, options.replicas,
+                           options.amp);
   return e;
 }
 

@@ -156,6 +156,7 @@ nlohmann::ordered_json replica_settings(const Options& o) {
   j["no-overlap"] = o.no_overlap;
   j["sync-bn"] = o.sync_bn;
   j["fp32-precision"] = o.fp32_precision;
+  j["amp"] = o.amp;
   j["bn-recalibrate"] = o.bn_recalibrate;
   j["accumulate"] = o.accumulate;
   j["limit-test"] = o.limit_test;

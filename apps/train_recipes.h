@@ -67,6 +67,10 @@ struct Options {
   // How float32 convolutions and matmuls may round (core/precision.h):
   // default (PyTorch's: TF32 convolutions on CUDA), ieee or tf32.
   std::string fp32_precision = "default";
+  // Mixed precision (core/autocast.h): "off" or "bf16" (conv and linear layers
+  // in bfloat16, float32 master weights, optimizer and loss).
+  std::string amp = "off";
+  bool amp_bf16() const { return amp == "bf16"; }
 };
 
 // Bad input from the user: exit status 2.

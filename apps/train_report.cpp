@@ -103,6 +103,11 @@ void Report::header() {
       o.label_smoothing > 0 ? fmt::format(", label smoothing {}", o.label_smoothing) : "");
   out_ << fmt::format("  float32 math (--fp32-precision {}): {}\n", o.fp32_precision,
                       describe_fp32_math(run_.r.device.type));
+  if (o.amp_bf16())
+    out_ << fmt::format("  amp bf16: conv and linear in BF16 ({}), activations bfloat16; "
+                        "loss, BatchNorm statistics, master weights, gradients and momentum "
+                        "float32\n",
+                        run_.r.device.is_cuda() ? "tensor cores" : "emulated");
   if (o.accumulate > 1)
     out_ << fmt::format("  gradient accumulation: each step's batch{} as {} micro-batches, "
                         "reduced once per step\n",
@@ -137,6 +142,7 @@ nlohmann::ordered_json Report::metrics_record(const EpochResult& e) const {
                                  {"fp32_math", describe_fp32_math(run_.r.device.type)},
                                  {"batch_size", o.batch_size},
                                  {"accumulate", o.accumulate},
+                                 {"amp", o.amp},
                                  {"lr", o.lr},
                                  {"last_lr", e.train.last_lr}};
   if (run_.r.data_parallel) {

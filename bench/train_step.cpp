@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
                  "float32 math of convolutions and matmuls: default, ieee or tf32 (core/precision.h)")
       ->capture_default_str()
       ->check(CLI::IsMember({"default", "ieee", "tf32"}));
+  cli.add_option("--amp", o.amp, "Mixed precision: off or bf16 (core/autocast.h)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "bf16"}));
   CLI11_PARSE(cli, argc, argv);
   try {
     o = app::apply_recipe(o);
@@ -75,10 +78,12 @@ int main(int argc, char** argv) {
                                                .nesterov = o.nesterov});
     train::EpochOptions epoch;
     epoch.label_smoothing = o.label_smoothing;
+    epoch.amp = o.amp_bf16();
     const train::EpochStats stats = train::train_epoch(*model, optimizer, loader, dev, epoch);
     synchronize(dev);
-    fmt::print("{} ({} recipe) on {}: {} step(s) of batch {}, loss {:.4f}, {:.1f} s\n", o.model,
-               o.recipe, dev.str(), steps, o.batch_size, stats.loss, stats.seconds);
+    fmt::print("{} ({} recipe{}) on {}: {} step(s) of batch {}, loss {:.4f}, {:.1f} s\n", o.model,
+               o.recipe, o.amp_bf16() ? ", amp bf16" : "", dev.str(), steps, o.batch_size,
+               stats.loss, stats.seconds);
     // The caching allocator's high-water mark over the run: weights,
     // gradients, momentum, the activations backward keeps, kernels'
     // workspaces, and the batch itself.

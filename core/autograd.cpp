@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/backend.h"
+#include "core/ops_util.h"
 
 namespace anvil {
 namespace {
@@ -21,7 +22,9 @@ void accumulate(Tensor& dst, const Tensor& g) {
     return;
   }
   Tensor sum = Tensor::empty(dst.shape(), dst.dtype(), dst.device());
-  backend_for(dst.device()).add(dst, g, sum);
+  ops_detail::Float32Io io;
+  backend_for(dst.device()).add(io.in(dst), io.in(g), io.out(sum));
+  io.finish();
   dst = sum;
 }
 
@@ -38,6 +41,10 @@ void check_grad(const Node& node, size_t input, const Tensor& g, const Edge& edg
     throw std::logic_error(fmt::format("{}: gradient for input {} has shape {}, expected {}",
                                        node.name, input, shape_str(g.shape()),
                                        shape_str(expected)));
+  const DType dtype = edge.leaf ? edge.leaf->dtype : edge.node->output_dtype;
+  if (g.dtype() != dtype)
+    throw std::logic_error(fmt::format("{}: gradient for input {} is {}, expected {}", node.name,
+                                       input, dtype_name(g.dtype()), dtype_name(dtype)));
 }
 }  // namespace
 
@@ -58,6 +65,7 @@ void record(const Tensor& output, const char* name, std::initializer_list<const 
   auto node = std::make_shared<Node>();
   node->name = name;
   node->output_shape = output.shape();
+  node->output_dtype = output.dtype();
   node->backward = std::move(fn);
   for (const Tensor* t : inputs) {
     Edge e;
@@ -83,7 +91,7 @@ void run_backward(const Tensor& root, const Tensor& gradient) {
       throw std::invalid_argument(fmt::format(
           "backward: gradient can be implicitly created only for scalar outputs, got shape {}",
           shape_str(root.shape())));
-    seed = Tensor::ones(root.shape(), DType::Float32, root.device());
+    seed = Tensor::ones(root.shape(), root.dtype(), root.device());
   } else if (seed.shape() != root.shape()) {
     throw std::invalid_argument(fmt::format("backward: gradient shape {} does not match {}",
                                             shape_str(seed.shape()), shape_str(root.shape())));

@@ -28,6 +28,7 @@ struct Node {
   std::vector<Edge> next;         // one per input, inactive when no grad is needed
   BackwardFn backward;            // captures the saved tensors; reset after use
   Shape output_shape;             // for checking incoming gradients
+  DType output_dtype = DType::Float32;
 };
 
 // Is gradient recording on (not inside a NoGradGuard)?

@@ -98,9 +98,12 @@ class Backend {
                                          const Tensor& dy, const Tensor& dx,
                                          const Tensor& dgamma, const Tensor& dbeta) = 0;
 
+  // param_copy: undefined, or a bfloat16 tensor of param's shape that gets
+  // the updated parameter rounded to nearest even in the same pass (the copy
+  // autocast reads, core/autocast.h).
   virtual void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                          float lr, float momentum, float weight_decay, bool nesterov,
-                          bool first_step) = 0;
+                          const Tensor& param_copy, float lr, float momentum, float weight_decay,
+                          bool nesterov, bool first_step) = 0;
 };
 
 // A tensor [N, C, ...] viewed as [N, C, HW], as the BatchNorm kernels take it.

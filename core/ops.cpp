@@ -1,12 +1,15 @@
 #include "core/ops.h"
 
+#include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops_util.h"
+#include "core/precision.h"
 
 namespace anvil {
 
@@ -14,13 +17,27 @@ using namespace ops_detail;
 
 // ---------------------------------------------------------------- elementwise
 
-Tensor add(const Tensor& a, const Tensor& b) {
-  check_float("add", "a", a);
-  check_float("add", "b", b);
-  check_same_device("add", {&a, &b});
+namespace {
+
+// Two inputs of different float dtypes meet in float32, as PyTorch promotes
+// bfloat16 with float32 (the cast is differentiable).
+std::pair<Tensor, Tensor> promote(const Tensor& a, const Tensor& b) {
+  if (a.dtype() == b.dtype()) return {a, b};
+  return {a.to(DType::Float32), b.to(DType::Float32)};
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a_in, const Tensor& b_in) {
+  check_float("add", "a", a_in);
+  check_float("add", "b", b_in);
+  check_same_device("add", {&a_in, &b_in});
+  auto [a, b] = promote(a_in, b_in);
   Tensor y = like(a);
+  Float32Io io;
   if (a.shape() == b.shape()) {
-    backend(a).add(a, b, y);
+    backend(a).add(io.in(a), io.in(b), io.out(y));
+    io.finish();
     if (any_requires_grad({&a, &b}))
       record(y, "AddBackward", {&a, &b}, [](const Tensor& g) { return Grads{g, g}; });
     return y;
@@ -37,34 +54,43 @@ Tensor add(const Tensor& a, const Tensor& b) {
                     "or be a bias of a's dim 1)",
                     shape_str(a.shape()), shape_str(b.shape())));
   }
-  backend(a).add_channel_bias(outer, C, inner, a, b, y);
+  backend(a).add_channel_bias(outer, C, inner, io.in(a), io.in(b), io.out(y));
+  io.finish();
   if (any_requires_grad({&a, &b})) {
     Shape b_shape = b.shape();
+    const DType b_dtype = b.dtype();
     record(y, "AddBackward", {&a, &b}, [=](const Tensor& g) {
-      Tensor db = Tensor::empty({C}, DType::Float32, g.device());
-      backend(g).channel_sum(outer, C, inner, g, db);
+      Tensor db = Tensor::empty({C}, b_dtype, g.device());
+      Float32Io io;
+      backend(g).channel_sum(outer, C, inner, io.in(g), io.out(db));
+      io.finish();
       return Grads{g, db.reshape(b_shape)};
     });
   }
   return y;
 }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
-  check_float("mul", "a", a);
-  check_float("mul", "b", b);
-  check_same_device("mul", {&a, &b});
-  if (a.shape() != b.shape())
-    throw std::invalid_argument(fmt::format("mul: shapes {} and {} differ", shape_str(a.shape()),
-                                            shape_str(b.shape())));
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  check_float("mul", "a", a_in);
+  check_float("mul", "b", b_in);
+  check_same_device("mul", {&a_in, &b_in});
+  if (a_in.shape() != b_in.shape())
+    throw std::invalid_argument(fmt::format("mul: shapes {} and {} differ",
+                                            shape_str(a_in.shape()), shape_str(b_in.shape())));
+  auto [a, b] = promote(a_in, b_in);
   Tensor y = like(a);
-  backend(a).mul(a, b, y);
+  Float32Io io;
+  backend(a).mul(io.in(a), io.in(b), io.out(y));
+  io.finish();
   if (any_requires_grad({&a, &b})) {
     Tensor sa = a.detach(), sb = b.detach();
     bool need_a = a.requires_grad(), need_b = b.requires_grad();
     record(y, "MulBackward", {&a, &b}, [=](const Tensor& g) {
       Grads out(2);
-      if (need_a) backend(g).mul(g, sb, out[0] = like(g));
-      if (need_b) backend(g).mul(g, sa, out[1] = like(g));
+      Float32Io io;
+      if (need_a) backend(g).mul(io.in(g), io.in(sb), io.out(out[0] = like(g)));
+      if (need_b) backend(g).mul(io.in(g), io.in(sa), io.out(out[1] = like(g)));
+      io.finish();
       return out;
     });
   }
@@ -74,11 +100,15 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor scale(const Tensor& x, double alpha) {
   check_float("scale", "x", x);
   Tensor y = like(x);
-  backend(x).scale(float(alpha), x, y);
+  Float32Io io;
+  backend(x).scale(float(alpha), io.in(x), io.out(y));
+  io.finish();
   if (any_requires_grad({&x}))
     record(y, "ScaleBackward", {&x}, [alpha](const Tensor& g) {
       Tensor dx = like(g);
-      backend(g).scale(float(alpha), g, dx);
+      Float32Io io;
+      backend(g).scale(float(alpha), io.in(g), io.out(dx));
+      io.finish();
       return Grads{dx};
     });
   return y;
@@ -87,12 +117,16 @@ Tensor scale(const Tensor& x, double alpha) {
 Tensor relu(const Tensor& x) {
   check_float("relu", "x", x);
   Tensor y = like(x);
-  backend(x).relu_forward(x, y);
+  Float32Io io;
+  backend(x).relu_forward(io.in(x), io.out(y));
+  io.finish();
   if (any_requires_grad({&x})) {
     Tensor saved = y.detach();  // the output, not the graph node holding it
     record(y, "ReluBackward", {&x}, [saved](const Tensor& g) {
       Tensor dx = like(g);
-      backend(g).relu_backward(saved, g, dx);
+      Float32Io io;
+      backend(g).relu_backward(io.in(saved), io.in(g), io.out(dx));
+      io.finish();
       return Grads{dx};
     });
   }
@@ -115,13 +149,17 @@ Tensor pointwise(PointwiseOp op, const Tensor& x) {
   });
   check_float(info.name, "x", x);
   Tensor y = like(x);
-  backend(x).pointwise_forward(op, x, y);
+  Float32Io io;
+  backend(x).pointwise_forward(op, io.in(x), io.out(y));
+  io.finish();
   if (any_requires_grad({&x})) {
     // The tensor itself, not the graph node holding it.
     Tensor saved = info.saved == Saved::kInput ? x.detach() : y.detach();
     record(y, info.backward_name, {&x}, [op, saved](const Tensor& g) {
       Tensor dx = like(g);
-      backend(g).pointwise_backward(op, saved, g, dx);
+      Float32Io io;
+      backend(g).pointwise_backward(op, io.in(saved), io.in(g), io.out(dx));
+      io.finish();
       return Grads{dx};
     });
   }
@@ -134,63 +172,115 @@ Tensor silu(const Tensor& x) { return pointwise(PointwiseOp::kSilu, x); }
 
 // ---------------------------------------------------------------- matmul
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  check_float("matmul", "a", a);
-  check_float("matmul", "b", b);
-  check_rank("matmul", "a", a, 2);
-  check_rank("matmul", "b", b, 2);
-  check_same_device("matmul", {&a, &b});
-  if (a.size(1) != b.size(0))
+// Under autocast (core/autocast.h) both run in bfloat16: bfloat16 operands,
+// float32 sums (ScopedBf16Math picks the kernels), a bfloat16 output; each
+// gradient in its input's dtype (amp_operand).
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  check_float("matmul", "a", a_in);
+  check_float("matmul", "b", b_in);
+  check_rank("matmul", "a", a_in, 2);
+  check_rank("matmul", "b", b_in, 2);
+  check_same_device("matmul", {&a_in, &b_in});
+  if (a_in.size(1) != b_in.size(0))
     throw std::invalid_argument(fmt::format("matmul: shapes {} and {} cannot be multiplied",
-                                            shape_str(a.shape()), shape_str(b.shape())));
-  Tensor y = Tensor::empty({a.size(0), b.size(1)}, DType::Float32, a.device());
-  backend(a).gemm(false, false, 1.f, a, b, 0.f, y);
-  if (any_requires_grad({&a, &b})) {
-    Tensor sa = a.detach(), sb = b.detach();
-    bool need_a = a.requires_grad(), need_b = b.requires_grad();
-    record(y, "MatmulBackward", {&a, &b}, [=](const Tensor& g) {
+                                            shape_str(a_in.shape()), shape_str(b_in.shape())));
+  const bool amp = amp_active(a_in);
+  auto [a, a_graph] = amp_operand(a_in, amp);
+  auto [b, b_graph] = amp_operand(b_in, amp);
+  auto [a_f, b_f] = promote(a, b);  // outside autocast, mixed dtypes meet in float32
+  std::optional<ScopedBf16Math> bf16;
+  if (amp) bf16.emplace();
+  const DType out_dtype = amp ? DType::BFloat16 : a_f.dtype();
+  Tensor y = Tensor::empty({a.size(0), b.size(1)}, out_dtype, a.device());
+  Float32Io io;
+  backend(a).gemm(false, false, 1.f, io.in(a_f), io.in(b_f), 0.f, io.out(y));
+  io.finish();
+  const Tensor& ga = a_f.same(a) ? a_graph : a_f;
+  const Tensor& gb = b_f.same(b) ? b_graph : b_f;
+  if (any_requires_grad({&ga, &gb})) {
+    Tensor sa = a_f.detach(), sb = b_f.detach();
+    bool need_a = ga.requires_grad(), need_b = gb.requires_grad();
+    Shape a_shape = ga.shape(), b_shape = gb.shape();
+    DType a_dtype = ga.dtype(), b_dtype = gb.dtype();
+    record(y, "MatmulBackward", {&ga, &gb}, [=](const Tensor& g) {
+      std::optional<ScopedBf16Math> bf16;
+      if (amp) bf16.emplace();
       Grads out(2);
-      if (need_a) backend(g).gemm(false, true, 1.f, g, sb, 0.f, out[0] = like(sa));  // g b^T
-      if (need_b) backend(g).gemm(true, false, 1.f, sa, g, 0.f, out[1] = like(sb));  // a^T g
+      Float32Io io;
+      if (need_a) {  // g b^T
+        out[0] = Tensor::empty(a_shape, a_dtype, g.device());
+        backend(g).gemm(false, true, 1.f, io.in(g), io.in(sb), 0.f, io.out(out[0]));
+      }
+      if (need_b) {  // a^T g
+        out[1] = Tensor::empty(b_shape, b_dtype, g.device());
+        backend(g).gemm(true, false, 1.f, io.in(sa), io.in(g), 0.f, io.out(out[1]));
+      }
+      io.finish();
       return out;
     });
   }
   return y;
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  check_float("linear", "input", x);
-  check_float("linear", "weight", w);
-  check_rank("linear", "input", x, 2);
-  check_rank("linear", "weight", w, 2);
-  check_same_device("linear", {&x, &w, &bias});
-  if (x.size(1) != w.size(1))
+Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
+  check_float("linear", "input", x_in);
+  check_float("linear", "weight", w_in);
+  check_rank("linear", "input", x_in, 2);
+  check_rank("linear", "weight", w_in, 2);
+  check_same_device("linear", {&x_in, &w_in, &bias});
+  if (x_in.size(1) != w_in.size(1))
     throw std::invalid_argument(
         fmt::format("linear: input {} does not match weight {} (expected input [N, {}])",
-                    shape_str(x.shape()), shape_str(w.shape()), w.size(1)));
-  int64_t N = x.size(0), out_features = w.size(0);
+                    shape_str(x_in.shape()), shape_str(w_in.shape()), w_in.size(1)));
+  int64_t N = x_in.size(0), out_features = w_in.size(0);
   if (bias.defined()) {
-    check_float("linear", "bias", bias);
+    check_float32("linear", "bias", bias);
     if (bias.shape() != Shape{out_features})
       throw std::invalid_argument(fmt::format("linear: bias {} does not match weight {}",
-                                              shape_str(bias.shape()), shape_str(w.shape())));
+                                              shape_str(bias.shape()), shape_str(w_in.shape())));
   }
-  Tensor y = Tensor::empty({N, out_features}, DType::Float32, x.device());
+  const bool amp = amp_active(x_in);
+  auto [x1, x_graph1] = amp_operand(x_in, amp);
+  auto [w1, w_graph1] = amp_operand(w_in, amp);
+  // Outside autocast, mixed dtypes meet in float32.
+  const bool mixed = x1.dtype() != w1.dtype();
+  Tensor x = mixed ? x1.to(DType::Float32) : x1, w = mixed ? w1.to(DType::Float32) : w1;
+  Tensor x_graph = mixed ? x : x_graph1, w_graph = mixed ? w : w_graph1;
+  std::optional<ScopedBf16Math> bf16;
+  if (amp) bf16.emplace();
+  Tensor y = Tensor::empty({N, out_features}, amp ? DType::BFloat16 : x.dtype(), x.device());
   Backend& be = backend(x);
-  be.gemm(false, true, 1.f, x, w, 0.f, y);
-  if (bias.defined()) be.add_channel_bias(N, out_features, 1, y, bias, y);  // in place
-  if (any_requires_grad({&x, &w, &bias})) {
+  Float32Io io;
+  Tensor y32 = io.out(y);
+  be.gemm(false, true, 1.f, io.in(x), io.in(w), 0.f, y32);
+  // The bias in float32, before the output's rounding.
+  if (bias.defined()) be.add_channel_bias(N, out_features, 1, y32, bias, y32);  // in place
+  io.finish();
+  if (any_requires_grad({&x_graph, &w_graph, &bias})) {
     Tensor sx = x.detach(), sw = w.detach();
-    bool need_x = x.requires_grad(), need_w = w.requires_grad();
+    bool need_x = x_graph.requires_grad(), need_w = w_graph.requires_grad();
     bool need_b = bias.defined() && bias.requires_grad();
-    record(y, "LinearBackward", {&x, &w, &bias}, [=](const Tensor& g) {
+    Shape x_shape = x_graph.shape(), w_shape = w_graph.shape();
+    DType x_dtype = x_graph.dtype(), w_dtype = w_graph.dtype();
+    record(y, "LinearBackward", {&x_graph, &w_graph, &bias}, [=](const Tensor& g) {
+      std::optional<ScopedBf16Math> bf16;
+      if (amp) bf16.emplace();
       Grads out(3);
-      if (need_x) backend(g).gemm(false, false, 1.f, g, sw, 0.f, out[0] = like(sx));  // g w
-      if (need_w) backend(g).gemm(true, false, 1.f, g, sx, 0.f, out[1] = like(sw));   // g^T x
+      Float32Io io;
+      Tensor g32 = io.in(g);
+      if (need_x) {  // g w
+        out[0] = Tensor::empty(x_shape, x_dtype, g.device());
+        backend(g).gemm(false, false, 1.f, g32, io.in(sw), 0.f, io.out(out[0]));
+      }
+      if (need_w) {  // g^T x
+        out[1] = Tensor::empty(w_shape, w_dtype, g.device());
+        backend(g).gemm(true, false, 1.f, g32, io.in(sx), 0.f, io.out(out[1]));
+      }
       if (need_b) {
         out[2] = Tensor::empty({out_features}, DType::Float32, g.device());
-        backend(g).channel_sum(N, out_features, 1, g, out[2]);
+        backend(g).channel_sum(N, out_features, 1, g32, out[2]);
       }
+      io.finish();
       return out;
     });
   }

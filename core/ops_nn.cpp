@@ -1,4 +1,5 @@
 // Convolution, pooling, batch norm, losses and reductions (see core/ops.h).
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -7,6 +8,7 @@
 #include "core/backend.h"
 #include "core/ops.h"
 #include "core/ops_util.h"
+#include "core/precision.h"
 
 namespace anvil {
 
@@ -44,47 +46,72 @@ Pool2dShape pool_shape(const char* op, const Tensor& x, int64_t kernel, int64_t 
 
 // ---------------------------------------------------------------- conv
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
+// Under autocast (core/autocast.h) it runs in bfloat16: bfloat16 operands,
+// float32 sums (ScopedBf16Math picks the kernels), the bias added in float32,
+// a bfloat16 output; each gradient in its input's dtype (amp_operand).
+Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, int64_t stride,
               int64_t padding) {
-  check_nchw("conv2d", x);
-  check_float("conv2d", "weight", w);
-  check_same_device("conv2d", {&x, &w, &bias});
-  if (w.dim() != 4 || w.size(1) != x.size(1))
+  check_nchw("conv2d", x_in);
+  check_float("conv2d", "weight", w_in);
+  check_same_device("conv2d", {&x_in, &w_in, &bias});
+  if (w_in.dim() != 4 || w_in.size(1) != x_in.size(1))
     throw std::invalid_argument(
         fmt::format("conv2d: weight {} does not match input {} (expected weight [K, {}, R, S])",
-                    shape_str(w.shape()), shape_str(x.shape()), x.size(1)));
+                    shape_str(w_in.shape()), shape_str(x_in.shape()), x_in.size(1)));
   if (stride <= 0 || padding < 0)
     throw std::invalid_argument(
         fmt::format("conv2d: invalid stride {} or padding {}", stride, padding));
   if (bias.defined()) {
-    check_float("conv2d", "bias", bias);
-    if (bias.shape() != Shape{w.size(0)})
+    check_float32("conv2d", "bias", bias);
+    if (bias.shape() != Shape{w_in.size(0)})
       throw std::invalid_argument(fmt::format("conv2d: bias {} does not match weight {}",
-                                              shape_str(bias.shape()), shape_str(w.shape())));
+                                              shape_str(bias.shape()), shape_str(w_in.shape())));
   }
-  Conv2dShape s{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3),
-                stride,    stride,    padding,   padding,   0,         0};
+  Conv2dShape s{x_in.size(0), x_in.size(1), x_in.size(2), x_in.size(3), w_in.size(0),
+                w_in.size(2), w_in.size(3), stride,       stride,       padding,
+                padding,      0,            0};
   s.P = Conv2dShape::out_size(s.H, s.R, stride, padding);
   s.Q = Conv2dShape::out_size(s.W, s.S, stride, padding);
   if (s.P <= 0 || s.Q <= 0)
     throw std::invalid_argument(fmt::format("conv2d: kernel {} is larger than the padded input {}",
-                                            shape_str(w.shape()), shape_str(x.shape())));
-  Tensor y = Tensor::empty({s.N, s.K, s.P, s.Q}, DType::Float32, x.device());
-  backend(x).conv2d_forward(s, x, w, bias, y);
-  if (any_requires_grad({&x, &w, &bias})) {
+                                            shape_str(w_in.shape()), shape_str(x_in.shape())));
+  const bool amp = amp_active(x_in);
+  auto [x1, x_graph1] = amp_operand(x_in, amp);
+  auto [w1, w_graph1] = amp_operand(w_in, amp);
+  // Outside autocast, mixed dtypes meet in float32.
+  const bool mixed = x1.dtype() != w1.dtype();
+  Tensor x = mixed ? x1.to(DType::Float32) : x1, w = mixed ? w1.to(DType::Float32) : w1;
+  Tensor x_graph = mixed ? x : x_graph1, w_graph = mixed ? w : w_graph1;
+  std::optional<ScopedBf16Math> bf16;
+  if (amp) bf16.emplace();
+  Tensor y =
+      Tensor::empty({s.N, s.K, s.P, s.Q}, amp ? DType::BFloat16 : x.dtype(), x.device());
+  Float32Io io;
+  backend(x).conv2d_forward(s, io.in(x), io.in(w), bias, io.out(y));
+  io.finish();
+  if (any_requires_grad({&x_graph, &w_graph, &bias})) {
     Tensor sx = x.detach(), sw = w.detach();
-    bool need_x = x.requires_grad(), need_w = w.requires_grad();
+    bool need_x = x_graph.requires_grad(), need_w = w_graph.requires_grad();
     bool need_b = bias.defined() && bias.requires_grad();
-    record(y, "Conv2dBackward", {&x, &w, &bias}, [=](const Tensor& g) {
+    DType x_dtype = x_graph.dtype(), w_dtype = w_graph.dtype();
+    record(y, "Conv2dBackward", {&x_graph, &w_graph, &bias}, [=](const Tensor& g) {
+      std::optional<ScopedBf16Math> bf16;
+      if (amp) bf16.emplace();
       Grads out(3);
-      if (need_x) backend(g).conv2d_backward_data(s, g, sw, out[0] = like(sx));
+      Float32Io io;
+      Tensor g32 = io.in(g);
+      if (need_x) {
+        out[0] = Tensor::empty(sx.shape(), x_dtype, g.device());
+        backend(g).conv2d_backward_data(s, g32, io.in(sw), io.out(out[0]));
+      }
       if (need_w || need_b) {
-        Tensor dw = like(sw);
+        Tensor dw = Tensor::empty(sw.shape(), w_dtype, g.device());
         Tensor db = need_b ? Tensor::empty({s.K}, DType::Float32, g.device()) : Tensor();
-        backend(g).conv2d_backward_weight(s, sx, g, dw, db);
+        backend(g).conv2d_backward_weight(s, io.in(sx), g32, io.out(dw), db);
         if (need_w) out[1] = dw;
         out[2] = db;
       }
+      io.finish();
       return out;
     });
   }
@@ -95,14 +122,19 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stri
 
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
   Pool2dShape s = pool_shape("max_pool2d", x, kernel, stride, padding);
-  Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, DType::Float32, x.device());
+  Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, x.dtype(), x.device());
   Tensor argmax = Tensor::empty(y.shape(), DType::Int64, x.device());
-  backend(x).max_pool2d_forward(s, x, y, argmax);
+  Float32Io io;
+  backend(x).max_pool2d_forward(s, io.in(x), io.out(y), argmax);
+  io.finish();
   if (any_requires_grad({&x})) {
     Shape x_shape = x.shape();
+    const DType dtype = x.dtype();
     record(y, "MaxPool2dBackward", {&x}, [=](const Tensor& g) {
-      Tensor dx = Tensor::empty(x_shape, DType::Float32, g.device());
-      backend(g).max_pool2d_backward(s, g, argmax, dx);
+      Tensor dx = Tensor::empty(x_shape, dtype, g.device());
+      Float32Io io;
+      backend(g).max_pool2d_backward(s, io.in(g), argmax, io.out(dx));
+      io.finish();
       return Grads{dx};
     });
   }
@@ -110,13 +142,18 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
 }
 
 static Tensor avg_pool(const char* op, const Tensor& x, const Pool2dShape& s) {
-  Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, DType::Float32, x.device());
-  backend(x).avg_pool2d_forward(s, x, y);
+  Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, x.dtype(), x.device());
+  Float32Io io;
+  backend(x).avg_pool2d_forward(s, io.in(x), io.out(y));
+  io.finish();
   if (any_requires_grad({&x})) {
     Shape x_shape = x.shape();
+    const DType dtype = x.dtype();
     record(y, op, {&x}, [=](const Tensor& g) {
-      Tensor dx = Tensor::empty(x_shape, DType::Float32, g.device());
-      backend(g).avg_pool2d_backward(s, g, dx);
+      Tensor dx = Tensor::empty(x_shape, dtype, g.device());
+      Float32Io io;
+      backend(g).avg_pool2d_backward(s, io.in(g), io.out(dx));
+      io.finish();
       return Grads{dx};
     });
   }
@@ -127,8 +164,11 @@ Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
   return avg_pool("AvgPool2dBackward", x, pool_shape("avg_pool2d", x, kernel, stride, padding));
 }
 
-Tensor global_avg_pool2d(const Tensor& x) {
-  check_nchw("global_avg_pool2d", x);
+// A reduction: float32 in and out, as autocast's policy (a bfloat16 input is
+// cast first).
+Tensor global_avg_pool2d(const Tensor& x_in) {
+  check_nchw("global_avg_pool2d", x_in);
+  const Tensor x = x_in.to(DType::Float32);
   Pool2dShape s{x.size(0), x.size(1), x.size(2), x.size(3), x.size(2), x.size(3),
                 x.size(2), x.size(3), 0,         0,         1,         1};
   return avg_pool("GlobalAvgPool2dBackward", x, s);
@@ -136,6 +176,8 @@ Tensor global_avg_pool2d(const Tensor& x) {
 
 // ---------------------------------------------------------------- batch norm
 
+// A bfloat16 input (autocast) gives a bfloat16 output; the statistics, the
+// parameters and the running buffers stay float32.
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum, double eps) {
@@ -148,7 +190,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   for (auto [t, name] : {std::pair{&gamma, "weight"}, {&beta, "bias"},
                          {&running_mean, "running_mean"}, {&running_var, "running_var"}}) {
     if (!t->defined()) continue;
-    check_float("batch_norm", name, *t);
+    check_float32("batch_norm", name, *t);
     if (t->shape() != Shape{C})
       throw std::invalid_argument(fmt::format("batch_norm: {} has shape {}, expected [{}]", name,
                                               shape_str(t->shape()), C));
@@ -168,33 +210,43 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   if (training) {
     Tensor save_mean = Tensor::empty({C}, DType::Float32, x.device());
     Tensor save_invstd = Tensor::empty({C}, DType::Float32, x.device());
-    be.batch_norm_forward_train(x, gamma, beta, float(eps), float(momentum), running_mean,
-                                running_var, save_mean, save_invstd, y);
+    Float32Io io;
+    be.batch_norm_forward_train(io.in(x), gamma, beta, float(eps), float(momentum), running_mean,
+                                running_var, save_mean, save_invstd, io.out(y));
+    io.finish();
     if (any_requires_grad({&x, &gamma, &beta})) {
       Tensor sx = x.detach(), sg = gamma.detach();
       record(y, "BatchNormBackward", {&x, &gamma, &beta}, [=](const Tensor& g) {
         Tensor dx = like(g), dgamma = like(sg), dbeta = like(sg);
-        backend(g).batch_norm_backward_train(sx, sg, save_mean, save_invstd, g, dx, dgamma,
-                                             dbeta);
+        Float32Io io;
+        backend(g).batch_norm_backward_train(io.in(sx), sg, save_mean, save_invstd, io.in(g),
+                                             io.out(dx), dgamma, dbeta);
+        io.finish();
         return Grads{dx, dgamma, dbeta};
       });
     }
     return y;
   }
-  be.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, float(eps), y);
+  Float32Io io;
+  be.batch_norm_forward_eval(io.in(x), gamma, beta, running_mean, running_var, float(eps),
+                             io.out(y));
+  io.finish();
   if (any_requires_grad({&x, &gamma, &beta})) {
     // y = gamma * xhat + beta with fixed statistics: dx = dy * gamma / std,
     // dgamma = sum(dy * xhat), dbeta = sum(dy). Both products reuse the
     // eval kernel as a per-channel affine map.
     Tensor sx = x.detach(), sg = gamma.detach(), rm = running_mean.detach(),
            rv = running_var.detach();
-    record(y, "BatchNormEvalBackward", {&x, &gamma, &beta}, [=](const Tensor& g) {
-      Backend& b = backend(g);
+    record(y, "BatchNormEvalBackward", {&x, &gamma, &beta}, [=](const Tensor& g_in) {
+      Backend& b = backend(g_in);
+      Float32Io io;
+      const Tensor g = io.in(g_in);
       Tensor zeros = Tensor::zeros({C}, DType::Float32, g.device());
       Tensor ones = Tensor::ones({C}, DType::Float32, g.device());
-      Tensor dx = like(g), xhat = like(g), prod = like(g);
-      b.batch_norm_forward_eval(g, sg, zeros, zeros, rv, float(eps), dx);
-      b.batch_norm_forward_eval(sx, ones, zeros, rm, rv, float(eps), xhat);
+      Tensor dx = like(g_in), xhat = like(g), prod = like(g);
+      b.batch_norm_forward_eval(g, sg, zeros, zeros, rv, float(eps), io.out(dx));
+      b.batch_norm_forward_eval(io.in(sx), ones, zeros, rm, rv, float(eps), xhat);
+      io.finish();
       b.mul(g, xhat, prod);
       Tensor dgamma = like(sg), dbeta = like(sg);
       b.channel_sum(N, C, HW, prod, dgamma);
@@ -223,10 +275,12 @@ void check_logits_and_labels(const char* op, const Tensor& logits, const Tensor&
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction,
+// Float32, as autocast's policy: bfloat16 logits are cast first.
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, Reduction reduction,
                      double label_smoothing) {
-  check_same_device("cross_entropy", {&logits, &labels});
-  check_logits_and_labels("cross_entropy", logits, labels);
+  check_same_device("cross_entropy", {&logits_in, &labels});
+  check_logits_and_labels("cross_entropy", logits_in, labels);
+  const Tensor logits = logits_in.to(DType::Float32);
   if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))  // also rejects nan
     throw std::invalid_argument(fmt::format(
         "cross_entropy: label_smoothing must be in [0, 1], got {}", label_smoothing));
@@ -267,8 +321,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduc
 
 // ---------------------------------------------------------------- reductions
 
-static Tensor reduce_all(const char* op, const Tensor& x, bool average) {
-  check_float(op, "input", x);
+// Float32, as autocast's policy: a bfloat16 input is cast first.
+static Tensor reduce_all(const char* op, const Tensor& x_in, bool average) {
+  check_float(op, "input", x_in);
+  const Tensor x = x_in.to(DType::Float32);
   // Result and gradient stay on the device. The mean of nothing is nan, as in PyTorch.
   const double scale = average ? 1.0 / double(x.numel()) : 1.0;
   Tensor y = Tensor::empty({}, DType::Float32, x.device());
@@ -292,7 +348,7 @@ Tensor argmax_rows(const Tensor& x) {
   if (x.dim() != 2)
     throw std::invalid_argument(
         fmt::format("argmax_rows: input must be 2-D, got {}", shape_str(x.shape())));
-  Tensor host = x.to(Device::cpu());
+  Tensor host = x.to(DType::Float32).to(Device::cpu());
   int64_t N = x.size(0), C = x.size(1);
   Tensor out = Tensor::empty({N}, DType::Int64);
   const float* p = host.data<float>();
@@ -314,8 +370,8 @@ void add_int64_(const Tensor& counter, int64_t value) {
 }
 
 void add_scaled_(const Tensor& total, const Tensor& x, double alpha) {
-  check_float("add_scaled_", "total", total);
-  check_float("add_scaled_", "x", x);
+  check_float32("add_scaled_", "total", total);
+  check_float32("add_scaled_", "x", x);
   check_same_device("add_scaled_", {&total, &x});
   if (total.shape() != x.shape())
     throw std::invalid_argument(fmt::format("add_scaled_: total is {} but x is {}",
@@ -334,7 +390,8 @@ void count_correct_(const Tensor& counter, const Tensor& logits, const Tensor& l
     throw std::invalid_argument(fmt::format("count_correct_: counter must be one int64, got {} {}",
                                             dtype_name(counter.dtype()),
                                             shape_str(counter.shape())));
-  backend(logits).count_correct(logits, labels, counter);
+  Float32Io io;
+  backend(logits).count_correct(io.in(logits), labels, counter);
 }
 
 }  // namespace anvil

@@ -8,6 +8,7 @@ namespace {
 
 std::atomic<Fp32Precision> g_conv{Fp32Precision::kDefault};
 std::atomic<Fp32Precision> g_matmul{Fp32Precision::kDefault};
+thread_local bool t_bf16 = false;  // ScopedBf16Math
 
 std::atomic<Fp32Precision>& slot(OpFamily family) {
   return family == OpFamily::kConv ? g_conv : g_matmul;
@@ -19,6 +20,8 @@ const char* math_name(Fp32Math m, DeviceType device) {
     case Fp32Math::kFp32: return "FP32";
     case Fp32Math::kTf32:
       return device == DeviceType::CUDA ? "TF32 (tensor cores)" : "TF32 (emulated)";
+    case Fp32Math::kBf16:
+      return device == DeviceType::CUDA ? "BF16 (tensor cores)" : "BF16 (emulated)";
   }
   return "?";
 }
@@ -50,6 +53,7 @@ const char* to_string(Fp32Precision p) {
 }
 
 Fp32Math fp32_math(OpFamily family, DeviceType device) {
+  if (t_bf16) return Fp32Math::kBf16;
   switch (fp32_precision(family)) {
     case Fp32Precision::kIeee: return Fp32Math::kFp32;
     case Fp32Precision::kTf32: return Fp32Math::kTf32;
@@ -65,6 +69,9 @@ std::string describe_fp32_math(DeviceType device) {
   return std::string("conv ") + math_name(fp32_math(OpFamily::kConv, device), device) +
          ", matmul " + math_name(fp32_math(OpFamily::kMatmul, device), device);
 }
+
+ScopedBf16Math::ScopedBf16Math() : previous_(t_bf16) { t_bf16 = true; }
+ScopedBf16Math::~ScopedBf16Math() { t_bf16 = previous_; }
 
 ScopedFp32Precision::ScopedFp32Precision(Fp32Precision both)
     : ScopedFp32Precision(both, both) {}

@@ -43,8 +43,26 @@ enum class Fp32Math {
   kFp32Fast,  // FP32, the fastest algorithm (the CPU's Winograd convolutions)
   kFp32,      // FP32 products and sums
   kTf32,      // operands rounded to TF32, FP32 accumulation
+  kBf16,      // operands rounded to BF16, FP32 accumulation (autocast, core/autocast.h)
 };
 Fp32Math fp32_math(OpFamily family, DeviceType device);
+
+// Within this scope, on the calling thread only, convolutions and matmuls
+// compute as kBf16 whatever the setting: the op layer sets it around the
+// kernels of an op that autocast runs in bfloat16, whose operands are
+// bfloat16 values held in float32. On CUDA that picks the BF16 mma.sync
+// rungs; the CPU rounds the operands to BF16 (an identity on such values)
+// and sums in FP32, so both compute what a BF16 tensor core computes.
+class ScopedBf16Math {
+ public:
+  ScopedBf16Math();
+  ~ScopedBf16Math();
+  ScopedBf16Math(const ScopedBf16Math&) = delete;
+  ScopedBf16Math& operator=(const ScopedBf16Math&) = delete;
+
+ private:
+  bool previous_;
+};
 
 // One line for a run's header, e.g. "conv TF32 (tensor cores), matmul FP32".
 std::string describe_fp32_math(DeviceType device);

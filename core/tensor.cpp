@@ -276,6 +276,15 @@ Tensor Tensor::to(DType target) const {
   if (dtype() == target) return *this;
   Tensor out = empty(shape(), target, device());
   backend_for(device()).convert(*this, out);
+  // Between float dtypes the cast is differentiable, as in PyTorch: the
+  // gradient goes back converted to the source dtype.
+  auto is_float = [](DType t) { return t == DType::Float32 || t == DType::BFloat16; };
+  if (is_float(dtype()) && is_float(target) && any_requires_grad({this})) {
+    const DType source = dtype();
+    record(out, "ToCopyBackward", {this}, [source](const Tensor& g) {
+      return std::vector<Tensor>{g.to(source)};
+    });
+  }
   return out;
 }
 
@@ -317,9 +326,9 @@ Tensor& Tensor::set_requires_grad(bool on) {
   check_defined();
   if (impl_->grad_fn)
     throw std::logic_error("set_requires_grad: only leaf tensors can change requires_grad");
-  if (on && dtype() != DType::Float32)
+  if (on && dtype() != DType::Float32 && dtype() != DType::BFloat16)
     throw std::invalid_argument(fmt::format(
-        "set_requires_grad: only float32 tensors can require gradients, not {}",
+        "set_requires_grad: only float tensors (float32, bfloat16) can require gradients, not {}",
         dtype_name(dtype())));
   impl_->requires_grad = on;
   return *this;

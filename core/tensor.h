@@ -84,6 +84,8 @@ class Tensor {
   void copy_(const Tensor& src);    // element copy, shapes and dtypes must match
   // Same tensor when already on device, else a copy there.
   Tensor to(Device device) const;
+  // The elements in another dtype (a copy; this tensor when already in it).
+  // Between float32 and bfloat16 it is differentiable.
   Tensor to(DType dtype) const;
   // A copy in page-locked host memory (this tensor must be on the CPU), from
   // which host-to-device copies run asynchronously (core/stream.h). Throws

@@ -22,6 +22,11 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     if (!params_[i].is_leaf() || !params_[i].requires_grad())
       throw std::invalid_argument(
           fmt::format("SGD: parameter {} is not a leaf tensor that requires grad", i));
+    else if (params_[i].dtype() != DType::Float32)
+      throw std::invalid_argument(fmt::format(
+          "SGD: parameter {} is {}; SGD updates float32 parameters (under autocast the "
+          "weights stay float32 and ops read their bfloat16 copies)",
+          i, dtype_name(params_[i].dtype())));
 }
 
 void SGD::step() {
@@ -34,9 +39,14 @@ void SGD::step() {
       momentum_[i] = Tensor::empty(p.shape(), DType::Float32, p.device());
       first = true;
     }
+    if (g.dtype() != DType::Float32 || g.shape() != p.shape())
+      throw std::invalid_argument(fmt::format(
+          "SGD: the gradient of parameter {} is {} {}, the parameter float32 {}", i,
+          dtype_name(g.dtype()), shape_str(g.shape()), shape_str(p.shape())));
     backend_for(p.device())
-        .sgd_update(p, g, momentum_[i], float(options_.lr), float(options_.momentum),
-                    float(options_.weight_decay), options_.nesterov, first);
+        .sgd_update(p, g, momentum_[i], cast_cache_.find(p), float(options_.lr),
+                    float(options_.momentum), float(options_.weight_decay), options_.nesterov,
+                    first);
   }
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/tensor.h"
 
 namespace anvil::optim {
@@ -18,7 +19,10 @@ struct SGDOptions {
 class SGD {
  public:
   SGD(std::vector<Tensor> params, SGDOptions options);
-  void step();       // skips parameters without a gradient
+  // Skips parameters without a gradient. A parameter with a bfloat16 copy in
+  // cast_cache() gets it rewritten from the updated float32 weights by the
+  // same kernel, so the cache stays valid across steps.
+  void step();
   void zero_grad();  // drops gradients (set_to_none)
   double lr() const { return options_.lr; }
   void set_lr(double lr) { options_.lr = lr; }
@@ -33,10 +37,17 @@ class SGD {
   // Throws std::invalid_argument, changing nothing, when they do not fit.
   void load_momentum_buffers(const std::vector<Tensor>& buffers);
 
+  // The bfloat16 copies of the parameters that autocast reads (give it to
+  // AutocastGuard): made at a parameter's first use under autocast, then
+  // refreshed by every step(). Whoever writes the parameters otherwise (a
+  // checkpoint's load) clears it.
+  CastCache& cast_cache() { return cast_cache_; }
+
  private:
   std::vector<Tensor> params_;
   std::vector<Tensor> momentum_;  // undefined until the first step of each parameter
   SGDOptions options_;
+  CastCache cast_cache_;
 };
 
 }  // namespace anvil::optim

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "data/device_prefetcher.h"
@@ -103,6 +104,7 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
     throw std::invalid_argument(
         fmt::format("train_epoch: accumulate must be >= 1, got {}", options.accumulate));
   const int64_t parts = options.accumulate;
+  AutocastGuard autocast(device.type, options.amp, DType::BFloat16, &optimizer.cast_cache());
   int64_t done = 0;
   data::DeviceBatch b;
   while (batches.next(b)) {
@@ -157,10 +159,11 @@ namespace {
 EpochStats evaluate_batches(
     nn::Module& model, data::DataLoader& loader, Device device,
     const std::function<void(const Tensor& logits, const data::Batch& batch)>& batch_done,
-    Replicas* replicas = nullptr) {
+    Replicas* replicas, bool amp) {
   bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
+  AutocastGuard autocast(device.type, amp);  // its own cache: one cast per weight
   data::DevicePrefetcher batches(loader, device);
   batches.start_epoch();
   RunningTotals totals(device);
@@ -179,8 +182,8 @@ EpochStats evaluate_batches(
 }  // namespace
 
 EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device,
-                    Replicas* replicas) {
-  return evaluate_batches(model, loader, device, {}, replicas);
+                    Replicas* replicas, bool amp) {
+  return evaluate_batches(model, loader, device, {}, replicas, amp);
 }
 
 int64_t ClassEvaluation::examples_of(int64_t truth) const {
@@ -195,7 +198,7 @@ double ClassEvaluation::accuracy_of(int64_t truth) const {
 }
 
 ClassEvaluation evaluate_classes(nn::Module& model, data::DataLoader& loader, Device device,
-                                 int64_t classes) {
+                                 int64_t classes, bool amp) {
   if (classes < 1)
     throw std::invalid_argument(fmt::format("evaluate_classes: classes must be >= 1, got {}", classes));
   ClassEvaluation result;
@@ -215,7 +218,7 @@ ClassEvaluation evaluate_classes(nn::Module& model, data::DataLoader& loader, De
             fmt::format("evaluate_classes: label {} is not below {} classes", truth, classes));
       ++result.confusion[size_t(truth * classes + predicted[i])];
     }
-  });
+  }, nullptr, amp);
   return result;
 }
 
@@ -389,6 +392,7 @@ RunState load_checkpoint(const std::string& path, nn::Module& model, optim::SGD&
                            momentum_by_name.begin()->first));
   nn::load_state_dict(model, model_state, path);
   optimizer.load_momentum_buffers(momentum);
+  optimizer.cast_cache().clear();  // the weights changed under any copies
   return state;
 }
 

@@ -86,6 +86,11 @@ struct EpochOptions {
   // with its own statistics, as in PyTorch. A micro-batch may be empty (a
   // share smaller than this count).
   int64_t accumulate = 1;
+  // Mixed precision: forward passes under AutocastGuard(device, bfloat16)
+  // (core/autocast.h) with the optimizer's cast cache, so the weights, their
+  // gradients and the momentum stay float32 and each step refreshes the
+  // bfloat16 copies the next forward reads.
+  bool amp = false;
 };
 
 
@@ -109,8 +114,9 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
 // Eval mode (BatchNorm uses its running statistics), no gradients, every
 // example of the loader; restores the module's previous mode afterwards.
 // With replicas, each rank evaluates its shard and the figures are summed.
+// amp: forward passes under bfloat16 autocast, as EpochOptions::amp.
 EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device,
-                    Replicas* replicas = nullptr);
+                    Replicas* replicas = nullptr, bool amp = false);
 
 // An evaluation with its figures per class, as anvil-train --eval-only
 // reports them.
@@ -133,7 +139,7 @@ struct ClassEvaluation {
 // example; every label must be < classes. Throws std::invalid_argument
 // otherwise (classes < 1 too).
 ClassEvaluation evaluate_classes(nn::Module& model, data::DataLoader& loader, Device device,
-                                 int64_t classes);
+                                 int64_t classes, bool amp = false);
 
 // Re-estimates every BatchNorm layer's running mean and variance from
 // scratch as a plain average over the first `batches` batches of the

@@ -591,6 +591,40 @@ TEST_CASE("anvil-train --accumulate: micro-batches, one step per batch, said in 
   CHECK(m["train_loss"].get<double>() == Approx(p["train_loss"].get<double>()).epsilon(1e-4));
 }
 
+TEST_CASE("anvil-train --amp bf16: said in the header and metrics, float32 weights saved",
+          "[cli][autocast]") {
+  TempDir dir;
+  write_synthetic_split(dir.path / "data", 32, 16);
+  const std::string common =
+      "--device cpu --model lenet --epochs 1 --batch-size 16 --init kaiming --lr 0.1 "
+      "--momentum 0.9 --data-dir " + quote((dir.path / "data").string());
+  const std::string metrics = dir.file("amp.jsonl"), plain_metrics = dir.file("plain.jsonl");
+  const std::string weights = dir.file("amp.safetensors");
+  CliResult r = run_cli(common + " --amp bf16 --metrics " + quote(metrics) + " --save " +
+                        quote(weights));
+  INFO("exit " << r.code << ", output:\n" << r.output);
+  REQUIRE(r.code == 0);
+  check_no_crash(r);
+  CHECK_THAT(r.output, Contains("amp bf16: conv and linear in BF16 (emulated)"));
+  CliResult plain = run_cli(common + " --metrics " + quote(plain_metrics));
+  REQUIRE(plain.code == 0);
+  CHECK_THAT(plain.output, !Contains("amp bf16"));
+  auto m = nlohmann::json::parse(lines_of(read_file(metrics)).at(0));
+  auto p = nlohmann::json::parse(lines_of(read_file(plain_metrics)).at(0));
+  CHECK(m["amp"] == "bf16");
+  CHECK(p["amp"] == "off");
+  // Two steps in bfloat16 stay near the float32 run (bfloat16 keeps 8 bits),
+  // but are not it.
+  CHECK(m["train_loss"].get<double>() == Approx(p["train_loss"].get<double>()).epsilon(0.05));
+  CHECK(m["train_loss"].get<double>() != p["train_loss"].get<double>());
+  // The master weights are what is saved: float32, as PyTorch loads them.
+  for (const auto& [name, t] : nn::load_safetensors(weights)) {
+    INFO(name);
+    CHECK(t.dtype() == DType::Float32);
+  }
+  CHECK_FALSE(run_cli(common + " --amp fp16").code == 0);
+}
+
 TEST_CASE("anvil-train --bn-recalibrate re-estimates BatchNorm statistics before evaluating",
           "[cli]") {
   TempDir dir;

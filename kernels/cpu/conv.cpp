@@ -418,8 +418,8 @@ ConvAlgo conv_algo(Fp32Math m) {
 void CpuBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                 const Tensor& bias, const Tensor& y) {
   const Fp32Math m = conv_math();
-  if (m == Fp32Math::kTf32) {
-    return cpu::conv2d_forward(s, tf32_operand(x, 0), tf32_operand(w, 1), floats(bias),
+  if (rounds_operands(m)) {
+    return cpu::conv2d_forward(s, rounded_operand(x, 0, m), rounded_operand(w, 1, m), floats(bias),
                                floats(y), ConvAlgo::kExact);
   }
   cpu::conv2d_forward(s, floats(x), floats(w), floats(bias), floats(y), conv_algo(m));
@@ -428,8 +428,8 @@ void CpuBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Ten
 void CpuBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w,
                                       const Tensor& dx) {
   const Fp32Math m = conv_math();
-  if (m == Fp32Math::kTf32) {
-    return cpu::conv2d_backward_data(s, tf32_operand(dy, 0), tf32_operand(w, 1), floats(dx),
+  if (rounds_operands(m)) {
+    return cpu::conv2d_backward_data(s, rounded_operand(dy, 0, m), rounded_operand(w, 1, m), floats(dx),
                                      ConvAlgo::kExact);
   }
   cpu::conv2d_backward_data(s, floats(dy), floats(w), floats(dx), conv_algo(m));
@@ -438,8 +438,8 @@ void CpuBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, co
 void CpuBackend::conv2d_backward_weight(const Conv2dShape& s, const Tensor& x, const Tensor& dy,
                                         const Tensor& dw, const Tensor& dbias) {
   const Fp32Math m = conv_math();
-  if (m == Fp32Math::kTf32) {
-    cpu::conv2d_backward_weight(s, tf32_operand(x, 0), tf32_operand(dy, 1), floats(dw), nullptr,
+  if (rounds_operands(m)) {
+    cpu::conv2d_backward_weight(s, rounded_operand(x, 0, m), rounded_operand(dy, 1, m), floats(dw), nullptr,
                                 ConvAlgo::kExact);
     if (dbias.defined()) cpu::channel_sum(s.N, s.K, s.P * s.Q, floats(dy), floats(dbias));
     return;

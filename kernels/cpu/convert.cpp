@@ -60,11 +60,21 @@ void CpuBackend::convert(const Tensor& src, const Tensor& dst) {
   }
 }
 
-const float* tf32_operand(const Tensor& t, int buffer) {
+const float* rounded_operand(const Tensor& t, int buffer, Fp32Math math) {
   thread_local std::vector<float> buffers[2];
   std::vector<float>& r = buffers[buffer];
   if (r.size() < static_cast<size_t>(t.numel())) r.resize(static_cast<size_t>(t.numel()));
-  round_to_tf32(t.numel(), floats(t), r.data());
+  if (t.dtype() == DType::BFloat16) {  // exact in float32, already rounded
+    bf16_to_float(t.numel(), t.data<bfloat16>(), r.data());
+  } else if (math == Fp32Math::kBf16) {
+    const float* x = floats(t);
+    float* y = r.data();
+    const int64_t n = t.numel();
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+    for (int64_t i = 0; i < n; ++i) y[i] = bf16_bits_to_float(float_to_bf16_bits(x[i]));
+  } else {
+    round_to_tf32(t.numel(), floats(t), r.data());
+  }
   return r.data();
 }
 

@@ -3,10 +3,10 @@
 // code is in one place.
 //
 // Convolutions and matrix products follow core/precision.h: FP32 with the
-// fastest algorithm by default; kIeee rules Winograd out; kTf32 emulates a
-// tensor core: the operands are rounded to TF32 (tf32_operand below), and
-// the exact FP32 algorithm runs on them. A product of two TF32 values (11
-// significant bits each) is exact in FP32, so only the order of the FP32
+// fastest algorithm by default; kIeee rules Winograd out; kTf32 and kBf16
+// emulate a tensor core: the operands are rounded to TF32 or BF16
+// (rounded_operand below), and the exact FP32 algorithm runs on them. A
+// product of two such values (11 or 8 significant bits each) is exact in FP32, so only the order of the FP32
 // sums differs from the GPU's. The bias and its gradient stay FP32, as on
 // the GPU.
 #pragma once
@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/backend.h"
+#include "core/precision.h"
 
 namespace anvil::cpu {
 
@@ -30,10 +31,16 @@ class CpuBackend final : public Backend {
 inline float* floats(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 inline const int64_t* int64s(const Tensor& t) { return t.data<int64_t>(); }
 
-// A copy of t's floats rounded to TF32, as a tensor core reads them, in one
-// of the calling thread's two grow-only buffers (0 or 1; cpu::scratch's
-// slots belong to the kernels): no allocation in steady state. Valid until
-// the next copy into the same buffer (convert.cpp).
-const float* tf32_operand(const Tensor& t, int buffer);
+// A copy of t's elements rounded as `math` (kTf32 or kBf16) rounds a tensor
+// core's operands, in one of the calling thread's two grow-only buffers (0
+// or 1; cpu::scratch's slots belong to the kernels): no allocation in steady
+// state. t may be float32 or bfloat16 (whose values need no rounding).
+// Valid until the next copy into the same buffer (convert.cpp).
+const float* rounded_operand(const Tensor& t, int buffer, Fp32Math math);
+
+// Does `math` round the operands (kTf32, kBf16)?
+inline bool rounds_operands(Fp32Math math) {
+  return math == Fp32Math::kTf32 || math == Fp32Math::kBf16;
+}
 
 }  // namespace anvil::cpu

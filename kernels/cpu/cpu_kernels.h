@@ -111,9 +111,11 @@ void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const float* x,
 //   if momentum != 0: buf = first_step ? g : momentum * buf + g
 //                     g = nesterov ? g + momentum * buf : buf
 //   p -= lr * g
-// momentum_buf may be null when momentum == 0.
+// momentum_buf may be null when momentum == 0. param_copy, when not null,
+// gets the updated p rounded to bfloat16 (autocast's copy) in the same pass.
 void sgd_update(int64_t n, float* param, const float* grad, float* momentum_buf, float lr,
-                float momentum, float weight_decay, bool nesterov, bool first_step);
+                float momentum, float weight_decay, bool nesterov, bool first_step,
+                bfloat16* param_copy = nullptr);
 
 // The collectives' reduction step (accumulate.cpp): dst = (dst + src) * scale
 // (scale 1: dst += src, exactly). dst and src must not overlap.

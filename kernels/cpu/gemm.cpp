@@ -90,8 +90,9 @@ void CpuBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tens
                       float beta, const Tensor& y) {
   int64_t M = y.size(0), N = y.size(1);
   int64_t K = ta ? a.size(0) : a.size(1);
-  if (fp32_math(OpFamily::kMatmul, DeviceType::CPU) == Fp32Math::kTf32) {
-    return cpu::gemm(ta, tb, M, N, K, alpha, tf32_operand(a, 0), a.size(1), tf32_operand(b, 1),
+  const Fp32Math m = fp32_math(OpFamily::kMatmul, DeviceType::CPU);
+  if (rounds_operands(m)) {
+    return cpu::gemm(ta, tb, M, N, K, alpha, rounded_operand(a, 0, m), a.size(1), rounded_operand(b, 1, m),
                      b.size(1), beta, floats(y), N);
   }
   cpu::gemm(ta, tb, M, N, K, alpha, floats(a), a.size(1), floats(b), b.size(1), beta, floats(y),

@@ -72,7 +72,7 @@ void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, c
 // As cpu::sgd_update (PyTorch semantics); momentum_buf may be null when momentum == 0.
 void sgd_update(int64_t n, float* param, const float* grad, float* momentum_buf, float lr,
                 float momentum, float weight_decay, bool nesterov, bool first_step,
-                cudaStream_t stream);
+                cudaStream_t stream, bfloat16* param_copy = nullptr);
 
 // ---- the collectives' reduction step (accumulate.cu) ----
 // As cpu::accumulate: dst = (dst + src) * scale (scale 1: dst += src). The

@@ -3,6 +3,7 @@
 //   if momentum != 0: buf = first_step ? g : momentum * buf + g
 //                     g = nesterov ? g + momentum * buf : buf
 //   p -= lr * g
+//   param_copy = bf16(p), when given (autocast's copy, core/autocast.h)
 //
 // Thread -> data mapping: one thread per parameter element, in a grid-stride
 // loop over [0, n) with 64-bit indices (as elementwise.cu). A warp handles 32
@@ -34,8 +35,8 @@ enum class Mode { kPlain, kFirstStep, kMomentum };
 
 template <Mode kMode, bool kNesterov>
 __global__ void __launch_bounds__(kBlock) sgd_kernel(int64_t n, float* __restrict__ param, const float* __restrict__ grad,
-                           float* __restrict__ buf, float lr, float momentum,
-                           float weight_decay) {
+                           float* __restrict__ buf, bfloat16* __restrict__ copy, float lr,
+                           float momentum, float weight_decay) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -49,7 +50,9 @@ __global__ void __launch_bounds__(kBlock) sgd_kernel(int64_t n, float* __restric
       buf[i] = b;
       g = kNesterov ? g + momentum * b : b;
     }
-    param[i] = p - lr * g;
+    const float updated = p - lr * g;
+    param[i] = updated;
+    if (copy) copy[i] = bfloat16(updated);  // the same for every thread: no divergence
   }
 }
 
@@ -57,7 +60,7 @@ __global__ void __launch_bounds__(kBlock) sgd_kernel(int64_t n, float* __restric
 
 void sgd_update(int64_t n, float* param, const float* grad, float* momentum_buf, float lr,
                 float momentum, float weight_decay, bool nesterov, bool first_step,
-                cudaStream_t stream) {
+                cudaStream_t stream, bfloat16* param_copy) {
   using namespace sgd_kernels;
   if (n < 0) throw std::invalid_argument("cuda::sgd_update: negative size " + std::to_string(n));
   if (n == 0) return;
@@ -66,8 +69,8 @@ void sgd_update(int64_t n, float* param, const float* grad, float* momentum_buf,
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const dim3 grid(static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks));
   auto go = [&](auto kernel) {
-    launch(kernel, grid, dim3(kBlock), 0, stream, n, param, grad, momentum_buf, lr, momentum,
-           weight_decay);
+    launch(kernel, grid, dim3(kBlock), 0, stream, n, param, grad, momentum_buf, param_copy, lr,
+           momentum, weight_decay);
   };
   if (momentum == 0.0f)
     go(sgd_kernel<Mode::kPlain, false>);  // nesterov without momentum is a plain step

@@ -124,10 +124,13 @@ void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, c
 
 namespace {
 // The rung by core/precision.h: the tensor cores where convolutions compute
-// in TF32 (PyTorch's default), else the FP32 rung.
+// in TF32 (PyTorch's default) or BF16 (autocast), else the FP32 rung.
 int backend_rung() {
-  return fp32_math(OpFamily::kConv, DeviceType::CUDA) == Fp32Math::kTf32 ? kTf32Conv
-                                                                        : kBestConv;
+  switch (fp32_math(OpFamily::kConv, DeviceType::CUDA)) {
+    case Fp32Math::kTf32: return kTf32Conv;
+    case Fp32Math::kBf16: return kBf16Conv;
+    default: return kBestConv;
+  }
 }
 }  // namespace
 

@@ -34,6 +34,7 @@ namespace anvil::cuda {
 constexpr int kConvVariants = 7;
 constexpr int kBestConv = 5;  // the one the backend uses in FP32
 constexpr int kTf32Conv = 6;  // ... and in TF32 (core/precision.h)
+constexpr int kBf16Conv = 7;  // ... and in BF16 (autocast)
 // Rungs 1..kConvFp32Variants compute in FP32; the rungs after them on
 // tensor cores with FP32 accumulation, operands rounded to TF32 (06: 10
 // mantissa bits, nearest, ties away) or BF16 (07: 7 bits, nearest even).

@@ -72,14 +72,16 @@ void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 // ---- CudaBackend (cuda_backend.h) ----
 
 // The rung by core/precision.h: the tensor cores where matmuls compute in
-// TF32, else the FP32 rung.
+// TF32 or BF16 (autocast), else the FP32 rung.
 void CudaBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tensor& b,
                        float beta, const Tensor& y) {
   activate();
   int64_t M = y.size(0), N = y.size(1);
   int64_t K = ta ? a.size(0) : a.size(1);
-  const int rung =
-      fp32_math(OpFamily::kMatmul, DeviceType::CUDA) == Fp32Math::kTf32 ? kTf32Gemm : kBestGemm;
+  const Fp32Math math = fp32_math(OpFamily::kMatmul, DeviceType::CUDA);
+  const int rung = math == Fp32Math::kTf32   ? kTf32Gemm
+                   : math == Fp32Math::kBf16 ? kBf16Gemm
+                                             : kBestGemm;
   Tensor ws = workspace(gemm_workspace_floats(rung, M, N, K));
   cuda::gemm(rung, ta, tb, M, N, K, alpha, floats(a), a.size(1), floats(b), b.size(1), beta,
              floats(y), N, floats(ws), stream_);

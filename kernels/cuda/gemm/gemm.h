@@ -34,6 +34,7 @@ namespace anvil::cuda {
 constexpr int kGemmVariants = 11;
 constexpr int kBestGemm = 8;  // the one the backend uses in FP32
 constexpr int kTf32Gemm = 11;  // ... and in TF32 (core/precision.h)
+constexpr int kBf16Gemm = 10;  // ... and in BF16 (autocast)
 // Rungs 1..kGemmFp32Variants compute in FP32 (FP32 operands, products and
 // sums); the rungs after them on tensor cores, with rounded operands (each
 // Rung's `math` below).

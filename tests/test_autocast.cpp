@@ -1,0 +1,355 @@
+// core/autocast.h: bfloat16 autocast, on the CPU and on cuda:0 (simulated or
+// real). The op policy (which ops return bfloat16, which float32, what the
+// gradients' dtypes are); conv2d, linear and matmul against FP64 of their
+// bfloat16 operands, with bounds derived below; and the float32 master
+// weights: SGD refreshes the bfloat16 copies autocast reads in its own step.
+//
+// The bounds. An op under autocast multiplies bfloat16 operands (8
+// significant bits: their products are exact in FP32) and adds R products
+// (and a bias) in FP32. Against the FP64 sum `ref` of the same products, with
+// S = the sum of their magnitudes (and |bias|), the FP32 result is within
+// R * 2^-23 * S: the classic u S bound with u = 2^-24, doubled so that
+// it holds also for a tensor core that truncates at every step (its internal
+// rounding is not specified). A bfloat16 output then rounds that to nearest,
+// a relative error of at most 2^-8 (half of 2^-7, bfloat16's spacing):
+//     |y - ref| <= 2^-8 |ref| + (1 + 2^-8) R 2^-23 S.
+// A float32 gradient of a float32 parameter is not rounded to bfloat16, so
+// its bound has no 2^-8 term: a weight gradient rounded to bfloat16 breaks it.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "core/autocast.h"
+#include "core/ops.h"
+#include "core/random.h"
+#include "core/tensor.h"
+#include "nn/optim.h"
+#if defined(ANVIL_CUDA_BACKEND)
+#include "tests/cuda_test_util.h"
+#endif
+
+using namespace anvil;
+using Catch::Contains;
+
+namespace {
+
+using Vec = std::vector<float>;
+
+Tensor uniform(const Shape& shape, uint64_t seed, Device d = Device::cpu()) {
+  Generator gen(seed);
+  return add(scale(Tensor::rand(shape, &gen), 2.0), Tensor::full({}, -1.0)).to(d);
+}
+
+// The devices the tests run on: the CPU, and cuda:0 when there is one.
+std::vector<Device> devices() {
+  std::vector<Device> out{Device::cpu()};
+#if defined(ANVIL_CUDA_BACKEND)
+  if (cuda_test::have_device("autocast test")) out.push_back(Device::cuda(0));
+#endif
+  return out;
+}
+
+Vec bf16_values(const Tensor& t) { return t.to(DType::BFloat16).to_vector(); }
+
+// The largest |got - ref| / (rel |ref| + abs_per_term * mag), over elements.
+double worst(const Vec& got, const std::vector<double>& ref, const std::vector<double>& mag,
+             double rel, double abs_per_mag) {
+  REQUIRE(got.size() == ref.size());
+  double w = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double bound = rel * std::fabs(ref[i]) + abs_per_mag * mag[i] + 1e-30;
+    w = std::max(w, std::fabs(double(got[i]) - ref[i]) / bound);
+  }
+  return w;
+}
+
+struct Fp64 {
+  std::vector<double> value, magnitude;
+};
+
+// FP64 y = x w^T (+ bias) over [N, in] x [out, in]: value and sum of |terms|.
+Fp64 linear_ref(const Vec& x, const Vec& w, const Vec& b, int64_t N, int64_t in, int64_t out) {
+  Fp64 r{std::vector<double>(size_t(N * out)), std::vector<double>(size_t(N * out))};
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < out; ++o) {
+      double s = b.empty() ? 0.0 : b[size_t(o)], m = b.empty() ? 0.0 : std::fabs(b[size_t(o)]);
+      for (int64_t i = 0; i < in; ++i) {
+        const double p = double(x[size_t(n * in + i)]) * double(w[size_t(o * in + i)]);
+        s += p;
+        m += std::fabs(p);
+      }
+      r.value[size_t(n * out + o)] = s;
+      r.magnitude[size_t(n * out + o)] = m;
+    }
+  return r;
+}
+
+// FP64 convolution, stride 1, padding `pad`: y[N,K,P,Q] from x[N,C,H,W], w[K,C,R,S].
+struct ConvDims {
+  int64_t N, C, H, W, K, R, S, pad;
+  int64_t P() const { return H + 2 * pad - R + 1; }
+  int64_t Q() const { return W + 2 * pad - S + 1; }
+};
+
+Fp64 conv_ref(const ConvDims& d, const Vec& x, const Vec& w, const Vec& b) {
+  const int64_t P = d.P(), Q = d.Q();
+  Fp64 r{std::vector<double>(size_t(d.N * d.K * P * Q)),
+         std::vector<double>(size_t(d.N * d.K * P * Q))};
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t k = 0; k < d.K; ++k)
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t q = 0; q < Q; ++q) {
+          double s = b[size_t(k)], m = std::fabs(b[size_t(k)]);
+          for (int64_t c = 0; c < d.C; ++c)
+            for (int64_t i = 0; i < d.R; ++i)
+              for (int64_t j = 0; j < d.S; ++j) {
+                const int64_t h = p + i - d.pad, ww = q + j - d.pad;
+                if (h < 0 || h >= d.H || ww < 0 || ww >= d.W) continue;
+                const double t = double(x[size_t(((n * d.C + c) * d.H + h) * d.W + ww)]) *
+                                 double(w[size_t(((k * d.C + c) * d.R + i) * d.S + j)]);
+                s += t;
+                m += std::fabs(t);
+              }
+          const size_t o = size_t(((n * d.K + k) * P + p) * Q + q);
+          r.value[o] = s;
+          r.magnitude[o] = m;
+        }
+  return r;
+}
+
+// The gradients of sum(y * dy) for the convolution: dx and dw in FP64, with
+// their magnitudes, by the transposed loops.
+void conv_grads_ref(const ConvDims& d, const Vec& x, const Vec& w, const Vec& dy, Fp64& dx,
+                    Fp64& dw) {
+  const int64_t P = d.P(), Q = d.Q();
+  dx = {std::vector<double>(x.size()), std::vector<double>(x.size())};
+  dw = {std::vector<double>(w.size()), std::vector<double>(w.size())};
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t k = 0; k < d.K; ++k)
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t q = 0; q < Q; ++q) {
+          const double g = dy[size_t(((n * d.K + k) * P + p) * Q + q)];
+          for (int64_t c = 0; c < d.C; ++c)
+            for (int64_t i = 0; i < d.R; ++i)
+              for (int64_t j = 0; j < d.S; ++j) {
+                const int64_t h = p + i - d.pad, ww = q + j - d.pad;
+                if (h < 0 || h >= d.H || ww < 0 || ww >= d.W) continue;
+                const size_t xi = size_t(((n * d.C + c) * d.H + h) * d.W + ww);
+                const size_t wi = size_t(((k * d.C + c) * d.R + i) * d.S + j);
+                dx.value[xi] += g * w[wi];
+                dx.magnitude[xi] += std::fabs(g * w[wi]);
+                dw.value[wi] += g * x[xi];
+                dw.magnitude[wi] += std::fabs(g * x[xi]);
+              }
+        }
+}
+
+constexpr double kBf16 = 1.0 / 256;        // 2^-8: bfloat16's rounding, relative
+constexpr double kFp32 = 1.0 / 8388608.0;  // 2^-23: per FP32 addition (doubled u)
+
+}  // namespace
+
+TEST_CASE("autocast: the op policy of torch.autocast with bfloat16", "[autocast]") {
+  for (Device d : devices()) {
+    INFO(d.str());
+    Tensor x = uniform({2, 3, 6, 5}, 1, d);
+    Tensor w = uniform({4, 3, 3, 3}, 2, d).set_requires_grad();
+    Tensor b = uniform({4}, 3, d).set_requires_grad();
+    Tensor gamma = Tensor::ones({4}, DType::Float32, d).set_requires_grad();
+    Tensor beta = Tensor::zeros({4}, DType::Float32, d).set_requires_grad();
+    Tensor rm = Tensor::zeros({4}, DType::Float32, d), rv = Tensor::ones({4}, DType::Float32, d);
+    Tensor fc = uniform({5, 4 * 2 * 1}, 4, d).set_requires_grad();
+    Tensor labels = Tensor::from_vector(std::vector<int64_t>{1, 3}, {2}).to(d);
+
+    CHECK(conv2d(x, w, b, 1, 1).dtype() == DType::Float32);  // outside: float32
+    AutocastGuard amp(d.type);
+    CHECK(autocast_enabled(d.type));
+    CHECK_FALSE(autocast_enabled(d.is_cuda() ? DeviceType::CPU : DeviceType::CUDA));
+    Tensor y = conv2d(x, w, b, 1, 1);
+    CHECK(y.dtype() == DType::BFloat16);
+    Tensor h = batch_norm(relu(y), gamma, beta, rm, rv, true);
+    CHECK(h.dtype() == DType::BFloat16);
+    CHECK(rm.dtype() == DType::Float32);
+    CHECK(rm.to_vector() != Vec(4, 0.0f));  // the running statistics moved
+    Tensor pooled = max_pool2d(h, 3);
+    CHECK(pooled.dtype() == DType::BFloat16);
+    CHECK(add(pooled, pooled).dtype() == DType::BFloat16);
+    CHECK(add(pooled, pooled.to(DType::Float32)).dtype() == DType::Float32);  // promotion
+    CHECK(global_avg_pool2d(pooled).dtype() == DType::Float32);
+    Tensor logits = linear(pooled.flatten(1), fc);
+    CHECK(logits.dtype() == DType::BFloat16);
+    CHECK(matmul(pooled.flatten(1), fc.reshape({8, 5}).detach()).dtype() == DType::BFloat16);
+    Tensor loss = cross_entropy(logits, labels);
+    CHECK(loss.dtype() == DType::Float32);
+    {
+      AutocastGuard off(d.type, false);
+      CHECK(conv2d(x, w, b, 1, 1).dtype() == DType::Float32);
+    }
+    CHECK(conv2d(x, w, b, 1, 1).dtype() == DType::BFloat16);
+    loss.backward();
+    // The master weights' gradients are float32, as the weights.
+    for (const Tensor* p : {&w, &b, &gamma, &beta, &fc}) {
+      REQUIRE(p->grad().defined());
+      CHECK(p->grad().dtype() == DType::Float32);
+    }
+  }
+  REQUIRE_THROWS_WITH(AutocastGuard(DeviceType::CPU, true, DType::Float32),
+                      Contains("anvil autocasts to bfloat16"));
+}
+
+TEST_CASE("autocast: an activation that requires grad gets its gradient in its own dtype",
+          "[autocast]") {
+  Tensor x = uniform({3, 7}, 5).set_requires_grad();
+  Tensor w = uniform({2, 7}, 6).set_requires_grad();
+  AutocastGuard amp(DeviceType::CPU);
+  sum(linear(x, w)).backward();
+  CHECK(x.grad().dtype() == DType::Float32);
+  // dx = w summed over the outputs: the bfloat16 weights' sum, cast back.
+  const Vec wb = bf16_values(w.detach());
+  const Vec dx = x.grad().to_vector();
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 7; ++j)
+      CHECK(dx[size_t(i * 7 + j)] ==
+            Approx(double(wb[size_t(j)]) + double(wb[size_t(7 + j)])).epsilon(kBf16));
+}
+
+TEST_CASE("autocast: conv2d against FP64 of its bfloat16 operands, forward and backward",
+          "[autocast]") {
+  // Ragged: no dimension a multiple of a tile.
+  const ConvDims c{3, 5, 7, 6, 6, 3, 3, 1};
+  for (Device d : devices()) {
+    INFO(d.str());
+    Tensor x = uniform({c.N, c.C, c.H, c.W}, 11, d);
+    Tensor w = uniform({c.K, c.C, c.R, c.S}, 12, d).set_requires_grad();
+    Tensor b = uniform({c.K}, 13, d).set_requires_grad();
+    Tensor dy = uniform({c.N, c.K, c.P(), c.Q()}, 14, d).to(DType::BFloat16);
+    Tensor y;
+    {
+      AutocastGuard amp(d.type);
+      y = conv2d(x, w, b, 1, c.pad);
+    }
+    REQUIRE(y.dtype() == DType::BFloat16);
+    y.backward(dy);
+    const Vec xb = bf16_values(x), wb = bf16_values(w.detach()), bv = b.detach().to_vector(),
+              dyv = dy.to_vector();
+    const int64_t R = c.C * c.R * c.S + 1;  // the terms of one output, with the bias
+    const Fp64 ref = conv_ref(c, xb, wb, bv);
+    CHECK(worst(y.to_vector(), ref.value, ref.magnitude, kBf16, (1 + kBf16) * R * kFp32) <= 1.0);
+    // The control: the FP32 convolution of the unrounded operands is not
+    // within the bound (the operands were rounded).
+    const Fp64 unrounded = conv_ref(c, x.to_vector(), w.detach().to_vector(), bv);
+    const Vec as_float(unrounded.value.begin(), unrounded.value.end());
+    CHECK(worst(as_float, ref.value, ref.magnitude, 0.0, R * kFp32) > 1.0);
+
+    Fp64 dx, dw;
+    conv_grads_ref(c, xb, wb, dyv, dx, dw);
+    const int64_t Rw = c.N * c.P() * c.Q();  // the terms of one weight gradient
+    REQUIRE(w.grad().dtype() == DType::Float32);
+    CHECK(worst(w.grad().to_vector(), dw.value, dw.magnitude, 0.0, Rw * kFp32) <= 1.0);
+    // The bias gradient: the FP32 sum of the bfloat16 dy.
+    std::vector<double> db(size_t(c.K), 0.0), db_mag(size_t(c.K), 0.0);
+    for (int64_t n = 0; n < c.N; ++n)
+      for (int64_t k = 0; k < c.K; ++k)
+        for (int64_t i = 0; i < c.P() * c.Q(); ++i) {
+          const double g = dyv[size_t((n * c.K + k) * c.P() * c.Q() + i)];
+          db[size_t(k)] += g;
+          db_mag[size_t(k)] += std::fabs(g);
+        }
+    CHECK(worst(b.grad().to_vector(), db, db_mag, 0.0, Rw * kFp32) <= 1.0);
+
+    // An input that requires grad: dx is bfloat16 where x is (the activation
+    // between two autocast layers), rounded once.
+    Tensor xa = x.to(DType::BFloat16).detach().set_requires_grad();
+    {
+      AutocastGuard amp(d.type);
+      conv2d(xa, w, b, 1, c.pad).backward(dy);
+    }
+    REQUIRE(xa.grad().dtype() == DType::BFloat16);
+    const int64_t Rx = c.K * c.R * c.S;
+    CHECK(worst(xa.grad().to_vector(), dx.value, dx.magnitude, kBf16,
+                (1 + kBf16) * Rx * kFp32) <= 1.0);
+  }
+}
+
+TEST_CASE("autocast: linear and matmul against FP64 of their bfloat16 operands", "[autocast]") {
+  const int64_t N = 9, in = 37, out = 11;
+  for (Device d : devices()) {
+    INFO(d.str());
+    Tensor x = uniform({N, in}, 21, d);
+    Tensor w = uniform({out, in}, 22, d).set_requires_grad();
+    Tensor b = uniform({out}, 23, d).set_requires_grad();
+    Tensor dy = uniform({N, out}, 24, d).to(DType::BFloat16);
+    Tensor y, m;
+    {
+      AutocastGuard amp(d.type);
+      y = linear(x, w, b);
+      m = matmul(x, w.detach().reshape({in, out}));
+    }
+    y.backward(dy);
+    const Vec xb = bf16_values(x), wb = bf16_values(w.detach()), bv = b.detach().to_vector();
+    const Fp64 ref = linear_ref(xb, wb, bv, N, in, out);
+    CHECK(worst(y.to_vector(), ref.value, ref.magnitude, kBf16, (1 + kBf16) * (in + 1) * kFp32) <=
+          1.0);
+    // matmul of x [N, in] by the same values viewed as [in, out].
+    Fp64 mref{std::vector<double>(size_t(N * out)), std::vector<double>(size_t(N * out))};
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t i = 0; i < in; ++i) {
+          const double p = double(xb[size_t(n * in + i)]) * double(wb[size_t(i * out + o)]);
+          mref.value[size_t(n * out + o)] += p;
+          mref.magnitude[size_t(n * out + o)] += std::fabs(p);
+        }
+    CHECK(m.dtype() == DType::BFloat16);
+    CHECK(worst(m.to_vector(), mref.value, mref.magnitude, kBf16, (1 + kBf16) * in * kFp32) <= 1.0);
+    // dw = dy^T x, float32, not rounded to bfloat16.
+    const Vec dyv = dy.to_vector();
+    Fp64 dw{std::vector<double>(size_t(out * in)), std::vector<double>(size_t(out * in))};
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i)
+        for (int64_t n = 0; n < N; ++n) {
+          const double p = double(dyv[size_t(n * out + o)]) * double(xb[size_t(n * in + i)]);
+          dw.value[size_t(o * in + i)] += p;
+          dw.magnitude[size_t(o * in + i)] += std::fabs(p);
+        }
+    REQUIRE(w.grad().dtype() == DType::Float32);
+    CHECK(worst(w.grad().to_vector(), dw.value, dw.magnitude, 0.0, N * kFp32) <= 1.0);
+  }
+}
+
+TEST_CASE("autocast: SGD keeps the float32 master weights and refreshes the bfloat16 copies "
+          "in its step",
+          "[autocast][optim]") {
+  for (Device d : devices()) {
+    INFO(d.str());
+    Tensor x = uniform({4, 6}, 31, d);
+    Tensor w = uniform({3, 6}, 32, d).set_requires_grad();
+    optim::SGD sgd({w}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true});
+    for (int step = 0; step < 3; ++step) {
+      sgd.zero_grad();
+      Tensor y;
+      {
+        AutocastGuard amp(d.type, true, DType::BFloat16, &sgd.cast_cache());
+        y = linear(x, w);
+        // The forward read the copy that the last step left.
+        REQUIRE(sgd.cast_cache().size() == 1);
+        CHECK(sgd.cast_cache().find(w).to_vector() == bf16_values(w.detach()));
+      }
+      sum(y).backward();
+      sgd.step();
+      CHECK(w.dtype() == DType::Float32);
+      // The copy is the updated master weights, rounded to nearest even.
+      const Tensor copy = sgd.cast_cache().find(w);
+      REQUIRE(copy.dtype() == DType::BFloat16);
+      CHECK(copy.to_vector() == bf16_values(w.detach()));
+    }
+    // A guard without a cache of its own makes one for its scope.
+    {
+      AutocastGuard amp(d.type);
+      CHECK(autocast_cache(d.type) != &sgd.cast_cache());
+    }
+    CHECK(autocast_cache(d.type) == nullptr);
+  }
+  REQUIRE_THROWS_WITH(optim::SGD({Tensor::ones({2}, DType::BFloat16).set_requires_grad()}, {}),
+                      Contains("SGD updates float32 parameters"));
+}
