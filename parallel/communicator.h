@@ -6,8 +6,8 @@
 // each call checks that first (a rank that asks for something else, or never
 // comes, is named in the error) and then moves the data. The collectives are
 // anvil's own, written once on grouped point-to-point sends and receives
-// (parallel/collectives.cpp, parallel/allreduce.cpp), over one of two
-// transports:
+// (parallel/collectives.cpp, parallel/allreduce.cpp), or, asked for by
+// Algorithm::kNative, the transport's own; over one of two transports:
 //   - NCCL, for CUDA tensors: one rank per GPU, as threads of one process
 //     (nccl_communicator) or as processes started by mpirun (nccl_world). In
 //     the simulator build the same code runs on simulated NCCL (sim/).
