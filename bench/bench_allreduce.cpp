@@ -1,23 +1,29 @@
 // bench_allreduce: all-reduce bandwidth in the form of nccl-tests'
 // all_reduce_perf, for anvil's ring, the seeds' naive all-reduce and the
-// backend's own (MPI_Allreduce or ncclAllReduce), measured in one run.
+// backend's own (MPI_Allreduce or ncclAllReduce), measured in one run; with
+// --ops, also broadcast, all-gather and reduce-scatter (ring against the
+// backend's MPI_Bcast / ncclBroadcast, MPI_Allgather / ncclAllGather,
+// MPI_Reduce_scatter_block / ncclReduceScatter), one table each.
 //
 //   mpirun -np 4 --oversubscribe bench_allreduce            # MPI: one CPU rank per process
 //   bench_allreduce --backend nccl --gpus 2                 # NCCL: one thread per GPU
 //   bench_allreduce --min-bytes 1M --max-bytes 64M --json allreduce.json
+//   bench_allreduce --ops allreduce,broadcast,allgather,reducescatter
 //
 // For each size (from --min-bytes to --max-bytes, doubling) it first checks
-// every algorithm once on integer-valued data whose sum is exact (the #wrong
-// column counts elements that differ from the host's reference), then times
-// them: --repeats rounds, each round every algorithm in turn for the same
-// number of iterations (chosen from a trial so a round takes ~0.1 s), so the
-// algorithms are measured close together on a machine whose load changes.
-// A round's time is the slowest rank's; the figure is the median round.
+// every algorithm once on integer-valued data whose result is exact (the
+// #wrong column counts elements that differ from the host's reference), then
+// times them: --repeats rounds, each round every algorithm in turn for the
+// same number of iterations (chosen from a trial so a round takes ~0.1 s),
+// so the algorithms are measured close together on a machine whose load
+// changes. A round's time is the slowest rank's; the figure is the median round.
 //
-// The figures are nccl-tests': algbw = bytes / time; busbw = algbw * 2(n-1)/n,
-// the bandwidth each rank's link must carry for an all-reduce, which makes
-// runs on different rank counts comparable, and which for a good all-reduce
-// tends to the link bandwidth. The last column is ring busbw / native busbw.
+// The figures are nccl-tests': algbw = size / time; busbw = algbw * factor,
+// the bandwidth each rank's link must carry, which makes runs on different
+// rank counts comparable, and which for a good algorithm tends to the link
+// bandwidth: 2(n-1)/n for all-reduce, (n-1)/n for all-gather and
+// reduce-scatter (whose size is the gathered tensor, and the input), 1 for
+// broadcast. The last column is ring busbw / native busbw.
 // --unchecked adds each algorithm without the per-call check of every
 // rank's call ("ring/unchecked", ...): the check's cost, side by side.
 #include <CLI/CLI.hpp>
@@ -51,6 +57,7 @@ struct Options {
   int gpus = 0;
   std::string min_bytes = "4K", max_bytes = "64M";
   std::vector<std::string> algorithms = {"ring", "naive", "native"};
+  std::vector<std::string> ops = {"allreduce"};
   int repeats = 5;
   double round_seconds = 0.1;
   size_t chunk_bytes = size_t(1) << 20;
@@ -84,10 +91,46 @@ std::string human(size_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+// The collectives measured, with nccl-tests' bus-bandwidth factor for n
+// ranks: what each rank's link carries relative to the message size.
+enum class Op { kAllReduce, kBroadcast, kAllGather, kReduceScatter };
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kAllReduce: return "allreduce";
+    case Op::kBroadcast: return "broadcast";
+    case Op::kAllGather: return "allgather";
+    case Op::kReduceScatter: return "reducescatter";
+  }
+  return "?";
+}
+Op parse_op(const std::string& name) {
+  for (Op op : {Op::kAllReduce, Op::kBroadcast, Op::kAllGather, Op::kReduceScatter})
+    if (name == op_name(op)) return op;
+  throw std::invalid_argument(fmt::format(
+      "--ops '{}': expected allreduce, broadcast, allgather or reducescatter", name));
+}
+double bus_factor(Op op, int n) {
+  switch (op) {
+    case Op::kAllReduce: return 2.0 * (n - 1) / n;
+    case Op::kBroadcast: return 1.0;
+    default: return double(n - 1) / n;  // all-gather, reduce-scatter
+  }
+}
+// What the buffer of `bytes` is: the all-reduce's and broadcast's tensor, the
+// all-gather's output, the reduce-scatter's input (nccl-tests' size), so
+// its element count divides by the rank count for the last two.
+int64_t count_of(Op op, size_t bytes, int n) {
+  const int64_t count = int64_t(bytes / 4);
+  if (op == Op::kAllGather || op == Op::kReduceScatter) return std::max<int64_t>(n, count / n * n);
+  return count;
+}
+
 struct Row {
+  Op op = Op::kAllReduce;
   size_t bytes = 0;
+  int64_t count = 0;
   std::string algorithm;
-  double seconds = 0;  // per all-reduce, slowest rank, median round
+  double seconds = 0;  // per call, slowest rank, median round
   int64_t wrong = 0;
 };
 
@@ -100,19 +143,60 @@ double slowest(par::Communicator& c, double mine) {
   return double(*std::max_element(v.begin(), v.end())) / 1e9;
 }
 
-// Elements that differ from the exact sum after one all-reduce of small integers.
-int64_t check(par::Communicator& c, int64_t count, par::Algorithm algo) {
-  std::vector<float> mine(static_cast<size_t>(count)), want(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) {
-    mine[size_t(i)] = float((i + 3 * c.rank()) % 7 - 3);
-    for (int r = 0; r < c.size(); ++r) want[size_t(i)] += float((i + 3 * r) % 7 - 3);
+// A small integer of rank r at element i: sums of them are exact.
+float value(int rank, int64_t i) { return float((i + 3 * rank) % 7 - 3); }
+
+// Elements that differ from the host's reference after one call on small integers.
+int64_t check(par::Communicator& c, Op op, int64_t count, par::Algorithm algo) {
+  const int n = c.size(), me = c.rank();
+  std::vector<float> mine, want;
+  Tensor got;
+  switch (op) {
+    case Op::kAllReduce: {
+      for (int64_t i = 0; i < count; ++i) {
+        mine.push_back(value(me, i));
+        float sum = 0;
+        for (int r = 0; r < n; ++r) sum += value(r, i);
+        want.push_back(sum);
+      }
+      got = Tensor::from_vector(mine, {count}, c.device());
+      c.allreduce(got, par::ReduceOp::kSum, algo);
+      break;
+    }
+    case Op::kBroadcast: {
+      for (int64_t i = 0; i < count; ++i) {
+        mine.push_back(me == 0 ? value(0, i) : 0.0f);
+        want.push_back(value(0, i));
+      }
+      got = Tensor::from_vector(mine, {count}, c.device());
+      c.broadcast(got, 0, algo);
+      break;
+    }
+    case Op::kAllGather: {
+      const int64_t shard = count / n;
+      for (int64_t i = 0; i < shard; ++i) mine.push_back(value(me, i));
+      for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < shard; ++i) want.push_back(value(r, i));
+      got = c.all_gather(Tensor::from_vector(mine, {shard}, c.device()), algo);
+      break;
+    }
+    case Op::kReduceScatter: {
+      const int64_t shard = count / n;
+      for (int64_t i = 0; i < count; ++i) mine.push_back(value(me, i));
+      for (int64_t i = me * shard; i < (me + 1) * shard; ++i) {
+        float sum = 0;
+        for (int r = 0; r < n; ++r) sum += value(r, i);
+        want.push_back(sum);
+      }
+      got = c.reduce_scatter(Tensor::from_vector(mine, {count}, c.device()),
+                             par::ReduceOp::kSum, algo);
+      break;
+    }
   }
-  Tensor t = Tensor::from_vector(mine, {count}, c.device());
-  c.allreduce(t, par::ReduceOp::kSum, algo);
   c.synchronize();
-  const std::vector<float> got = t.to_vector();
-  int64_t wrong = 0;
-  for (int64_t i = 0; i < count; ++i) wrong += got[size_t(i)] != want[size_t(i)];
+  const std::vector<float> v = got.to_vector();
+  int64_t wrong = std::abs(int64_t(v.size()) - int64_t(want.size()));
+  for (size_t i = 0; i < std::min(v.size(), want.size()); ++i) wrong += v[i] != want[i];
   return wrong;
 }
 
@@ -125,13 +209,22 @@ struct Variant {
   }
 };
 
-double time_iterations(par::Communicator& c, const Tensor& buffer, const Variant& v,
+// The buffers of one size: the all-reduce's and broadcast's tensor, the
+// all-gather's shard, the reduce-scatter's input.
+double time_iterations(par::Communicator& c, Op op, const Tensor& buffer, const Variant& v,
                        int64_t iterations) {
   const par::Algorithm algo = v.algorithm;
   c.set_check_calls(v.checked);
   c.barrier();
   const auto start = Clock::now();
-  for (int64_t i = 0; i < iterations; ++i) c.allreduce(buffer, par::ReduceOp::kSum, algo);
+  for (int64_t i = 0; i < iterations; ++i) {
+    switch (op) {
+      case Op::kAllReduce: c.allreduce(buffer, par::ReduceOp::kSum, algo); break;
+      case Op::kBroadcast: c.broadcast(buffer, 0, algo); break;
+      case Op::kAllGather: c.all_gather(buffer, algo); break;
+      case Op::kReduceScatter: c.reduce_scatter(buffer, par::ReduceOp::kSum, algo); break;
+    }
+  }
   c.synchronize();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   c.set_check_calls(true);
@@ -141,60 +234,86 @@ double time_iterations(par::Communicator& c, const Tensor& buffer, const Variant
 // Every rank runs this; the rows are complete on every rank.
 std::vector<Row> run(par::Communicator& c, const Options& o) {
   c.set_chunk_bytes(o.chunk_bytes);
-  std::vector<Variant> algos;
-  for (const auto& name : o.algorithms) algos.push_back({par::parse_algorithm(name), true});
-  if (o.unchecked)
-    for (const auto& name : o.algorithms) algos.push_back({par::parse_algorithm(name), false});
   std::vector<Row> rows;
-  for (size_t bytes = parse_bytes(o.min_bytes, "--min-bytes");
-       bytes <= parse_bytes(o.max_bytes, "--max-bytes"); bytes *= 2) {
-    const int64_t count = int64_t(bytes / 4);
-    Tensor buffer = Tensor::zeros({count}, DType::Float32, c.device());
-    // A trial run of each algorithm sets the iteration count (the same on
-    // every rank: the slowest rank's time decides).
-    double trial = 0;
-    for (const Variant& a : algos) trial = std::max(trial, time_iterations(c, buffer, a, 2) / 2);
-    const int64_t iterations =
-        std::clamp<int64_t>(int64_t(o.round_seconds / std::max(trial, 1e-9)), 3, 2000);
-    std::vector<std::vector<double>> rounds(algos.size());
-    for (int r = 0; r < o.repeats; ++r)
-      for (size_t a = 0; a < algos.size(); ++a)
-        rounds[a].push_back(time_iterations(c, buffer, algos[a], iterations) / double(iterations));
-    for (size_t a = 0; a < algos.size(); ++a) {
-      std::sort(rounds[a].begin(), rounds[a].end());
-      Row row;
-      row.bytes = bytes;
-      row.algorithm = algos[a].name();
-      row.seconds = rounds[a][rounds[a].size() / 2];
-      row.wrong = check(c, count, algos[a].algorithm);
-      rows.push_back(row);
+  for (const std::string& op_text : o.ops) {
+    const Op op = parse_op(op_text);
+    // Naive is an all-reduce only; the others have ring and native.
+    std::vector<Variant> algos;
+    for (bool checked : {true, false}) {
+      if (!checked && !o.unchecked) break;
+      for (const auto& name : o.algorithms) {
+        const par::Algorithm a = par::parse_algorithm(name);
+        if (a != par::Algorithm::kNaive || op == Op::kAllReduce) algos.push_back({a, checked});
+      }
+    }
+    if (algos.empty()) continue;
+    for (size_t bytes = parse_bytes(o.min_bytes, "--min-bytes");
+         bytes <= parse_bytes(o.max_bytes, "--max-bytes"); bytes *= 2) {
+      const int64_t count = count_of(op, bytes, c.size());
+      const Tensor buffer = Tensor::zeros(
+          {op == Op::kAllGather ? count / c.size() : count}, DType::Float32, c.device());
+      // A trial run of each algorithm sets the iteration count (the same on
+      // every rank: the slowest rank's time decides).
+      double trial = 0;
+      for (const Variant& a : algos)
+        trial = std::max(trial, time_iterations(c, op, buffer, a, 2) / 2);
+      const int64_t iterations =
+          std::clamp<int64_t>(int64_t(o.round_seconds / std::max(trial, 1e-9)), 3, 2000);
+      std::vector<std::vector<double>> rounds(algos.size());
+      for (int r = 0; r < o.repeats; ++r)
+        for (size_t a = 0; a < algos.size(); ++a)
+          rounds[a].push_back(time_iterations(c, op, buffer, algos[a], iterations) /
+                              double(iterations));
+      for (size_t a = 0; a < algos.size(); ++a) {
+        std::sort(rounds[a].begin(), rounds[a].end());
+        Row row;
+        row.op = op;
+        row.bytes = size_t(count) * 4;
+        row.count = count;
+        row.algorithm = algos[a].name();
+        row.seconds = rounds[a][rounds[a].size() / 2];
+        row.wrong = check(c, op, count, algos[a].algorithm);
+        rows.push_back(row);
+      }
     }
   }
   return rows;
 }
 
-void report(const std::vector<Row>& rows, const Options& o, int ranks, const std::string& backend,
-            const std::string& device) {
-  const double bus_factor = 2.0 * (ranks - 1) / ranks;
+// One table per collective; the all-reduce's first.
+void report_table(const std::vector<Row>& rows, const Options& o, int ranks, Op op,
+                  const std::string& backend, const std::string& device, bool first) {
+  const double factor = bus_factor(op, ranks);
   std::vector<std::string> names;
   for (const Row& r : rows)
     if (std::find(names.begin(), names.end(), r.algorithm) == names.end()) names.push_back(r.algorithm);
-  fmt::print("# bench_allreduce: {} ranks, backend {}, {}; float32 sum, in place; ring chunks of {}\n",
-             ranks, backend, device, human(o.chunk_bytes));
-  fmt::print("# time: per all-reduce, slowest rank, median of {} rounds; busbw = algbw * 2(n-1)/n\n",
-             o.repeats);
+  if (op == Op::kAllReduce) {
+    fmt::print("# bench_allreduce: {} ranks, backend {}, {}; float32 sum, in place; ring chunks of {}\n",
+               ranks, backend, device, human(o.chunk_bytes));
+    fmt::print("# time: per all-reduce, slowest rank, median of {} rounds; busbw = algbw * 2(n-1)/n\n",
+               o.repeats);
+  } else {
+    if (first)
+      fmt::print("# bench_allreduce: {} ranks, backend {}, {}; ring chunks of {}\n", ranks,
+                 backend, device, human(o.chunk_bytes));
+    const char* what = op == Op::kBroadcast   ? "float32 from rank 0, in place; size: the tensor; busbw = algbw * 1"
+                       : op == Op::kAllGather ? "float32; size: the gathered tensor (n shards); busbw = algbw * (n-1)/n"
+                                              : "float32 sum; size: the input (n shards); busbw = algbw * (n-1)/n";
+    fmt::print("# {}: {}; time: per call, slowest rank, median of {} rounds\n", op_name(op), what,
+               o.repeats);
+  }
   std::string head = fmt::format("{:>10} {:>10}", "size", "count");
   for (const auto& n : names) head += fmt::format(" | {:>7} {:>10} {:>8} {:>8} {:>6}", n, "time(us)", "algbw", "busbw", "#wrong");
   const bool ratio = std::count(names.begin(), names.end(), "ring") && std::count(names.begin(), names.end(), "native");
   if (ratio) head += " | ring/native";
   fmt::print("{}\n", head);
   for (size_t i = 0; i < rows.size(); i += names.size()) {
-    std::string line = fmt::format("{:>10} {:>10}", human(rows[i].bytes), rows[i].bytes / 4);
+    std::string line = fmt::format("{:>10} {:>10}", human(rows[i].bytes), rows[i].count);
     double ring_bus = 0, native_bus = 0;
     for (size_t k = 0; k < names.size(); ++k) {
       const Row& r = rows[i + k];
       const double algbw = double(r.bytes) / r.seconds / 1e9;
-      const double busbw = algbw * bus_factor;
+      const double busbw = algbw * factor;
       if (r.algorithm == "ring") ring_bus = busbw;
       if (r.algorithm == "native") native_bus = busbw;
       line += fmt::format(" | {:>7} {:>10.1f} {:>8.2f} {:>8.2f} {:>6}", "", r.seconds * 1e6, algbw,
@@ -203,13 +322,27 @@ void report(const std::vector<Row>& rows, const Options& o, int ranks, const std
     if (ratio) line += fmt::format(" | {:>10.2f}x", native_bus > 0 ? ring_bus / native_bus : 0.0);
     fmt::print("{}\n", line);
   }
+}
+
+void report(const std::vector<Row>& rows, const Options& o, int ranks, const std::string& backend,
+            const std::string& device) {
+  bool first = true;
+  for (Op op : {Op::kAllReduce, Op::kBroadcast, Op::kAllGather, Op::kReduceScatter}) {
+    std::vector<Row> mine;
+    for (const Row& r : rows)
+      if (r.op == op) mine.push_back(r);
+    if (mine.empty()) continue;
+    report_table(mine, o, ranks, op, backend, device, first);
+    first = false;
+  }
   if (o.json.empty()) return;
   nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
     const double algbw = double(r.bytes) / r.seconds / 1e9;
     out.push_back({{"backend", backend}, {"device", device}, {"ranks", ranks},
-                   {"algorithm", r.algorithm}, {"bytes", r.bytes}, {"time_us", r.seconds * 1e6},
-                   {"algbw_GBps", algbw}, {"busbw_GBps", algbw * bus_factor},
+                   {"op", op_name(r.op)}, {"algorithm", r.algorithm}, {"bytes", r.bytes},
+                   {"time_us", r.seconds * 1e6}, {"algbw_GBps", algbw},
+                   {"busbw_GBps", algbw * bus_factor(r.op, ranks)},
                    {"chunk_bytes", o.chunk_bytes}, {"wrong", r.wrong}});
   }
   std::ofstream(o.json) << out.dump(1) << "\n";
@@ -219,14 +352,15 @@ void report(const std::vector<Row>& rows, const Options& o, int ranks, const std
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench_allreduce: all-reduce bus bandwidth (nccl-tests' form), ring vs naive vs native"};
+  CLI::App app{"bench_allreduce: all-reduce (and broadcast, all-gather, reduce-scatter) bus bandwidth (nccl-tests' form), ring vs naive vs native"};
   Options o;
   app.add_option("--backend", o.backend, "mpi (CPU ranks, under mpirun), nccl (one thread per GPU), or auto")
       ->check(CLI::IsMember({"auto", "mpi", "nccl"}));
   app.add_option("--gpus", o.gpus, "NCCL: how many GPUs (default: all)");
   app.add_option("--min-bytes", o.min_bytes, "smallest size (4K, 1M, ...)");
   app.add_option("--max-bytes", o.max_bytes, "largest size");
-  app.add_option("--algorithms", o.algorithms, "which all-reduces: ring, naive, native")->delimiter(',');
+  app.add_option("--algorithms", o.algorithms, "which algorithms: ring, naive (all-reduce only), native")->delimiter(',');
+  app.add_option("--ops", o.ops, "which collectives, one table each: allreduce (the default), broadcast, allgather, reducescatter")->delimiter(',');
   app.add_option("--repeats", o.repeats, "timed rounds per size (the median is reported)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--round-seconds", o.round_seconds, "about how long each algorithm's round lasts")
@@ -238,6 +372,7 @@ int main(int argc, char** argv) {
 
   try {
     for (const auto& name : o.algorithms) par::parse_algorithm(name);
+    for (const auto& name : o.ops) parse_op(name);
     parse_bytes(o.min_bytes, "--min-bytes");
     parse_bytes(o.max_bytes, "--max-bytes");
     std::string backend = o.backend;

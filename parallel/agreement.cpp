@@ -30,8 +30,13 @@ std::string describe(const CallInfo& c) {
     case Collective::kAllreduce:
       s += fmt::format(" ({}, {})", algorithm_name(c.algorithm), op_name(c.op));
       break;
-    case Collective::kReduceScatter: s += fmt::format(" ({})", op_name(c.op)); break;
+    case Collective::kReduceScatter:
+      s += fmt::format(" ({}, {})", algorithm_name(c.algorithm), op_name(c.op));
+      break;
     case Collective::kBroadcast:
+      s += fmt::format(" ({}) from rank {}", algorithm_name(c.algorithm), c.root);
+      break;
+    case Collective::kAllGather: s += fmt::format(" ({})", algorithm_name(c.algorithm)); break;
     case Collective::kScatter: s += fmt::format(" from rank {}", c.root); break;
     default: break;
   }
@@ -53,11 +58,14 @@ bool compatible(const CallInfo& ref, const CallInfo& other) {
   switch (ref.collective) {
     case Collective::kAllreduce:
       return ref.algorithm == other.algorithm && ref.op == other.op && same_tensor();
-    case Collective::kReduceScatter: return ref.op == other.op && same_tensor();
-    case Collective::kBroadcast: return ref.root == other.root && same_tensor();
+    case Collective::kReduceScatter:
+      return ref.algorithm == other.algorithm && ref.op == other.op && same_tensor();
+    case Collective::kBroadcast:
+      return ref.algorithm == other.algorithm && ref.root == other.root && same_tensor();
     case Collective::kScatter: return ref.root == other.root;
     case Collective::kAllGather:
-      return ref.dtype == other.dtype && ref.ndim == other.ndim &&
+      return ref.algorithm == other.algorithm && ref.dtype == other.dtype &&
+             ref.ndim == other.ndim &&
              std::equal(ref.shape + 1, ref.shape + std::max(ref.ndim, 1), other.shape + 1);
     case Collective::kBarrier: return true;
   }
@@ -84,8 +92,9 @@ namespace {
 
 // Whether the collective's schedule depends on the chunk size.
 bool cut_in_chunks(const CallInfo& c) {
-  return (c.collective == Collective::kAllreduce && c.algorithm == Algorithm::kRing) ||
-         c.collective == Collective::kBroadcast || c.collective == Collective::kReduceScatter;
+  return c.algorithm == Algorithm::kRing &&
+         (c.collective == Collective::kAllreduce || c.collective == Collective::kBroadcast ||
+          c.collective == Collective::kReduceScatter);
 }
 
 }  // namespace

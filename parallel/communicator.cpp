@@ -206,6 +206,14 @@ void check_tensor(const Transport& t, const char* collective, const char* what,
                                             who, what, dtype_name(tensor.dtype())));
 }
 
+// Naive is the seeds' all-reduce; the other collectives have ring and native.
+void check_algorithm(const Transport& t, const char* collective, Algorithm algorithm) {
+  if (algorithm == Algorithm::kNaive)
+    throw std::invalid_argument(fmt::format("{}: {}: there is no naive {}: ring (anvil's own) "
+                                            "or native (the backend's)",
+                                            t.identity(), collective, collective));
+}
+
 void check_rank(const Transport& t, const char* collective, const char* what, int r) {
   if (r < 0 || r >= t.size())
     throw std::invalid_argument(fmt::format("{}: {}: {} {} is not a rank of a communicator of {}",
@@ -311,20 +319,27 @@ std::shared_ptr<Work> Communicator::allreduce_async(const Tensor& tensor, Reduce
   return work;
 }
 
-void Communicator::broadcast(const Tensor& tensor, int root) {
+void Communicator::broadcast(const Tensor& tensor, int root, Algorithm algorithm) {
   run(
       "broadcast",
       [&] {
         check_tensor(*transport_, "broadcast", "the tensor", tensor, false);
         check_rank(*transport_, "broadcast", "root", root);
+        check_algorithm(*transport_, "broadcast", algorithm);
       },
       [&] {
         CallInfo mine = CallInfo::of(Collective::kBroadcast, tensor);
         mine.root = root;
+        mine.algorithm = algorithm;
         agree(mine);
         transport_->begin();
-        algorithms::chain_broadcast(*transport_, tensor.raw_data(), tensor.nbytes(), root,
-                                    chunk_bytes_.load());
+        if (algorithm == Algorithm::kNative) {
+          if (size() > 1 && tensor.nbytes() > 0)
+            transport_->native_broadcast(tensor.raw_data(), tensor.nbytes(), root);
+        } else {
+          algorithms::chain_broadcast(*transport_, tensor.raw_data(), tensor.nbytes(), root,
+                                      chunk_bytes_.load());
+        }
         transport_->end();
       });
 }
@@ -361,7 +376,7 @@ Tensor Communicator::scatter(const Tensor& input, int root) {
   return output;
 }
 
-Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op) {
+Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op, Algorithm algorithm) {
   Tensor output;
   run(
       "reduce_scatter",
@@ -374,10 +389,18 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op) {
           throw std::invalid_argument(fmt::format(
               "rank {}: reduce_scatter: the average of {} is not defined here: sum, then divide",
               rank(), dtype_name(input.dtype())));
+        check_algorithm(*transport_, "reduce_scatter", algorithm);
+        if (algorithm == Algorithm::kNative && input.size(0) % size() != 0)
+          throw std::invalid_argument(fmt::format(
+              "{}: reduce_scatter (native): {} rows do not split evenly over {} ranks; the "
+              "backend's reduce-scatter gives every rank the same count (the ring splits "
+              "unevenly)",
+              transport_->identity(), input.size(0), size()));
       },
       [&] {
         CallInfo mine = CallInfo::of(Collective::kReduceScatter, input);
         mine.op = op;
+        mine.algorithm = algorithm;
         agree(mine);
         const std::vector<int64_t> rows = split_rows(input.size(0), size());
         const std::vector<int64_t> bounds = offsets_of(rows, row_elements(input.shape()));
@@ -385,6 +408,14 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op) {
         shape[0] = rows[size_t(rank())];
         output = Tensor::empty(shape, input.dtype(), device());  // this rank's rows, no more
         transport_->begin();
+        if (algorithm == Algorithm::kNative) {
+          // Equal blocks, one per rank, straight from the input into this rank's own.
+          if (output.numel() > 0)
+            transport_->native_reduce_scatter(input.raw_data(), output.raw_data(),
+                                              output.numel(), input.dtype(), op);
+          transport_->end();
+          return;
+        }
         // The ring works on a copy (every segment but ours ends partial),
         // scratch that goes back to the allocator at end().
         void* work = transport_->scratch(input.nbytes());
@@ -402,7 +433,7 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op) {
   return output;
 }
 
-Tensor Communicator::all_gather(const Tensor& shard) {
+Tensor Communicator::all_gather(const Tensor& shard, Algorithm algorithm) {
   Tensor output;
   run(
       "all_gather",
@@ -412,9 +443,12 @@ Tensor Communicator::all_gather(const Tensor& shard) {
           throw std::invalid_argument(fmt::format(
               "rank {}: all_gather: the shard must have a first dimension to concatenate along",
               rank()));
+        check_algorithm(*transport_, "all_gather", algorithm);
       },
       [&] {
-        const std::vector<CallInfo> all = agree(CallInfo::of(Collective::kAllGather, shard));
+        CallInfo mine = CallInfo::of(Collective::kAllGather, shard);
+        mine.algorithm = algorithm;
+        const std::vector<CallInfo> all = agree(mine);
         std::vector<int64_t> rows;
         for (const CallInfo& c : all) rows.push_back(c.shape[0]);
         const std::vector<int64_t> bounds = offsets_of(rows, row_elements(shard.shape()));
@@ -423,6 +457,13 @@ Tensor Communicator::all_gather(const Tensor& shard) {
         output = Tensor::empty(shape, shard.dtype(), device());
         transport_->begin();
         const int64_t esize = int64_t(dtype_size(shard.dtype()));
+        if (algorithm == Algorithm::kNative) {
+          if (output.nbytes() > 0)
+            transport_->native_all_gather(shard.raw_data(), output.raw_data(),
+                                          offsets_of(rows, row_elements(shape) * esize));
+          transport_->end();
+          return;
+        }
         if (shard.nbytes() > 0)
           transport_->copy(static_cast<char*>(output.raw_data()) + bounds[size_t(rank())] * esize,
                            shard.raw_data(), shard.nbytes(), 0);

@@ -6,8 +6,8 @@
 // each call checks that first (a rank that asks for something else, or never
 // comes, is named in the error) and then moves the data. The collectives are
 // anvil's own, written once on grouped point-to-point sends and receives
-// (parallel/collectives.cpp, parallel/allreduce.cpp), over one of two
-// transports:
+// (parallel/collectives.cpp, parallel/allreduce.cpp), or, asked for by
+// Algorithm::kNative, the transport's own; over one of two transports:
 //   - NCCL, for CUDA tensors: one rank per GPU, as threads of one process
 //     (nccl_communicator) or as processes started by mpirun (nccl_world). In
 //     the simulator build the same code runs on simulated NCCL (sim/).
@@ -58,13 +58,18 @@ class CommError : public std::runtime_error {
 
 enum class ReduceOp : uint8_t { kSum, kAverage };
 
-// The all-reduce algorithms, chosen by name wherever one is used:
-//   ring    anvil's ring: reduce-scatter then all-gather, n-1 steps each,
-//           chunked so that each chunk's transfer overlaps the reduction of
-//           the chunk before (CommOptions::chunk_bytes; 0 = whole segments)
-//   naive   the seeds' way: every rank sends to rank 0, which adds and sends
-//           the sum back
-//   native  the transport's own (ncclAllReduce, MPI_Allreduce), for comparison
+// The collectives' algorithms, chosen by name wherever one is used:
+//   ring    anvil's own, the default: for all-reduce, reduce-scatter then
+//           all-gather, n-1 steps each, chunked so that each chunk's transfer
+//           overlaps the reduction of the chunk before (CommOptions::chunk_bytes;
+//           0 = whole segments); reduce-scatter and all-gather are its two
+//           halves; broadcast is a chunked pipeline down the chain of ranks
+//   naive   all-reduce only, the seeds' way: every rank sends to rank 0,
+//           which adds and sends the sum back
+//   native  the transport's own: ncclAllReduce, ncclBroadcast, ncclAllGather,
+//           ncclReduceScatter; MPI_Allreduce, MPI_Bcast, MPI_Allgather(v),
+//           MPI_Reduce_scatter_block. For comparison, until a GPU has
+//           measured both (docs/parallel.md).
 enum class Algorithm : uint8_t { kRing, kNaive, kNative };
 // "ring", "naive", "native"; anything else throws std::invalid_argument listing them.
 Algorithm parse_algorithm(std::string_view name);
@@ -157,20 +162,27 @@ class Communicator {
   std::shared_ptr<Work> allreduce_async(const Tensor& tensor, ReduceOp op = ReduceOp::kSum,
                                         Algorithm algorithm = Algorithm::kRing,
                                         uint64_t fingerprint = 0);
-  // In place: every rank's `tensor` becomes root's, passed down a chain of
-  // ranks from the root in chunks (a pipeline: ~ (n - 2 + chunks) steps).
-  void broadcast(const Tensor& tensor, int root);
+  // In place: every rank's `tensor` becomes root's. The ring passes it down a
+  // chain of ranks from the root in chunks (a pipeline: ~ (n - 2 + chunks)
+  // steps); native is ncclBroadcast / MPI_Bcast. Naive is refused.
+  void broadcast(const Tensor& tensor, int root, Algorithm algorithm = Algorithm::kRing);
   // Root's `input` split along dim 0 as evenly as possible (the first
   // rows % n ranks get one row more, as torch.tensor_split); returns this
   // rank's part. `input` is read on the root only (elsewhere it may be an
   // undefined Tensor): every rank learns the shape from the root.
   Tensor scatter(const Tensor& input, int root);
   // Every rank's `input` (same shape) summed (or averaged), and split along
-  // dim 0 as scatter splits; returns this rank's part.
-  Tensor reduce_scatter(const Tensor& input, ReduceOp op = ReduceOp::kSum);
+  // dim 0 as scatter splits; returns this rank's part. Native
+  // (ncclReduceScatter, MPI_Reduce_scatter_block) gives every rank the same
+  // count: its rows must divide evenly by the rank count (std::invalid_argument
+  // otherwise). Naive is refused.
+  Tensor reduce_scatter(const Tensor& input, ReduceOp op = ReduceOp::kSum,
+                        Algorithm algorithm = Algorithm::kRing);
   // Every rank's `shard` concatenated along dim 0 in rank order. Shards may
   // differ in their first dimension; the rest of the shape must agree.
-  Tensor all_gather(const Tensor& shard);
+  // Native: ncclAllGather / MPI_Allgather for equal shards, a group of
+  // ncclBroadcast / MPI_Allgatherv for others. Naive is refused.
+  Tensor all_gather(const Tensor& shard, Algorithm algorithm = Algorithm::kRing);
   // Returns once every rank has called it (a collective of nothing).
   void barrier();
 

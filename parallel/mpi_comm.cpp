@@ -17,6 +17,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <csignal>
@@ -26,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -307,29 +309,126 @@ class MpiTransport final : public Transport {
     std::memcpy(dst, src, bytes);
   }
 
-  // MPI_Allreduce itself, blocking (its non-blocking twin runs other, often
-  // slower, algorithms: it would not be the baseline users know). Its
-  // deadline is kept by the communicator's watchdog, which ends the job if it
-  // passes; the agreement before it has already made sure every rank is
-  // making this call.
+  // The backend's own collectives are MPI's blocking ones (their
+  // non-blocking twins run other, often slower, algorithms: they would not
+  // be the baseline users know). Each call's deadline is kept by the
+  // communicator's watchdog, which ends the job if it passes; the agreement
+  // before it has already made sure every rank is making this call. Counts
+  // are ints, so a long message goes as several calls of at most
+  // set_max_message_bytes() each (1 GiB).
   void native_allreduce(void* data, int64_t n, DType dtype, ReduceOp op) override {
     pending_.wait_or_throw(timeout(), error_prefix());
-    const std::string who = error_prefix();
     const MPI_Datatype type = dtype == DType::Int64 ? MPI_INT64_T : MPI_FLOAT;
     const int64_t esize = int64_t(dtype_size(dtype));
-    for (int64_t offset = 0; offset < n; offset += INT_MAX / 8) {
-      const int count = int(std::min<int64_t>(INT_MAX / 8, n - offset));
-      const uint64_t armed = watchdog_.arm(who + "MPI_Allreduce ", timeout());
-      const int code = MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(data) + offset * esize,
-                                     count, type, MPI_SUM, data_);
-      watchdog_.disarm(armed);
-      check(code, "MPI_Allreduce", who);
+    const int64_t piece = std::max<int64_t>(1, int64_t(g_max_piece.load()) / esize);
+    for (int64_t offset = 0; offset < n; offset += piece) {
+      const int count = int(std::min(piece, n - offset));
+      blocking("MPI_Allreduce", [&] {
+        return MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(data) + offset * esize, count, type,
+                             MPI_SUM, data_);
+      });
     }
-    if (op == ReduceOp::kAverage) {
-      float* p = static_cast<float*>(data);
-      const float scale = 1.0f / float(size());
-      for (int64_t i = 0; i < n; ++i) p[i] *= scale;
+    if (op == ReduceOp::kAverage) scale(data, n);
+  }
+
+  void native_broadcast(void* data, size_t bytes, int root) override {
+    pending_.wait_or_throw(timeout(), error_prefix());
+    const size_t piece = g_max_piece.load();
+    for (size_t offset = 0; offset < bytes; offset += piece) {
+      const int count = int(std::min(piece, bytes - offset));
+      blocking("MPI_Bcast", [&] {
+        return MPI_Bcast(static_cast<char*>(data) + offset, count, MPI_BYTE, root, data_);
+      });
     }
+  }
+
+  void native_all_gather(const void* shard, void* output,
+                         const std::vector<int64_t>& offsets) override {
+    pending_.wait_or_throw(timeout(), error_prefix());
+    const int n = size();
+    const size_t piece = g_max_piece.load();
+    auto length = [&](int j) { return size_t(offsets[size_t(j) + 1] - offsets[size_t(j)]); };
+    size_t longest = 0;
+    bool equal = true;
+    for (int j = 0; j < n; ++j) {
+      longest = std::max(longest, length(j));
+      equal = equal && length(j) == length(0);
+    }
+    const char* in = static_cast<const char*>(shard);
+    char* out = static_cast<char*>(output);
+    if (equal) {
+      // Piece k of every shard in one call: rank j's lands at j * shard +
+      // k * piece, so the receive type is one piece whose extent is a shard.
+      for (size_t offset = 0; offset < longest; offset += piece) {
+        const int count = int(std::min(piece, longest - offset));
+        MPI_Datatype type = MPI_BYTE;
+        int type_count = count;
+        if (size_t(count) != longest) {
+          MPI_Datatype contiguous;
+          MPI_Type_contiguous(count, MPI_BYTE, &contiguous);
+          MPI_Type_create_resized(contiguous, 0, MPI_Aint(longest), &type);
+          MPI_Type_free(&contiguous);
+          MPI_Type_commit(&type);
+          type_count = 1;
+        }
+        const int code = call("MPI_Allgather", [&] {
+          return MPI_Allgather(in + offset, count, MPI_BYTE, out + offset, type_count, type, data_);
+        });
+        if (type != MPI_BYTE) MPI_Type_free(&type);
+        check(code, "MPI_Allgather", error_prefix());
+      }
+      return;
+    }
+    // Shards of different sizes: MPI_Allgatherv, whose displacements are ints.
+    if (offsets.back() > INT_MAX)
+      throw CommError(fmt::format(
+          "{}MPI_Allgatherv: shards of different sizes gather {} bytes, more than MPI's int "
+          "displacements reach; gather equal shards, or use the ring",
+          error_prefix(), offsets.back()));
+    std::vector<int> counts(static_cast<size_t>(n)), displacements(static_cast<size_t>(n));
+    for (size_t offset = 0; offset < longest; offset += piece) {
+      for (int j = 0; j < n; ++j) {
+        const size_t done = std::min(offset, length(j));
+        counts[size_t(j)] = int(std::min(piece, length(j) - done));
+        displacements[size_t(j)] = int(offsets[size_t(j)] + int64_t(done));
+      }
+      const size_t mine = std::min(offset, length(rank()));
+      blocking("MPI_Allgatherv", [&] {
+        return MPI_Allgatherv(in + mine, counts[size_t(rank())], MPI_BYTE, out, counts.data(),
+                              displacements.data(), MPI_BYTE, data_);
+      });
+    }
+  }
+
+  void native_reduce_scatter(const void* input, void* output, int64_t count, DType dtype,
+                             ReduceOp op) override {
+    pending_.wait_or_throw(timeout(), error_prefix());
+    const int n = size();
+    const MPI_Datatype type = dtype == DType::Int64 ? MPI_INT64_T : MPI_FLOAT;
+    const int64_t esize = int64_t(dtype_size(dtype));
+    const int64_t piece = std::max<int64_t>(1, int64_t(g_max_piece.load()) / esize);
+    const char* in = static_cast<const char*>(input);
+    char* out = static_cast<char*>(output);
+    if (count <= piece) {
+      blocking("MPI_Reduce_scatter_block", [&] {
+        return MPI_Reduce_scatter_block(in, out, int(count), type, MPI_SUM, data_);
+      });
+    } else {
+      // Piece k of every block, packed side by side, is reduced and
+      // scattered in one call: block j's piece reaches rank j.
+      char* packed = static_cast<char*>(scratch(size_t(n * piece * esize)));
+      for (int64_t offset = 0; offset < count; offset += piece) {
+        const int64_t length = std::min(piece, count - offset);
+        for (int j = 0; j < n; ++j)
+          std::memcpy(packed + j * length * esize, in + (j * count + offset) * esize,
+                      size_t(length * esize));
+        blocking("MPI_Reduce_scatter_block", [&] {
+          return MPI_Reduce_scatter_block(packed, out + offset * esize, int(length), type, MPI_SUM,
+                                          data_);
+        });
+      }
+    }
+    if (op == ReduceOp::kAverage) scale(output, count);
   }
 
   void synchronize() override { pending_.wait_or_throw(timeout(), error_prefix()); }
@@ -339,6 +438,26 @@ class MpiTransport final : public Transport {
   }
 
  private:
+  // One blocking MPI collective, armed with the deadline; its result code.
+  template <typename Call>
+  int call(const char* name, Call&& mpi_call) {
+    const uint64_t armed = watchdog_.arm(error_prefix() + name + " ", timeout());
+    const int code = mpi_call();
+    watchdog_.disarm(armed);
+    return code;
+  }
+  // The same, throwing CommError for an error.
+  template <typename Call>
+  void blocking(const char* name, Call&& mpi_call) {
+    check(call(name, std::forward<Call>(mpi_call)), name, error_prefix());
+  }
+  // A sum becomes a mean (float32 only: an average of int64 is refused).
+  void scale(void* data, int64_t n) const {
+    float* p = static_cast<float*>(data);
+    const float factor = 1.0f / float(size());
+    for (int64_t i = 0; i < n; ++i) p[i] *= factor;
+  }
+
   std::shared_ptr<MpiChannel> channel_;
   MPI_Comm data_;
   Requests pending_;

@@ -4,8 +4,10 @@
 //
 // Two streams per communicator, both non-blocking (so that the legacy
 // default stream never waits for a stalled collective): the wire, where the
-// grouped ncclSend/ncclRecv of every post and ncclAllReduce run, and the
-// lane, where the reduction kernels (cuda::accumulate) and local copies run.
+// grouped ncclSend/ncclRecv of every post and NCCL's own collectives
+// (Algorithm::kNative: ncclAllReduce, ncclBroadcast, ncclAllGather,
+// ncclReduceScatter) run, and the lane, where the reduction kernels
+// (cuda::accumulate) and local copies run.
 // Events order them as transport.h describes: the wire waits for the lane's
 // latest work before each post that follows lane work; the lane waits for a
 // post's event before reducing what it received. begin() puts both behind the
@@ -203,19 +205,53 @@ class NcclTransport final : public Transport {
   }
 
   void native_allreduce(void* data, int64_t n, DType dtype, ReduceOp op) override {
-    activate();
-    wire_after_lane();
-    std::unique_lock lock(mutex_);
-    check_live();
-    const ncclResult_t r =
-        ncclAllReduce(data, data, size_t(n), dtype == DType::Int64 ? ncclInt64 : ncclFloat32,
-                      op == ReduceOp::kAverage ? ncclAvg : ncclSum, comm_, wire_);
-    lock.unlock();
-    nccl(r, "ncclAllReduce");
-    Ticket& t = record_ticket();
-    t.peers.clear();
-    for (int j = 0; j < size(); ++j)
-      if (j != rank()) t.peers.emplace_back(j, false);
+    native("ncclAllReduce", [&] {
+      return ncclAllReduce(data, data, size_t(n), nccl_type(dtype), nccl_op(op), comm_, wire_);
+    });
+  }
+
+  void native_broadcast(void* data, size_t bytes, int root) override {
+    native("ncclBroadcast", [&] {
+      return ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, wire_);
+    });
+  }
+
+  // Equal shards: one ncclAllGather. Others: NCCL's all-gather takes one
+  // count, so each rank's shard is an ncclBroadcast from it into its place,
+  // all of them in one group (they run as one operation).
+  void native_all_gather(const void* shard, void* output,
+                         const std::vector<int64_t>& offsets) override {
+    auto length = [&](int j) { return size_t(offsets[size_t(j) + 1] - offsets[size_t(j)]); };
+    bool equal = true;
+    for (int j = 0; j < size(); ++j) equal = equal && length(j) == length(0);
+    char* out = static_cast<char*>(output);
+    if (equal) {
+      native("ncclAllGather", [&] {
+        return ncclAllGather(shard, out, length(0), ncclUint8, comm_, wire_);
+      });
+      return;
+    }
+    native("ncclBroadcast (grouped, one per rank)", [&] {
+      if (const ncclResult_t start = ncclGroupStart(); start != ncclSuccess) return start;
+      ncclResult_t first = ncclSuccess;
+      for (int j = 0; j < size(); ++j) {
+        if (length(j) == 0) continue;
+        char* place = out + offsets[size_t(j)];
+        const ncclResult_t r = ncclBroadcast(j == rank() ? shard : place, place, length(j),
+                                             ncclUint8, j, comm_, wire_);
+        if (r != ncclSuccess && r != ncclInProgress && first == ncclSuccess) first = r;
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return first != ncclSuccess ? first : end;
+    });
+  }
+
+  void native_reduce_scatter(const void* input, void* output, int64_t count, DType dtype,
+                             ReduceOp op) override {
+    native("ncclReduceScatter", [&] {
+      return ncclReduceScatter(input, output, size_t(count), nccl_type(dtype), nccl_op(op),
+                               comm_, wire_);
+    });
   }
 
   void synchronize() override {
@@ -265,6 +301,28 @@ class NcclTransport final : public Transport {
   static constexpr uint64_t kTickets = 8;
 
   void activate() const { cuda::check(cudaSetDevice(device().index), "cudaSetDevice"); }
+
+  static ncclDataType_t nccl_type(DType dtype) {
+    return dtype == DType::Int64 ? ncclInt64 : ncclFloat32;
+  }
+  static ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kAverage ? ncclAvg : ncclSum; }
+
+  // One of NCCL's collectives on the wire, after the lane's latest work; its
+  // ticket names every other rank, which all take part.
+  template <typename Call>
+  void native(const char* name, Call&& nccl_call) {
+    activate();
+    wire_after_lane();
+    std::unique_lock lock(mutex_);
+    check_live();
+    const ncclResult_t r = nccl_call();
+    lock.unlock();
+    nccl(r, name);
+    Ticket& t = record_ticket();
+    t.peers.clear();
+    for (int j = 0; j < size(); ++j)
+      if (j != rank()) t.peers.emplace_back(j, false);
+  }
 
   // A call's result: in progress means poll until NCCL is done with it.
   void nccl(ncclResult_t r, const char* call) {

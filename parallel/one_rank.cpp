@@ -48,7 +48,17 @@ class OneRankTransport final : public Transport {
     if (device().is_cpu()) std::memcpy(dst, src, bytes);
     else cuda_hooks::copy_async(device().index, Stream::Compute, dst, device(), src, device(), bytes);
   }
-  void native_allreduce(void*, int64_t, DType, ReduceOp) override {}  // one rank's sum is its data
+  // One rank's sum is its data, and its gather its shard.
+  void native_allreduce(void*, int64_t, DType, ReduceOp) override {}
+  void native_broadcast(void*, size_t, int) override {}
+  void native_all_gather(const void* shard, void* output,
+                         const std::vector<int64_t>& offsets) override {
+    copy(output, shard, size_t(offsets[1] - offsets[0]), 0);
+  }
+  void native_reduce_scatter(const void* input, void* output, int64_t count, DType dtype,
+                             ReduceOp) override {
+    copy(output, input, size_t(count) * dtype_size(dtype), 0);
+  }
   void synchronize() override { anvil::synchronize(device()); }
   void abort() noexcept override {}
 

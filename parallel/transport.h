@@ -137,8 +137,22 @@ class Transport {
                       uint64_t ticket) = 0;
   // dst = src (bytes), in the reduction lane, once post `ticket` has delivered.
   virtual void copy(void* dst, const void* src, size_t bytes, uint64_t ticket) = 0;
-  // The backend's own all-reduce, in place, in the wire lane.
+  // The backend's own collectives (Algorithm::kNative), in the wire lane.
+  // All-reduce, in place (ncclAllReduce, MPI_Allreduce).
   virtual void native_allreduce(void* data, int64_t n, DType dtype, ReduceOp op) = 0;
+  // Root's `bytes` to every rank, in place (ncclBroadcast, MPI_Bcast).
+  virtual void native_broadcast(void* data, size_t bytes, int root) = 0;
+  // Rank j's shard, offsets[j+1] - offsets[j] bytes (size()+1 byte offsets),
+  // at offsets[j] of every rank's `output`; `shard` is this rank's. Equal
+  // shards go as one all-gather (ncclAllGather, MPI_Allgather), others as
+  // the backend allows (a group of ncclBroadcast, MPI_Allgatherv).
+  virtual void native_all_gather(const void* shard, void* output,
+                                 const std::vector<int64_t>& offsets) = 0;
+  // `input` holds size() blocks of `count` elements; `output` receives block
+  // rank() of their elementwise sum (or mean) over the ranks
+  // (ncclReduceScatter, MPI_Reduce_scatter_block).
+  virtual void native_reduce_scatter(const void* input, void* output, int64_t count,
+                                     DType dtype, ReduceOp op) = 0;
   // The host waits for both lanes, within the deadline; throws CommError
   // (after aborting, for NCCL) when it passes or the backend reports an error.
   virtual void synchronize() = 0;

@@ -31,53 +31,26 @@
 #include <vector>
 
 #include "sim/nccl_sim.h"
+#include "sim/nccl_sim_ops.h"
 #include "sim/sim_internal.h"
 
 namespace {
 
 using anvil::sim::detail::StreamRef;
 using Clock = std::chrono::steady_clock;
+using namespace anvil_sim_nccl::detail;
 
-struct Clique;
-struct Item;
+}  // namespace
 
-struct CommState {
-  std::shared_ptr<Clique> clique;
-  int rank = 0;
-  int nranks = 0;
-  int device = 0;
-  bool blocking = true;
-  bool aborted = false;        // ncclCommAbort or ncclCommDestroy: operations complete empty
-  bool finalizing = false;     // ncclCommFinalize: in progress until no operation is left
-  bool group_told = true;      // a non-blocking ncclGroupEnd's "in progress" has been reported
-  ncclResult_t error = ncclSuccess;  // the asynchronous error, once one happened
-  uint64_t collectives = 0;          // numbers given so far
-  std::map<int, uint64_t> sends_to, recvs_from;
-  int64_t pending = 0;  // operations issued and not complete
-};
-
-struct Op {
-  enum Kind { kSend, kRecv, kAllReduce } kind = kSend;
-  std::shared_ptr<CommState> comm;
-  const void* src = nullptr;
-  void* dst = nullptr;
-  size_t count = 0;
-  ncclDataType_t dtype = ncclFloat32;
-  ncclRedOp_t redop = ncclSum;
-  int peer = -1;
-  uint64_t number = 0;
-  bool done = false;
-  std::weak_ptr<Item> item;
-};
-using OpPtr = std::shared_ptr<Op>;
-
-struct Clique {
+struct anvil_sim_nccl::detail::Clique {
   int nranks = 0;
   int joined = 0;
   int members = 0;  // communicators not yet destroyed
   std::map<std::tuple<int, int, uint64_t>, OpPtr> sends, recvs;  // (from, to, number)
   std::map<uint64_t, std::vector<OpPtr>> collectives;            // number -> by rank
 };
+
+namespace {
 
 struct State {
   std::mutex mutex;
@@ -103,25 +76,6 @@ ncclResult_t fail(ncclResult_t code, std::string detail) {
   return code;
 }
 
-size_t dtype_bytes(ncclDataType_t t) {
-  switch (t) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-  }
-  return 0;
-}
-
-const char* op_name(Op::Kind k) {
-  switch (k) {
-    case Op::kSend: return "ncclSend";
-    case Op::kRecv: return "ncclRecv";
-    case Op::kAllReduce: return "ncclAllReduce";
-  }
-  return "?";
-}
-
 // Caller holds state().mutex. Completes an operation: it leaves the tables.
 void finish(Op& op) {
   if (op.done) return;
@@ -132,7 +86,7 @@ void finish(Op& op) {
   switch (op.kind) {
     case Op::kSend: c.sends.erase({me, op.peer, op.number}); break;
     case Op::kRecv: c.recvs.erase({op.peer, me, op.number}); break;
-    case Op::kAllReduce: {
+    default: {  // a collective
       auto it = c.collectives.find(op.number);
       if (it != c.collectives.end()) {
         it->second[size_t(me)].reset();
@@ -159,61 +113,9 @@ void finish_all(CommState& comm) {
   for (auto& op : mine) finish(*op);
 }
 
-template <typename T>
-void sum_into(std::vector<unsigned char>& acc, const void* src, size_t count, bool first) {
-  T* a = reinterpret_cast<T*>(acc.data());
-  const T* s = static_cast<const T*>(src);
-  for (size_t i = 0; i < count; ++i) a[i] = first ? s[i] : T(a[i] + s[i]);
-}
-template <typename T>
-void divide(std::vector<unsigned char>& acc, size_t count, int n) {
-  T* a = reinterpret_cast<T*>(acc.data());
-  for (size_t i = 0; i < count; ++i) a[i] = T(a[i] / T(n));
-}
+}  // namespace
 
-// The data movement of an all-reduce, once every rank's item is at the head
-// of its stream: the sum in rank order (so the result is the same on every
-// rank and from run to run), written to every rank's receive buffer.
-void run_all_reduce(const std::vector<OpPtr>& ops) {
-  const Op& first = *ops.front();
-  for (const OpPtr& op : ops) {
-    if (op->count != first.count || op->dtype != first.dtype || op->redop != first.redop)
-      throw std::runtime_error(
-          "simulated NCCL: ncclAllReduce #" + std::to_string(first.number) + ": rank " +
-          std::to_string(first.comm->rank) + " asked for " + std::to_string(first.count) +
-          " elements of type " + std::to_string(int(first.dtype)) + " (op " +
-          std::to_string(int(first.redop)) + "), rank " + std::to_string(op->comm->rank) +
-          " for " + std::to_string(op->count) + " of type " + std::to_string(int(op->dtype)) +
-          " (op " + std::to_string(int(op->redop)) + ")");
-  }
-  if (first.redop != ncclSum && first.redop != ncclAvg)
-    throw std::runtime_error("simulated NCCL: ncclAllReduce supports ncclSum and ncclAvg only");
-  std::vector<unsigned char> acc(first.count * dtype_bytes(first.dtype));
-  for (size_t r = 0; r < ops.size(); ++r) {
-    const bool head = r == 0;
-    switch (first.dtype) {
-      case ncclFloat32: sum_into<float>(acc, ops[r]->src, first.count, head); break;
-      case ncclFloat64: sum_into<double>(acc, ops[r]->src, first.count, head); break;
-      case ncclInt32: sum_into<int32_t>(acc, ops[r]->src, first.count, head); break;
-      case ncclInt64: sum_into<int64_t>(acc, ops[r]->src, first.count, head); break;
-      default: throw std::runtime_error("simulated NCCL: ncclAllReduce: unsupported data type");
-    }
-  }
-  if (first.redop == ncclAvg) {
-    const int n = int(ops.size());
-    switch (first.dtype) {
-      case ncclFloat32: divide<float>(acc, first.count, n); break;
-      case ncclFloat64: divide<double>(acc, first.count, n); break;
-      case ncclInt32: divide<int32_t>(acc, first.count, n); break;
-      case ncclInt64: divide<int64_t>(acc, first.count, n); break;
-      default: break;
-    }
-  }
-  for (const OpPtr& op : ops)
-    if (!acc.empty()) std::memcpy(op->dst, acc.data(), acc.size());
-}
-
-struct Item final : anvil::sim::detail::CommWork {
+struct anvil_sim_nccl::detail::Item final : anvil::sim::detail::CommWork {
   std::vector<OpPtr> ops;
   StreamRef stream;  // where it was queued (guarded by state().mutex)
   uint64_t seq = 0;
@@ -258,7 +160,7 @@ struct Item final : anvil::sim::detail::CommWork {
         if (it != table.end()) out.push_back(it->second);
         break;
       }
-      case Op::kAllReduce: {
+      default: {  // a collective: every rank's operation of its number
         auto it = c.collectives.find(op.number);
         if (it == c.collectives.end()) break;
         for (const OpPtr& p : it->second) {
@@ -295,9 +197,9 @@ struct Item final : anvil::sim::detail::CommWork {
     if (op.done) return true;  // a partner's abort or an earlier transfer finished it
     std::vector<OpPtr> group = partners(op);
     if (group.empty()) return false;  // a partner was aborted meanwhile: it never comes
-    if (op.kind == Op::kAllReduce) {
+    if (op.collective()) {
       try {
-        run_all_reduce(group);
+        run_collective(group);
       } catch (...) {
         for (const OpPtr& p : group) {
           p->comm->error = ncclInvalidUsage;
@@ -330,6 +232,8 @@ struct Item final : anvil::sim::detail::CommWork {
   }
 };
 
+namespace {
+
 std::string id_key(const ncclUniqueId& id) { return std::string(id.internal, sizeof id.internal); }
 
 CommState* live(ncclComm_t comm);
@@ -358,24 +262,43 @@ std::string check_op(const Op& op, int stream_dev, const char* api) {
     return who + ": the previous ncclGroupEnd answered ncclInProgress and "
                  "ncclCommGetAsyncError has not yet said ncclSuccess";
   if (dtype_bytes(op.dtype) == 0) return who + ": unknown data type";
-  if (op.kind != Op::kAllReduce && (op.peer < 0 || op.peer >= c.nranks))
+  if (!op.collective() && (op.peer < 0 || op.peer >= c.nranks))
     return who + ": peer " + std::to_string(op.peer) + " is not a rank of a communicator of " +
+           std::to_string(c.nranks);
+  if (op.kind == Op::kBroadcast && (op.root < 0 || op.root >= c.nranks))
+    return who + ": root " + std::to_string(op.root) + " is not a rank of a communicator of " +
            std::to_string(c.nranks);
   const int sd = stream_dev;
   if (sd < 0) return who + ": unknown stream";
   if (sd != c.device)
     return who + ": the stream belongs to cuda:" + std::to_string(sd) +
            ", the communicator to cuda:" + std::to_string(c.device);
-  const size_t bytes = op.count * dtype_bytes(op.dtype);
-  if (bytes == 0) return "";
-  for (const void* p : {static_cast<const void*>(op.src), static_cast<const void*>(op.dst)}) {
-    if (p == nullptr) continue;
+  const std::pair<const void*, size_t> buffers[] = {{op.src, op.src_bytes()},
+                                                    {op.dst, op.dst_bytes()}};
+  for (const auto& [p, bytes] : buffers) {
+    if (bytes == 0) continue;
+    if (p == nullptr) return who + ": a buffer of " + std::to_string(bytes) + " bytes is null";
     if (anvil::sim::detail::device_of(p) != c.device)
       return who + ": a buffer is not memory of cuda:" + std::to_string(c.device);
     if (anvil::sim::detail::check_memset(api, const_cast<void*>(p), bytes) != cudaSuccess) {
       (void)cudaGetLastError();
       return who + ": " + anvil::sim::last_error_detail();
     }
+  }
+  // Overlapping buffers are in place only at NCCL's one offset: anything else
+  // is undefined on a GPU.
+  if (op.kind == Op::kAllGather || op.kind == Op::kReduceScatter) {
+    const auto* s = static_cast<const char*>(op.src);
+    const auto* d = static_cast<const char*>(op.dst);
+    const size_t block = op.count * dtype_bytes(op.dtype);
+    const bool overlap = block > 0 && s < d + op.dst_bytes() && d < s + op.src_bytes();
+    const bool in_place = op.kind == Op::kAllGather ? s == d + size_t(c.rank) * block
+                                                    : d == s + size_t(c.rank) * block;
+    if (overlap && !in_place)
+      return who + ": sendbuff and recvbuff overlap but are not in place (" +
+             (op.kind == Op::kAllGather ? "sendbuff must be recvbuff + rank * sendcount"
+                                        : "recvbuff must be sendbuff + rank * recvcount") +
+             ")";
   }
   return "";
 }
@@ -419,7 +342,7 @@ ncclResult_t submit(std::vector<PendingOp> group) {
           op.number = c.recvs_from[op.peer]++;
           clique.recvs[{op.peer, c.rank, op.number}] = p.op;
           break;
-        case Op::kAllReduce: {
+        default: {  // a collective: the clique's next number
           op.number = c.collectives++;
           auto& slots = clique.collectives[op.number];
           slots.resize(size_t(c.nranks));
@@ -655,6 +578,49 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   o->src = sendbuff;
   o->dst = recvbuff;
   o->count = count;
+  o->dtype = datatype;
+  o->redop = op;
+  return issue(std::move(o), stream);
+}
+
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
+  if (!live(comm)) return fail(ncclInvalidArgument, "ncclBroadcast: null communicator");
+  auto o = std::make_shared<Op>();
+  o->kind = Op::kBroadcast;
+  o->comm = comm->state;
+  o->src = sendbuff;  // read on the root only
+  o->dst = recvbuff;
+  o->count = count;
+  o->dtype = datatype;
+  o->root = root;
+  return issue(std::move(o), stream);
+}
+
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  if (!live(comm)) return fail(ncclInvalidArgument, "ncclAllGather: null communicator");
+  auto o = std::make_shared<Op>();
+  o->kind = Op::kAllGather;
+  o->comm = comm->state;
+  o->src = sendbuff;
+  o->dst = recvbuff;
+  o->count = sendcount;
+  o->dtype = datatype;
+  return issue(std::move(o), stream);
+}
+
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream) {
+  if (!live(comm)) return fail(ncclInvalidArgument, "ncclReduceScatter: null communicator");
+  auto o = std::make_shared<Op>();
+  o->kind = Op::kReduceScatter;
+  o->comm = comm->state;
+  o->src = sendbuff;
+  o->dst = recvbuff;
+  o->count = recvcount;
   o->dtype = datatype;
   o->redop = op;
   return issue(std::move(o), stream);

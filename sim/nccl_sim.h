@@ -13,19 +13,23 @@
 // The item completes when the streams run it and every peer has queued the
 // matching operation: the k-th ncclSend from rank a to rank b meets the k-th
 // ncclRecv at b from a, and the k-th collective of a communicator meets the
-// k-th collective of every other rank. Data moves when all the items
-// involved have reached the heads of their streams (everything queued
-// before them has run). Until a peer queues its part, the stream stalls
-// there: cudaEventQuery / cudaStreamQuery answer cudaErrorNotReady, and a
-// blocking synchronisation waits (up to ANVIL_SIM_STALL_TIMEOUT seconds,
+// k-th collective of every other rank (all-reduce, broadcast, all-gather,
+// reduce-scatter; ranks that call different ones there fail as a mismatch).
+// Data moves when all the items involved have reached the heads of their
+// streams (everything queued before them has run). Until a peer queues its
+// part, the stream stalls there: cudaEventQuery / cudaStreamQuery answer
+// cudaErrorNotReady, and a blocking synchronisation waits (up to ANVIL_SIM_STALL_TIMEOUT seconds,
 // default 300, then fails: on a GPU it would hang for ever).
 //
 // What the simulator checks that a GPU would not tell you:
 // - buffers must be device memory of the communicator's device, in range;
 // - the stream must belong to the communicator's device;
+// - sendbuff and recvbuff of an all-gather or reduce-scatter may overlap
+//   only at NCCL's in-place offset;
 // - a send and its receive (or the ranks of a collective) must agree on the
-//   byte count: a mismatch fails both items with a message naming both ranks
-//   and sets ncclInvalidUsage as the communicators' asynchronous error.
+//   byte count (and a collective on its kind, type, operation and root): a
+//   mismatch fails both items with a message naming both ranks and sets
+//   ncclInvalidUsage as the communicators' asynchronous error.
 //
 // Non-blocking communicators (config.blocking = 0) answer ncclInProgress from
 // ncclCommInitRankConfig until every rank has joined, and from every
@@ -113,7 +117,21 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream);
-
+// Root's count elements to every rank's recvbuff (sendbuff is read on the
+// root only; in place when sendbuff == recvbuff).
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm,
+                           cudaStream_t stream);
+// Every rank's sendcount elements, in rank order, into every rank's recvbuff
+// of nranks * sendcount (in place when sendbuff == recvbuff + rank * sendcount).
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+// The elementwise reduction of every rank's nranks * recvcount elements;
+// rank r receives block r, recvcount elements (in place when recvbuff ==
+// sendbuff + rank * recvcount).
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream);
 
 // Test hooks, for the communicator's fault tests (NCCL has no such calls):
 // ncclSimHoldStream queues an item that stalls `stream` (null: the current

@@ -335,6 +335,121 @@ inline Outcomes async_scenario(Communicator& c) {
   return out;
 }
 
+// int64 values as doubles that hold them exactly: the low and high 32 bits.
+inline std::vector<double> exact_int64(const std::vector<int64_t>& v) {
+  std::vector<double> out;
+  for (int64_t x : v) {
+    out.push_back(double(uint32_t(x)));
+    out.push_back(double(x >> 32));
+  }
+  return out;
+}
+
+// The backend's own broadcast, all-gather and reduce-scatter
+// (Algorithm::kNative) against anvil's ring on the same data: the same bits
+// for broadcast and all-gather (bytes are moved, nothing computed), the same
+// sums of small integers and int64 for reduce-scatter, its average within
+// float rounding. Ragged sizes: every count for broadcast, shards of
+// different lengths (one of them empty) for all-gather; the native
+// reduce-scatter gives every rank the same count, so rows that do not
+// divide by the rank count are refused before anything moves (and the
+// communicator goes on), as is a naive broadcast, all-gather or reduce-scatter.
+inline Outcomes native_scenario(Communicator& c) {
+  Outcomes out;
+  const int n = c.size();
+  const Algorithm native = Algorithm::kNative;
+  for (int root : {0, n - 1}) {
+    for (int64_t count : sizes()) {
+      Tensor ring = on(c, make(c.rank(), count, false, 11));
+      Tensor own = on(c, make(c.rank(), count, false, 11));
+      c.broadcast(ring, root);
+      c.broadcast(own, root, native);
+      out.push_back({fmt::format("native broadcast of {} from rank {} == ring", count, root),
+                     host(c, own), host(c, ring), 0});
+    }
+  }
+  struct Shards {
+    const char* what;
+    std::function<int64_t(int)> rows;
+  };
+  const std::vector<Shards> shards = {
+      {"equal shards", [](int) { return int64_t(3); }},
+      {"equal shards of 2000 rows", [](int) { return int64_t(2000); }},
+      {"shards of r+1 rows", [](int r) { return int64_t(r + 1); }},
+      {"shards with an empty one", [n](int r) { return r == n - 1 ? int64_t(0) : int64_t(r + 1); }},
+      {"empty shards", [](int) { return int64_t(0); }}};
+  for (const Shards& sh : shards) {
+    const int64_t cols = 5, rows = sh.rows(c.rank());
+    Tensor shard = on(c, make(c.rank(), rows * cols, false, 13), {rows, cols});
+    Tensor ring = c.all_gather(shard);
+    Tensor own = c.all_gather(shard, native);
+    out.push_back({fmt::format("native all_gather of {} == ring", sh.what), host(c, own),
+                   host(c, ring), 0});
+    out.push_back({fmt::format("native all_gather of {}: shape", sh.what),
+                   {double(own.shape() == ring.shape())}, {1.0}, 0});
+  }
+  for (int64_t rows : {int64_t(n), int64_t(3 * n), int64_t(200 * n)}) {
+    const int64_t cols = 5;
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+      Tensor input = on(c, make(c.rank(), rows * cols, true), {rows, cols});
+      Tensor ring = c.reduce_scatter(input, op);
+      Tensor own = c.reduce_scatter(input, op, native);
+      const char* name = op == ReduceOp::kSum ? "sum" : "average";
+      out.push_back({fmt::format("native reduce_scatter ({}) of {} rows == ring", name, rows),
+                     host(c, own), host(c, ring), op == ReduceOp::kSum ? 0 : 1e-6});
+      out.push_back({fmt::format("native reduce_scatter ({}) of {} rows: shape", name, rows),
+                     {double(own.shape() == ring.shape())}, {1.0}, 0});
+    }
+    std::vector<int64_t> mine(static_cast<size_t>(rows * cols));
+    for (int64_t i = 0; i < rows * cols; ++i) mine[size_t(i)] = int_value(c.rank(), i);
+    Tensor input = Tensor::from_vector(mine, {rows, cols}, c.device());
+    Tensor ring = c.reduce_scatter(input);
+    Tensor own = c.reduce_scatter(input, ReduceOp::kSum, native);
+    c.synchronize();
+    out.push_back({fmt::format("native reduce_scatter of {} int64 rows == ring", rows),
+                   exact_int64(own.to_int_vector()), exact_int64(ring.to_int_vector()), 0});
+  }
+  // Refused on the caller's thread, on every rank alike: nothing moved.
+  auto refusal = [&](const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  if (n > 1) {
+    const std::string uneven = refusal([&] {
+      c.reduce_scatter(on(c, make(c.rank(), (n + 1) * 2, true), {n + 1, 2}), ReduceOp::kSum,
+                       native);
+    });
+    out.push_back({"native reduce_scatter of rows that do not divide is refused: " + uneven,
+                   {double(uneven.find(fmt::format("reduce_scatter (native): {} rows do not "
+                                                   "split evenly over {} ranks",
+                                                   n + 1, n)) != std::string::npos)},
+                   {1.0},
+                   0});
+  }
+  const Tensor t = on(c, make(c.rank(), 4, true), {2, 2});
+  for (const auto& [what, call] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"broadcast", [&] { c.broadcast(t, 0, Algorithm::kNaive); }},
+           {"all_gather", [&] { c.all_gather(t, Algorithm::kNaive); }},
+           {"reduce_scatter", [&] { c.reduce_scatter(t, ReduceOp::kSum, Algorithm::kNaive); }}}) {
+    const std::string error = refusal(call);
+    out.push_back({"a naive " + what + " is refused: " + error,
+                   {double(error.find("there is no naive " + what) != std::string::npos)},
+                   {1.0},
+                   0});
+  }
+  // Still usable after the refusals.
+  Tensor after = on(c, make(c.rank(), 7, true));
+  c.broadcast(after, 0, native);
+  const std::vector<float> want = make(0, 7, true);
+  out.push_back({"a native broadcast after the refusals", host(c, after),
+                 std::vector<double>(want.begin(), want.end()), 0});
+  return out;
+}
+
 inline std::vector<std::pair<std::string, Scenario>> all_scenarios() {
   return {{"allreduce", allreduce_scenario},       {"ring determinism", ring_determinism_scenario},
           {"broadcast", broadcast_scenario},       {"scatter", scatter_scenario},

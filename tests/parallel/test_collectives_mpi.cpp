@@ -37,9 +37,17 @@ TEST_CASE("mpi: every collective on every rank of the job against the host's ref
   }
 }
 
+// MPI_Bcast, MPI_Allgather(v) and MPI_Reduce_scatter_block against the ring.
+TEST_CASE("mpi: native broadcast, all-gather and reduce-scatter match the ring", "[mpi]") {
+  if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
+  auto comm = par::mpi_world(options());
+  INFO("native collectives on " << comm->size() << " ranks");
+  require_outcomes(native_scenario(*comm), comm->rank());
+}
+
 // MPI's counts are ints, so a message over 1 GiB goes as several pieces.
 // The same path with 1000-byte pieces: every collective again, its messages
-// (up to MiBs) cut into pieces of 1000 bytes and a rest.
+// (up to MiBs) cut into pieces of 1000 bytes and a rest, the native ones too.
 TEST_CASE("mpi: every collective with messages cut into 1000-byte pieces", "[mpi]") {
   if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
   auto comm = par::mpi_world(options());
@@ -51,6 +59,10 @@ TEST_CASE("mpi: every collective with messages cut into 1000-byte pieces", "[mpi
   for (const auto& [name, scenario] : all_scenarios()) {
     INFO(name << " on " << comm->size() << " ranks, 1000-byte pieces");
     require_outcomes(scenario(*comm), comm->rank());
+  }
+  {
+    INFO("native collectives on " << comm->size() << " ranks, 1000-byte pieces");
+    require_outcomes(native_scenario(*comm), comm->rank());
   }
   REQUIRE_THROWS_WITH(par::mpi_detail::set_max_message_bytes(0),
                       Catch::Matchers::Contains("is not in 1.."));

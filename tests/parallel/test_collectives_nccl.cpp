@@ -69,6 +69,47 @@ TEST_CASE("nccl: every collective on 1 to 5 GPUs against the host's reference", 
   }
 }
 
+// ncclBroadcast, ncclAllGather (a group of ncclBroadcast for shards of
+// different sizes) and ncclReduceScatter against the ring.
+TEST_CASE("nccl: native broadcast, all-gather and reduce-scatter match the ring on 2 and 3 GPUs",
+          "[nccl]") {
+  const int available = gpus(2);
+  if (available == 0) return;
+  for (int n : {2, 3}) {
+    if (!enough_gpus(n, available)) continue;
+    const par::NcclId id = par::nccl_unique_id();
+    const auto per_rank = each_rank(n, [&](int r) {
+      auto comm = par::nccl_communicator(id, r, n, anvil::Device::cuda(r), options(120));
+      return native_scenario(*comm);
+    });
+    for (int r = 0; r < n; ++r) {
+      INFO("native collectives on " << n << " GPUs");
+      require_outcomes(per_rank[size_t(r)], r);
+    }
+  }
+}
+
+// The algorithm is part of what ranks agree on: a ring broadcast never
+// meets a native one.
+TEST_CASE("nccl: ranks that ask for different broadcast algorithms are refused, naming both",
+          "[nccl]") {
+  if (gpus(2) == 0) return;
+  const par::NcclId id = par::nccl_unique_id();
+  const auto errors = each_rank(2, [&](int r) {
+    auto comm = par::nccl_communicator(id, r, 2, anvil::Device::cuda(r), options(30));
+    Tensor t = on(*comm, make(r, 10, true));
+    return fault_of([&] { comm->broadcast(t, 0, r == 1 ? Algorithm::kNative : Algorithm::kRing); })
+        .error;
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << errors[size_t(r)]);
+    REQUIRE_THAT(errors[size_t(r)],
+                 Contains("ranks disagree on collective #1: rank 0 asked for broadcast #1 (ring) "
+                          "from rank 0 of float32 [10], rank 1 asked for broadcast #1 (native) "
+                          "from rank 0 of float32 [10]"));
+  }
+}
+
 TEST_CASE("nccl: a rank that never calls is named by the others within the deadline", "[nccl]") {
   if (gpus(3) == 0) return;
   const par::NcclId id = par::nccl_unique_id();
