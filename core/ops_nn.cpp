@@ -103,6 +103,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, int64_
       if (need_x) {
         out[0] = Tensor::empty(sx.shape(), x_dtype, g.device());
         backend(g).conv2d_backward_data(s, g32, io.in(sw), io.out(out[0]));
+        io.finish();  // frees dx's float32 scratch before x's float32 copy is made
       }
       if (need_w || need_b) {
         Tensor dw = Tensor::empty(sw.shape(), w_dtype, g.device());
