@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include "core/backend.h"
-#include "core/ops_util.h"
 
 namespace anvil {
 namespace {
@@ -22,9 +21,7 @@ void accumulate(Tensor& dst, const Tensor& g) {
     return;
   }
   Tensor sum = Tensor::empty(dst.shape(), dst.dtype(), dst.device());
-  ops_detail::Float32Io io;
-  backend_for(dst.device()).add(io.in(dst), io.in(g), io.out(sum));
-  io.finish();
+  backend_for(dst.device()).add(dst, g, sum);  // float32 or bfloat16
   dst = sum;
 }
 

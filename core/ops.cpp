@@ -34,10 +34,8 @@ Tensor add(const Tensor& a_in, const Tensor& b_in) {
   check_same_device("add", {&a_in, &b_in});
   auto [a, b] = promote(a_in, b_in);
   Tensor y = like(a);
-  Float32Io io;
   if (a.shape() == b.shape()) {
-    backend(a).add(io.in(a), io.in(b), io.out(y));
-    io.finish();
+    backend(a).add(a, b, y);  // float32 or bfloat16, as the backends' kernels take both
     if (any_requires_grad({&a, &b}))
       record(y, "AddBackward", {&a, &b}, [](const Tensor& g) { return Grads{g, g}; });
     return y;
@@ -54,6 +52,7 @@ Tensor add(const Tensor& a_in, const Tensor& b_in) {
                     "or be a bias of a's dim 1)",
                     shape_str(a.shape()), shape_str(b.shape())));
   }
+  Float32Io io;
   backend(a).add_channel_bias(outer, C, inner, io.in(a), io.in(b), io.out(y));
   io.finish();
   if (any_requires_grad({&a, &b})) {
@@ -79,18 +78,14 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
                                             shape_str(a_in.shape()), shape_str(b_in.shape())));
   auto [a, b] = promote(a_in, b_in);
   Tensor y = like(a);
-  Float32Io io;
-  backend(a).mul(io.in(a), io.in(b), io.out(y));
-  io.finish();
+  backend(a).mul(a, b, y);
   if (any_requires_grad({&a, &b})) {
     Tensor sa = a.detach(), sb = b.detach();
     bool need_a = a.requires_grad(), need_b = b.requires_grad();
     record(y, "MulBackward", {&a, &b}, [=](const Tensor& g) {
       Grads out(2);
-      Float32Io io;
-      if (need_a) backend(g).mul(io.in(g), io.in(sb), io.out(out[0] = like(g)));
-      if (need_b) backend(g).mul(io.in(g), io.in(sa), io.out(out[1] = like(g)));
-      io.finish();
+      if (need_a) backend(g).mul(g, sb, out[0] = like(g));
+      if (need_b) backend(g).mul(g, sa, out[1] = like(g));
       return out;
     });
   }
@@ -100,15 +95,11 @@ Tensor mul(const Tensor& a_in, const Tensor& b_in) {
 Tensor scale(const Tensor& x, double alpha) {
   check_float("scale", "x", x);
   Tensor y = like(x);
-  Float32Io io;
-  backend(x).scale(float(alpha), io.in(x), io.out(y));
-  io.finish();
+  backend(x).scale(float(alpha), x, y);
   if (any_requires_grad({&x}))
     record(y, "ScaleBackward", {&x}, [alpha](const Tensor& g) {
       Tensor dx = like(g);
-      Float32Io io;
-      backend(g).scale(float(alpha), io.in(g), io.out(dx));
-      io.finish();
+      backend(g).scale(float(alpha), g, dx);
       return Grads{dx};
     });
   return y;
@@ -117,16 +108,12 @@ Tensor scale(const Tensor& x, double alpha) {
 Tensor relu(const Tensor& x) {
   check_float("relu", "x", x);
   Tensor y = like(x);
-  Float32Io io;
-  backend(x).relu_forward(io.in(x), io.out(y));
-  io.finish();
+  backend(x).relu_forward(x, y);
   if (any_requires_grad({&x})) {
     Tensor saved = y.detach();  // the output, not the graph node holding it
     record(y, "ReluBackward", {&x}, [saved](const Tensor& g) {
       Tensor dx = like(g);
-      Float32Io io;
-      backend(g).relu_backward(io.in(saved), io.in(g), io.out(dx));
-      io.finish();
+      backend(g).relu_backward(saved, g, dx);
       return Grads{dx};
     });
   }
@@ -149,17 +136,13 @@ Tensor pointwise(PointwiseOp op, const Tensor& x) {
   });
   check_float(info.name, "x", x);
   Tensor y = like(x);
-  Float32Io io;
-  backend(x).pointwise_forward(op, io.in(x), io.out(y));
-  io.finish();
+  backend(x).pointwise_forward(op, x, y);
   if (any_requires_grad({&x})) {
     // The tensor itself, not the graph node holding it.
     Tensor saved = info.saved == Saved::kInput ? x.detach() : y.detach();
     record(y, info.backward_name, {&x}, [op, saved](const Tensor& g) {
       Tensor dx = like(g);
-      Float32Io io;
-      backend(g).pointwise_backward(op, io.in(saved), io.in(g), io.out(dx));
-      io.finish();
+      backend(g).pointwise_backward(op, saved, g, dx);
       return Grads{dx};
     });
   }

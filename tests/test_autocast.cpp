@@ -217,6 +217,39 @@ TEST_CASE("autocast: an activation that requires grad gets its gradient in its o
             Approx(double(wb[size_t(j)]) + double(wb[size_t(7 + j)])).epsilon(kBf16));
 }
 
+TEST_CASE("bfloat16 elementwise kernels: float math on the loaded values, rounded once",
+          "[autocast][bf16]") {
+  const int64_t n = 4099;  // ragged: not a multiple of a block or a vector
+  const Tensor a32 = uniform({n}, 41), b32 = uniform({n}, 42);
+  const Vec av = bf16_values(a32), bv = bf16_values(b32);
+  // The reference: the float result of the bfloat16 values, rounded to
+  // nearest even once (for silu, within one bfloat16 spacing: its exp may
+  // differ between libraries by an ulp of float).
+  auto rounded = [](float v) { return bfloat16(v).to_float(); };
+  for (Device d : devices()) {
+    INFO(d.str());
+    const Tensor a = a32.to(DType::BFloat16).to(d).set_requires_grad(),
+                 b = b32.to(DType::BFloat16).to(d);
+    const Tensor dy = b;  // an incoming bfloat16 gradient
+    Tensor r = relu(a), s = add(a, b), m = mul(a, b), c = scale(a, 0.3), q = silu(a);
+    for (const Tensor* t : {&r, &s, &m, &c, &q}) REQUIRE(t->dtype() == DType::BFloat16);
+    const Vec rv = r.to_vector(), sv = s.to_vector(), mv = m.to_vector(), cv = c.to_vector(),
+              qv = q.to_vector();
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t k = size_t(i);
+      REQUIRE(rv[k] == (av[k] < 0 ? 0.0f : av[k]));
+      REQUIRE(sv[k] == rounded(av[k] + bv[k]));
+      REQUIRE(mv[k] == rounded(av[k] * bv[k]));
+      REQUIRE(cv[k] == rounded(0.3f * av[k]));
+      REQUIRE(qv[k] == Approx(rounded(av[k] / (1.0f + std::exp(-av[k])))).epsilon(1.0 / 128));
+    }
+    r.backward(dy);
+    REQUIRE(a.grad().dtype() == DType::BFloat16);
+    const Vec g = a.grad().to_vector();
+    for (int64_t i = 0; i < n; ++i) REQUIRE(g[size_t(i)] == (av[size_t(i)] > 0 ? bv[size_t(i)] : 0.0f));
+  }
+}
+
 TEST_CASE("autocast: conv2d against FP64 of its bfloat16 operands, forward and backward",
           "[autocast]") {
   // Ragged: no dimension a multiple of a tile.

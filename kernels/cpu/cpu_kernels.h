@@ -46,16 +46,18 @@ void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y);
 void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx);
 
 // Elementwise. Output may alias an input exactly (in place), never partially.
-void relu_forward(int64_t n, const float* x, float* y);
-void relu_backward(int64_t n, const float* y, const float* dy, float* dx);  // dx = dy * (y > 0)
+// T: float or bfloat16 (kernels/element.h): loaded into float, computed in
+// float, stored back in T (bfloat16 rounds to nearest even).
+template <class T> void relu_forward(int64_t n, const T* x, T* y);
+template <class T> void relu_backward(int64_t n, const T* y, const T* dy, T* dx);  // dx = dy * (y > 0)
 // The ops of kernels/pointwise.h: y = op(x); dx = dy * op'(saved).
-void pointwise_forward(PointwiseOp op, int64_t n, const float* x, float* y);
-void pointwise_backward(PointwiseOp op, int64_t n, const float* saved, const float* dy,
-                        float* dx);
-void add(int64_t n, const float* a, const float* b, float* y);
-void mul(int64_t n, const float* a, const float* b, float* y);
+template <class T> void pointwise_forward(PointwiseOp op, int64_t n, const T* x, T* y);
+template <class T>
+void pointwise_backward(PointwiseOp op, int64_t n, const T* saved, const T* dy, T* dx);
+template <class T> void add(int64_t n, const T* a, const T* b, T* y);
+template <class T> void mul(int64_t n, const T* a, const T* b, T* y);
+template <class T> void scale(int64_t n, float alpha, const T* x, T* y);  // y = alpha * x
 void axpy(int64_t n, float alpha, const float* x, float* y);  // y += alpha * x
-void scale(int64_t n, float alpha, const float* x, float* y);  // y = alpha * x
 void fill(int64_t n, float value, float* y);
 // float32 -> bfloat16 rounds to nearest, ties to even (NaN stays a quiet
 // NaN, overflow gives Inf); bfloat16 -> float32 is exact.

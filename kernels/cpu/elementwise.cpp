@@ -13,6 +13,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/element.h"
 
 namespace anvil::cpu {
 
@@ -48,46 +49,57 @@ double block_sum(const float* x, int64_t n) {
 
 }  // namespace
 
-void relu_forward(int64_t n, const float* x, float* y) {
+// The elementwise ops take float or bfloat16 elements (kernels/element.h):
+// loaded into float, computed in float, stored in their type.
+
+template <class T>
+void relu_forward(int64_t n, const T* x, T* y) {
   // `v < 0 ? 0 : v` keeps NaN (as torch.relu does) and maps to vmaxps.
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = load(x[i]);
+    y[i] = store<T>(v < 0.0f ? 0.0f : v);
+  }
 }
 
-void relu_backward(int64_t n, const float* y, const float* dy, float* dx) {
+template <class T>
+void relu_backward(int64_t n, const T* y, const T* dy, T* dx) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  for (int64_t i = 0; i < n; ++i) dx[i] = store<T>(load(y[i]) > 0.0f ? load(dy[i]) : 0.0f);
 }
 
 namespace {
-template <class Op>
-void pointwise_forward_loop(int64_t n, const float* x, float* y) {
+template <class Op, class T>
+void pointwise_forward_loop(int64_t n, const T* x, T* y) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-  for (int64_t i = 0; i < n; ++i) y[i] = Op::forward(x[i]);
+  for (int64_t i = 0; i < n; ++i) y[i] = store<T>(Op::forward(load(x[i])));
 }
-template <class Op>
-void pointwise_backward_loop(int64_t n, const float* saved, const float* dy, float* dx) {
+template <class Op, class T>
+void pointwise_backward_loop(int64_t n, const T* saved, const T* dy, T* dx) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-  for (int64_t i = 0; i < n; ++i) dx[i] = Op::backward(saved[i], dy[i]);
+  for (int64_t i = 0; i < n; ++i) dx[i] = store<T>(Op::backward(load(saved[i]), load(dy[i])));
 }
 }  // namespace
 
-void pointwise_forward(PointwiseOp op, int64_t n, const float* x, float* y) {
+template <class T>
+void pointwise_forward(PointwiseOp op, int64_t n, const T* x, T* y) {
   visit_pointwise(op, [&](auto o) { pointwise_forward_loop<decltype(o)>(n, x, y); });
 }
-void pointwise_backward(PointwiseOp op, int64_t n, const float* saved, const float* dy,
-                        float* dx) {
+template <class T>
+void pointwise_backward(PointwiseOp op, int64_t n, const T* saved, const T* dy, T* dx) {
   visit_pointwise(op, [&](auto o) { pointwise_backward_loop<decltype(o)>(n, saved, dy, dx); });
 }
 
-void add(int64_t n, const float* a, const float* b, float* y) {
+template <class T>
+void add(int64_t n, const T* a, const T* b, T* y) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+  for (int64_t i = 0; i < n; ++i) y[i] = store<T>(load(a[i]) + load(b[i]));
 }
 
-void mul(int64_t n, const float* a, const float* b, float* y) {
+template <class T>
+void mul(int64_t n, const T* a, const T* b, T* y) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-  for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+  for (int64_t i = 0; i < n; ++i) y[i] = store<T>(load(a[i]) * load(b[i]));
 }
 
 void axpy(int64_t n, float alpha, const float* x, float* y) {
@@ -95,10 +107,24 @@ void axpy(int64_t n, float alpha, const float* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
-void scale(int64_t n, float alpha, const float* x, float* y) {
+template <class T>
+void scale(int64_t n, float alpha, const T* x, T* y) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-  for (int64_t i = 0; i < n; ++i) y[i] = alpha * x[i];
+  for (int64_t i = 0; i < n; ++i) y[i] = store<T>(alpha * load(x[i]));
 }
+
+// The two element types of each (kernels/element.h).
+#define ANVIL_ELEMENTWISE(T)                                                                  \
+  template void relu_forward<T>(int64_t, const T*, T*);                                      \
+  template void relu_backward<T>(int64_t, const T*, const T*, T*);                           \
+  template void pointwise_forward<T>(PointwiseOp, int64_t, const T*, T*);                    \
+  template void pointwise_backward<T>(PointwiseOp, int64_t, const T*, const T*, T*);         \
+  template void add<T>(int64_t, const T*, const T*, T*);                                     \
+  template void mul<T>(int64_t, const T*, const T*, T*);                                     \
+  template void scale<T>(int64_t, float, const T*, T*);
+ANVIL_ELEMENTWISE(float)
+ANVIL_ELEMENTWISE(bfloat16)
+#undef ANVIL_ELEMENTWISE
 
 void fill(int64_t n, float value, float* y) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
@@ -199,30 +225,52 @@ void CpuBackend::add_scalar_int64(const Tensor& dst, int64_t value) {
   for (int64_t i = 0; i < dst.numel(); ++i) y[i] += value;
 }
 
+// These take float32 or bfloat16 tensors, all of one dtype.
 void CpuBackend::relu_forward(const Tensor& x, const Tensor& y) {
-  cpu::relu_forward(x.numel(), floats(x), floats(y));
+  visit_float_dtype(x.dtype(), "relu_forward", [&](auto t) {
+    using T = decltype(t);
+    cpu::relu_forward(x.numel(), x.data<T>(), y.data<T>());
+  });
 }
 void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
-  cpu::relu_backward(y.numel(), floats(y), floats(dy), floats(dx));
+  visit_float_dtype(y.dtype(), "relu_backward", [&](auto t) {
+    using T = decltype(t);
+    cpu::relu_backward(y.numel(), y.data<T>(), dy.data<T>(), dx.data<T>());
+  });
 }
 void CpuBackend::pointwise_forward(PointwiseOp op, const Tensor& x, const Tensor& y) {
-  cpu::pointwise_forward(op, x.numel(), floats(x), floats(y));
+  visit_float_dtype(x.dtype(), "pointwise_forward", [&](auto t) {
+    using T = decltype(t);
+    cpu::pointwise_forward(op, x.numel(), x.data<T>(), y.data<T>());
+  });
 }
 void CpuBackend::pointwise_backward(PointwiseOp op, const Tensor& saved, const Tensor& dy,
                                     const Tensor& dx) {
-  cpu::pointwise_backward(op, saved.numel(), floats(saved), floats(dy), floats(dx));
+  visit_float_dtype(saved.dtype(), "pointwise_backward", [&](auto t) {
+    using T = decltype(t);
+    cpu::pointwise_backward(op, saved.numel(), saved.data<T>(), dy.data<T>(), dx.data<T>());
+  });
 }
 void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& y) {
-  cpu::add(a.numel(), floats(a), floats(b), floats(y));
+  visit_float_dtype(a.dtype(), "add", [&](auto t) {
+    using T = decltype(t);
+    cpu::add(a.numel(), a.data<T>(), b.data<T>(), y.data<T>());
+  });
 }
 void CpuBackend::mul(const Tensor& a, const Tensor& b, const Tensor& y) {
-  cpu::mul(a.numel(), floats(a), floats(b), floats(y));
+  visit_float_dtype(a.dtype(), "mul", [&](auto t) {
+    using T = decltype(t);
+    cpu::mul(a.numel(), a.data<T>(), b.data<T>(), y.data<T>());
+  });
 }
 void CpuBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
   cpu::axpy(x.numel(), alpha, floats(x), floats(y));
 }
 void CpuBackend::scale(float alpha, const Tensor& x, const Tensor& y) {
-  cpu::scale(x.numel(), alpha, floats(x), floats(y));
+  visit_float_dtype(x.dtype(), "scale", [&](auto t) {
+    using T = decltype(t);
+    cpu::scale(x.numel(), alpha, x.data<T>(), y.data<T>());
+  });
 }
 void CpuBackend::add_channel_bias(int64_t outer, int64_t C, int64_t inner, const Tensor& x,
                                   const Tensor& bias, const Tensor& y) {

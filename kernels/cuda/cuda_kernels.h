@@ -42,16 +42,20 @@ void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx, cudaS
 
 // ---- elementwise (elementwise.cu) ----
 // Output may alias an input exactly (in place).
-void relu_forward(int64_t n, const float* x, float* y, cudaStream_t stream);
-void relu_backward(int64_t n, const float* y, const float* dy, float* dx, cudaStream_t stream);
+// T: float or bfloat16 (kernels/element.h), as the cpu:: ones.
+template <class T> void relu_forward(int64_t n, const T* x, T* y, cudaStream_t stream);
+template <class T>
+void relu_backward(int64_t n, const T* y, const T* dy, T* dx, cudaStream_t stream);
 // The ops of kernels/pointwise.h, as cpu::pointwise_forward/backward.
-void pointwise_forward(PointwiseOp op, int64_t n, const float* x, float* y, cudaStream_t stream);
-void pointwise_backward(PointwiseOp op, int64_t n, const float* saved, const float* dy, float* dx,
+template <class T>
+void pointwise_forward(PointwiseOp op, int64_t n, const T* x, T* y, cudaStream_t stream);
+template <class T>
+void pointwise_backward(PointwiseOp op, int64_t n, const T* saved, const T* dy, T* dx,
                         cudaStream_t stream);
-void add(int64_t n, const float* a, const float* b, float* y, cudaStream_t stream);
-void mul(int64_t n, const float* a, const float* b, float* y, cudaStream_t stream);
+template <class T> void add(int64_t n, const T* a, const T* b, T* y, cudaStream_t stream);
+template <class T> void mul(int64_t n, const T* a, const T* b, T* y, cudaStream_t stream);
+template <class T> void scale(int64_t n, float alpha, const T* x, T* y, cudaStream_t stream);
 void axpy(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream);
-void scale(int64_t n, float alpha, const float* x, float* y, cudaStream_t stream);
 void fill(int64_t n, float value, float* y, cudaStream_t stream);
 void fill(int64_t n, int64_t value, int64_t* y, cudaStream_t stream);
 void fill(int64_t n, uint8_t value, uint8_t* y, cudaStream_t stream);

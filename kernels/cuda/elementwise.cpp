@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/element.h"
 
 namespace anvil::cuda {
 
@@ -43,30 +44,50 @@ void CudaBackend::add_scalar_int64(const Tensor& dst, int64_t value) {
   cuda::add_scalar(dst.numel(), value, dst.data<int64_t>(), stream_);
 }
 
+// These take float32 or bfloat16 tensors, all of one dtype.
 void CudaBackend::relu_forward(const Tensor& x, const Tensor& y) {
   activate();
-  cuda::relu_forward(x.numel(), floats(x), floats(y), stream_);
+  visit_float_dtype(x.dtype(), "relu_forward", [&](auto t) {
+    using T = decltype(t);
+    cuda::relu_forward(x.numel(), x.data<T>(), y.data<T>(), stream_);
+  });
 }
 void CudaBackend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
   activate();
-  cuda::relu_backward(y.numel(), floats(y), floats(dy), floats(dx), stream_);
+  visit_float_dtype(y.dtype(), "relu_backward", [&](auto t) {
+    using T = decltype(t);
+    cuda::relu_backward(y.numel(), y.data<T>(), dy.data<T>(), dx.data<T>(), stream_);
+  });
 }
 void CudaBackend::pointwise_forward(PointwiseOp op, const Tensor& x, const Tensor& y) {
   activate();
-  cuda::pointwise_forward(op, x.numel(), floats(x), floats(y), stream_);
+  visit_float_dtype(x.dtype(), "pointwise_forward", [&](auto t) {
+    using T = decltype(t);
+    cuda::pointwise_forward(op, x.numel(), x.data<T>(), y.data<T>(), stream_);
+  });
 }
 void CudaBackend::pointwise_backward(PointwiseOp op, const Tensor& saved, const Tensor& dy,
                                      const Tensor& dx) {
   activate();
-  cuda::pointwise_backward(op, saved.numel(), floats(saved), floats(dy), floats(dx), stream_);
+  visit_float_dtype(saved.dtype(), "pointwise_backward", [&](auto t) {
+    using T = decltype(t);
+    cuda::pointwise_backward(op, saved.numel(), saved.data<T>(), dy.data<T>(), dx.data<T>(),
+                             stream_);
+  });
 }
 void CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& y) {
   activate();
-  cuda::add(a.numel(), floats(a), floats(b), floats(y), stream_);
+  visit_float_dtype(a.dtype(), "add", [&](auto t) {
+    using T = decltype(t);
+    cuda::add(a.numel(), a.data<T>(), b.data<T>(), y.data<T>(), stream_);
+  });
 }
 void CudaBackend::mul(const Tensor& a, const Tensor& b, const Tensor& y) {
   activate();
-  cuda::mul(a.numel(), floats(a), floats(b), floats(y), stream_);
+  visit_float_dtype(a.dtype(), "mul", [&](auto t) {
+    using T = decltype(t);
+    cuda::mul(a.numel(), a.data<T>(), b.data<T>(), y.data<T>(), stream_);
+  });
 }
 void CudaBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
   activate();
@@ -74,7 +95,10 @@ void CudaBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
 }
 void CudaBackend::scale(float alpha, const Tensor& x, const Tensor& y) {
   activate();
-  cuda::scale(x.numel(), alpha, floats(x), floats(y), stream_);
+  visit_float_dtype(x.dtype(), "scale", [&](auto t) {
+    using T = decltype(t);
+    cuda::scale(x.numel(), alpha, x.data<T>(), y.data<T>(), stream_);
+  });
 }
 void CudaBackend::add_channel_bias(int64_t outer, int64_t C, int64_t inner, const Tensor& x,
                                    const Tensor& bias, const Tensor& y) {
