@@ -136,7 +136,7 @@ TEST_CASE("mpi: argument errors are refused before anything moves, naming what i
   REQUIRE_THROWS_WITH(comm->broadcast(Tensor::zeros({3}), comm->size()),
                       Contains("root " + std::to_string(comm->size()) + " is not a rank"));
   REQUIRE_THROWS_WITH(comm->allreduce(Tensor::zeros({3}, DType::UInt8)),
-                      Contains("uint8; reductions take float32 or int64"));
+                      Contains("uint8; reductions take float32, bfloat16 (added in float32) or int64"));
   REQUIRE_THROWS_WITH(comm->allreduce(Tensor::zeros({3}, DType::Int64), ReduceOp::kAverage),
                       Contains("average of int64"));
   if (cuda_test::have_device("CUDA part")) {
