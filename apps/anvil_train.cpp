@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
   app.add_option("--allreduce", o.allreduce, "Gradient all-reduce: ring, naive or native")->capture_default_str()->check(CLI::IsMember({"ring", "naive", "native"}));
   app.add_option("--bucket-mb", o.bucket_mb, "Gradients are reduced in buckets of this many MiB")->capture_default_str()->check(number_at_least(0, false));
   app.add_flag("--no-overlap", o.no_overlap, "Reduce the gradients after backward, not bucket by bucket during it");
+  app.add_option("--grad-dtype", o.grad_dtype, "The dtype gradients are all-reduced in: float32, or bf16 (half the bytes on the wire; each rank's gradient rounded to bfloat16, summed in float32 arithmetic with one rounding per ring step, widened back into the float32 gradients)")->capture_default_str()->check(CLI::IsMember({"float32", "bf16"}));
   app.add_flag("--sync-bn", o.sync_bn, "BatchNorm normalises with the statistics of the whole global batch, every rank's part together (SyncBatchNorm)");
   app.add_option("--comm-timeout", o.comm_timeout, "Seconds any wait on another rank may last (default: ANVIL_COMM_TIMEOUT or 300)")->check(number_at_least(0, false));
   bool list_devices = false;

@@ -183,9 +183,19 @@ void check_ranks(const Options& o, int ranks) {
                                  o.batch_size, ranks, ranks));
 }
 
-void check_sync_bn(const Options& o, nn::Module& model, int64_t examples, int ranks) {
-  if (!o.distributed && o.gpus == 0 && o.devices.empty())
+void check_data_parallel_only(const Options& o) {
+  if (o.distributed || o.gpus > 0 || !o.devices.empty()) return;
+  if (o.sync_bn)
     throw UsageError("--sync-bn: only for data-parallel runs (--gpus, --devices, --distributed)");
+  if (o.grad_dtype != "float32")
+    throw UsageError(fmt::format(
+        "--grad-dtype {}: only for data-parallel runs (--gpus, --devices, --distributed): on "
+        "one device no gradient is all-reduced",
+        o.grad_dtype));
+}
+
+void check_sync_bn(const Options& o, nn::Module& model, int64_t examples, int ranks) {
+  check_data_parallel_only(o);
   bool has_bn = false;
   for (nn::Module* m : model.modules()) has_bn = has_bn || dynamic_cast<nn::BatchNorm2d*>(m);
   if (!has_bn)

@@ -25,6 +25,9 @@ void check_ranks(const Options& o, int ranks);
 // --sync-bn needs BatchNorm layers, replicas, and a part of every batch for
 // every rank (the last batch too).
 void check_sync_bn(const Options& o, nn::Module& model, int64_t examples, int ranks);
+// The flags that only data-parallel runs (--gpus, --devices, --distributed)
+// take: --sync-bn, and --grad-dtype other than float32.
+void check_data_parallel_only(const Options& o);
 // --bn-recalibrate needs a model with BatchNorm layers.
 void check_bn_recalibrate(const Options& o, nn::Module& model);
 

@@ -155,6 +155,7 @@ nlohmann::ordered_json replica_settings(const Options& o) {
   j["bucket-mb"] = o.bucket_mb;
   j["no-overlap"] = o.no_overlap;
   j["sync-bn"] = o.sync_bn;
+  j["grad-dtype"] = o.grad_dtype;
   j["fp32-precision"] = o.fp32_precision;
   j["amp"] = o.amp;
   j["bn-recalibrate"] = o.bn_recalibrate;

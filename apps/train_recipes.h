@@ -63,6 +63,10 @@ struct Options {
   double bucket_mb = 25;
   bool no_overlap = false;
   bool sync_bn = false;     // BatchNorm statistics over the whole batch (SyncBatchNorm)
+  // The dtype gradients are all-reduced in: "float32" or "bf16" (half the
+  // bytes, summed in float32 arithmetic; parallel::DataParallelOptions).
+  std::string grad_dtype = "float32";
+  bool grad_bf16() const { return grad_dtype == "bf16"; }
   double comm_timeout = 0;  // seconds; 0: ANVIL_COMM_TIMEOUT or 300
   // How float32 convolutions and matmuls may round (core/precision.h):
   // default (PyTorch's: TF32 convolutions on CUDA), ieee or tf32.

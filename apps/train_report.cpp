@@ -108,6 +108,12 @@ void Report::header() {
                         "loss, BatchNorm statistics, master weights, gradients and momentum "
                         "float32\n",
                         run_.r.device.is_cuda() ? "tensor cores" : "emulated");
+  if (run_.r.data_parallel)
+    out_ << fmt::format("  gradients all-reduced in {} (--grad-dtype {}){}\n",
+                        o.grad_bf16() ? "bfloat16" : "float32", o.grad_dtype,
+                        o.grad_bf16() ? ": half the bytes; rounded to bfloat16, summed in "
+                                        "float32 arithmetic, widened back into float32"
+                                      : "");
   if (o.accumulate > 1)
     out_ << fmt::format("  gradient accumulation: each step's batch{} as {} micro-batches, "
                         "reduced once per step\n",
@@ -149,6 +155,7 @@ nlohmann::ordered_json Report::metrics_record(const EpochResult& e) const {
     line["ranks"] = run_.r.size();
     line["allreduce"] = o.allreduce;
     line["sync_bn"] = o.sync_bn;
+    line["grad_dtype"] = o.grad_dtype;
   }
   if (e.test_running_stats) {
     line["bn_recalibrate"] = o.bn_recalibrate;

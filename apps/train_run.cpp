@@ -148,8 +148,7 @@ int run_gpu_threads(const Options& o) {
 
 // One device: a group of one rank, with --eval-only's evaluation besides.
 int run_one_device(const Options& o) {
-  if (o.sync_bn)
-    throw UsageError("--sync-bn: only for data-parallel runs (--gpus, --devices, --distributed)");
+  check_data_parallel_only(o);
   check_files(o);
   {
     // The model's own checks before the device is chosen, so that a mistyped

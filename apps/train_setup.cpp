@@ -161,6 +161,7 @@ std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
   dp.bucket_bytes = size_t(o.bucket_mb * 1048576.0);
   dp.overlap = !o.no_overlap;
   dp.sync_batch_norm = o.sync_bn;
+  dp.grad_dtype = o.grad_bf16() ? DType::BFloat16 : DType::Float32;
   s.replicas.emplace(*r.comm, *s.model, dp);  // rank 0's weights everywhere
   if (!o.resume.empty()) s.replicas->broadcast_state(&*s.optimizer);  // and its momentum
   return run;

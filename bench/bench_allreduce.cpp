@@ -24,6 +24,12 @@
 // bandwidth: 2(n-1)/n for all-reduce, (n-1)/n for all-gather and
 // reduce-scatter (whose size is the gathered tensor, and the input), 1 for
 // broadcast. The last column is ring busbw / native busbw.
+// --dtype float32,bf16 measures each collective in each dtype, one table
+// each: sizes are bytes as in nccl-tests (a bfloat16 row holds twice the
+// elements of the float32 row of the same size), so busbw compares what the
+// links carry; the same gradient (element count) in bfloat16 is the
+// float32 row of twice the size. bfloat16 sums are added in float32
+// (Communicator::allreduce).
 // --unchecked adds each algorithm without the per-call check of every
 // rank's call ("ring/unchecked", ...): the check's cost, side by side.
 #include <CLI/CLI.hpp>
@@ -58,6 +64,7 @@ struct Options {
   std::string min_bytes = "4K", max_bytes = "64M";
   std::vector<std::string> algorithms = {"ring", "naive", "native"};
   std::vector<std::string> ops = {"allreduce"};
+  std::vector<std::string> dtypes = {"float32"};
   int repeats = 5;
   double round_seconds = 0.1;
   size_t chunk_bytes = size_t(1) << 20;
@@ -91,6 +98,12 @@ std::string human(size_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+DType parse_dtype(const std::string& name) {
+  if (name == "float32") return DType::Float32;
+  if (name == "bf16") return DType::BFloat16;
+  throw std::invalid_argument(fmt::format("--dtype '{}': expected float32 or bf16", name));
+}
+
 // The collectives measured, with nccl-tests' bus-bandwidth factor for n
 // ranks: what each rank's link carries relative to the message size.
 enum class Op { kAllReduce, kBroadcast, kAllGather, kReduceScatter };
@@ -119,14 +132,15 @@ double bus_factor(Op op, int n) {
 // What the buffer of `bytes` is: the all-reduce's and broadcast's tensor, the
 // all-gather's output, the reduce-scatter's input (nccl-tests' size), so
 // its element count divides by the rank count for the last two.
-int64_t count_of(Op op, size_t bytes, int n) {
-  const int64_t count = int64_t(bytes / 4);
+int64_t count_of(Op op, size_t bytes, int n, DType dtype) {
+  const int64_t count = int64_t(bytes / anvil::dtype_size(dtype));
   if (op == Op::kAllGather || op == Op::kReduceScatter) return std::max<int64_t>(n, count / n * n);
   return count;
 }
 
 struct Row {
   Op op = Op::kAllReduce;
+  DType dtype = DType::Float32;
   size_t bytes = 0;
   int64_t count = 0;
   std::string algorithm;
@@ -143,14 +157,18 @@ double slowest(par::Communicator& c, double mine) {
   return double(*std::max_element(v.begin(), v.end())) / 1e9;
 }
 
-// A small integer of rank r at element i: sums of them are exact.
+// A small integer of rank r at element i: sums of them are exact (in
+// bfloat16 too, up to 256 in magnitude: 36 ranks).
 float value(int rank, int64_t i) { return float((i + 3 * rank) % 7 - 3); }
 
 // Elements that differ from the host's reference after one call on small integers.
-int64_t check(par::Communicator& c, Op op, int64_t count, par::Algorithm algo) {
+int64_t check(par::Communicator& c, Op op, int64_t count, par::Algorithm algo, DType dtype) {
   const int n = c.size(), me = c.rank();
   std::vector<float> mine, want;
   Tensor got;
+  auto tensor = [&](const std::vector<float>& v) {
+    return Tensor::from_vector(v, {int64_t(v.size())}, c.device()).to(dtype);
+  };
   switch (op) {
     case Op::kAllReduce: {
       for (int64_t i = 0; i < count; ++i) {
@@ -159,7 +177,7 @@ int64_t check(par::Communicator& c, Op op, int64_t count, par::Algorithm algo) {
         for (int r = 0; r < n; ++r) sum += value(r, i);
         want.push_back(sum);
       }
-      got = Tensor::from_vector(mine, {count}, c.device());
+      got = tensor(mine);
       c.allreduce(got, par::ReduceOp::kSum, algo);
       break;
     }
@@ -168,7 +186,7 @@ int64_t check(par::Communicator& c, Op op, int64_t count, par::Algorithm algo) {
         mine.push_back(me == 0 ? value(0, i) : 0.0f);
         want.push_back(value(0, i));
       }
-      got = Tensor::from_vector(mine, {count}, c.device());
+      got = tensor(mine);
       c.broadcast(got, 0, algo);
       break;
     }
@@ -177,7 +195,7 @@ int64_t check(par::Communicator& c, Op op, int64_t count, par::Algorithm algo) {
       for (int64_t i = 0; i < shard; ++i) mine.push_back(value(me, i));
       for (int r = 0; r < n; ++r)
         for (int64_t i = 0; i < shard; ++i) want.push_back(value(r, i));
-      got = c.all_gather(Tensor::from_vector(mine, {shard}, c.device()), algo);
+      got = c.all_gather(tensor(mine), algo);
       break;
     }
     case Op::kReduceScatter: {
@@ -188,8 +206,7 @@ int64_t check(par::Communicator& c, Op op, int64_t count, par::Algorithm algo) {
         for (int r = 0; r < n; ++r) sum += value(r, i);
         want.push_back(sum);
       }
-      got = c.reduce_scatter(Tensor::from_vector(mine, {count}, c.device()),
-                             par::ReduceOp::kSum, algo);
+      got = c.reduce_scatter(tensor(mine), par::ReduceOp::kSum, algo);
       break;
     }
   }
@@ -247,11 +264,13 @@ std::vector<Row> run(par::Communicator& c, const Options& o) {
       }
     }
     if (algos.empty()) continue;
+    for (const std::string& dtype_text : o.dtypes)
     for (size_t bytes = parse_bytes(o.min_bytes, "--min-bytes");
          bytes <= parse_bytes(o.max_bytes, "--max-bytes"); bytes *= 2) {
-      const int64_t count = count_of(op, bytes, c.size());
+      const DType dtype = parse_dtype(dtype_text);
+      const int64_t count = count_of(op, bytes, c.size(), dtype);
       const Tensor buffer = Tensor::zeros(
-          {op == Op::kAllGather ? count / c.size() : count}, DType::Float32, c.device());
+          {op == Op::kAllGather ? count / c.size() : count}, dtype, c.device());
       // A trial run of each algorithm sets the iteration count (the same on
       // every rank: the slowest rank's time decides).
       double trial = 0;
@@ -268,11 +287,12 @@ std::vector<Row> run(par::Communicator& c, const Options& o) {
         std::sort(rounds[a].begin(), rounds[a].end());
         Row row;
         row.op = op;
-        row.bytes = size_t(count) * 4;
+        row.dtype = dtype;
+        row.bytes = size_t(count) * anvil::dtype_size(dtype);
         row.count = count;
         row.algorithm = algos[a].name();
         row.seconds = rounds[a][rounds[a].size() / 2];
-        row.wrong = check(c, op, count, algos[a].algorithm);
+        row.wrong = check(c, op, count, algos[a].algorithm, dtype);
         rows.push_back(row);
       }
     }
@@ -284,23 +304,26 @@ std::vector<Row> run(par::Communicator& c, const Options& o) {
 void report_table(const std::vector<Row>& rows, const Options& o, int ranks, Op op,
                   const std::string& backend, const std::string& device, bool first) {
   const double factor = bus_factor(op, ranks);
+  const std::string type = rows.front().dtype == DType::BFloat16
+                               ? "bfloat16 (sums added in float32)"
+                               : "float32";
   std::vector<std::string> names;
   for (const Row& r : rows)
     if (std::find(names.begin(), names.end(), r.algorithm) == names.end()) names.push_back(r.algorithm);
   if (op == Op::kAllReduce) {
-    fmt::print("# bench_allreduce: {} ranks, backend {}, {}; float32 sum, in place; ring chunks of {}\n",
-               ranks, backend, device, human(o.chunk_bytes));
+    fmt::print("# bench_allreduce: {} ranks, backend {}, {}; {} sum, in place; ring chunks of {}\n",
+               ranks, backend, device, type, human(o.chunk_bytes));
     fmt::print("# time: per all-reduce, slowest rank, median of {} rounds; busbw = algbw * 2(n-1)/n\n",
                o.repeats);
   } else {
     if (first)
       fmt::print("# bench_allreduce: {} ranks, backend {}, {}; ring chunks of {}\n", ranks,
                  backend, device, human(o.chunk_bytes));
-    const char* what = op == Op::kBroadcast   ? "float32 from rank 0, in place; size: the tensor; busbw = algbw * 1"
-                       : op == Op::kAllGather ? "float32; size: the gathered tensor (n shards); busbw = algbw * (n-1)/n"
-                                              : "float32 sum; size: the input (n shards); busbw = algbw * (n-1)/n";
-    fmt::print("# {}: {}; time: per call, slowest rank, median of {} rounds\n", op_name(op), what,
-               o.repeats);
+    const char* what = op == Op::kBroadcast   ? "from rank 0, in place; size: the tensor; busbw = algbw * 1"
+                       : op == Op::kAllGather ? "size: the gathered tensor (n shards); busbw = algbw * (n-1)/n"
+                                              : "sum; size: the input (n shards); busbw = algbw * (n-1)/n";
+    fmt::print("# {}: {} {}; time: per call, slowest rank, median of {} rounds\n", op_name(op),
+               type, what, o.repeats);
   }
   std::string head = fmt::format("{:>10} {:>10}", "size", "count");
   for (const auto& n : names) head += fmt::format(" | {:>7} {:>10} {:>8} {:>8} {:>6}", n, "time(us)", "algbw", "busbw", "#wrong");
@@ -327,20 +350,22 @@ void report_table(const std::vector<Row>& rows, const Options& o, int ranks, Op 
 void report(const std::vector<Row>& rows, const Options& o, int ranks, const std::string& backend,
             const std::string& device) {
   bool first = true;
-  for (Op op : {Op::kAllReduce, Op::kBroadcast, Op::kAllGather, Op::kReduceScatter}) {
-    std::vector<Row> mine;
-    for (const Row& r : rows)
-      if (r.op == op) mine.push_back(r);
-    if (mine.empty()) continue;
-    report_table(mine, o, ranks, op, backend, device, first);
-    first = false;
-  }
+  for (Op op : {Op::kAllReduce, Op::kBroadcast, Op::kAllGather, Op::kReduceScatter})
+    for (DType dtype : {DType::Float32, DType::BFloat16}) {
+      std::vector<Row> mine;
+      for (const Row& r : rows)
+        if (r.op == op && r.dtype == dtype) mine.push_back(r);
+      if (mine.empty()) continue;
+      report_table(mine, o, ranks, op, backend, device, first);
+      first = false;
+    }
   if (o.json.empty()) return;
   nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
     const double algbw = double(r.bytes) / r.seconds / 1e9;
     out.push_back({{"backend", backend}, {"device", device}, {"ranks", ranks},
-                   {"op", op_name(r.op)}, {"algorithm", r.algorithm}, {"bytes", r.bytes},
+                   {"op", op_name(r.op)}, {"dtype", std::string(anvil::dtype_name(r.dtype))},
+                   {"algorithm", r.algorithm}, {"bytes", r.bytes}, {"count", r.count},
                    {"time_us", r.seconds * 1e6}, {"algbw_GBps", algbw},
                    {"busbw_GBps", algbw * bus_factor(r.op, ranks)},
                    {"chunk_bytes", o.chunk_bytes}, {"wrong", r.wrong}});
@@ -361,6 +386,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-bytes", o.max_bytes, "largest size");
   app.add_option("--algorithms", o.algorithms, "which algorithms: ring, naive (all-reduce only), native")->delimiter(',');
   app.add_option("--ops", o.ops, "which collectives, one table each: allreduce (the default), broadcast, allgather, reducescatter")->delimiter(',');
+  app.add_option("--dtype", o.dtypes, "which dtypes, one table each: float32 (the default), bf16 (moved as bfloat16, summed in float32)")->delimiter(',');
   app.add_option("--repeats", o.repeats, "timed rounds per size (the median is reported)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--round-seconds", o.round_seconds, "about how long each algorithm's round lasts")
@@ -373,6 +399,7 @@ int main(int argc, char** argv) {
   try {
     for (const auto& name : o.algorithms) par::parse_algorithm(name);
     for (const auto& name : o.ops) parse_op(name);
+    for (const auto& name : o.dtypes) parse_dtype(name);
     parse_bytes(o.min_bytes, "--min-bytes");
     parse_bytes(o.max_bytes, "--max-bytes");
     std::string backend = o.backend;

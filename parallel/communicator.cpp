@@ -201,9 +201,11 @@ void check_tensor(const Transport& t, const char* collective, const char* what,
                             "GPU tensors)"
                           : ""));
   }
-  if (numeric_only && tensor.dtype() != DType::Float32 && tensor.dtype() != DType::Int64)
-    throw std::invalid_argument(fmt::format("{}: {} is {}; reductions take float32 or int64",
-                                            who, what, dtype_name(tensor.dtype())));
+  if (numeric_only && tensor.dtype() != DType::Float32 && tensor.dtype() != DType::Int64 &&
+      tensor.dtype() != DType::BFloat16)
+    throw std::invalid_argument(fmt::format(
+        "{}: {} is {}; reductions take float32, bfloat16 (added in float32) or int64", who, what,
+        dtype_name(tensor.dtype())));
 }
 
 // Naive is the seeds' all-reduce; the other collectives have ring and native.
@@ -245,7 +247,7 @@ int64_t row_elements(const Shape& shape) {
 namespace {
 void check_allreduce(const Transport& t, const Tensor& tensor, ReduceOp op) {
   check_tensor(t, "allreduce", "the tensor", tensor, true);
-  if (op == ReduceOp::kAverage && tensor.dtype() != DType::Float32)
+  if (op == ReduceOp::kAverage && tensor.dtype() == DType::Int64)
     throw std::invalid_argument(fmt::format(
         "rank {}: allreduce: the average of {} is not defined here: sum, then divide", t.rank(),
         dtype_name(tensor.dtype())));
@@ -385,7 +387,7 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op, Algorithm 
         if (input.dim() == 0)
           throw std::invalid_argument(fmt::format(
               "rank {}: reduce_scatter: the input must have a first dimension to split", rank()));
-        if (op == ReduceOp::kAverage && input.dtype() != DType::Float32)
+        if (op == ReduceOp::kAverage && input.dtype() == DType::Int64)
           throw std::invalid_argument(fmt::format(
               "rank {}: reduce_scatter: the average of {} is not defined here: sum, then divide",
               rank(), dtype_name(input.dtype())));

@@ -146,9 +146,18 @@ class Communicator {
 
   // ---- collectives: every rank calls them, in the same order ----
   // In place: every rank's `tensor` becomes the elementwise sum (or mean) of
-  // all ranks' tensors. float32 (sum, average) or int64 (sum). For a given
-  // rank count, the ring's result is bitwise the same on every rank and from
-  // run to run. `fingerprint` says which tensor this is, beyond its dtype
+  // all ranks' tensors. float32 (sum, average), bfloat16 (sum, average) or
+  // int64 (sum). bfloat16 travels as bfloat16 (half float32's bytes) but is
+  // added in float32: each ring step widens the chunk it receives, adds it
+  // to its own partial sum in float32 and rounds the result to bfloat16 once,
+  // as it stores it to send it on. n ranks: n-1 such roundings, so each
+  // element is within g(n-1) * sum_r |x_r| of the exact sum of the bfloat16
+  // inputs, g(m) = m u / (1 - m u), u = 2^-8 (docs/parallel.md, "Gradients
+  // in bfloat16");
+  // native (ncclBfloat16; over MPI, MPI_UINT16_T with an operation that adds
+  // in float) has the same bound for sums, one rounding more for the
+  // average. For a given rank count, the ring's result is bitwise the same
+  // on every rank and from run to run. `fingerprint` says which tensor this is, beyond its dtype
   // and shape (DataParallel: a hash of the bucket's parameters); 0 says
   // nothing. Ranks whose fingerprints differ are refused at the agreement,
   // naming both: same-shaped tensors (a BatchNorm weight and its bias) would

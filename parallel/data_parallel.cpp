@@ -14,9 +14,10 @@ namespace anvil::parallel {
 struct DataParallel::Bucket {
   std::vector<size_t> params;    // indices into params_
   std::vector<int64_t> offsets;  // where each one's gradient starts in `flat`
-  // The bucket's gradients, end to end, then one float per parameter: 1 on a
-  // rank that has its gradient, 0 on one that has none. Summed, it says
-  // whether any rank has it.
+  // The bucket's gradients, end to end, then one number per parameter: 1 on
+  // a rank that has its gradient, 0 on one that has none. Summed, it says
+  // whether any rank has it. In the options' grad_dtype (counts up to 256
+  // ranks are exact in bfloat16).
   Tensor flat;
   int64_t counts = 0;            // where those flags start in `flat`
   uint64_t fingerprint = 0;      // its parameters' names and shapes, hashed
@@ -66,6 +67,17 @@ void broadcast_together(Communicator& comm, const std::vector<Tensor>& tensors) 
   }
 }
 
+// dst = src, converted when their dtypes differ (a float32 gradient and a
+// bfloat16 bucket).
+void put(const Tensor& src, const Tensor& dst) {
+  if (src.dtype() == dst.dtype()) {
+    Tensor d = dst;
+    d.copy_(src);
+  } else {
+    backend_for(dst.device()).convert(src, dst);
+  }
+}
+
 std::vector<Tensor> buffers_of(const nn::Module& model) {
   std::vector<Tensor> out;
   for (auto& [name, b] : model.named_buffers()) out.push_back(b);
@@ -82,8 +94,14 @@ DataParallel::DataParallel(Communicator& comm, nn::Module& model, DataParallelOp
       throw std::invalid_argument(fmt::format(
           "DataParallel: parameter '{}' is on {}, but rank {}'s communicator moves tensors on {}",
           name, p.device().str(), comm.rank(), comm.device().str()));
+  if (options_.grad_dtype != DType::Float32 && options_.grad_dtype != DType::BFloat16)
+    throw std::invalid_argument(fmt::format(
+        "DataParallel: rank {}: gradients are reduced in float32 or bfloat16, not {} "
+        "(DataParallelOptions::grad_dtype)",
+        comm.rank(), dtype_name(options_.grad_dtype)));
   // One rank: its gradients are already the batch's; no buckets, no hooks.
   if (comm.size() == 1) return;
+  check_grad_dtype();
   // Buckets in the reverse order of the parameters: backward finishes the
   // last layers first, so their bucket can go while it works on the rest.
   bucket_of_.resize(params_.size());
@@ -109,7 +127,8 @@ DataParallel::DataParallel(Communicator& comm, nn::Module& model, DataParallelOp
       for (int64_t d : params_[k].shape()) b->fingerprint = fingerprint_of(b->fingerprint, d);
     }
     b->counts = numel;
-    b->flat = Tensor::zeros({numel + int64_t(members.size())}, DType::Float32, comm.device());
+    b->flat =
+        Tensor::zeros({numel + int64_t(members.size())}, options_.grad_dtype, comm.device());
     buckets_.push_back(std::move(b));
   }
   if (options_.overlap)
@@ -140,6 +159,21 @@ Tensor DataParallel::forward(nn::BatchNorm2d& bn, const Tensor& x) {
   const int64_t per_example = x.numel() / x.size(0) / x.size(1);  // H * W
   return sync_batch_norm(comm_, x, bn.weight, bn.bias, bn.running_mean, bn.running_var,
                          bn.momentum, bn.eps, step_global_examples_ * per_example);
+}
+
+void DataParallel::check_grad_dtype() {
+  // Every rank's choice, gathered (an all-gather exchanges its shapes anyway,
+  // so a mismatch is caught here, before the first step, and named).
+  const Tensor mine = Tensor::from_vector(
+      std::vector<int64_t>{int64_t(options_.grad_dtype)}, {1}, comm_.device());
+  const std::vector<int64_t> all = comm_.all_gather(mine).to_int_vector();
+  for (size_t j = 1; j < all.size(); ++j)
+    if (all[j] != all[0])
+      throw std::invalid_argument(fmt::format(
+          "DataParallel: rank {}: ranks reduce gradients in different dtypes: rank 0 in {}, rank "
+          "{} in {} (DataParallelOptions::grad_dtype, anvil-train --grad-dtype): every rank must "
+          "use the same",
+          comm_.rank(), dtype_name(DType(all[0])), j, dtype_name(DType(all[j]))));
 }
 
 void DataParallel::broadcast_state(optim::SGD* optimizer) {
@@ -219,7 +253,9 @@ void DataParallel::launch(Bucket& b) {
     Tensor slot = b.flat.narrow(b.offsets[i], p.numel());
     const Tensor g = p.grad();
     if (g.defined()) {
-      slot.copy_(g.reshape({p.numel()}));
+      // Into bfloat16, rounded to nearest even: the one rounding of this
+      // rank's own gradient.
+      put(g.reshape({p.numel()}), slot);
     } else {  // a parameter this rank's batch did not reach
       backend.fill(slot, 0.0);
       Tensor count = counts.narrow(int64_t(i), 1);
@@ -256,7 +292,7 @@ void DataParallel::after_backward() {
         g = Tensor::empty(p.shape(), DType::Float32, p.device());
         p.set_grad(g);
       }
-      g.copy_(b->flat.narrow(b->offsets[i], p.numel()).reshape(p.shape()));
+      put(b->flat.narrow(b->offsets[i], p.numel()).reshape(p.shape()), g);
     }
   }
   in_step_ = false;

@@ -23,6 +23,12 @@
 // buffers, hooks, copies or collectives, so a run on one device costs what
 // it would without it.
 //
+// Gradients in bfloat16 (DataParallelOptions::grad_dtype): each rank's
+// gradient is rounded once to bfloat16, and the ring's n-1 steps round each
+// partial sum once more, so a reduced gradient is within about
+// (1 + (n-1)) * 2^-8 * sum_r |g_r| of the float32 sum (docs/parallel.md,
+// "Gradients in bfloat16").
+//
 // A parameter that no rank's batch reaches keeps no gradient, as on one
 // device (SGD then leaves it alone); one backward per step (a second is
 // refused: its gradients would arrive after their bucket was sent).
@@ -53,6 +59,14 @@ struct DataParallelOptions {
   // replicas then compute what one device would. Every rank's part of every
   // batch must be non-empty.
   bool sync_batch_norm = false;
+  // The dtype gradients travel in: float32, or bfloat16 for half the bytes
+  // on the wire (PyTorch DDP's bf16_compress_hook). With bfloat16 each
+  // bucket's float32 gradients are rounded into a bfloat16 buffer, summed by
+  // the all-reduce in float32 arithmetic (Communicator::allreduce), and
+  // widened back into the float32 .grad; the buckets, their order and their
+  // fingerprints stay as they are. Every rank must use the same (the
+  // constructor checks, naming the ranks).
+  DType grad_dtype = DType::Float32;
 };
 
 class DataParallel final : public train::Replicas, public nn::BatchNormSync {
@@ -105,6 +119,8 @@ class DataParallel final : public train::Replicas, public nn::BatchNormSync {
 
  private:
   struct Bucket;
+  // Throws, on every rank, when the ranks' grad_dtype differ.
+  void check_grad_dtype();
   void on_gradient(size_t param);  // a parameter's gradient is final
   void launch(Bucket& bucket);     // copy into the flat buffer, start its all-reduce
 

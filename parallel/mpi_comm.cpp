@@ -39,6 +39,29 @@ namespace {
 
 std::atomic<bool> g_failed{false};  // a collective failed: leave without MPI_Finalize
 
+// MPI has no bfloat16 type, so its native reductions of bfloat16 move the
+// 16-bit words as MPI_UINT16_T and add them with an operation of anvil's:
+// each pair is widened to float, added in float and rounded to bfloat16
+// once, the same step as the ring's (cpu::accumulate). MPI applies it n-1
+// times to every element, in an order of its choosing, so the error bound
+// is the ring's (docs/parallel.md, "Gradients in bfloat16"). Float addition
+// is commutative, which lets MPI pick its usual algorithms.
+void bf16_sum(void* in, void* inout, int* length, MPI_Datatype*) {
+  const auto* a = static_cast<const bfloat16*>(in);
+  auto* b = static_cast<bfloat16*>(inout);
+  for (int i = 0; i < *length; ++i) b[i] = bfloat16(a[i].to_float() + b[i].to_float());
+}
+
+// The MPI type and sum operation for a dtype's native reductions.
+std::pair<MPI_Datatype, MPI_Op> mpi_sum(DType dtype) {
+  if (dtype == DType::Int64) return {MPI_INT64_T, MPI_SUM};
+  if (dtype != DType::BFloat16) return {MPI_FLOAT, MPI_SUM};
+  static MPI_Op op = MPI_OP_NULL;
+  static std::once_flag once;
+  std::call_once(once, [] { MPI_Op_create(&bf16_sum, /*commute=*/1, &op); });
+  return {MPI_UINT16_T, op};
+}
+
 const char* thread_level_name(int level) {
   if (level == MPI_THREAD_SINGLE) return "MPI_THREAD_SINGLE";
   if (level == MPI_THREAD_FUNNELED) return "MPI_THREAD_FUNNELED";
@@ -300,6 +323,8 @@ class MpiTransport final : public Transport {
     if (ticket == posted_) pending_.wait_or_throw(timeout(), error_prefix());
     if (dtype == DType::Int64)
       cpu::accumulate(n, static_cast<int64_t*>(dst), static_cast<const int64_t*>(src));
+    else if (dtype == DType::BFloat16)
+      cpu::accumulate(n, static_cast<bfloat16*>(dst), static_cast<const bfloat16*>(src), scale);
     else
       cpu::accumulate(n, static_cast<float*>(dst), static_cast<const float*>(src), scale);
   }
@@ -318,17 +343,18 @@ class MpiTransport final : public Transport {
   // set_max_message_bytes() each (1 GiB).
   void native_allreduce(void* data, int64_t n, DType dtype, ReduceOp op) override {
     pending_.wait_or_throw(timeout(), error_prefix());
-    const MPI_Datatype type = dtype == DType::Int64 ? MPI_INT64_T : MPI_FLOAT;
+    const MPI_Datatype type = mpi_sum(dtype).first;
+    const MPI_Op sum = mpi_sum(dtype).second;
     const int64_t esize = int64_t(dtype_size(dtype));
     const int64_t piece = std::max<int64_t>(1, int64_t(g_max_piece.load()) / esize);
     for (int64_t offset = 0; offset < n; offset += piece) {
       const int count = int(std::min(piece, n - offset));
       blocking("MPI_Allreduce", [&] {
         return MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(data) + offset * esize, count, type,
-                             MPI_SUM, data_);
+                             sum, data_);
       });
     }
-    if (op == ReduceOp::kAverage) scale(data, n);
+    if (op == ReduceOp::kAverage) scale(data, n, dtype);
   }
 
   void native_broadcast(void* data, size_t bytes, int root) override {
@@ -404,14 +430,15 @@ class MpiTransport final : public Transport {
                              ReduceOp op) override {
     pending_.wait_or_throw(timeout(), error_prefix());
     const int n = size();
-    const MPI_Datatype type = dtype == DType::Int64 ? MPI_INT64_T : MPI_FLOAT;
+    const MPI_Datatype type = mpi_sum(dtype).first;
+    const MPI_Op sum = mpi_sum(dtype).second;
     const int64_t esize = int64_t(dtype_size(dtype));
     const int64_t piece = std::max<int64_t>(1, int64_t(g_max_piece.load()) / esize);
     const char* in = static_cast<const char*>(input);
     char* out = static_cast<char*>(output);
     if (count <= piece) {
       blocking("MPI_Reduce_scatter_block", [&] {
-        return MPI_Reduce_scatter_block(in, out, int(count), type, MPI_SUM, data_);
+        return MPI_Reduce_scatter_block(in, out, int(count), type, sum, data_);
       });
     } else {
       // Piece k of every block, packed side by side, is reduced and
@@ -423,12 +450,12 @@ class MpiTransport final : public Transport {
           std::memcpy(packed + j * length * esize, in + (j * count + offset) * esize,
                       size_t(length * esize));
         blocking("MPI_Reduce_scatter_block", [&] {
-          return MPI_Reduce_scatter_block(packed, out + offset * esize, int(length), type, MPI_SUM,
+          return MPI_Reduce_scatter_block(packed, out + offset * esize, int(length), type, sum,
                                           data_);
         });
       }
     }
-    if (op == ReduceOp::kAverage) scale(output, count);
+    if (op == ReduceOp::kAverage) scale(output, count, dtype);
   }
 
   void synchronize() override { pending_.wait_or_throw(timeout(), error_prefix()); }
@@ -451,10 +478,16 @@ class MpiTransport final : public Transport {
   void blocking(const char* name, Call&& mpi_call) {
     check(call(name, std::forward<Call>(mpi_call)), name, error_prefix());
   }
-  // A sum becomes a mean (float32 only: an average of int64 is refused).
-  void scale(void* data, int64_t n) const {
-    float* p = static_cast<float*>(data);
+  // A sum becomes a mean (float32 or bfloat16, scaled in float and rounded
+  // once more: an average of int64 is refused).
+  void scale(void* data, int64_t n, DType dtype) const {
     const float factor = 1.0f / float(size());
+    if (dtype == DType::BFloat16) {
+      bfloat16* p = static_cast<bfloat16*>(data);
+      for (int64_t i = 0; i < n; ++i) p[i] = bfloat16(p[i].to_float() * factor);
+      return;
+    }
+    float* p = static_cast<float*>(data);
     for (int64_t i = 0; i < n; ++i) p[i] *= factor;
   }
 

@@ -191,6 +191,9 @@ class NcclTransport final : public Transport {
     lane_after(ticket);
     if (dtype == DType::Int64)
       cuda::accumulate(n, static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), lane_);
+    else if (dtype == DType::BFloat16)
+      cuda::accumulate(n, static_cast<bfloat16*>(dst), static_cast<const bfloat16*>(src), scale,
+                       lane_);
     else
       cuda::accumulate(n, static_cast<float*>(dst), static_cast<const float*>(src), scale, lane_);
     lane_dirty_ = true;
@@ -303,7 +306,11 @@ class NcclTransport final : public Transport {
   void activate() const { cuda::check(cudaSetDevice(device().index), "cudaSetDevice"); }
 
   static ncclDataType_t nccl_type(DType dtype) {
-    return dtype == DType::Int64 ? ncclInt64 : ncclFloat32;
+    switch (dtype) {
+      case DType::Int64: return ncclInt64;
+      case DType::BFloat16: return ncclBfloat16;
+      default: return ncclFloat32;
+    }
   }
   static ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kAverage ? ncclAvg : ncclSum; }
 

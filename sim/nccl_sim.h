@@ -81,6 +81,7 @@ typedef enum {
   ncclFloat16 = 6, ncclHalf = 6,
   ncclFloat32 = 7, ncclFloat = 7,
   ncclFloat64 = 8, ncclDouble = 8,
+  ncclBfloat16 = 9,
 } ncclDataType_t;
 
 // The fields anvil sets; NCCL_CONFIG_INITIALIZER leaves the rest to NCCL.

@@ -6,11 +6,16 @@
 // recvbuff at sendbuff + rank * recvcount, broadcast's sendbuff == recvbuff)
 // read nothing that has already been overwritten. Reductions add in rank
 // order, so a result is the same on every rank and from run to run.
+// bfloat16 is added as NCCL's ring adds it: each rank's part is widened to
+// float and added to the running sum, which is rounded to bfloat16 after
+// every addition (in NCCL it goes on to the next GPU in bfloat16); ncclAvg
+// divides the final sum in float and rounds once more.
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "core/bfloat16.h"
 #include "sim/nccl_sim_ops.h"
 
 namespace anvil_sim_nccl::detail {
@@ -18,7 +23,7 @@ namespace anvil_sim_nccl::detail {
 size_t dtype_bytes(ncclDataType_t t) {
   switch (t) {
     case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: return 2;
+    case ncclFloat16: case ncclBfloat16: return 2;
     case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
     case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
   }
@@ -64,6 +69,16 @@ void sum_into(std::vector<unsigned char>& acc, const void* src, size_t count, bo
   const T* s = static_cast<const T*>(src);
   for (size_t i = 0; i < count; ++i) a[i] = first ? s[i] : T(a[i] + s[i]);
 }
+void sum_into_bf16(std::vector<unsigned char>& acc, const void* src, size_t count, bool first) {
+  auto* a = reinterpret_cast<anvil::bfloat16*>(acc.data());
+  const auto* s = static_cast<const anvil::bfloat16*>(src);
+  for (size_t i = 0; i < count; ++i)
+    a[i] = first ? s[i] : anvil::bfloat16(a[i].to_float() + s[i].to_float());
+}
+void divide_bf16(std::vector<unsigned char>& acc, size_t count, int n) {
+  auto* a = reinterpret_cast<anvil::bfloat16*>(acc.data());
+  for (size_t i = 0; i < count; ++i) a[i] = anvil::bfloat16(a[i].to_float() / float(n));
+}
 template <typename T>
 void divide(std::vector<unsigned char>& acc, size_t count, int n) {
   T* a = reinterpret_cast<T*>(acc.data());
@@ -103,6 +118,7 @@ std::vector<unsigned char> reduce(const std::vector<OpPtr>& ops, size_t count) {
       case ncclFloat64: sum_into<double>(acc, ops[r]->src, count, head); break;
       case ncclInt32: sum_into<int32_t>(acc, ops[r]->src, count, head); break;
       case ncclInt64: sum_into<int64_t>(acc, ops[r]->src, count, head); break;
+      case ncclBfloat16: sum_into_bf16(acc, ops[r]->src, count, head); break;
       default:
         throw std::runtime_error(std::string("simulated NCCL: ") + name +
                                  ": unsupported data type");
@@ -115,6 +131,7 @@ std::vector<unsigned char> reduce(const std::vector<OpPtr>& ops, size_t count) {
       case ncclFloat64: divide<double>(acc, count, n); break;
       case ncclInt32: divide<int32_t>(acc, count, n); break;
       case ncclInt64: divide<int64_t>(acc, count, n); break;
+      case ncclBfloat16: divide_bf16(acc, count, n); break;
       default: break;
     }
   }

@@ -33,4 +33,12 @@ void accumulate(int64_t n, int64_t* dst, const int64_t* src) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
+void accumulate(int64_t n, bfloat16* dst, const bfloat16* src, float scale) {
+  if (n < 0) throw std::invalid_argument("cpu::accumulate: negative size " + std::to_string(n));
+  const bool par = n >= detail::kMinParallel;
+#pragma omp parallel for simd schedule(static) if (par)
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = bfloat16((dst[i].to_float() + src[i].to_float()) * scale);
+}
+
 }  // namespace anvil::cpu

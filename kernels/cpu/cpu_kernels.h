@@ -123,5 +123,10 @@ void sgd_update(int64_t n, float* param, const float* grad, float* momentum_buf,
 // (scale 1: dst += src, exactly). dst and src must not overlap.
 void accumulate(int64_t n, float* dst, const float* src, float scale);
 void accumulate(int64_t n, int64_t* dst, const int64_t* src);
+// bfloat16 buffers, added in float: each element is widened (exactly),
+// (dst + src) * scale is computed in float and rounded to bfloat16 once, to
+// nearest even, as it is stored. That one rounding per call is the only
+// error a ring step adds (docs/parallel.md, "Gradients in bfloat16").
+void accumulate(int64_t n, bfloat16* dst, const bfloat16* src, float scale);
 
 }  // namespace anvil::cpu

@@ -66,6 +66,15 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// bfloat16 elements [0, n): widened to float, added and scaled in float,
+// rounded to bfloat16 once on the store. Scalar: the kernel moves half the
+// bytes of the float one and the collectives' bfloat16 chunks are small.
+__global__ void __launch_bounds__(kBlock)
+    accumulate_bf16_kernel(int64_t n, bfloat16* dst, const bfloat16* src, float scale) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    dst[i] = bfloat16((dst[i].to_float() + src[i].to_float()) * scale);
+}
+
 inline void check_n(int64_t n) {
   if (n < 0) throw std::invalid_argument("cuda::accumulate: negative size " + std::to_string(n));
 }
@@ -96,6 +105,14 @@ void accumulate(int64_t n, int64_t* dst, const int64_t* src, cudaStream_t stream
   if (n == 0) return;
   launch(accumulate_scalar_kernel<int64_t>, grid_for(n), dim3(kBlock), 0, stream, int64_t{0}, n,
          dst, src, int64_t{1});
+}
+
+void accumulate(int64_t n, bfloat16* dst, const bfloat16* src, float scale,
+                cudaStream_t stream) {
+  using namespace accumulate_kernels;
+  check_n(n);
+  if (n == 0) return;
+  launch(accumulate_bf16_kernel, grid_for(n), dim3(kBlock), 0, stream, n, dst, src, scale);
 }
 
 }  // namespace anvil::cuda

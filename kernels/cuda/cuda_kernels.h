@@ -83,5 +83,8 @@ void sgd_update(int64_t n, float* param, const float* grad, float* momentum_buf,
 // collectives (parallel/) launch it on their own stream, not the compute one.
 void accumulate(int64_t n, float* dst, const float* src, float scale, cudaStream_t stream);
 void accumulate(int64_t n, int64_t* dst, const int64_t* src, cudaStream_t stream);
+// bfloat16: widened to float, (dst + src) * scale in float, rounded to
+// bfloat16 (nearest even) once as it is stored.
+void accumulate(int64_t n, bfloat16* dst, const bfloat16* src, float scale, cudaStream_t stream);
 
 }  // namespace anvil::cuda

@@ -29,11 +29,13 @@ using anvil::parallel::Communicator;
 using anvil::parallel::ReduceOp;
 
 // One comparison: `got` against `want`, element by element, within `tol`
-// (0: bitwise equal as the stored type).
+// (0: bitwise equal as the stored type), or, when `bound` is given, within
+// bound[i] of want[i] (an error bound derived element by element).
 struct Outcome {
   std::string what;
   std::vector<double> got, want;
   double tol = 0;
+  std::vector<double> bound = {};
 };
 using Outcomes = std::vector<Outcome>;
 using Scenario = std::function<Outcomes(Communicator&)>;
@@ -461,8 +463,10 @@ inline std::vector<std::pair<std::string, Scenario>> all_scenarios() {
 // (as float32, for tol 0), or -1.
 inline int64_t first_mismatch(const Outcome& o) {
   if (o.got.size() != o.want.size()) return 0;
+  if (!o.bound.empty() && o.bound.size() != o.got.size()) return 0;
   for (size_t i = 0; i < o.got.size(); ++i) {
-    const bool ok = o.tol == 0 ? o.got[i] == o.want[i]
+    const bool ok = !o.bound.empty() ? std::fabs(o.got[i] - o.want[i]) <= o.bound[i]
+                    : o.tol == 0 ? o.got[i] == o.want[i]
                                : std::fabs(o.got[i] - o.want[i]) <= o.tol * (1 + std::fabs(o.want[i]));
     if (!ok) return int64_t(i);
   }
@@ -477,8 +481,13 @@ inline void require_outcomes(const Outcomes& outcomes, int rank) {
     const int64_t bad = first_mismatch(o);
     const std::string where =
         bad < 0 ? std::string()
-                : fmt::format("element {}: got {}, want {}", bad, o.got[size_t(bad)],
-                              o.want[size_t(bad)]);
+                : fmt::format("element {}: got {}, want {}{}", bad, o.got[size_t(bad)],
+                              o.want[size_t(bad)],
+                              size_t(bad) < o.bound.size()
+                                  ? fmt::format(" (error {:.3g}, bound {:.3g})",
+                                                std::fabs(o.got[size_t(bad)] - o.want[size_t(bad)]),
+                                                o.bound[size_t(bad)])
+                                  : std::string());
     INFO(where);
     REQUIRE(bad == -1);
   }

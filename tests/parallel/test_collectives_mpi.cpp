@@ -11,6 +11,7 @@
 #include "parallel/mpi_internal.h"
 
 #include "tests/cuda_test_util.h"
+#include "tests/parallel/bf16_scenarios.h"
 #include "tests/parallel/ranks.h"
 #include "tests/parallel/scenarios.h"
 
@@ -35,6 +36,16 @@ TEST_CASE("mpi: every collective on every rank of the job against the host's ref
     INFO(name << " on " << comm->size() << " ranks");
     require_outcomes(scenario(*comm), comm->rank());
   }
+}
+
+// bfloat16 all-reduce, added in float32 (the ring's steps; native: MPI_UINT16_T
+// with anvil's MPI_Op), against the FP64 sum within n-1 roundings
+// (tests/parallel/bf16_scenarios.h), on 1 to 5 ranks (one ctest entry each).
+TEST_CASE("mpi: bfloat16 all-reduce is within n-1 roundings of the FP64 sum", "[mpi][bf16]") {
+  if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
+  auto comm = par::mpi_world(options());
+  INFO("bfloat16 all-reduce on " << comm->size() << " ranks");
+  require_outcomes(bf16_allreduce_scenario(*comm), comm->rank());
 }
 
 // MPI_Bcast, MPI_Allgather(v) and MPI_Reduce_scatter_block against the ring.
@@ -125,7 +136,7 @@ TEST_CASE("mpi: argument errors are refused before anything moves, naming what i
   REQUIRE_THROWS_WITH(comm->broadcast(Tensor::zeros({3}), comm->size()),
                       Contains("root " + std::to_string(comm->size()) + " is not a rank"));
   REQUIRE_THROWS_WITH(comm->allreduce(Tensor::zeros({3}, DType::UInt8)),
-                      Contains("uint8; reductions take float32 or int64"));
+                      Contains("uint8; reductions take float32, bfloat16 (added in float32) or int64"));
   REQUIRE_THROWS_WITH(comm->allreduce(Tensor::zeros({3}, DType::Int64), ReduceOp::kAverage),
                       Contains("average of int64"));
   if (cuda_test::have_device("CUDA part")) {

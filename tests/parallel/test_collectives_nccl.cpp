@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/device.h"
+#include "tests/parallel/bf16_scenarios.h"
 #include "tests/parallel/ranks.h"
 #include "tests/parallel/scenarios.h"
 
@@ -265,4 +266,26 @@ TEST_CASE("nccl: destroying a communicator with an all-reduce in flight finishes
                                *std::max_element(v.begin(), v.end())};
   });
   for (int r = 0; r < n; ++r) CHECK(sums[size_t(r)] == std::vector<double>{3.0, 3.0});
+}
+
+// bfloat16 travels as bfloat16 and is added in float32, one rounding per ring
+// step: against the FP64 sum within the bound of tests/parallel/bf16_scenarios.h,
+// every algorithm (native: ncclBfloat16 on the simulated NCCL), the ring's
+// result the same bits on every GPU.
+TEST_CASE("nccl: bfloat16 all-reduce on 2 and 3 GPUs is within n-1 roundings of the FP64 sum",
+          "[nccl][bf16]") {
+  const int available = gpus(2);
+  if (available == 0) return;
+  for (int n : {2, 3}) {
+    if (!enough_gpus(n, available)) continue;
+    const par::NcclId id = par::nccl_unique_id();
+    const auto per_rank = each_rank(n, [&](int r) {
+      auto comm = par::nccl_communicator(id, r, n, anvil::Device::cuda(r), options(120));
+      return bf16_allreduce_scenario(*comm);
+    });
+    for (int r = 0; r < n; ++r) {
+      INFO("bfloat16 all-reduce on " << n << " GPUs");
+      require_outcomes(per_rank[size_t(r)], r);
+    }
+  }
 }

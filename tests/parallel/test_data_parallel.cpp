@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/precision.h"
+#include "tests/parallel/bf16_scenarios.h"
 #include "tests/parallel/data_parallel_scenarios.h"
 #include "tests/parallel/ranks.h"
 
@@ -128,4 +129,58 @@ TEST_CASE("mpi: data-parallel training with ranks that get no example ends where
     INFO(name << " on " << comm->size() << " ranks");
     require_outcomes(scenario(*comm), comm->rank());
   }
+}
+
+// DataParallelOptions::grad_dtype = bfloat16: each step's reduced gradient
+// within the derived bound of the exact sum, and the weights after 6 steps
+// within the drift that bound allows (tests/parallel/bf16_scenarios.h).
+TEST_CASE("nccl: data-parallel training with bfloat16 gradients on 2 GPUs stays within the bound",
+          "[nccl][data_parallel][bf16]") {
+  const int available = gpus(2);
+  if (available == 0) return;
+  run_on_gpus({2}, available,
+              std::vector<std::pair<std::string, Scenario>>{
+                  {"mlp, bfloat16 gradients", bf16_data_parallel_scenario}});
+}
+
+TEST_CASE("mpi: data-parallel training with bfloat16 gradients stays within the bound",
+          "[mpi][data_parallel][bf16]") {
+  if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
+  par::CommOptions o;
+  o.timeout = std::chrono::seconds(60);
+  auto comm = par::mpi_world(o);
+  INFO("mlp, bfloat16 gradients on " << comm->size() << " ranks");
+  require_outcomes(bf16_data_parallel_scenario(*comm), comm->rank());
+}
+
+TEST_CASE("nccl: ranks with different gradient dtypes are refused, naming them",
+          "[nccl][data_parallel][bf16]") {
+  const int available = gpus(2);
+  if (available == 0) return;
+  const par::NcclId id = par::nccl_unique_id();
+  const auto errors = each_rank(2, [&](int r) {
+    auto comm = par::nccl_communicator(id, r, 2, anvil::Device::cuda(r), options(60));
+    return mismatched_grad_dtype(*comm);
+  });
+  for (const std::string& e : errors) {
+    CHECK_THAT(e, Catch::Matchers::Contains(
+                      "ranks reduce gradients in different dtypes: rank 0 in float32, rank 1 in "
+                      "bfloat16 (DataParallelOptions::grad_dtype, anvil-train --grad-dtype)"));
+  }
+}
+
+TEST_CASE("mpi: ranks with different gradient dtypes are refused, naming them",
+          "[mpi][data_parallel][bf16]") {
+  if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
+  par::CommOptions o;
+  o.timeout = std::chrono::seconds(60);
+  auto comm = par::mpi_world(o);
+  const std::string e = mismatched_grad_dtype(*comm);
+  if (comm->size() == 1) {
+    CHECK(e.empty());  // one rank agrees with itself
+    return;
+  }
+  CHECK_THAT(e, Catch::Matchers::Contains(
+                    "ranks reduce gradients in different dtypes: rank 0 in float32, rank 1 in "
+                    "bfloat16 (DataParallelOptions::grad_dtype, anvil-train --grad-dtype)"));
 }
