@@ -177,8 +177,9 @@ Tensor global_avg_pool2d(const Tensor& x_in) {
 
 // ---------------------------------------------------------------- batch norm
 
-// A bfloat16 input (autocast) gives a bfloat16 output; the statistics, the
-// parameters and the running buffers stay float32.
+// A bfloat16 input (autocast) gives a bfloat16 output, read and written as
+// such by the kernels; the statistics, the parameters and the running
+// buffers stay float32.
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum, double eps) {
@@ -211,27 +212,20 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   if (training) {
     Tensor save_mean = Tensor::empty({C}, DType::Float32, x.device());
     Tensor save_invstd = Tensor::empty({C}, DType::Float32, x.device());
-    Float32Io io;
-    be.batch_norm_forward_train(io.in(x), gamma, beta, float(eps), float(momentum), running_mean,
-                                running_var, save_mean, save_invstd, io.out(y));
-    io.finish();
+    be.batch_norm_forward_train(x, gamma, beta, float(eps), float(momentum), running_mean,
+                                running_var, save_mean, save_invstd, y);
     if (any_requires_grad({&x, &gamma, &beta})) {
       Tensor sx = x.detach(), sg = gamma.detach();
       record(y, "BatchNormBackward", {&x, &gamma, &beta}, [=](const Tensor& g) {
         Tensor dx = like(g), dgamma = like(sg), dbeta = like(sg);
-        Float32Io io;
-        backend(g).batch_norm_backward_train(io.in(sx), sg, save_mean, save_invstd, io.in(g),
-                                             io.out(dx), dgamma, dbeta);
-        io.finish();
+        backend(g).batch_norm_backward_train(sx, sg, save_mean, save_invstd, g, dx, dgamma,
+                                             dbeta);
         return Grads{dx, dgamma, dbeta};
       });
     }
     return y;
   }
-  Float32Io io;
-  be.batch_norm_forward_eval(io.in(x), gamma, beta, running_mean, running_var, float(eps),
-                             io.out(y));
-  io.finish();
+  be.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, float(eps), y);
   if (any_requires_grad({&x, &gamma, &beta})) {
     // y = gamma * xhat + beta with fixed statistics: dx = dy * gamma / std,
     // dgamma = sum(dy * xhat), dbeta = sum(dy). Both products reuse the

@@ -250,6 +250,55 @@ TEST_CASE("bfloat16 elementwise kernels: float math on the loaded values, rounde
   }
 }
 
+TEST_CASE("batch_norm on bfloat16 activations: the float32 kernels' results, rounded once",
+          "[autocast][bf16]") {
+  // The bfloat16 kernels load the same values the float32 ones would, take
+  // the same sums in the same order and round only what they store: so y and
+  // dx are the float32 path's results (on the bfloat16 values) rounded to
+  // nearest even, bit for bit, and the statistics, the running buffers and
+  // the parameter gradients are the float32 path's exactly. HW = 63 takes the
+  // CUDA kernels' one-element units, HW = 64 their four-element ones.
+  for (const Shape& shape : {Shape{3, 5, 7, 9}, Shape{4, 6, 8, 8}}) {
+    for (Device d : devices()) {
+      INFO(d.str() << " " << shape_str(shape));
+      const int64_t C = shape[1];
+      const Tensor xv = uniform(shape, 51).to(DType::BFloat16).to(DType::Float32).to(d);
+      const Tensor gv = uniform(shape, 52).to(DType::BFloat16).to(DType::Float32).to(d);
+      struct Result {
+        Vec y, dx, dgamma, dbeta, rm, rv;
+      };
+      auto run = [&](DType dtype) {
+        Tensor x = xv.to(dtype).detach().set_requires_grad();
+        Tensor gamma = uniform({C}, 53, d).set_requires_grad();
+        Tensor beta = uniform({C}, 54, d).set_requires_grad();
+        Tensor rm = Tensor::zeros({C}, DType::Float32, d), rv = Tensor::ones({C}, DType::Float32, d);
+        Tensor y = batch_norm(x, gamma, beta, rm, rv, true);
+        REQUIRE(y.dtype() == dtype);
+        y.backward(gv.to(dtype));
+        return Result{y.to_vector(),          x.grad().to_vector(), gamma.grad().to_vector(),
+                      beta.grad().to_vector(), rm.to_vector(),       rv.to_vector()};
+      };
+      const Result f = run(DType::Float32), b = run(DType::BFloat16);
+      auto rounded = [](const Vec& v) {
+        Vec r(v.size());
+        for (size_t i = 0; i < v.size(); ++i) r[i] = bfloat16(v[i]).to_float();
+        return r;
+      };
+      CHECK(b.y == rounded(f.y));
+      CHECK(b.dx == rounded(f.dx));
+      CHECK(b.dgamma == f.dgamma);
+      CHECK(b.dbeta == f.dbeta);
+      CHECK(b.rm == f.rm);
+      CHECK(b.rv == f.rv);
+      // Eval mode too.
+      Tensor rm = uniform({C}, 55, d), rv = add(uniform({C}, 56, d), Tensor::full({}, 2.0).to(d));
+      Tensor gamma = uniform({C}, 53, d), beta = uniform({C}, 54, d);
+      CHECK(batch_norm(xv.to(DType::BFloat16), gamma, beta, rm, rv, false).to_vector() ==
+            rounded(batch_norm(xv, gamma, beta, rm, rv, false).to_vector()));
+    }
+  }
+}
+
 TEST_CASE("autocast: conv2d against FP64 of its bfloat16 operands, forward and backward",
           "[autocast]") {
   // Ragged: no dimension a multiple of a tile.

@@ -227,9 +227,10 @@ TEST_CASE("cuda batch norm with no channels or empty channels", "[cuda][batchnor
                                           kMomentum, nullptr, nullptr, mean.ptr, invstd.ptr,
                                           dummy.ptr, ws.ptr, nullptr);
     Vec want_mean(2), want_invstd(2);
-    anvil::cpu::batch_norm_forward_train(0, 2, 3, nullptr, Vec{1, 1}.data(), Vec{1, 1}.data(),
-                                         kEps, kMomentum, nullptr, nullptr, want_mean.data(),
-                                         want_invstd.data(), nullptr);
+    anvil::cpu::batch_norm_forward_train<float>(0, 2, 3, nullptr, Vec{1, 1}.data(),
+                                                Vec{1, 1}.data(), kEps, kMomentum, nullptr,
+                                                nullptr, want_mean.data(), want_invstd.data(),
+                                                nullptr);
     cuda_test::require_close(mean.to_host(), want_mean, kTol, kTol);
     cuda_test::require_close(invstd.to_host(), want_invstd, kTol, kTol);
     anvil::cuda::batch_norm_backward_train(variant, 0, 2, 3, dummy.ptr, one.ptr, mean.ptr,
@@ -248,7 +249,7 @@ TEST_CASE("cuda batch norm variant 2: workspace, splits and refusals", "[cuda][b
   REQUIRE(batch_norm_workspace_floats(2, 1, 1, 4099) == 3 * 9);  // slices of >= 512 floats
   REQUIRE(batch_norm_workspace_floats(2, 128, 512, 16) == 3 * 512 * 2);
   REQUIRE_THROWS_WITH(batch_norm_workspace_floats(3, 1, 1, 1), Catch::Contains("no variant 3"));
-  REQUIRE_THROWS_WITH(anvil::cuda::batch_norm_forward_train(2, 1, 1, 1, nullptr, nullptr, nullptr,
+  REQUIRE_THROWS_WITH(anvil::cuda::batch_norm_forward_train<float>(2, 1, 1, 1, nullptr, nullptr, nullptr,
                                                             kEps, kMomentum, nullptr, nullptr,
                                                             nullptr, nullptr, nullptr, nullptr,
                                                             nullptr),

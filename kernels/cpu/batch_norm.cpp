@@ -6,35 +6,38 @@
 // cancellation of E[x^2] - E[x]^2; the per-element passes stay in float.
 // Semantics match PyTorch: biased variance normalises, the running
 // variance is updated with the unbiased one (M/(M-1), M = N*HW; with M == 1
-// the biased value is used instead of dividing by zero).
+// the biased value is used instead of dividing by zero). x, y, dy and dx may
+// be float or bfloat16 (T, kernels/element.h: autocast's activations), loaded
+// into float; the statistics, parameters and buffers are float32.
 #include <cmath>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/element.h"
 
 namespace anvil::cpu {
 
-void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const float* x,
-                              const float* gamma, const float* beta, float eps, float momentum,
-                              float* running_mean, float* running_var, float* save_mean,
-                              float* save_invstd, float* y) {
+template <class T>
+void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
+                              const float* beta, float eps, float momentum, float* running_mean,
+                              float* running_var, float* save_mean, float* save_invstd, T* y) {
   const int64_t M = N * HW, CHW = C * HW;
 #pragma omp parallel for schedule(static) if (N * CHW >= detail::kMinParallel)
   for (int64_t c = 0; c < C; ++c) {
     double s = 0.0;
     for (int64_t n = 0; n < N; ++n) {
-      const float* xp = x + n * CHW + c * HW;
+      const T* xp = x + n * CHW + c * HW;
 #pragma omp simd reduction(+ : s)
-      for (int64_t i = 0; i < HW; ++i) s += xp[i];
+      for (int64_t i = 0; i < HW; ++i) s += load(xp[i]);
     }
     const double mean = M > 0 ? s / static_cast<double>(M) : 0.0;
     double ss = 0.0;
     for (int64_t n = 0; n < N; ++n) {
-      const float* xp = x + n * CHW + c * HW;
+      const T* xp = x + n * CHW + c * HW;
 #pragma omp simd reduction(+ : ss)
       for (int64_t i = 0; i < HW; ++i) {
-        const double d = xp[i] - mean;
+        const double d = load(xp[i]) - mean;
         ss += d * d;
       }
     }
@@ -52,17 +55,18 @@ void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const float* x,
     const float a = static_cast<float>(gamma[c] * invstd);
     const float b = static_cast<float>(beta[c] - mean * gamma[c] * invstd);
     for (int64_t n = 0; n < N; ++n) {
-      const float* xp = x + n * CHW + c * HW;
-      float* yp = y + n * CHW + c * HW;
+      const T* xp = x + n * CHW + c * HW;
+      T* yp = y + n * CHW + c * HW;
 #pragma omp simd
-      for (int64_t i = 0; i < HW; ++i) yp[i] = xp[i] * a + b;
+      for (int64_t i = 0; i < HW; ++i) yp[i] = store<T>(load(xp[i]) * a + b);
     }
   }
 }
 
-void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const float* x,
-                             const float* gamma, const float* beta, const float* running_mean,
-                             const float* running_var, float eps, float* y) {
+template <class T>
+void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
+                             const float* beta, const float* running_mean,
+                             const float* running_var, float eps, T* y) {
   const int64_t CHW = C * HW, rows = N * C;
 #pragma omp parallel for schedule(static) if (rows * HW >= detail::kMinParallel)
   for (int64_t r = 0; r < rows; ++r) {
@@ -70,29 +74,30 @@ void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const float* x,
     const double invstd = 1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps);
     const float a = static_cast<float>(gamma[c] * invstd);
     const float b = static_cast<float>(beta[c] - running_mean[c] * gamma[c] * invstd);
-    const float* xp = x + (r / C) * CHW + c * HW;
-    float* yp = y + (r / C) * CHW + c * HW;
+    const T* xp = x + (r / C) * CHW + c * HW;
+    T* yp = y + (r / C) * CHW + c * HW;
 #pragma omp simd
-    for (int64_t i = 0; i < HW; ++i) yp[i] = xp[i] * a + b;
+    for (int64_t i = 0; i < HW; ++i) yp[i] = store<T>(load(xp[i]) * a + b);
   }
 }
 
-void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const float* x,
-                               const float* gamma, const float* save_mean,
-                               const float* save_invstd, const float* dy, float* dx,
-                               float* dgamma, float* dbeta) {
+template <class T>
+void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
+                               const float* save_mean, const float* save_invstd, const T* dy,
+                               T* dx, float* dgamma, float* dbeta) {
   const int64_t M = N * HW, CHW = C * HW;
 #pragma omp parallel for schedule(static) if (N * CHW >= detail::kMinParallel)
   for (int64_t c = 0; c < C; ++c) {
     const float mean = save_mean[c], invstd = save_invstd[c];
     double sdy = 0.0, sdyx = 0.0;  // sum(dy), sum(dy * (x - mean))
     for (int64_t n = 0; n < N; ++n) {
-      const float* xp = x + n * CHW + c * HW;
-      const float* gp = dy + n * CHW + c * HW;
+      const T* xp = x + n * CHW + c * HW;
+      const T* gp = dy + n * CHW + c * HW;
 #pragma omp simd reduction(+ : sdy, sdyx)
       for (int64_t i = 0; i < HW; ++i) {
-        sdy += gp[i];
-        sdyx += static_cast<double>(gp[i]) * (xp[i] - mean);
+        const float g = load(gp[i]);
+        sdy += g;
+        sdyx += static_cast<double>(g) * (load(xp[i]) - mean);
       }
     }
     const double sdyxhat = sdyx * invstd;  // sum(dy * xhat)
@@ -107,14 +112,28 @@ void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const float* x,
     const double v = -k * sdy / static_cast<double>(M);
     const float kf = static_cast<float>(k), uf = static_cast<float>(u), vf = static_cast<float>(v);
     for (int64_t n = 0; n < N; ++n) {
-      const float* xp = x + n * CHW + c * HW;
-      const float* gp = dy + n * CHW + c * HW;
-      float* dp = dx + n * CHW + c * HW;
+      const T* xp = x + n * CHW + c * HW;
+      const T* gp = dy + n * CHW + c * HW;
+      T* dp = dx + n * CHW + c * HW;
 #pragma omp simd
-      for (int64_t i = 0; i < HW; ++i) dp[i] = kf * gp[i] + uf * (xp[i] - mean) + vf;
+      for (int64_t i = 0; i < HW; ++i)
+        dp[i] = store<T>(kf * load(gp[i]) + uf * (load(xp[i]) - mean) + vf);
     }
   }
 }
+
+#define ANVIL_BATCH_NORM(T)                                                                   \
+  template void batch_norm_forward_train<T>(int64_t, int64_t, int64_t, const T*, const float*, \
+                                            const float*, float, float, float*, float*, float*, \
+                                            float*, T*);                                       \
+  template void batch_norm_forward_eval<T>(int64_t, int64_t, int64_t, const T*, const float*,  \
+                                           const float*, const float*, const float*, float, T*); \
+  template void batch_norm_backward_train<T>(int64_t, int64_t, int64_t, const T*, const float*, \
+                                             const float*, const float*, const T*, T*, float*,   \
+                                             float*);
+ANVIL_BATCH_NORM(float)
+ANVIL_BATCH_NORM(bfloat16)
+#undef ANVIL_BATCH_NORM
 
 // ---- CpuBackend (cpu_backend.h) ----
 
@@ -124,25 +143,34 @@ void CpuBackend::batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
                                           const Tensor& save_mean, const Tensor& save_invstd,
                                           const Tensor& y) {
   auto [N, C, HW] = nchw_view(x);
-  cpu::batch_norm_forward_train(N, C, HW, floats(x), floats(gamma), floats(beta), eps, momentum,
-                                floats(running_mean), floats(running_var), floats(save_mean),
-                                floats(save_invstd), floats(y));
+  visit_float_dtype(x.dtype(), "batch_norm_forward_train", [&](auto t) {
+    using T = decltype(t);
+    cpu::batch_norm_forward_train(N, C, HW, x.data<T>(), floats(gamma), floats(beta), eps,
+                                  momentum, floats(running_mean), floats(running_var),
+                                  floats(save_mean), floats(save_invstd), y.data<T>());
+  });
 }
 void CpuBackend::batch_norm_forward_eval(const Tensor& x, const Tensor& gamma,
                                          const Tensor& beta, const Tensor& running_mean,
                                          const Tensor& running_var, float eps, const Tensor& y) {
   auto [N, C, HW] = nchw_view(x);
-  cpu::batch_norm_forward_eval(N, C, HW, floats(x), floats(gamma), floats(beta),
-                               floats(running_mean), floats(running_var), eps, floats(y));
+  visit_float_dtype(x.dtype(), "batch_norm_forward_eval", [&](auto t) {
+    using T = decltype(t);
+    cpu::batch_norm_forward_eval(N, C, HW, x.data<T>(), floats(gamma), floats(beta),
+                                 floats(running_mean), floats(running_var), eps, y.data<T>());
+  });
 }
 void CpuBackend::batch_norm_backward_train(const Tensor& x, const Tensor& gamma,
                                            const Tensor& save_mean, const Tensor& save_invstd,
                                            const Tensor& dy, const Tensor& dx,
                                            const Tensor& dgamma, const Tensor& dbeta) {
   auto [N, C, HW] = nchw_view(x);
-  cpu::batch_norm_backward_train(N, C, HW, floats(x), floats(gamma), floats(save_mean),
-                                 floats(save_invstd), floats(dy), floats(dx), floats(dgamma),
-                                 floats(dbeta));
+  visit_float_dtype(x.dtype(), "batch_norm_backward_train", [&](auto t) {
+    using T = decltype(t);
+    cpu::batch_norm_backward_train(N, C, HW, x.data<T>(), floats(gamma), floats(save_mean),
+                                   floats(save_invstd), dy.data<T>(), dx.data<T>(),
+                                   floats(dgamma), floats(dbeta));
+  });
 }
 
 }  // namespace anvil::cpu

@@ -95,18 +95,20 @@ int64_t count_correct(int64_t N, int64_t C, const float* logits, const int64_t* 
 // save_invstd = 1/sqrt(var+eps), normalises with them, and updates
 // running_mean/var (unbiased variance, n/(n-1)) with momentum:
 // r = (1-momentum)*r + momentum*batch. running_* may be null.
-void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const float* x,
-                              const float* gamma, const float* beta, float eps, float momentum,
-                              float* running_mean, float* running_var, float* save_mean,
-                              float* save_invstd, float* y);
-void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const float* x,
-                             const float* gamma, const float* beta, const float* running_mean,
-                             const float* running_var, float eps, float* y);
+// x, y, dy, dx: T = float or bfloat16 (kernels/element.h); the rest float.
+template <class T>
+void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
+                              const float* beta, float eps, float momentum, float* running_mean,
+                              float* running_var, float* save_mean, float* save_invstd, T* y);
+template <class T>
+void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
+                             const float* beta, const float* running_mean,
+                             const float* running_var, float eps, T* y);
 // Training-mode backward with the saved batch statistics. dx, dgamma, dbeta overwritten.
-void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const float* x,
-                               const float* gamma, const float* save_mean,
-                               const float* save_invstd, const float* dy, float* dx,
-                               float* dgamma, float* dbeta);
+template <class T>
+void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
+                               const float* save_mean, const float* save_invstd, const T* dy,
+                               T* dx, float* dgamma, float* dbeta);
 
 // SGD with momentum / weight decay / nesterov, PyTorch semantics (dampening 0):
 //   g = grad + weight_decay * p

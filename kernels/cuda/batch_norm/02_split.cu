@@ -27,11 +27,15 @@
 //             pass 2, reading those two sums back.
 // The workspace holds 3 floats per block
 // (batch_norm_workspace_floats), reused by forward and backward.
+// x, y, dy and dx are float or bfloat16 (T): a bfloat16 unit of 4 is two
+// 32-bit loads, widened to float (channel_split.cuh), and every sum and
+// statistic is the float path's; y and dx are rounded as they are stored.
 //
 //   build/sim/bench_cuda_kernels bn 2
 #include <type_traits>
 
 #include "kernels/cuda/batch_norm/rung.cuh"
+#include "kernels/element.h"
 #include "kernels/cuda/reduce/channel_split.cuh"
 
 namespace anvil::cuda {
@@ -50,16 +54,16 @@ constexpr int kSplitThreads = channel_split::kThreads;
 
 // The value every block of channel c subtracts before taking moments: the
 // channel's first value (0 for an empty channel, which has none).
-template <typename Index>
-__device__ __forceinline__ float channel_shift(const float* x, Index c, Index HW, Index units) {
-  return units > 0 ? x[c * HW] : 0.0f;
+template <typename Index, typename T>
+__device__ __forceinline__ float channel_shift(const T* x, Index c, Index HW, Index units) {
+  return units > 0 ? load(x[c * HW]) : 0.0f;
 }
 
 // Forward pass 1: the (count, mean, M2) of the block's slice, the values
 // less the channel's shift, to stats[block * 3 ...].
-template <int V, typename Index>
+template <int V, typename Index, typename T>
 __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
-    forward_stats_split(SplitArgs<Index> a, const float* __restrict__ x,
+    forward_stats_split(SplitArgs<Index> a, const T* __restrict__ x,
                         float* __restrict__ stats) {
   __shared__ Moments<float> warp_vals[channel_split::kWarps];
   const Slice<Index> slice(a);
@@ -80,8 +84,9 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
 }
 
 // Forward pass 2, one warp per channel: merges the channel's S records.
+template <typename T>
 __global__ void __launch_bounds__(kBlock)
-    forward_fold(int64_t C, int64_t HW, int64_t M, const float* __restrict__ x, int64_t splits,
+    forward_fold(int64_t C, int64_t HW, int64_t M, const T* __restrict__ x, int64_t splits,
                  const float* __restrict__ stats, float eps, float momentum,
                  float* __restrict__ running_mean, float* __restrict__ running_var,
                  float* __restrict__ save_mean, float* __restrict__ save_invstd) {
@@ -106,12 +111,12 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // Forward pass 3: y = (x - mean) * gamma*invstd + beta over the block's slice.
-template <int V, typename Index>
+template <int V, typename Index, typename T>
 __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
-    forward_normalize_split(SplitArgs<Index> a, const float* __restrict__ x,
+    forward_normalize_split(SplitArgs<Index> a, const T* __restrict__ x,
                             const float* __restrict__ gamma, const float* __restrict__ beta,
                             const float* __restrict__ save_mean,
-                            const float* __restrict__ save_invstd, float* __restrict__ y) {
+                            const float* __restrict__ save_invstd, T* __restrict__ y) {
   const Slice<Index> slice(a);
   const float mean = save_mean[slice.c], scale = gamma[slice.c] * save_invstd[slice.c],
               shift = beta[slice.c];
@@ -130,10 +135,10 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
 
 // Backward pass 1: the block's sum(dy) and sum(dy * (x - mean)), to
 // sums[block * 3 ...] (the third float unused).
-template <int V, typename Index>
+template <int V, typename Index, typename T>
 __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
-    backward_sums_split(SplitArgs<Index> a, const float* __restrict__ x,
-                        const float* __restrict__ save_mean, const float* __restrict__ dy,
+    backward_sums_split(SplitArgs<Index> a, const T* __restrict__ x,
+                        const float* __restrict__ save_mean, const T* __restrict__ dy,
                         float* __restrict__ sums) {
   __shared__ Sum2<float> warp_vals[channel_split::kWarps];
   const Slice<Index> slice(a);
@@ -176,13 +181,13 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // Backward pass 3: dx = k*dy + u*(x - mean) + v over the block's slice.
-template <int V, typename Index>
+template <int V, typename Index, typename T>
 __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
-    backward_dx_split(SplitArgs<Index> a, const float* __restrict__ x,
+    backward_dx_split(SplitArgs<Index> a, const T* __restrict__ x,
                       const float* __restrict__ gamma, const float* __restrict__ save_mean,
                       const float* __restrict__ save_invstd, const float* __restrict__ dgamma,
-                      const float* __restrict__ dbeta, const float* __restrict__ dy,
-                      float* __restrict__ dx) {
+                      const float* __restrict__ dbeta, const T* __restrict__ dy,
+                      T* __restrict__ dx) {
   const Slice<Index> slice(a);
   const Index c = slice.c;
   const float Mf = static_cast<float>(a.units) * V;
@@ -239,36 +244,44 @@ void launch_split(const Split& sp, int64_t C, int64_t HW, cudaStream_t stream, P
     go(V1{}, int64_t{});
 }
 
-void forward(const batch_norm_rungs::Forward& f, cudaStream_t stream) {
+template <class T>
+void forward(const batch_norm_rungs::ForwardOf<T>& f, cudaStream_t stream) {
   const int64_t N = f.N, C = f.C, HW = f.HW;
   const Split sp(N, C, HW, channel_split::aligned16(f.x) && channel_split::aligned16(f.y));
   launch_split(sp, C, HW, stream,
-               [](auto v, auto i) { return forward_stats_split<decltype(v)::value, decltype(i)>; },
+               [](auto v, auto i) {
+                 return forward_stats_split<decltype(v)::value, decltype(i), T>;
+               },
                f.x, f.workspace);
-  launch(forward_fold, channel_split::fold_blocks(C), dim3(kBlock), 0, stream, C, HW, N * HW, f.x,
+  launch(forward_fold<T>, channel_split::fold_blocks(C), dim3(kBlock), 0, stream, C, HW, N * HW, f.x,
          sp.plan.splits, static_cast<const float*>(f.workspace), f.eps, f.momentum,
          f.running_mean, f.running_var, f.save_mean, f.save_invstd);
   launch_split(sp, C, HW, stream,
                [](auto v, auto i) {
-                 return forward_normalize_split<decltype(v)::value, decltype(i)>;
+                 return forward_normalize_split<decltype(v)::value, decltype(i), T>;
                },
                f.x, f.gamma, f.beta, static_cast<const float*>(f.save_mean),
                static_cast<const float*>(f.save_invstd), f.y);
 }
 
-void backward(const batch_norm_rungs::Backward& b, cudaStream_t stream) {
+template <class T>
+void backward(const batch_norm_rungs::BackwardOf<T>& b, cudaStream_t stream) {
   const int64_t N = b.N, C = b.C, HW = b.HW;
   const Split sp(N, C, HW,
                  channel_split::aligned16(b.x) && channel_split::aligned16(b.dy) &&
                      channel_split::aligned16(b.dx));
   launch_split(sp, C, HW, stream,
-               [](auto v, auto i) { return backward_sums_split<decltype(v)::value, decltype(i)>; },
+               [](auto v, auto i) {
+                 return backward_sums_split<decltype(v)::value, decltype(i), T>;
+               },
                b.x, b.save_mean, b.dy, b.workspace);
   launch(backward_fold, channel_split::fold_blocks(C), dim3(kBlock), 0, stream, C,
          sp.plan.splits, static_cast<const float*>(b.workspace), b.save_invstd, b.dgamma,
          b.dbeta);
   launch_split(sp, C, HW, stream,
-               [](auto v, auto i) { return backward_dx_split<decltype(v)::value, decltype(i)>; },
+               [](auto v, auto i) {
+                 return backward_dx_split<decltype(v)::value, decltype(i), T>;
+               },
                b.x, b.gamma, b.save_mean, b.save_invstd, static_cast<const float*>(b.dgamma),
                static_cast<const float*>(b.dbeta), b.dy, b.dx);
 }
@@ -281,7 +294,11 @@ size_t workspace(int64_t N, int64_t C, int64_t HW) {
 }  // namespace batch_norm_kernels
 
 const batch_norm_rungs::Rung batch_norm_rungs::kSplit = {
-    "split", batch_norm_kernels::forward, batch_norm_kernels::backward,
-    batch_norm_kernels::workspace};
+    "split",
+    batch_norm_kernels::forward<float>,
+    batch_norm_kernels::backward<float>,
+    batch_norm_kernels::workspace,
+    batch_norm_kernels::forward<bfloat16>,
+    batch_norm_kernels::backward<bfloat16>};
 
 }  // namespace anvil::cuda

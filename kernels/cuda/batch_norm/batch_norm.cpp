@@ -3,9 +3,11 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/batch_norm/batch_norm.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/element.h"
 
 namespace anvil::cuda {
 namespace {
@@ -43,35 +45,67 @@ size_t batch_norm_workspace_floats(int variant, int64_t N, int64_t C, int64_t HW
   return rung.workspace(N, C, HW);
 }
 
-void batch_norm_forward_train(int variant, int64_t N, int64_t C, int64_t HW, const float* x,
-                              const float* gamma, const float* beta, float eps, float momentum,
-                              float* running_mean, float* running_var, float* save_mean,
-                              float* save_invstd, float* y, float* workspace,
-                              cudaStream_t stream) {
-  const batch_norm_rungs::Rung& rung = checked_rung(variant, "batch_norm_forward_train");
-  batch_norm_rungs::check_sizes(N, C, HW, "batch_norm_forward_train");
-  if (C == 0) return;
-  require_workspace(rung, N, C, HW, workspace, variant, "batch_norm_forward_train");
-  rung.forward({N, C, HW, x, gamma, beta, eps, momentum, running_mean, running_var, save_mean,
-                save_invstd, y, workspace},
-               stream);
+// The rung's launcher for T; a rung without bfloat16 kernels is refused.
+template <class T, class F>
+F launcher_or_throw(F f, int variant, const char* who) {
+  if (f == nullptr)
+    throw std::invalid_argument(std::string("cuda::") + who + ": variant " +
+                                std::to_string(variant) + " has no bfloat16 kernels");
+  return f;
 }
 
-void batch_norm_backward_train(int variant, int64_t N, int64_t C, int64_t HW, const float* x,
-                               const float* gamma, const float* save_mean,
-                               const float* save_invstd, const float* dy, float* dx,
-                               float* dgamma, float* dbeta, float* workspace,
-                               cudaStream_t stream) {
-  const batch_norm_rungs::Rung& rung = checked_rung(variant, "batch_norm_backward_train");
-  batch_norm_rungs::check_sizes(N, C, HW, "batch_norm_backward_train");
+template <class T>
+void batch_norm_forward_train(int variant, int64_t N, int64_t C, int64_t HW, const T* x,
+                              const float* gamma, const float* beta, float eps, float momentum,
+                              float* running_mean, float* running_var, float* save_mean,
+                              float* save_invstd, T* y, float* workspace, cudaStream_t stream) {
+  const char* who = "batch_norm_forward_train";
+  const batch_norm_rungs::Rung& rung = checked_rung(variant, who);
+  batch_norm_rungs::check_sizes(N, C, HW, who);
   if (C == 0) return;
-  require_workspace(rung, N, C, HW, workspace, variant, "batch_norm_backward_train");
-  rung.backward({N, C, HW, x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, workspace},
-                stream);
+  require_workspace(rung, N, C, HW, workspace, variant, who);
+  const batch_norm_rungs::ForwardOf<T> f{N,           C,           HW,        x,
+                                          gamma,       beta,        eps,       momentum,
+                                          running_mean, running_var, save_mean, save_invstd,
+                                          y,           workspace};
+  if constexpr (std::is_same_v<T, bfloat16>)
+    launcher_or_throw<T>(rung.forward_bf16, variant, who)(f, stream);
+  else
+    rung.forward(f, stream);
 }
+
+template <class T>
+void batch_norm_backward_train(int variant, int64_t N, int64_t C, int64_t HW, const T* x,
+                               const float* gamma, const float* save_mean,
+                               const float* save_invstd, const T* dy, T* dx, float* dgamma,
+                               float* dbeta, float* workspace, cudaStream_t stream) {
+  const char* who = "batch_norm_backward_train";
+  const batch_norm_rungs::Rung& rung = checked_rung(variant, who);
+  batch_norm_rungs::check_sizes(N, C, HW, who);
+  if (C == 0) return;
+  require_workspace(rung, N, C, HW, workspace, variant, who);
+  const batch_norm_rungs::BackwardOf<T> b{N,  C,  HW,     x,      gamma,  save_mean, save_invstd,
+                                           dy, dx, dgamma, dbeta, workspace};
+  if constexpr (std::is_same_v<T, bfloat16>)
+    launcher_or_throw<T>(rung.backward_bf16, variant, who)(b, stream);
+  else
+    rung.backward(b, stream);
+}
+
+#define ANVIL_BATCH_NORM(T)                                                                    \
+  template void batch_norm_forward_train<T>(int, int64_t, int64_t, int64_t, const T*,          \
+                                            const float*, const float*, float, float, float*,   \
+                                            float*, float*, float*, T*, float*, cudaStream_t);  \
+  template void batch_norm_backward_train<T>(int, int64_t, int64_t, int64_t, const T*,         \
+                                             const float*, const float*, const float*, const T*, \
+                                             T*, float*, float*, float*, cudaStream_t);
+ANVIL_BATCH_NORM(float)
+ANVIL_BATCH_NORM(bfloat16)
+#undef ANVIL_BATCH_NORM
 
 // ---- CudaBackend (cuda_backend.h) ----
 
+// x, y, dy, dx: float32 or bfloat16 (the rest float32).
 void CudaBackend::batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
                                            const Tensor& beta, float eps, float momentum,
                                            const Tensor& running_mean, const Tensor& running_var,
@@ -80,10 +114,13 @@ void CudaBackend::batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
   activate();
   auto [N, C, HW] = nchw_view(x);
   Tensor ws = workspace(batch_norm_workspace_floats(kBestBatchNorm, N, C, HW));
-  cuda::batch_norm_forward_train(kBestBatchNorm, N, C, HW, floats(x), floats(gamma),
-                                 floats(beta), eps, momentum, floats(running_mean),
-                                 floats(running_var), floats(save_mean), floats(save_invstd),
-                                 floats(y), floats(ws), stream_);
+  visit_float_dtype(x.dtype(), "batch_norm_forward_train", [&](auto t) {
+    using T = decltype(t);
+    cuda::batch_norm_forward_train(kBestBatchNorm, N, C, HW, x.data<T>(), floats(gamma),
+                                   floats(beta), eps, momentum, floats(running_mean),
+                                   floats(running_var), floats(save_mean), floats(save_invstd),
+                                   y.data<T>(), floats(ws), stream_);
+  });
 }
 void CudaBackend::batch_norm_forward_eval(const Tensor& x, const Tensor& gamma,
                                           const Tensor& beta, const Tensor& running_mean,
@@ -91,9 +128,12 @@ void CudaBackend::batch_norm_forward_eval(const Tensor& x, const Tensor& gamma,
                                           const Tensor& y) {
   activate();
   auto [N, C, HW] = nchw_view(x);
-  cuda::batch_norm_forward_eval(N, C, HW, floats(x), floats(gamma), floats(beta),
-                                floats(running_mean), floats(running_var), eps, floats(y),
-                                stream_);
+  visit_float_dtype(x.dtype(), "batch_norm_forward_eval", [&](auto t) {
+    using T = decltype(t);
+    cuda::batch_norm_forward_eval(N, C, HW, x.data<T>(), floats(gamma), floats(beta),
+                                  floats(running_mean), floats(running_var), eps, y.data<T>(),
+                                  stream_);
+  });
 }
 void CudaBackend::batch_norm_backward_train(const Tensor& x, const Tensor& gamma,
                                             const Tensor& save_mean, const Tensor& save_invstd,
@@ -102,9 +142,13 @@ void CudaBackend::batch_norm_backward_train(const Tensor& x, const Tensor& gamma
   activate();
   auto [N, C, HW] = nchw_view(x);
   Tensor ws = workspace(batch_norm_workspace_floats(kBestBatchNorm, N, C, HW));
-  cuda::batch_norm_backward_train(kBestBatchNorm, N, C, HW, floats(x), floats(gamma),
-                                  floats(save_mean), floats(save_invstd), floats(dy), floats(dx),
-                                  floats(dgamma), floats(dbeta), floats(ws), stream_);
+  visit_float_dtype(x.dtype(), "batch_norm_backward_train", [&](auto t) {
+    using T = decltype(t);
+    cuda::batch_norm_backward_train(kBestBatchNorm, N, C, HW, x.data<T>(), floats(gamma),
+                                    floats(save_mean), floats(save_invstd), dy.data<T>(),
+                                    dx.data<T>(), floats(dgamma), floats(dbeta), floats(ws),
+                                    stream_);
+  });
 }
 
 }  // namespace anvil::cuda

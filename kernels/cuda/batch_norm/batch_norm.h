@@ -12,12 +12,16 @@
 //   01_block_per_channel.cu  one 256-thread block per channel, tree sums
 //   02_split.cu    (ships)   several blocks per channel, a fixed-order fold
 // eval.cu (no ladder) is the eval forward, elementwise.
+// x, y, dy and dx may be bfloat16 (autocast's activations, kernels/element.h)
+// for rung 02 and eval: loaded into float, computed as for float, stored
+// rounded; statistics, parameters and workspace stay float.
 // Run one rung alone (checked against the CPU, then timed):
 //   build/sim/bench_cuda_kernels bn 1
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
+#include "core/bfloat16.h"
 #include "kernels/cuda/runtime.h"
 
 namespace anvil::cuda {
@@ -28,38 +32,53 @@ namespace anvil::cuda {
 constexpr int kBatchNormVariants = 2;
 constexpr int kBestBatchNorm = 2;
 size_t batch_norm_workspace_floats(int variant, int64_t N, int64_t C, int64_t HW);
-void batch_norm_forward_train(int variant, int64_t N, int64_t C, int64_t HW, const float* x,
+// T = float or bfloat16 (rung 02 and eval only; rung 01 refuses bfloat16).
+template <class T>
+void batch_norm_forward_train(int variant, int64_t N, int64_t C, int64_t HW, const T* x,
                               const float* gamma, const float* beta, float eps, float momentum,
                               float* running_mean, float* running_var, float* save_mean,
-                              float* save_invstd, float* y, float* workspace,
-                              cudaStream_t stream);
-void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const float* x,
-                             const float* gamma, const float* beta, const float* running_mean,
-                             const float* running_var, float eps, float* y, cudaStream_t stream);
-void batch_norm_backward_train(int variant, int64_t N, int64_t C, int64_t HW, const float* x,
+                              float* save_invstd, T* y, float* workspace, cudaStream_t stream);
+template <class T>
+void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
+                             const float* beta, const float* running_mean,
+                             const float* running_var, float eps, T* y, cudaStream_t stream);
+template <class T>
+void batch_norm_backward_train(int variant, int64_t N, int64_t C, int64_t HW, const T* x,
                                const float* gamma, const float* save_mean,
-                               const float* save_invstd, const float* dy, float* dx,
-                               float* dgamma, float* dbeta, float* workspace,
-                               cudaStream_t stream);
+                               const float* save_invstd, const T* dy, T* dx, float* dgamma,
+                               float* dbeta, float* workspace, cudaStream_t stream);
 
 // The training rungs' launchers (sizes checked, C > 0).
 namespace batch_norm_rungs {
-struct Forward {
+template <class T>
+struct ForwardOf {
   int64_t N, C, HW;
-  const float *x, *gamma, *beta;
+  const T* x;
+  const float *gamma, *beta;
   float eps, momentum;
-  float *running_mean, *running_var, *save_mean, *save_invstd, *y, *workspace;
+  float *running_mean, *running_var, *save_mean, *save_invstd;
+  T* y;
+  float* workspace;
 };
-struct Backward {
+template <class T>
+struct BackwardOf {
   int64_t N, C, HW;
-  const float *x, *gamma, *save_mean, *save_invstd, *dy;
-  float *dx, *dgamma, *dbeta, *workspace;
+  const T* x;
+  const float *gamma, *save_mean, *save_invstd;
+  const T* dy;
+  T* dx;
+  float *dgamma, *dbeta, *workspace;
 };
+using Forward = ForwardOf<float>;
+using Backward = BackwardOf<float>;
 struct Rung {
   const char* name;
   void (*forward)(const Forward&, cudaStream_t);
   void (*backward)(const Backward&, cudaStream_t);
   size_t (*workspace)(int64_t N, int64_t C, int64_t HW);
+  // The same on bfloat16 activations; null where the rung has none.
+  void (*forward_bf16)(const ForwardOf<bfloat16>&, cudaStream_t) = nullptr;
+  void (*backward_bf16)(const BackwardOf<bfloat16>&, cudaStream_t) = nullptr;
 };
 extern const Rung kBlockPerChannel, kSplit;
 inline constexpr const Rung* kRungs[kBatchNormVariants] = {&kBlockPerChannel, &kSplit};

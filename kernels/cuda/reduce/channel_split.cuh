@@ -31,6 +31,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/bfloat16.h"
+
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/vec4.cuh"
 
@@ -183,10 +185,28 @@ __device__ __forceinline__ Unit<V> load_unit(const float* __restrict__ p) {
   }
   return u;
 }
+// A unit of bfloat16 elements (BatchNorm on autocast's activations): V = 4
+// is two 32-bit loads of two elements each (the low half first, as memory
+// holds them), widened to float.
+template <int V>
+__device__ __forceinline__ Unit<V> load_unit(const bfloat16* __restrict__ p) {
+  Unit<V> u;
+  if constexpr (V == 4) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(p);
+    const uint32_t a = w[0], b = w[1];
+    u.v[0] = bf16_bits_to_float(uint16_t(a & 0xffffu));
+    u.v[1] = bf16_bits_to_float(uint16_t(a >> 16));
+    u.v[2] = bf16_bits_to_float(uint16_t(b & 0xffffu));
+    u.v[3] = bf16_bits_to_float(uint16_t(b >> 16));
+  } else {
+    u.v[0] = p->to_float();
+  }
+  return u;
+}
 // The group's units of p, all loaded before any is used (several loads in
-// flight per thread); units outside the slice are zeros.
-template <int V, typename Index>
-__device__ __forceinline__ void load_group(Unit<V> (&u)[kUnroll<V>], const float* __restrict__ p,
+// flight per thread); units outside the slice are zeros. T: float or bfloat16.
+template <int V, typename Index, typename T>
+__device__ __forceinline__ void load_group(Unit<V> (&u)[kUnroll<V>], const T* __restrict__ p,
                                            const Index* off, const bool* live) {
 #pragma unroll
   for (int k = 0; k < kUnroll<V>; ++k) u[k] = live[k] ? load_unit<V>(p + off[k]) : Unit<V>{};
@@ -197,6 +217,17 @@ __device__ __forceinline__ void store_unit(float* __restrict__ p, const Unit<V>&
     vec::store4(p, make_float4(u.v[0], u.v[1], u.v[2], u.v[3]));
   else
     *p = u.v[0];
+}
+// Rounded to nearest even; V = 4 as two 32-bit stores.
+template <int V>
+__device__ __forceinline__ void store_unit(bfloat16* __restrict__ p, const Unit<V>& u) {
+  if constexpr (V == 4) {
+    uint32_t* w = reinterpret_cast<uint32_t*>(p);
+    w[0] = uint32_t(float_to_bf16_bits(u.v[0])) | (uint32_t(float_to_bf16_bits(u.v[1])) << 16);
+    w[1] = uint32_t(float_to_bf16_bits(u.v[2])) | (uint32_t(float_to_bf16_bits(u.v[3])) << 16);
+  } else {
+    *p = bfloat16(u.v[0]);
+  }
 }
 
 // ---- what is reduced, and how two of them combine ----
