@@ -72,6 +72,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/train_recipes.h"
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/precision.h"
@@ -106,6 +107,7 @@ struct Options {
   uint64_t seed = 0;
   bool no_torch = false;
   std::string fp32_precision = "default";  // core/precision.h: anvil's side only
+  std::string amp = "off";                 // core/autocast.h: anvil's side only
   std::string python = "/usr/bin/python3";
   std::string script;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
@@ -211,9 +213,12 @@ Dataset load_train(const std::string& dir, int64_t limit, int64_t size) {
   return d;
 }
 
-// The trainer's step (train::forward_backward) with the SGD step around it.
-double train_step(nn::Module& model, optim::SGD& opt, const Tensor& x, const Tensor& y) {
+// The trainer's step (train::forward_backward) with the SGD step around it;
+// amp: under bfloat16 autocast, as anvil-train --amp bf16 runs it.
+double train_step(nn::Module& model, optim::SGD& opt, const Tensor& x, const Tensor& y,
+                  bool amp) {
   opt.zero_grad();
+  AutocastGuard autocast(x.device().type, amp, DType::BFloat16, &opt.cast_cache());
   const train::StepResult s = train::forward_backward(model, x, y);
   opt.step();
   return s.loss.item();
@@ -492,8 +497,9 @@ int run(Options& o) {
                            "batch {}, {} thread(s), load average {}\n",
                            o.model, size, size, o.lr, o.momentum, o.batch_size, o.threads,
                            load_average());
-  std::cout << fmt::format("anvil's float32 math (--fp32-precision {}): {}\n", o.fp32_precision,
-                           describe_fp32_math(DeviceType::CPU));
+  std::cout << fmt::format("anvil's float32 math (--fp32-precision {}): {}{}\n", o.fp32_precision,
+                           describe_fp32_math(DeviceType::CPU),
+                           o.amp == "bf16" ? "; amp bf16 (conv and linear in BF16, emulated)" : "");
 
   // Only the images the run needs (all of them for --epochs).
   const int64_t need =
@@ -541,7 +547,7 @@ int run(Options& o) {
   };
   for (int i = 0; i < o.warmup; ++i) {
     auto [x, y] = batch(full[k++ % full.size()]);
-    train_step(*net, opt, x, y);
+    train_step(*net, opt, x, y, o.amp == "bf16");
   }
 
   // Timed windows, anvil's and PyTorch's in alternating order (ABBA...), so
@@ -562,7 +568,7 @@ int run(Options& o) {
     auto t0 = Clock::now();
     for (auto range : plan) {
       auto [x, y] = batch(range);
-      loss = train_step(*net, opt, x, y);
+      loss = train_step(*net, opt, x, y, o.amp == "bf16");
       images += x.size(0);
     }
     double s = seconds_since(t0);
@@ -769,6 +775,11 @@ int main(int argc, char** argv) {
                  "(emulated); PyTorch's CPU is FP32 in all three")
       ->capture_default_str()
       ->check(CLI::IsMember({"default", "ieee", "tf32"}));
+  app.add_option("--amp", o.amp,
+                 "anvil's mixed precision: off or bf16 (conv and linear in bfloat16, emulated on "
+                 "the CPU); PyTorch's side stays FP32")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "bf16"}));
   app.add_option("--python", o.python, "Python interpreter with torch")->capture_default_str();
   app.add_option("--script", o.script, "Path of train_torch.py (default: next to the sources)");
   app.add_option("--data-dir", o.data_dir, "Directory with the Fashion-MNIST IDX files")

@@ -46,9 +46,9 @@ class Backend {
   virtual void avg_pool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) = 0;
 
   // relu, the pointwise ops, add, mul and scale take float32 or bfloat16
-  // tensors (all of one dtype: kernels/element.h), and so do the BatchNorm
-  // methods' x, y, dy and dx; everything else is float32, but for copy, fill
-  // and convert (any dtype).
+  // tensors (all of one dtype: kernels/element.h), and so do the pooling
+  // and BatchNorm methods' x, y, dy and dx; everything else is float32, but
+  // for copy, fill and convert (any dtype).
   virtual void relu_forward(const Tensor& x, const Tensor& y) = 0;
   virtual void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
   // y = op(x) and dx = dy * op'(saved) elementwise, for the ops of

@@ -125,17 +125,13 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
   Pool2dShape s = pool_shape("max_pool2d", x, kernel, stride, padding);
   Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, x.dtype(), x.device());
   Tensor argmax = Tensor::empty(y.shape(), DType::Int64, x.device());
-  Float32Io io;
-  backend(x).max_pool2d_forward(s, io.in(x), io.out(y), argmax);
-  io.finish();
+  backend(x).max_pool2d_forward(s, x, y, argmax);  // float32 or bfloat16
   if (any_requires_grad({&x})) {
     Shape x_shape = x.shape();
     const DType dtype = x.dtype();
     record(y, "MaxPool2dBackward", {&x}, [=](const Tensor& g) {
       Tensor dx = Tensor::empty(x_shape, dtype, g.device());
-      Float32Io io;
-      backend(g).max_pool2d_backward(s, io.in(g), argmax, io.out(dx));
-      io.finish();
+      backend(g).max_pool2d_backward(s, g, argmax, dx);
       return Grads{dx};
     });
   }
@@ -144,17 +140,13 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
 
 static Tensor avg_pool(const char* op, const Tensor& x, const Pool2dShape& s) {
   Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, x.dtype(), x.device());
-  Float32Io io;
-  backend(x).avg_pool2d_forward(s, io.in(x), io.out(y));
-  io.finish();
+  backend(x).avg_pool2d_forward(s, x, y);  // float32 or bfloat16
   if (any_requires_grad({&x})) {
     Shape x_shape = x.shape();
     const DType dtype = x.dtype();
     record(y, op, {&x}, [=](const Tensor& g) {
       Tensor dx = Tensor::empty(x_shape, dtype, g.device());
-      Float32Io io;
-      backend(g).avg_pool2d_backward(s, io.in(g), io.out(dx));
-      io.finish();
+      backend(g).avg_pool2d_backward(s, g, dx);
       return Grads{dx};
     });
   }

@@ -299,6 +299,35 @@ TEST_CASE("batch_norm on bfloat16 activations: the float32 kernels' results, rou
   }
 }
 
+TEST_CASE("pooling on bfloat16 activations: the float32 kernels' results, rounded once",
+          "[autocast][bf16]") {
+  const Shape shape{2, 3, 9, 7};  // ragged, and windows that overlap (3, stride 2)
+  for (Device d : devices()) {
+    INFO(d.str());
+    const Tensor xv = uniform(shape, 61).to(DType::BFloat16).to(DType::Float32).to(d);
+    for (bool is_max : {true, false}) {
+      INFO((is_max ? "max_pool2d" : "avg_pool2d"));
+      auto run = [&](DType dtype, const Tensor& gv) {
+        Tensor x = xv.to(dtype).detach().set_requires_grad();
+        Tensor y = is_max ? max_pool2d(x, 3, 2, 1) : avg_pool2d(x, 3, 2, 1);
+        REQUIRE(y.dtype() == dtype);
+        if (gv.defined()) y.backward(gv.to(dtype));
+        return std::pair{y.to_vector(), gv.defined() ? x.grad().to_vector() : Vec{}};
+      };
+      const Vec y32 = run(DType::Float32, Tensor()).first;
+      const Tensor gv =
+          uniform({2, 3, 5, 4}, 62).to(DType::BFloat16).to(DType::Float32).to(d);
+      const auto f = run(DType::Float32, gv), b = run(DType::BFloat16, gv);
+      Vec ry(f.first.size()), rdx(f.second.size());
+      for (size_t i = 0; i < ry.size(); ++i) ry[i] = bfloat16(f.first[i]).to_float();
+      for (size_t i = 0; i < rdx.size(); ++i) rdx[i] = bfloat16(f.second[i]).to_float();
+      CHECK(b.first == ry);
+      CHECK(b.second == rdx);
+      if (is_max) CHECK(b.first == y32);  // a maximum of bfloat16 values needs no rounding
+    }
+  }
+}
+
 TEST_CASE("autocast: conv2d against FP64 of its bfloat16 operands, forward and backward",
           "[autocast]") {
   // Ragged: no dimension a multiple of a tile.

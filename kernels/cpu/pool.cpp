@@ -281,19 +281,43 @@ void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx) {
 
 // ---- CpuBackend (cpu_backend.h) ----
 
+// A bfloat16 tensor goes through float32 copies: the CPU computes in float
+// either way, and its memory is not what bfloat16 saves.
+namespace {
+struct Staged {
+  Tensor f;
+  const Tensor& dst;
+  explicit Staged(const Tensor& t, bool copy_in) : dst(t) {
+    if (t.dtype() == DType::BFloat16) f = copy_in ? t.to(DType::Float32) : Tensor::empty(t.shape());
+  }
+  float* data() const { return f.defined() ? floats(f) : floats(dst); }
+  void finish() const {
+    if (f.defined()) float_to_bf16(f.numel(), floats(f), dst.data<bfloat16>());
+  }
+};
+}  // namespace
+
 void CpuBackend::max_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
                                     const Tensor& argmax) {
-  cpu::max_pool2d_forward(s, floats(x), floats(y), argmax.data<int64_t>());
+  const Staged in(x, true), out(y, false);
+  cpu::max_pool2d_forward(s, in.data(), out.data(), argmax.data<int64_t>());
+  out.finish();
 }
 void CpuBackend::max_pool2d_backward(const Pool2dShape& s, const Tensor& dy,
                                      const Tensor& argmax, const Tensor& dx) {
-  cpu::max_pool2d_backward(s, floats(dy), int64s(argmax), floats(dx));
+  const Staged in(dy, true), out(dx, false);
+  cpu::max_pool2d_backward(s, in.data(), int64s(argmax), out.data());
+  out.finish();
 }
 void CpuBackend::avg_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) {
-  cpu::avg_pool2d_forward(s, floats(x), floats(y));
+  const Staged in(x, true), out(y, false);
+  cpu::avg_pool2d_forward(s, in.data(), out.data());
+  out.finish();
 }
 void CpuBackend::avg_pool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) {
-  cpu::avg_pool2d_backward(s, floats(dy), floats(dx));
+  const Staged in(dy, true), out(dx, false);
+  cpu::avg_pool2d_backward(s, in.data(), out.data());
+  out.finish();
 }
 
 }  // namespace anvil::cpu

@@ -33,12 +33,17 @@ namespace anvil::cuda {
 // ---- pooling (pool.cu) ----
 // Same contracts as cpu:: (argmax = flat h*W+w index within the plane,
 // padding counts as -inf for max and as zeros in the average).
-void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y, int64_t* argmax,
+// T: float or bfloat16 (kernels/element.h): sums in float, stored rounded.
+template <class T>
+void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, int64_t* argmax,
                         cudaStream_t stream);
-void max_pool2d_backward(const Pool2dShape& s, const float* dy, const int64_t* argmax, float* dx,
+template <class T>
+void max_pool2d_backward(const Pool2dShape& s, const T* dy, const int64_t* argmax, T* dx,
                          cudaStream_t stream);
-void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y, cudaStream_t stream);
-void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx, cudaStream_t stream);
+template <class T>
+void avg_pool2d_forward(const Pool2dShape& s, const T* x, T* y, cudaStream_t stream);
+template <class T>
+void avg_pool2d_backward(const Pool2dShape& s, const T* dy, T* dx, cudaStream_t stream);
 
 // ---- elementwise (elementwise.cu) ----
 // Output may alias an input exactly (in place).

@@ -1,27 +1,41 @@
 // The CUDA backend's pooling methods (cuda_backend.h); the kernels are pool.cu's.
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/element.h"
 
 namespace anvil::cuda {
 
+// x, y, dy, dx: float32 or bfloat16.
 void CudaBackend::max_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
                                      const Tensor& argmax) {
   activate();
-  cuda::max_pool2d_forward(s, floats(x), floats(y), static_cast<int64_t*>(argmax.raw_data()),
-                           stream_);
+  visit_float_dtype(x.dtype(), "max_pool2d_forward", [&](auto t) {
+    using T = decltype(t);
+    cuda::max_pool2d_forward(s, x.data<T>(), y.data<T>(),
+                             static_cast<int64_t*>(argmax.raw_data()), stream_);
+  });
 }
 void CudaBackend::max_pool2d_backward(const Pool2dShape& s, const Tensor& dy,
                                       const Tensor& argmax, const Tensor& dx) {
   activate();
-  cuda::max_pool2d_backward(s, floats(dy), int64s(argmax), floats(dx), stream_);
+  visit_float_dtype(dy.dtype(), "max_pool2d_backward", [&](auto t) {
+    using T = decltype(t);
+    cuda::max_pool2d_backward(s, dy.data<T>(), int64s(argmax), dx.data<T>(), stream_);
+  });
 }
 void CudaBackend::avg_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) {
   activate();
-  cuda::avg_pool2d_forward(s, floats(x), floats(y), stream_);
+  visit_float_dtype(x.dtype(), "avg_pool2d_forward", [&](auto t) {
+    using T = decltype(t);
+    cuda::avg_pool2d_forward(s, x.data<T>(), y.data<T>(), stream_);
+  });
 }
 void CudaBackend::avg_pool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) {
   activate();
-  cuda::avg_pool2d_backward(s, floats(dy), floats(dx), stream_);
+  visit_float_dtype(dy.dtype(), "avg_pool2d_backward", [&](auto t) {
+    using T = decltype(t);
+    cuda::avg_pool2d_backward(s, dy.data<T>(), dx.data<T>(), stream_);
+  });
 }
 
 }  // namespace anvil::cuda

@@ -39,6 +39,7 @@
 
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/element.h"
 
 namespace anvil::cuda {
 
@@ -86,9 +87,9 @@ __device__ __forceinline__ void covering(I x, I k, I stride, I pad, I out, I& lo
   if (hi > out - 1) hi = out - 1;
 }
 
-template <typename I>
-__global__ void __launch_bounds__(kBlock) max_pool_forward_kernel(I total, Shape<I> s, const float* __restrict__ x,
-                                        float* __restrict__ y, int64_t* __restrict__ argmax) {
+template <typename I, typename T>
+__global__ void __launch_bounds__(kBlock) max_pool_forward_kernel(I total, Shape<I> s, const T* __restrict__ x,
+                                        T* __restrict__ y, int64_t* __restrict__ argmax) {
   for (I o = first_index<I>(); o < total; o += grid_stride<I>()) {
     const I q = o % s.Q;
     const I t = o / s.Q;
@@ -97,16 +98,16 @@ __global__ void __launch_bounds__(kBlock) max_pool_forward_kernel(I total, Shape
     const I hs = p * s.sh - s.ph, ws = q * s.sw - s.pw;
     const I h0 = hs < 0 ? 0 : hs, h1 = hs + s.kh < s.H ? hs + s.kh : s.H;
     const I w0 = ws < 0 ? 0 : ws, w1 = ws + s.kw < s.W ? ws + s.kw : s.W;
-    const float* xp = x + static_cast<int64_t>(plane) * s.H * s.W;
+    const T* xp = x + static_cast<int64_t>(plane) * s.H * s.W;
     float best = -INFINITY;
     I arg = -1;
     if (h0 < h1 && w0 < w1) {
       arg = h0 * s.W + w0;
-      best = xp[arg];
+      best = load(xp[arg]);
       bool done = best != best;  // a NaN first element wins outright
       for (I h = h0; h < h1 && !done; ++h) {
         for (I w = w0; w < w1; ++w) {
-          const float v = xp[h * s.W + w];
+          const float v = load(xp[h * s.W + w]);
           if (v > best || v != v) {
             best = v;
             arg = h * s.W + w;
@@ -118,15 +119,15 @@ __global__ void __launch_bounds__(kBlock) max_pool_forward_kernel(I total, Shape
         }
       }
     }
-    y[o] = best;
+    y[o] = store<T>(best);  // a bfloat16 input's maximum is exact in bfloat16
     argmax[o] = arg;
   }
 }
 
-template <typename I>
-__global__ void __launch_bounds__(kBlock) max_pool_backward_kernel(I total, Shape<I> s, const float* __restrict__ dy,
+template <typename I, typename T>
+__global__ void __launch_bounds__(kBlock) max_pool_backward_kernel(I total, Shape<I> s, const T* __restrict__ dy,
                                          const int64_t* __restrict__ argmax,
-                                         float* __restrict__ dx) {
+                                         T* __restrict__ dx) {
   for (I i = first_index<I>(); i < total; i += grid_stride<I>()) {
     const I w = i % s.W;
     const I t = i / s.W;
@@ -141,15 +142,15 @@ __global__ void __launch_bounds__(kBlock) max_pool_backward_kernel(I total, Shap
     for (I p = p_lo; p <= p_hi; ++p)
       for (I q = q_lo; q <= q_hi; ++q) {
         const int64_t j = base + static_cast<int64_t>(p) * s.Q + q;
-        if (argmax[j] == me) acc += dy[j];
+        if (argmax[j] == me) acc += load(dy[j]);
       }
-    dx[i] = acc;
+    dx[i] = store<T>(acc);
   }
 }
 
-template <typename I>
+template <typename I, typename T>
 __global__ void __launch_bounds__(kBlock) avg_pool_forward_kernel(I total, Shape<I> s, float inv,
-                                        const float* __restrict__ x, float* __restrict__ y) {
+                                        const T* __restrict__ x, T* __restrict__ y) {
   for (I o = first_index<I>(); o < total; o += grid_stride<I>()) {
     const I q = o % s.Q;
     const I t = o / s.Q;
@@ -158,17 +159,17 @@ __global__ void __launch_bounds__(kBlock) avg_pool_forward_kernel(I total, Shape
     const I hs = p * s.sh - s.ph, ws = q * s.sw - s.pw;
     const I h0 = hs < 0 ? 0 : hs, h1 = hs + s.kh < s.H ? hs + s.kh : s.H;
     const I w0 = ws < 0 ? 0 : ws, w1 = ws + s.kw < s.W ? ws + s.kw : s.W;
-    const float* xp = x + static_cast<int64_t>(plane) * s.H * s.W;
+    const T* xp = x + static_cast<int64_t>(plane) * s.H * s.W;
     float acc = 0.0f;
     for (I h = h0; h < h1; ++h)
-      for (I w = w0; w < w1; ++w) acc += xp[h * s.W + w];
-    y[o] = acc * inv;
+      for (I w = w0; w < w1; ++w) acc += load(xp[h * s.W + w]);
+    y[o] = store<T>(acc * inv);
   }
 }
 
-template <typename I>
+template <typename I, typename T>
 __global__ void __launch_bounds__(kBlock) avg_pool_backward_kernel(I total, Shape<I> s, float inv,
-                                         const float* __restrict__ dy, float* __restrict__ dx) {
+                                         const T* __restrict__ dy, T* __restrict__ dx) {
   for (I i = first_index<I>(); i < total; i += grid_stride<I>()) {
     const I w = i % s.W;
     const I t = i / s.W;
@@ -177,11 +178,11 @@ __global__ void __launch_bounds__(kBlock) avg_pool_backward_kernel(I total, Shap
     I p_lo, p_hi, q_lo, q_hi;
     covering<I>(h, s.kh, s.sh, s.ph, s.P, p_lo, p_hi);
     covering<I>(w, s.kw, s.sw, s.pw, s.Q, q_lo, q_hi);
-    const float* dyp = dy + static_cast<int64_t>(plane) * s.P * s.Q;
+    const T* dyp = dy + static_cast<int64_t>(plane) * s.P * s.Q;
     float acc = 0.0f;
     for (I p = p_lo; p <= p_hi; ++p)
-      for (I q = q_lo; q <= q_hi; ++q) acc += dyp[p * s.Q + q] * inv;
-    dx[i] = acc;
+      for (I q = q_lo; q <= q_hi; ++q) acc += load(dyp[p * s.Q + q]) * inv;
+    dx[i] = store<T>(acc);
   }
 }
 
@@ -222,52 +223,66 @@ void with_index_type(const Pool2dShape& s, LaunchWith&& launch_with) {
 
 using namespace pool_kernels;
 
-void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y, int64_t* argmax,
+template <class T>
+void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, int64_t* argmax,
                         cudaStream_t stream) {
   check_shape(s, "max_pool2d_forward");
   const int64_t total = s.N * s.C * s.P * s.Q;
   if (total == 0) return;
   with_index_type(s, [&](auto index) {
     using I = decltype(index);
-    launch(max_pool_forward_kernel<I>, grid_for(total), dim3(kBlock), 0, stream,
+    launch(max_pool_forward_kernel<I, T>, grid_for(total), dim3(kBlock), 0, stream,
            static_cast<I>(total), narrow<I>(s), x, y, argmax);
   });
 }
 
-void max_pool2d_backward(const Pool2dShape& s, const float* dy, const int64_t* argmax, float* dx,
+template <class T>
+void max_pool2d_backward(const Pool2dShape& s, const T* dy, const int64_t* argmax, T* dx,
                          cudaStream_t stream) {
   check_shape(s, "max_pool2d_backward");
   const int64_t total = s.N * s.C * s.H * s.W;
   if (total == 0) return;
   with_index_type(s, [&](auto index) {
     using I = decltype(index);
-    launch(max_pool_backward_kernel<I>, grid_for(total), dim3(kBlock), 0, stream,
+    launch(max_pool_backward_kernel<I, T>, grid_for(total), dim3(kBlock), 0, stream,
            static_cast<I>(total), narrow<I>(s), dy, argmax, dx);
   });
 }
 
-void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y, cudaStream_t stream) {
+template <class T>
+void avg_pool2d_forward(const Pool2dShape& s, const T* x, T* y, cudaStream_t stream) {
   check_shape(s, "avg_pool2d_forward");
   const int64_t total = s.N * s.C * s.P * s.Q;
   if (total == 0) return;
   const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
   with_index_type(s, [&](auto index) {
     using I = decltype(index);
-    launch(avg_pool_forward_kernel<I>, grid_for(total), dim3(kBlock), 0, stream,
+    launch(avg_pool_forward_kernel<I, T>, grid_for(total), dim3(kBlock), 0, stream,
            static_cast<I>(total), narrow<I>(s), inv, x, y);
   });
 }
 
-void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx, cudaStream_t stream) {
+template <class T>
+void avg_pool2d_backward(const Pool2dShape& s, const T* dy, T* dx, cudaStream_t stream) {
   check_shape(s, "avg_pool2d_backward");
   const int64_t total = s.N * s.C * s.H * s.W;
   if (total == 0) return;
   const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
   with_index_type(s, [&](auto index) {
     using I = decltype(index);
-    launch(avg_pool_backward_kernel<I>, grid_for(total), dim3(kBlock), 0, stream,
+    launch(avg_pool_backward_kernel<I, T>, grid_for(total), dim3(kBlock), 0, stream,
            static_cast<I>(total), narrow<I>(s), inv, dy, dx);
   });
 }
+
+#define ANVIL_POOL(T)                                                                          \
+  template void max_pool2d_forward<T>(const Pool2dShape&, const T*, T*, int64_t*, cudaStream_t); \
+  template void max_pool2d_backward<T>(const Pool2dShape&, const T*, const int64_t*, T*,         \
+                                       cudaStream_t);                                            \
+  template void avg_pool2d_forward<T>(const Pool2dShape&, const T*, T*, cudaStream_t);           \
+  template void avg_pool2d_backward<T>(const Pool2dShape&, const T*, T*, cudaStream_t);
+ANVIL_POOL(float)
+ANVIL_POOL(bfloat16)
+#undef ANVIL_POOL
 
 }  // namespace anvil::cuda
