@@ -42,7 +42,8 @@ uint64_t fingerprint_of(uint64_t h, int64_t size) {
 
 // Rank 0's values of all `tensors` on every rank, in one broadcast per dtype
 // (copied end to end into one buffer and back) rather than one per tensor.
-void broadcast_together(Communicator& comm, const std::vector<Tensor>& tensors) {
+void broadcast_together(Communicator& comm, const std::vector<Tensor>& tensors,
+                        Algorithm algorithm) {
   NoGradGuard no_grad;
   for (DType dtype : {DType::Float32, DType::Int64, DType::UInt8, DType::BFloat16}) {
     int64_t total = 0;
@@ -56,7 +57,7 @@ void broadcast_together(Communicator& comm, const std::vector<Tensor>& tensors) 
       flat.narrow(offset, t.numel()).copy_(t.reshape({t.numel()}));
       offset += t.numel();
     }
-    comm.broadcast(flat, 0);
+    comm.broadcast(flat, 0, algorithm);
     offset = 0;
     for (const Tensor& t : tensors) {
       if (t.dtype() != dtype) continue;
@@ -181,14 +182,15 @@ void DataParallel::broadcast_state(optim::SGD* optimizer) {
   NoGradGuard no_grad;
   std::vector<Tensor> state = params_;
   for (const Tensor& b : buffers_of(model_)) state.push_back(b);
-  broadcast_together(comm_, state);
+  broadcast_together(comm_, state, broadcast_algorithm());
   if (optimizer == nullptr) return;
+  optimizer->cast_cache().clear();  // the weights changed under any bfloat16 copies
   // Which parameters have a momentum buffer is rank 0's to say, then its values.
   std::vector<Tensor> momentum = optimizer->momentum_buffers();
   std::vector<int64_t> has(momentum.size());
   for (size_t k = 0; k < momentum.size(); ++k) has[k] = momentum[k].defined();
   Tensor mask = Tensor::from_vector(has, {int64_t(has.size())}, comm_.device());
-  comm_.broadcast(mask, 0);
+  comm_.broadcast(mask, 0, broadcast_algorithm());
   comm_.synchronize();
   has = mask.to_int_vector();
   std::vector<Tensor> defined;
@@ -201,7 +203,7 @@ void DataParallel::broadcast_state(optim::SGD* optimizer) {
       momentum[k] = Tensor::zeros(params_[k].shape(), DType::Float32, comm_.device());
     defined.push_back(momentum[k]);
   }
-  broadcast_together(comm_, defined);
+  broadcast_together(comm_, defined, broadcast_algorithm());
   optimizer->load_momentum_buffers(momentum);
 }
 
@@ -297,7 +299,7 @@ void DataParallel::after_backward() {
   }
   in_step_ = false;
   // Every rank keeps rank 0's buffers (BatchNorm's running statistics).
-  broadcast_together(comm_, buffers_of(model_));
+  broadcast_together(comm_, buffers_of(model_), broadcast_algorithm());
 }
 
 void DataParallel::sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) {

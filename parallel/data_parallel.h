@@ -123,6 +123,11 @@ class DataParallel final : public train::Replicas, public nn::BatchNormSync {
   void check_grad_dtype();
   void on_gradient(size_t param);  // a parameter's gradient is final
   void launch(Bucket& bucket);     // copy into the flat buffer, start its all-reduce
+  // The state's broadcasts follow `algorithm`: the transport's own with
+  // native, else anvil's ring (naive has no broadcast).
+  Algorithm broadcast_algorithm() const {
+    return options_.algorithm == Algorithm::kNative ? Algorithm::kNative : Algorithm::kRing;
+  }
 
   Communicator& comm_;
   nn::Module& model_;
