@@ -50,6 +50,13 @@ Tensor global_channel_sum(Communicator& comm, Backend& b, const Tensor& x, const
 Tensor sync_batch_norm(Communicator& comm, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                        const Tensor& running_mean, const Tensor& running_var, double momentum,
                        double eps, int64_t count) {
+  // Autocast's bfloat16 activations: the statistics and the normalisation in
+  // float32 (as BatchNorm computes them), the output bfloat16 again; both
+  // casts differentiable.
+  if (x.dtype() == DType::BFloat16)
+    return sync_batch_norm(comm, x.to(DType::Float32), gamma, beta, running_mean, running_var,
+                           momentum, eps, count)
+        .to(DType::BFloat16);
   const Shape4 s = shape_of(x);
   if (count < 2)
     throw std::invalid_argument(fmt::format(

@@ -15,6 +15,8 @@
 #include "nn/train.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
+#include "parallel/sync_batch_norm.h"
+#include "core/ops.h"
 #include "tests/cuda_test_util.h"
 #include "tests/nn_test_util.h"
 
@@ -137,4 +139,27 @@ TEST_CASE("ANVIL_COMM_CHECK: ON or unset checks every call, OFF none, anything e
   CHECK(comm->checked_calls() == 1);
   CHECK(comm->collectives() == 2);
   CHECK(t.to_vector() == std::vector<float>(4, 1.0f));
+}
+
+TEST_CASE("sync_batch_norm on bfloat16 activations: bfloat16 out, as batch_norm, statistics in "
+          "float32",
+          "[one-rank][autocast]") {
+  Generator gen(7);
+  const Tensor x32 = Tensor::randn({4, 3, 5, 5}, &gen);
+  const Tensor gamma = Tensor::ones({3}), beta = Tensor::zeros({3});
+  Tensor rm1 = Tensor::zeros({3}), rv1 = Tensor::ones({3}), rm2 = rm1.clone(), rv2 = rv1.clone();
+  Tensor xa = x32.to(DType::BFloat16).set_requires_grad();
+  Tensor xb = x32.to(DType::BFloat16).set_requires_grad();
+  auto comm = parallel::one_rank_group(Device::cpu());
+  const Tensor ys = parallel::sync_batch_norm(*comm, xa, gamma, beta, rm1, rv1, 0.1, 1e-5, 100);
+  const Tensor yb = batch_norm(xb, gamma, beta, rm2, rv2, true);
+  REQUIRE(ys.dtype() == DType::BFloat16);
+  sum(ys).backward();
+  sum(yb).backward();
+  REQUIRE(xa.grad().dtype() == DType::BFloat16);
+  // Two float32 computations of the same statistics, rounded to bfloat16:
+  // one spacing (2^-7 relative) apart at most, with float32's noise near 0.
+  const std::vector<float> a = ys.to_vector(), b = yb.to_vector();
+  for (size_t i = 0; i < a.size(); ++i) REQUIRE(std::fabs(a[i] - b[i]) <= std::fabs(b[i]) / 128 + 1e-5);
+  CHECK(rm1.to_vector() == rm2.to_vector());
 }
