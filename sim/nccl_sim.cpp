@@ -542,15 +542,25 @@ ncclResult_t ncclGroupEnd() {
   return submit(std::exchange(t_group, {}));
 }
 
+namespace {
+// The operation a call issues: its kind, communicator, buffers, count and type.
+std::shared_ptr<Op> new_op(Op::Kind kind, ncclComm_t comm, const void* src, void* dst,
+                           size_t count, ncclDataType_t dtype) {
+  auto op = std::make_shared<Op>();
+  op->kind = kind;
+  op->comm = comm->state;
+  op->src = src;
+  op->dst = dst;
+  op->count = count;
+  op->dtype = dtype;
+  return op;
+}
+}  // namespace
+
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
   if (!live(comm)) return fail(ncclInvalidArgument, "ncclSend: null communicator");
-  auto op = std::make_shared<Op>();
-  op->kind = Op::kSend;
-  op->comm = comm->state;
-  op->src = sendbuff;
-  op->count = count;
-  op->dtype = datatype;
+  auto op = new_op(Op::kSend, comm, sendbuff, nullptr, count, datatype);
   op->peer = peer;
   return issue(std::move(op), stream);
 }
@@ -558,12 +568,7 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
   if (!live(comm)) return fail(ncclInvalidArgument, "ncclRecv: null communicator");
-  auto op = std::make_shared<Op>();
-  op->kind = Op::kRecv;
-  op->comm = comm->state;
-  op->dst = recvbuff;
-  op->count = count;
-  op->dtype = datatype;
+  auto op = new_op(Op::kRecv, comm, nullptr, recvbuff, count, datatype);
   op->peer = peer;
   return issue(std::move(op), stream);
 }
@@ -572,13 +577,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream) {
   if (!live(comm)) return fail(ncclInvalidArgument, "ncclAllReduce: null communicator");
-  auto o = std::make_shared<Op>();
-  o->kind = Op::kAllReduce;
-  o->comm = comm->state;
-  o->src = sendbuff;
-  o->dst = recvbuff;
-  o->count = count;
-  o->dtype = datatype;
+  auto o = new_op(Op::kAllReduce, comm, sendbuff, recvbuff, count, datatype);
   o->redop = op;
   return issue(std::move(o), stream);
 }
@@ -587,13 +586,8 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm,
                            cudaStream_t stream) {
   if (!live(comm)) return fail(ncclInvalidArgument, "ncclBroadcast: null communicator");
-  auto o = std::make_shared<Op>();
-  o->kind = Op::kBroadcast;
-  o->comm = comm->state;
-  o->src = sendbuff;  // read on the root only
-  o->dst = recvbuff;
-  o->count = count;
-  o->dtype = datatype;
+  // sendbuff is read on the root only.
+  auto o = new_op(Op::kBroadcast, comm, sendbuff, recvbuff, count, datatype);
   o->root = root;
   return issue(std::move(o), stream);
 }
@@ -601,27 +595,14 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   if (!live(comm)) return fail(ncclInvalidArgument, "ncclAllGather: null communicator");
-  auto o = std::make_shared<Op>();
-  o->kind = Op::kAllGather;
-  o->comm = comm->state;
-  o->src = sendbuff;
-  o->dst = recvbuff;
-  o->count = sendcount;
-  o->dtype = datatype;
-  return issue(std::move(o), stream);
+  return issue(new_op(Op::kAllGather, comm, sendbuff, recvbuff, sendcount, datatype), stream);
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                cudaStream_t stream) {
   if (!live(comm)) return fail(ncclInvalidArgument, "ncclReduceScatter: null communicator");
-  auto o = std::make_shared<Op>();
-  o->kind = Op::kReduceScatter;
-  o->comm = comm->state;
-  o->src = sendbuff;
-  o->dst = recvbuff;
-  o->count = recvcount;
-  o->dtype = datatype;
+  auto o = new_op(Op::kReduceScatter, comm, sendbuff, recvbuff, recvcount, datatype);
   o->redop = op;
   return issue(std::move(o), stream);
 }
