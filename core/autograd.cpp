@@ -15,16 +15,25 @@ thread_local bool g_grad_mode = true;
 
 // dst += g, without ever writing into a tensor another name may still hold:
 // the first gradient is stored as is (gradients flowing backward are fresh
-// tensors or aliases of one), later ones make a new sum.
+// tensors or aliases of one), later ones make a new sum. g has dst's dtype
+// (check_grad). Bfloat16 ones are added in float32: the sum goes into dst's
+// float32 copy, which is this function's own (add may write in place), and
+// is rounded from there, so that one float32 scratch is alive, not two.
 void accumulate(Tensor& dst, const Tensor& g) {
   if (!dst.defined()) {
     dst = g;
     return;
   }
   Tensor sum = Tensor::empty(dst.shape(), dst.dtype(), dst.device());
-  ops_detail::Float32Io io;
-  backend_for(dst.device()).add(io.in(dst), io.in(g), io.out(sum));
-  io.finish();
+  Backend& be = backend_for(dst.device());
+  if (dst.dtype() == DType::BFloat16) {
+    ops_detail::Float32Io io;
+    Tensor acc = io.in(dst);
+    be.add(acc, io.in(g), acc);
+    be.convert(acc, sum);
+  } else {
+    be.add(dst, g, sum);
+  }
   dst = sum;
 }
 
