@@ -14,7 +14,9 @@ thread_local bool g_grad_mode = true;
 
 // dst += g, without ever writing into a tensor another name may still hold:
 // the first gradient is stored as is (gradients flowing backward are fresh
-// tensors or aliases of one), later ones make a new sum.
+// tensors or aliases of one), later ones make a new sum. g has dst's dtype
+// (check_grad); bfloat16 gradients are added by the bfloat16 add kernel
+// (loaded into float, rounded once), with no float32 copy.
 void accumulate(Tensor& dst, const Tensor& g) {
   if (!dst.defined()) {
     dst = g;

@@ -157,7 +157,8 @@ Tensor silu(const Tensor& x) { return pointwise(PointwiseOp::kSilu, x); }
 
 // Under autocast (core/autocast.h) both run in bfloat16: bfloat16 operands,
 // float32 sums (ScopedBf16Math picks the kernels), a bfloat16 output; each
-// gradient in its input's dtype (amp_operand).
+// gradient in its input's dtype (amp_operand). The backends read bfloat16
+// operands as they are; only bfloat16 outputs go through float32 scratch.
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   check_float("matmul", "a", a_in);
   check_float("matmul", "b", b_in);
@@ -176,7 +177,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   const DType out_dtype = amp ? DType::BFloat16 : a_f.dtype();
   Tensor y = Tensor::empty({a.size(0), b.size(1)}, out_dtype, a.device());
   Float32Io io;
-  backend(a).gemm(false, false, 1.f, io.in(a_f), io.in(b_f), 0.f, io.out(y));
+  backend(a).gemm(false, false, 1.f, a_f, b_f, 0.f, io.out(y));
   io.finish();
   const Tensor& ga = a_f.same(a) ? a_graph : a_f;
   const Tensor& gb = b_f.same(b) ? b_graph : b_f;
@@ -192,11 +193,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
       Float32Io io;
       if (need_a) {  // g b^T
         out[0] = Tensor::empty(a_shape, a_dtype, g.device());
-        backend(g).gemm(false, true, 1.f, io.in(g), io.in(sb), 0.f, io.out(out[0]));
+        backend(g).gemm(false, true, 1.f, g, sb, 0.f, io.out(out[0]));
       }
       if (need_b) {  // a^T g
         out[1] = Tensor::empty(b_shape, b_dtype, g.device());
-        backend(g).gemm(true, false, 1.f, io.in(sa), io.in(g), 0.f, io.out(out[1]));
+        backend(g).gemm(true, false, 1.f, sa, g, 0.f, io.out(out[1]));
       }
       io.finish();
       return out;
@@ -235,7 +236,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   Backend& be = backend(x);
   Float32Io io;
   Tensor y32 = io.out(y);
-  be.gemm(false, true, 1.f, io.in(x), io.in(w), 0.f, y32);
+  be.gemm(false, true, 1.f, x, w, 0.f, y32);
   // The bias in float32, before the output's rounding.
   if (bias.defined()) be.add_channel_bias(N, out_features, 1, y32, bias, y32);  // in place
   io.finish();
@@ -250,18 +251,17 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
       if (amp) bf16.emplace();
       Grads out(3);
       Float32Io io;
-      Tensor g32 = io.in(g);
       if (need_x) {  // g w
         out[0] = Tensor::empty(x_shape, x_dtype, g.device());
-        backend(g).gemm(false, false, 1.f, g32, io.in(sw), 0.f, io.out(out[0]));
+        backend(g).gemm(false, false, 1.f, g, sw, 0.f, io.out(out[0]));
       }
       if (need_w) {  // g^T x
         out[1] = Tensor::empty(w_shape, w_dtype, g.device());
-        backend(g).gemm(true, false, 1.f, g32, io.in(sx), 0.f, io.out(out[1]));
+        backend(g).gemm(true, false, 1.f, g, sx, 0.f, io.out(out[1]));
       }
-      if (need_b) {
+      if (need_b) {  // channel_sum reads float32: a bfloat16 g's copy, for this call only
         out[2] = Tensor::empty({out_features}, DType::Float32, g.device());
-        backend(g).channel_sum(N, out_features, 1, g32, out[2]);
+        backend(g).channel_sum(N, out_features, 1, io.in(g), out[2]);
       }
       io.finish();
       return out;

@@ -48,7 +48,9 @@ Pool2dShape pool_shape(const char* op, const Tensor& x, int64_t kernel, int64_t 
 
 // Under autocast (core/autocast.h) it runs in bfloat16: bfloat16 operands,
 // float32 sums (ScopedBf16Math picks the kernels), the bias added in float32,
-// a bfloat16 output; each gradient in its input's dtype (amp_operand).
+// a bfloat16 output; each gradient in its input's dtype (amp_operand). The
+// backends read bfloat16 operands as they are (BF16 math, whatever the
+// setting); only bfloat16 outputs go through float32 scratch (Float32Io).
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, int64_t stride,
               int64_t padding) {
   check_nchw("conv2d", x_in);
@@ -87,7 +89,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, int64_
   Tensor y =
       Tensor::empty({s.N, s.K, s.P, s.Q}, amp ? DType::BFloat16 : x.dtype(), x.device());
   Float32Io io;
-  backend(x).conv2d_forward(s, io.in(x), io.in(w), bias, io.out(y));
+  backend(x).conv2d_forward(s, x, w, bias, io.out(y));
   io.finish();
   if (any_requires_grad({&x_graph, &w_graph, &bias})) {
     Tensor sx = x.detach(), sw = w.detach();
@@ -99,16 +101,15 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, int64_
       if (amp) bf16.emplace();
       Grads out(3);
       Float32Io io;
-      Tensor g32 = io.in(g);
       if (need_x) {
         out[0] = Tensor::empty(sx.shape(), x_dtype, g.device());
-        backend(g).conv2d_backward_data(s, g32, io.in(sw), io.out(out[0]));
-        io.finish();  // frees dx's float32 scratch before x's float32 copy is made
+        backend(g).conv2d_backward_data(s, g, sw, io.out(out[0]));
+        io.finish();  // frees dx's float32 scratch before dw's is made
       }
       if (need_w || need_b) {
         Tensor dw = Tensor::empty(sw.shape(), w_dtype, g.device());
         Tensor db = need_b ? Tensor::empty({s.K}, DType::Float32, g.device()) : Tensor();
-        backend(g).conv2d_backward_weight(s, io.in(sx), g32, io.out(dw), db);
+        backend(g).conv2d_backward_weight(s, sx, g, io.out(dw), db);
         if (need_w) out[1] = dw;
         out[2] = db;
       }

@@ -289,27 +289,29 @@ TEST_CASE("cuda conv: bad shapes and variants are refused", "[cuda][conv]") {
   REQUIRE_THROWS_WITH(conv2d_workspace_floats(anvil::cuda::kConvVariants + 1, s),
                       Catch::Contains("no variant " +
                                       std::to_string(anvil::cuda::kConvVariants + 1)));
-  REQUIRE_THROWS_WITH(conv2d_forward(0, s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+  // The operands typed: float32 and bfloat16 ones have overloads of their own.
+  const float* none = nullptr;
+  REQUIRE_THROWS_WITH(conv2d_forward(0, s, none, none, nullptr, nullptr, nullptr, nullptr),
                       Catch::Contains("no variant 0"));
-  REQUIRE_THROWS_WITH(conv2d_forward(2, s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+  REQUIRE_THROWS_WITH(conv2d_forward(2, s, none, none, nullptr, nullptr, nullptr, nullptr),
                       Catch::Contains("needs a workspace"));
   float not_read = 0;  // dbias: refused before anything runs
-  REQUIRE_THROWS_WITH(anvil::cuda::conv2d_backward_weight(3, s, nullptr, nullptr, nullptr,
-                                                          &not_read, nullptr, nullptr),
+  REQUIRE_THROWS_WITH(anvil::cuda::conv2d_backward_weight(3, s, none, none, nullptr, &not_read,
+                                                          nullptr, nullptr),
                       Catch::Contains("dbias needs a workspace"));
   Conv2dShape bad = s;
   bad.P = 4;
-  REQUIRE_THROWS_WITH(conv2d_forward(1, bad, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+  REQUIRE_THROWS_WITH(conv2d_forward(1, bad, none, none, nullptr, nullptr, nullptr, nullptr),
                       Catch::Contains("P = 4"));
   bad = s;
   bad.stride_w = 0;
-  REQUIRE_THROWS_WITH(anvil::cuda::conv2d_backward_data(3, bad, nullptr, nullptr, nullptr,
-                                                        nullptr, nullptr),
+  REQUIRE_THROWS_WITH(anvil::cuda::conv2d_backward_data(3, bad, none, none, nullptr, nullptr,
+                                                        nullptr),
                       Catch::Contains("stride_w = 0"));
   bad = s;
   bad.N = -1;
-  REQUIRE_THROWS_AS(anvil::cuda::conv2d_backward_weight(1, bad, nullptr, nullptr, nullptr,
-                                                        nullptr, nullptr, nullptr),
+  REQUIRE_THROWS_AS(anvil::cuda::conv2d_backward_weight(1, bad, none, none, nullptr, nullptr,
+                                                        nullptr, nullptr),
                     std::invalid_argument);
 }
 

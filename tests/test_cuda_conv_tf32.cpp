@@ -5,7 +5,11 @@
 // a non-square window, more than 64 channels for the 128-row tile, a
 // backward-weight that splits K); a control that shows the operands are
 // rounded; in the simulator build, a swapped fragment register in the
-// emulated tensor core must break every direction of both rungs.
+// emulated tensor core must break every direction of both rungs. Rung 07
+// also reads bfloat16 x, w and dy: within the bounds of FP64 of those
+// operands, and bitwise the same as from float32 holding the same values
+// (the same words staged, the same order of k); so do the CPU and CUDA
+// backends given bfloat16 tensors.
 //
 // The bounds are GEMM rungs 09's and 10's (tests/test_cuda_gemm_mma.cpp
 // derives them), each direction a GEMM with reduction length R: C*R*S
@@ -26,12 +30,17 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/bfloat16.h"
+#include "core/precision.h"
+#include "core/tensor.h"
 #include "core/tf32.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/shapes.h"
@@ -106,27 +115,39 @@ struct Ratios {
 
 struct Result {
   Ratios forward, backward_data, backward_weight;
+  Vec y, dx, dw;  // what the rung wrote
 };
 
 int64_t at4(int64_t a, int64_t B, int64_t b, int64_t C, int64_t c, int64_t D, int64_t d) {
   return ((a * B + b) * C + c) * D + d;
 }
 
-// The three directions of a rung on random x, w, bias and dy, against FP64.
-Result run_shape(const Rung& rung, const Conv2dShape& s, uint32_t seed) {
-  const Vec x = cuda_test::random_floats(size_t(s.N * s.C * s.H * s.W), seed);
-  const Vec w = cuda_test::random_floats(size_t(s.K * s.C * s.R * s.S), seed + 1);
-  const Vec bias = cuda_test::random_floats(size_t(s.K), seed + 2);
-  const Vec dy = cuda_test::random_floats(size_t(s.N * s.K * s.P * s.Q), seed + 3);
-  DeviceBuffer<float> d_x(x), d_w(w), d_bias(bias), d_dy(dy);
-  DeviceBuffer<float> ws(Vec(cu::conv2d_workspace_floats(rung.variant, s), kNaN));
-  DeviceBuffer<float> y(Vec(dy.size(), kNaN)), dx(Vec(x.size(), kNaN)), dw(Vec(w.size(), kNaN));
-  cu::conv2d_forward(rung.variant, s, d_x.ptr, d_w.ptr, d_bias.ptr, y.ptr, ws.ptr, nullptr);
-  cu::conv2d_backward_data(rung.variant, s, d_dy.ptr, d_w.ptr, dx.ptr, ws.ptr, nullptr);
-  cu::conv2d_backward_weight(rung.variant, s, d_x.ptr, d_dy.ptr, dw.ptr, nullptr, ws.ptr,
-                             nullptr);
-  const Vec got_y = y.to_host(), got_dx = dx.to_host(), got_dw = dw.to_host();
+struct Inputs {
+  Vec x, w, bias, dy;
+};
 
+// Random x, w, bias and dy for s; with bf16_values, x, w and dy rounded to
+// bfloat16 (the bias stays float32, as autocast keeps it).
+Inputs draw(const Conv2dShape& s, uint32_t seed, bool bf16_values) {
+  Inputs in{cuda_test::random_floats(size_t(s.N * s.C * s.H * s.W), seed),
+            cuda_test::random_floats(size_t(s.K * s.C * s.R * s.S), seed + 1),
+            cuda_test::random_floats(size_t(s.K), seed + 2),
+            cuda_test::random_floats(size_t(s.N * s.K * s.P * s.Q), seed + 3)};
+  if (bf16_values)
+    for (Vec* v : {&in.x, &in.w, &in.dy})
+      for (float& e : *v) e = float(bf16(e));
+  return in;
+}
+
+std::vector<anvil::bfloat16> to_bf16(const Vec& v) {
+  std::vector<anvil::bfloat16> out;
+  for (float e : v) out.push_back(anvil::bfloat16(e));
+  return out;
+}
+
+// The three outputs y, dx, dw of a rung against FP64 of the inputs.
+Result compare(const Rung& rung, const Conv2dShape& s, const Inputs& in, Vec y, Vec dx, Vec dw) {
+  const Vec &x = in.x, &w = in.w, &bias = in.bias, &dy = in.dy;
   Result r;
   const int64_t crs = s.C * s.R * s.S, krs = s.K * s.R * s.S, npq = s.N * s.P * s.Q;
   // The input pixel tap (r, t) of output (p, q) reads, or -1 in the padding.
@@ -153,12 +174,58 @@ Result run_shape(const Rung& rung, const Conv2dShape& s, uint32_t seed) {
                 bwd_w[size_t(at4(k, s.C, c, s.R, r_, s.S, t))].add(gv, xv, rung.round);
               }
   for (size_t i = 0; i < fwd.size(); ++i)
-    r.forward.check(got_y[i], fwd[i], bias[i / size_t(s.P * s.Q) % size_t(s.K)], crs, rung.u);
+    r.forward.check(y[i], fwd[i], bias[i / size_t(s.P * s.Q) % size_t(s.K)], crs, rung.u);
   for (size_t i = 0; i < bwd_d.size(); ++i)
-    r.backward_data.check(got_dx[i], bwd_d[i], 0, krs, rung.u);
+    r.backward_data.check(dx[i], bwd_d[i], 0, krs, rung.u);
   for (size_t i = 0; i < bwd_w.size(); ++i)
-    r.backward_weight.check(got_dw[i], bwd_w[i], 0, npq, rung.u);
+    r.backward_weight.check(dw[i], bwd_w[i], 0, npq, rung.u);
+  r.y = std::move(y), r.dx = std::move(dx), r.dw = std::move(dw);
   return r;
+}
+
+// How the operands reach the rung: float32 as drawn; float32 holding
+// bfloat16 values; those values as bfloat16 (conv2d_*'s bfloat16 overloads).
+enum class Operands { kFloat32, kBf16Values, kBf16 };
+
+// The three directions of a rung on random x, w, bias and dy, against FP64.
+Result run_shape(const Rung& rung, const Conv2dShape& s, uint32_t seed,
+                 Operands operands = Operands::kFloat32) {
+  const Inputs in = draw(s, seed, operands != Operands::kFloat32);
+  DeviceBuffer<float> d_bias(in.bias);
+  DeviceBuffer<float> ws(Vec(cu::conv2d_workspace_floats(rung.variant, s), kNaN));
+  DeviceBuffer<float> y(Vec(in.dy.size(), kNaN)), dx(Vec(in.x.size(), kNaN)),
+      dw(Vec(in.w.size(), kNaN));
+  auto run = [&](const auto& d_x, const auto& d_w, const auto& d_dy) {
+    cu::conv2d_forward(rung.variant, s, d_x.ptr, d_w.ptr, d_bias.ptr, y.ptr, ws.ptr, nullptr);
+    cu::conv2d_backward_data(rung.variant, s, d_dy.ptr, d_w.ptr, dx.ptr, ws.ptr, nullptr);
+  };
+  if (operands == Operands::kBf16) {
+    const DeviceBuffer<anvil::bfloat16> d_x(to_bf16(in.x)), d_w(to_bf16(in.w)),
+        d_dy(to_bf16(in.dy));
+    run(d_x, d_w, d_dy);
+    cu::conv2d_backward_weight(rung.variant, s, d_x.ptr, d_dy.ptr, dw.ptr, ws.ptr, nullptr);
+    return compare(rung, s, in, y.to_host(), dx.to_host(), dw.to_host());
+  }
+  const DeviceBuffer<float> d_x(in.x), d_w(in.w), d_dy(in.dy);
+  run(d_x, d_w, d_dy);
+  cu::conv2d_backward_weight(rung.variant, s, d_x.ptr, d_dy.ptr, dw.ptr, nullptr, ws.ptr,
+                             nullptr);
+  return compare(rung, s, in, y.to_host(), dx.to_host(), dw.to_host());
+}
+
+// LeNet's conv1 at batch 2 (backward-weight's N*P*Q = 1152 splits K) and
+// conv2 at batch 1; strides, pads and a non-square window, ragged; more
+// than 64 channels both ways (the 128-row tile in every direction). The
+// forward's weights [K, C*R*S] are read a quad at a time where C*R*S is a
+// multiple of 4 (the last shape), element by element otherwise.
+std::vector<Conv2dShape> test_shapes() {
+  return {make_shape(2, 1, 28, 28, 6, 5, 5, 1, 1, 0, 0), make_shape(1, 6, 12, 12, 16, 5, 5, 1, 1, 0, 0),
+          make_shape(2, 3, 9, 8, 5, 3, 2, 2, 1, 1, 0), make_shape(1, 68, 5, 6, 66, 3, 3, 1, 1, 1, 1)};
+}
+
+// Bitwise equality (float == would let -0 stand for +0).
+bool same_bits(const Vec& a, const Vec& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 void require_within(const Ratios& r, const char* direction) {
@@ -176,13 +243,7 @@ TEST_CASE("cuda conv mma: rungs 6 (TF32) and 7 (BF16) are within their bounds of
           "direction",
           "[cuda][conv][tf32]") {
   if (!cuda_test::have_device()) return;
-  // LeNet's conv1 at batch 2 (backward-weight's N*P*Q = 1152 splits K) and
-  // conv2 at batch 1; strides, pads and a non-square window, ragged; more
-  // than 64 channels both ways (the 128-row tile in every direction).
-  const Conv2dShape shapes[] = {make_shape(2, 1, 28, 28, 6, 5, 5, 1, 1, 0, 0),
-                                make_shape(1, 6, 12, 12, 16, 5, 5, 1, 1, 0, 0),
-                                make_shape(2, 3, 9, 8, 5, 3, 2, 2, 1, 1, 0),
-                                make_shape(1, 68, 5, 6, 66, 3, 3, 1, 1, 1, 1)};
+  const std::vector<Conv2dShape> shapes = test_shapes();
   for (const Rung& rung : {kTf32, kBf16}) {
     REQUIRE(cu::conv_rungs::rung(rung.variant).math == rung.math);
     REQUIRE(cu::conv2d_workspace_floats(rung.variant, shapes[0]) >= 2 * 6 * 25);  // a split
@@ -193,6 +254,102 @@ TEST_CASE("cuda conv mma: rungs 6 (TF32) and 7 (BF16) are within their bounds of
       require_within(r.forward, "forward");
       require_within(r.backward_data, "backward-data");
       require_within(r.backward_weight, "backward-weight");
+    }
+  }
+}
+
+// Operands that are bfloat16 already: the rounded-operand reference is the
+// exact one, so the rung's bound and the FP32 bound of the operands both
+// apply, and the control (which needs unrounded operands) does not.
+void require_within_bf16(const Result& r) {
+  for (const auto& [ratios, direction] :
+       {std::pair{&r.forward, "forward"}, {&r.backward_data, "backward-data"},
+        {&r.backward_weight, "backward-weight"}}) {
+    INFO(direction << " (reduction " << ratios->R << "): worst error / bound: the rung's bound "
+                   << ratios->bound << ", FP32 bound " << ratios->rounded);
+    REQUIRE(ratios->bound <= 1.0);
+    REQUIRE(ratios->rounded <= 1.0);
+  }
+}
+
+TEST_CASE("cuda conv mma: rung 7 reads bfloat16 x, w and dy, bitwise as float32 of the same "
+          "values",
+          "[cuda][conv][bf16]") {
+  if (!cuda_test::have_device()) return;
+  uint32_t seed = 70;
+  for (const Conv2dShape& s : test_shapes()) {
+    INFO(describe(s));
+    const Result b = run_shape(kBf16, s, seed += 5, Operands::kBf16);
+    require_within_bf16(b);
+    // The same bf16 words in shared memory, the same order of k: the same bits.
+    const Result f = run_shape(kBf16, s, seed, Operands::kBf16Values);
+    CHECK(same_bits(b.y, f.y));
+    CHECK(same_bits(b.dx, f.dx));
+    CHECK(same_bits(b.dw, f.dw));
+  }
+  // The rungs that read float32 only refuse bfloat16, by name.
+  const Conv2dShape s = test_shapes()[2];
+  const anvil::bfloat16* none = nullptr;
+  REQUIRE_THROWS_WITH(cu::conv2d_forward(6, s, none, none, nullptr, nullptr, nullptr, nullptr),
+                      "cuda::conv2d_forward: variant 6 (tf32 mma) reads float32 operands only; "
+                      "bfloat16 ones need variant 7 (bf16 mma)");
+  REQUIRE_THROWS_WITH(cu::conv2d_backward_data(5, s, none, none, nullptr, nullptr, nullptr),
+                      Catch::Contains("cuda::conv2d_backward_data: variant 5"));
+  REQUIRE_THROWS_WITH(cu::conv2d_backward_weight(1, s, none, none, nullptr, nullptr, nullptr),
+                      Catch::Contains("cuda::conv2d_backward_weight: variant 1"));
+}
+
+TEST_CASE("conv backends: bfloat16 operands on the CPU and cuda:0 against FP64, and bitwise as "
+          "float32 of the same values under BF16 math",
+          "[cuda][conv][bf16]") {
+  std::vector<anvil::Device> devices{anvil::Device::cpu()};
+  if (cuda_test::have_device("bf16 operand backend test")) devices.push_back(anvil::Device::cuda(0));
+  using anvil::DType;
+  using anvil::Tensor;
+  uint32_t seed = 90;
+  for (const Conv2dShape& s : test_shapes()) {
+    const Inputs in = draw(s, seed += 5, true);
+    // db's FP64 reference: the sum of dy over n, p, q, and its magnitude.
+    std::vector<double> db_ref(size_t(s.K)), db_mag(size_t(s.K));
+    for (size_t i = 0; i < in.dy.size(); ++i) {
+      db_ref[i / size_t(s.P * s.Q) % size_t(s.K)] += in.dy[i];
+      db_mag[i / size_t(s.P * s.Q) % size_t(s.K)] += std::fabs(in.dy[i]);
+    }
+    for (const anvil::Device d : devices) {
+      INFO(d.str() << ", " << describe(s));
+      auto tensor = [&](const Vec& v, const anvil::Shape& shape, DType dtype) {
+        return Tensor::from_vector(v, shape).to(dtype).to(d);
+      };
+      // The three directions and the bias gradient through d's backend.
+      auto run = [&](DType dtype, Vec& db) {
+        const Tensor x = tensor(in.x, {s.N, s.C, s.H, s.W}, dtype);
+        const Tensor w = tensor(in.w, {s.K, s.C, s.R, s.S}, dtype);
+        const Tensor dy = tensor(in.dy, {s.N, s.K, s.P, s.Q}, dtype);
+        const Tensor bias = tensor(in.bias, {s.K}, DType::Float32);
+        const Tensor y = Tensor::empty(dy.shape(), DType::Float32, d);
+        const Tensor dx = Tensor::empty(x.shape(), DType::Float32, d);
+        const Tensor dw = Tensor::empty(w.shape(), DType::Float32, d);
+        const Tensor dbias = Tensor::empty({s.K}, DType::Float32, d);
+        anvil::Backend& be = anvil::backend_for(d);
+        be.conv2d_forward(s, x, w, bias, y);
+        be.conv2d_backward_data(s, dy, w, dx);
+        be.conv2d_backward_weight(s, x, dy, dw, dbias);
+        db = dbias.to_vector();
+        return compare(kBf16, s, in, y.to_vector(), dx.to_vector(), dw.to_vector());
+      };
+      Vec db, db_f;
+      // bfloat16 operands are BF16 math under any setting (the default here).
+      const Result b = run(DType::BFloat16, db);
+      require_within_bf16(b);
+      const double R = double(s.N * s.P * s.Q);
+      for (size_t k = 0; k < db.size(); ++k)
+        REQUIRE(std::fabs(db[k] - db_ref[k]) <= R * 0x1p-23 * db_mag[k]);
+      anvil::ScopedBf16Math bf16_math;
+      const Result f = run(DType::Float32, db_f);
+      CHECK(same_bits(b.y, f.y));
+      CHECK(same_bits(b.dx, f.dx));
+      CHECK(same_bits(b.dw, f.dw));
+      CHECK(same_bits(db, db_f));
     }
   }
 }

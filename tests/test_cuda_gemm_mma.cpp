@@ -5,7 +5,11 @@
 // 16-byte-aligned strides, several tiles and a split K. A control shows
 // that the operands really are rounded, and in the simulator build a
 // mutation of the emulated tensor core (a swapped fragment register) shows
-// that these tests notice a misread fragment layout.
+// that these tests notice a misread fragment layout. Rung 10 also reads
+// bfloat16 A and B: within the bounds of FP64 of those operands, and
+// bitwise the same as from float32 holding the same values (the same words
+// staged, the same order of k); so do the CPU and CUDA backends given
+// bfloat16 tensors.
 //
 // The bounds, per element of D = alpha * op(A) op(B) + beta * C, with
 // S = sum_k |a_k b_k| over the unrounded operands, u the operands' unit
@@ -42,11 +46,15 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/bfloat16.h"
+#include "core/precision.h"
+#include "core/tensor.h"
 #include "core/tf32.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm/split_k.h"
@@ -97,30 +105,75 @@ struct Ratios {
   bool padding_kept = true;
 };
 
-Ratios run_case(const Rung& rung, const Case& s, uint32_t seed) {
+// How the operands reach the rung: float32 as drawn; float32 holding
+// bfloat16 values (the draws rounded); those values as bfloat16 (gemm()'s
+// bfloat16 overload).
+enum class Operands { kFloat32, kBf16Values, kBf16 };
+
+// The stored A, B and C of a case (row strides the stored row + pad).
+struct Stored {
+  int64_t lda, ldb, ldc;
+  Vec A, B, C;
+};
+
+Stored draw(const Case& s, uint32_t seed, bool bf16_values) {
   const int64_t a_rows = s.ta ? s.K : s.M, a_cols = s.ta ? s.M : s.K;
   const int64_t b_rows = s.tb ? s.N : s.K, b_cols = s.tb ? s.K : s.N;
   const int64_t lda = a_cols + s.pad, ldb = b_cols + s.pad, ldc = s.N + s.pad;
   // NaN in A's and B's padding: a kernel reading it would spread NaN.
-  Vec A(size_t(a_rows * lda), kNaN), B(size_t(b_rows * ldb), kNaN);
-  Vec C(size_t(s.M * ldc), kSentinel);
+  Stored st{lda, ldb, ldc, Vec(size_t(a_rows * lda), kNaN), Vec(size_t(b_rows * ldb), kNaN),
+            Vec(size_t(s.M * ldc), kSentinel)};
   const Vec ra = cuda_test::random_floats(size_t(a_rows * a_cols), seed);
   const Vec rb = cuda_test::random_floats(size_t(b_rows * b_cols), seed + 1);
   const Vec rc = cuda_test::random_floats(size_t(s.M * s.N), seed + 2);
+  auto value = [&](float v) { return bf16_values ? float(bf16(v)) : v; };
   for (int64_t r = 0; r < a_rows; ++r)
-    for (int64_t c = 0; c < a_cols; ++c) A[size_t(r * lda + c)] = ra[size_t(r * a_cols + c)];
+    for (int64_t c = 0; c < a_cols; ++c)
+      st.A[size_t(r * lda + c)] = value(ra[size_t(r * a_cols + c)]);
   for (int64_t r = 0; r < b_rows; ++r)
-    for (int64_t c = 0; c < b_cols; ++c) B[size_t(r * ldb + c)] = rb[size_t(r * b_cols + c)];
+    for (int64_t c = 0; c < b_cols; ++c)
+      st.B[size_t(r * ldb + c)] = value(rb[size_t(r * b_cols + c)]);
   for (int64_t m = 0; m < s.M; ++m)  // beta == 0 must not read C: NaN there would leak
     for (int64_t n = 0; n < s.N; ++n)
-      C[size_t(m * ldc + n)] = s.beta == 0.0f ? kNaN : rc[size_t(m * s.N + n)];
+      st.C[size_t(m * ldc + n)] = s.beta == 0.0f ? kNaN : rc[size_t(m * s.N + n)];
+  return st;
+}
 
-  DeviceBuffer<float> dA(A), dB(B), dC(C);
+std::vector<anvil::bfloat16> to_bf16(const Vec& v) {
+  std::vector<anvil::bfloat16> out;
+  for (float e : v) out.push_back(anvil::bfloat16(e));
+  return out;
+}
+
+Ratios compare(const Rung& rung, const Case& s, const Stored& st, const Vec& got);
+
+Ratios run_case(const Rung& rung, const Case& s, uint32_t seed, Operands operands = Operands::kFloat32,
+                Vec* result = nullptr) {
+  const Stored st = draw(s, seed, operands != Operands::kFloat32);
+  DeviceBuffer<float> dC(st.C);
   DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(rung.variant, s.M, s.N, s.K), kNaN));
-  cu::gemm(rung.variant, s.ta, s.tb, s.M, s.N, s.K, s.alpha, dA.ptr, lda, dB.ptr, ldb, s.beta,
-           dC.ptr, ldc, ws.ptr, nullptr);
-  const Vec got = dC.to_host();
+  auto run = [&](const auto& dA, const auto& dB) {
+    cu::gemm(rung.variant, s.ta, s.tb, s.M, s.N, s.K, s.alpha, dA.ptr, st.lda, dB.ptr, st.ldb,
+             s.beta, dC.ptr, st.ldc, ws.ptr, nullptr);
+  };
+  Vec got;
+  if (operands == Operands::kBf16) {
+    const DeviceBuffer<anvil::bfloat16> dA(to_bf16(st.A)), dB(to_bf16(st.B));
+    run(dA, dB);
+    got = dC.to_host();
+  } else {
+    const DeviceBuffer<float> dA(st.A), dB(st.B);
+    run(dA, dB);
+    got = dC.to_host();
+  }
+  if (result) *result = got;
+  return compare(rung, s, st, got);
+}
 
+// The worst ratios of got (C as stored, ldc) against FP64 of the stored operands.
+Ratios compare(const Rung& rung, const Case& s, const Stored& st, const Vec& got) {
+  const Vec &A = st.A, &B = st.B, &C = st.C;
+  const int64_t lda = st.lda, ldb = st.ldb, ldc = st.ldc;
   Ratios out;
   const double alpha = s.alpha, beta = s.beta;
   for (int64_t m = 0; m < s.M; ++m) {
@@ -193,6 +246,81 @@ TEST_CASE("cuda gemm mma: rungs 9 and 11 (TF32) and 10 (BF16) are within their b
       // The control: the same result fails the bound that an FP32 GEMM of
       // the unrounded operands meets, so the rounding is active.
       if (s.K <= kControlMaxK) REQUIRE(r.fp32 > 4.0);
+    }
+  }
+}
+
+// Bitwise equality (float == would let -0 stand for +0).
+bool same_bits(const Vec& a, const Vec& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_CASE("cuda gemm mma: rung 10 reads bfloat16 A and B, bitwise as float32 of the same values",
+          "[cuda][gemm][bf16]") {
+  if (!cuda_test::have_device()) return;
+  // Every transpose, ragged, with odd strides (element loads) and strides
+  // a multiple of 4 (8-byte quads, zeros past the edges); a split K.
+  std::vector<Case> cases;
+  for (int t = 0; t < 4; ++t) {
+    cases.push_back({67, 45, 133, bool(t & 1), bool(t & 2), 3, 0.5f, -1.5f});
+    cases.push_back({132, 72, 40, bool(t & 1), bool(t & 2), 4, 1.0f, 0.0f});
+  }
+  cases.push_back({20, 9, 600, true, false, 4, -0.75f, 0.25f});
+  uint32_t seed = 31;
+  for (const Case& s : cases) {
+    INFO(describe(s) << ", alpha " << s.alpha << ", beta " << s.beta);
+    Vec from_bf16, from_float;
+    const Ratios r = run_case(kBf16, s, seed += 3, Operands::kBf16, &from_bf16);
+    INFO("worst error / bound: bf16 bound " << r.bound << ", FP32 bound of the operands "
+                                            << r.rounded);
+    REQUIRE(r.padding_kept);
+    // The operands are bfloat16 already: FP64 of them is the rounded-operand
+    // reference, and the control (unrounded operands) does not apply.
+    REQUIRE(r.bound <= 1.0);
+    REQUIRE(r.rounded <= 1.0);
+    run_case(kBf16, s, seed, Operands::kBf16Values, &from_float);
+    CHECK(same_bits(from_bf16, from_float));  // the same words staged, the same order of k
+  }
+  const anvil::bfloat16* none = nullptr;
+  REQUIRE_THROWS_WITH(cu::gemm(9, false, false, 4, 4, 4, 1.0f, none, 4, none, 4, 0.0f, nullptr, 4,
+                               nullptr, nullptr),
+                      "cuda::gemm: variant 9 (tf32 mma) reads float32 operands only; bfloat16 "
+                      "ones need variant 10 (bf16 mma)");
+}
+
+TEST_CASE("gemm backends: bfloat16 operands on the CPU and cuda:0 against FP64, and bitwise as "
+          "float32 of the same values under BF16 math",
+          "[cuda][gemm][bf16]") {
+  std::vector<anvil::Device> devices{anvil::Device::cpu()};
+  if (cuda_test::have_device("bf16 operand backend test")) devices.push_back(anvil::Device::cuda(0));
+  using anvil::DType;
+  using anvil::Tensor;
+  uint32_t seed = 51;
+  for (int t = 0; t < 4; ++t) {
+    const Case s{37, 21, 45, bool(t & 1), bool(t & 2), 0, 1.0f, 0.0f};  // as the op layer calls it
+    const Stored st = draw(s, seed += 3, true);
+    for (const anvil::Device d : devices) {
+      INFO(d.str() << ", " << describe(s));
+      auto run = [&](DType dtype) {
+        const Tensor a = Tensor::from_vector(st.A, {int64_t(st.A.size()) / st.lda, st.lda})
+                             .to(dtype)
+                             .to(d);
+        const Tensor b = Tensor::from_vector(st.B, {int64_t(st.B.size()) / st.ldb, st.ldb})
+                             .to(dtype)
+                             .to(d);
+        const Tensor y = Tensor::empty({s.M, s.N}, DType::Float32, d);
+        anvil::backend_for(d).gemm(s.ta, s.tb, s.alpha, a, b, s.beta, y);
+        return y.to_vector();
+      };
+      // bfloat16 operands are BF16 math under any setting (the default here).
+      const Vec got = run(DType::BFloat16);
+      const Ratios r = compare(kBf16, s, st, got);
+      INFO("worst error / bound: bf16 bound " << r.bound << ", FP32 bound of the operands "
+                                              << r.rounded);
+      REQUIRE(r.bound <= 1.0);
+      REQUIRE(r.rounded <= 1.0);
+      anvil::ScopedBf16Math bf16_math;
+      CHECK(same_bits(got, run(DType::Float32)));
     }
   }
 }

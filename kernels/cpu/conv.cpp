@@ -417,7 +417,7 @@ ConvAlgo conv_algo(Fp32Math m) {
 
 void CpuBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                 const Tensor& bias, const Tensor& y) {
-  const Fp32Math m = conv_math();
+  const Fp32Math m = operand_math(conv_math(), x, w);
   if (rounds_operands(m)) {
     return cpu::conv2d_forward(s, rounded_operand(x, 0, m), rounded_operand(w, 1, m), floats(bias),
                                floats(y), ConvAlgo::kExact);
@@ -427,7 +427,7 @@ void CpuBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Ten
 
 void CpuBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w,
                                       const Tensor& dx) {
-  const Fp32Math m = conv_math();
+  const Fp32Math m = operand_math(conv_math(), dy, w);
   if (rounds_operands(m)) {
     return cpu::conv2d_backward_data(s, rounded_operand(dy, 0, m), rounded_operand(w, 1, m), floats(dx),
                                      ConvAlgo::kExact);
@@ -435,13 +435,18 @@ void CpuBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, co
   cpu::conv2d_backward_data(s, floats(dy), floats(w), floats(dx), conv_algo(m));
 }
 
+// The bias gradient sums dy unrounded (FP32, as on the GPU): a bfloat16
+// dy's values are those of its float32 copy in buffer 1.
 void CpuBackend::conv2d_backward_weight(const Conv2dShape& s, const Tensor& x, const Tensor& dy,
                                         const Tensor& dw, const Tensor& dbias) {
-  const Fp32Math m = conv_math();
+  const Fp32Math m = operand_math(conv_math(), x, dy);
   if (rounds_operands(m)) {
-    cpu::conv2d_backward_weight(s, rounded_operand(x, 0, m), rounded_operand(dy, 1, m), floats(dw), nullptr,
+    const float* dy_rounded = rounded_operand(dy, 1, m);
+    cpu::conv2d_backward_weight(s, rounded_operand(x, 0, m), dy_rounded, floats(dw), nullptr,
                                 ConvAlgo::kExact);
-    if (dbias.defined()) cpu::channel_sum(s.N, s.K, s.P * s.Q, floats(dy), floats(dbias));
+    if (dbias.defined())
+      cpu::channel_sum(s.N, s.K, s.P * s.Q,
+                       dy.dtype() == DType::BFloat16 ? dy_rounded : floats(dy), floats(dbias));
     return;
   }
   cpu::conv2d_backward_weight(s, floats(x), floats(dy), floats(dw), floats(dbias), conv_algo(m));

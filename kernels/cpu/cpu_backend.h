@@ -5,7 +5,8 @@
 // Convolutions and matrix products follow core/precision.h: FP32 with the
 // fastest algorithm by default; kIeee rules Winograd out; kTf32 and kBf16
 // emulate a tensor core: the operands are rounded to TF32 or BF16
-// (rounded_operand below), and the exact FP32 algorithm runs on them. A
+// (rounded_operand below), and the exact FP32 algorithm runs on them; so do
+// bfloat16 operands under any setting (operand_math). A
 // product of two such values (11 or 8 significant bits each) is exact in FP32, so only the order of the FP32
 // sums differs from the GPU's. The bias and its gradient stay FP32, as on
 // the GPU.
@@ -41,6 +42,14 @@ const float* rounded_operand(const Tensor& t, int buffer, Fp32Math math);
 // Does `math` round the operands (kTf32, kBf16)?
 inline bool rounds_operands(Fp32Math math) {
   return math == Fp32Math::kTf32 || math == Fp32Math::kBf16;
+}
+
+// The math of a product of a and b under the setting `math`: kBf16 when
+// either is bfloat16 (its values are BF16's whatever the setting, as the
+// CUDA backend then runs its BF16 rungs; a float32 partner is rounded to
+// bfloat16 as those rungs round it), else `math`.
+inline Fp32Math operand_math(Fp32Math math, const Tensor& a, const Tensor& b) {
+  return a.dtype() == DType::BFloat16 || b.dtype() == DType::BFloat16 ? Fp32Math::kBf16 : math;
 }
 
 }  // namespace anvil::cpu

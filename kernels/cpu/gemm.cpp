@@ -90,7 +90,7 @@ void CpuBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tens
                       float beta, const Tensor& y) {
   int64_t M = y.size(0), N = y.size(1);
   int64_t K = ta ? a.size(0) : a.size(1);
-  const Fp32Math m = fp32_math(OpFamily::kMatmul, DeviceType::CPU);
+  const Fp32Math m = operand_math(fp32_math(OpFamily::kMatmul, DeviceType::CPU), a, b);
   if (rounds_operands(m)) {
     return cpu::gemm(ta, tb, M, N, K, alpha, rounded_operand(a, 0, m), a.size(1), rounded_operand(b, 1, m),
                      b.size(1), beta, floats(y), N);

@@ -3,6 +3,9 @@
 // kernels).
 #include "kernels/cuda/cuda_backend.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace anvil::cuda {
 
 void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
@@ -33,6 +36,23 @@ void CudaBackend::wait() const {
 Tensor CudaBackend::workspace(size_t floats) const {
   if (floats == 0) return Tensor();
   return Tensor::empty({int64_t(floats)}, DType::Float32, Device::cuda(device_));
+}
+
+bool CudaBackend::bf16_operands(const char* op, const Tensor& a, const Tensor& b,
+                                const Tensor& out) const {
+  if (a.dtype() != DType::BFloat16 && b.dtype() != DType::BFloat16) return false;
+  if (out.dtype() != DType::Float32)
+    throw std::invalid_argument(std::string("cuda backend ") + op +
+                                ": the output of bfloat16 operands must be float32, got " +
+                                std::string(dtype_name(out.dtype())));
+  return true;
+}
+
+Tensor CudaBackend::bf16_operand(const Tensor& t) {
+  if (t.dtype() == DType::BFloat16) return t;
+  Tensor copy = Tensor::empty(t.shape(), DType::BFloat16, t.device());
+  convert(t, copy);
+  return copy;
 }
 
 }  // namespace anvil::cuda

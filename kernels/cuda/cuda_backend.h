@@ -39,6 +39,14 @@ class CudaBackend final : public Backend {
   // Freed when the caller returns, which is safe: later work on the same
   // stream runs after the kernel that used it.
   Tensor workspace(size_t floats) const;
+  // Do the operands go to the BF16 rungs as bfloat16? Yes when either is
+  // bfloat16: its values are BF16's whatever the precision setting. A
+  // float32 partner is then rounded into a bfloat16 copy (bf16_operand),
+  // as those rungs round it while staging; the output must be float32
+  // (`op` names the method in the error).
+  bool bf16_operands(const char* op, const Tensor& a, const Tensor& b, const Tensor& out) const;
+  // t, or a bfloat16 copy of a float32 t, rounded to nearest even.
+  Tensor bf16_operand(const Tensor& t);
 
   const int device_;
   const cudaStream_t stream_;
@@ -50,6 +58,7 @@ inline float* floats(const Tensor& t) {
   return t.defined() ? static_cast<float*>(t.raw_data()) : nullptr;
 }
 inline const int64_t* int64s(const Tensor& t) { return static_cast<const int64_t*>(t.raw_data()); }
+inline const bfloat16* bf16s(const Tensor& t) { return t.data<bfloat16>(); }
 
 // True once the device's state (allocator, streams, backend) exists: a
 // device no tensor or stream has used yet is false, and asking does not

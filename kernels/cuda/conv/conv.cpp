@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/cuda/conv/conv.h"
@@ -81,43 +82,104 @@ size_t conv2d_workspace_floats(int variant, const Conv2dShape& s) {
                   channel_sum_workspace_floats(kBestChannelSum, s.N, s.K, s.P * s.Q));
 }
 
-void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const float* w,
-                    const float* bias, float* y, float* workspace, cudaStream_t stream) {
-  const conv_rungs::Rung& rung = checked("conv2d_forward", variant, s);
-  float* ws = checked_workspace("conv2d_forward", variant, rung, s, workspace);
-  if (s.N * s.K * s.P * s.Q == 0) return;  // y is empty
-  rung.forward(s, x, w, bias, y, ws, stream);
+namespace {
+
+// The rung's launcher for operands of T: every rung has the float32 one; a
+// bfloat16 one only the rungs that read bfloat16 (else the error names fn).
+template <class T, class F32, class Bf16>
+auto launcher(const char* fn, int variant, const conv_rungs::Rung& rung, F32 f32, Bf16 bf16) {
+  if constexpr (std::is_same_v<T, float>) {
+    return f32;
+  } else {
+    if (bf16 == nullptr)
+      bad_shape(fn, "variant " + std::to_string(variant) + " (" + rung.name +
+                        ") reads float32 operands only; bfloat16 ones need variant " +
+                        std::to_string(kBf16Conv) + " (" + conv_rungs::rung(kBf16Conv).name +
+                        ")");
+    return bf16;
+  }
 }
 
-void conv2d_backward_data(int variant, const Conv2dShape& s, const float* dy, const float* w,
-                          float* dx, float* workspace, cudaStream_t stream) {
-  const conv_rungs::Rung& rung = checked("conv2d_backward_data", variant, s);
-  float* ws = checked_workspace("conv2d_backward_data", variant, rung, s, workspace);
+template <class T>
+void forward(int variant, const Conv2dShape& s, const T* x, const T* w, const float* bias,
+             float* y, float* workspace, cudaStream_t stream) {
+  const char* fn = "conv2d_forward";
+  const conv_rungs::Rung& rung = checked(fn, variant, s);
+  const auto run = launcher<T>(fn, variant, rung, rung.forward, rung.forward_bf16);
+  float* ws = checked_workspace(fn, variant, rung, s, workspace);
+  if (s.N * s.K * s.P * s.Q == 0) return;  // y is empty
+  run(s, x, w, bias, y, ws, stream);
+}
+
+template <class T>
+void backward_data(int variant, const Conv2dShape& s, const T* dy, const T* w, float* dx,
+                   float* workspace, cudaStream_t stream) {
+  const char* fn = "conv2d_backward_data";
+  const conv_rungs::Rung& rung = checked(fn, variant, s);
+  const auto run = launcher<T>(fn, variant, rung, rung.backward_data, rung.backward_data_bf16);
+  float* ws = checked_workspace(fn, variant, rung, s, workspace);
   const int64_t dx_size = s.N * s.C * s.H * s.W;
   if (dx_size == 0) return;
   if (s.K * s.P * s.Q == 0) {  // nothing flows back
     fill(dx_size, 0.0f, dx, stream);
     return;
   }
-  rung.backward_data(s, dy, w, dx, ws, stream);
+  run(s, dy, w, dx, ws, stream);
 }
 
-void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, const float* dy,
-                            float* dw, float* dbias, float* workspace, cudaStream_t stream) {
-  const conv_rungs::Rung& rung = checked("conv2d_backward_weight", variant, s);
-  float* ws = checked_workspace("conv2d_backward_weight", variant, rung, s, workspace);
+// dbias: float32 dy only (null for bfloat16).
+template <class T>
+void backward_weight(int variant, const Conv2dShape& s, const T* x, const T* dy, float* dw,
+                     float* dbias, float* workspace, cudaStream_t stream) {
+  const char* fn = "conv2d_backward_weight";
+  const conv_rungs::Rung& rung = checked(fn, variant, s);
+  const auto run =
+      launcher<T>(fn, variant, rung, rung.backward_weight, rung.backward_weight_bf16);
+  float* ws = checked_workspace(fn, variant, rung, s, workspace);
   const int64_t PQ = s.P * s.Q, dw_size = s.K * s.C * s.R * s.S;
-  if (dbias) {
-    if (channel_sum_workspace_floats(kBestChannelSum, s.N, s.K, PQ) > 0 && workspace == nullptr)
-      bad_shape("conv2d_backward_weight", "dbias needs a workspace (null given)");
-    channel_sum(kBestChannelSum, s.N, s.K, PQ, dy, dbias, workspace, stream);
+  if constexpr (std::is_same_v<T, float>) {
+    if (dbias) {
+      if (channel_sum_workspace_floats(kBestChannelSum, s.N, s.K, PQ) > 0 && workspace == nullptr)
+        bad_shape(fn, "dbias needs a workspace (null given)");
+      channel_sum(kBestChannelSum, s.N, s.K, PQ, dy, dbias, workspace, stream);
+    }
   }
   if (dw_size == 0) return;
   if (s.N * PQ == 0) {  // an empty sum
     fill(dw_size, 0.0f, dw, stream);
     return;
   }
-  rung.backward_weight(s, x, dy, dw, ws, stream);
+  run(s, x, dy, dw, ws, stream);
+}
+
+}  // namespace
+
+void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const float* w,
+                    const float* bias, float* y, float* workspace, cudaStream_t stream) {
+  forward(variant, s, x, w, bias, y, workspace, stream);
+}
+void conv2d_forward(int variant, const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
+                    const float* bias, float* y, float* workspace, cudaStream_t stream) {
+  forward(variant, s, x, w, bias, y, workspace, stream);
+}
+
+void conv2d_backward_data(int variant, const Conv2dShape& s, const float* dy, const float* w,
+                          float* dx, float* workspace, cudaStream_t stream) {
+  backward_data(variant, s, dy, w, dx, workspace, stream);
+}
+void conv2d_backward_data(int variant, const Conv2dShape& s, const bfloat16* dy,
+                          const bfloat16* w, float* dx, float* workspace, cudaStream_t stream) {
+  backward_data(variant, s, dy, w, dx, workspace, stream);
+}
+
+void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, const float* dy,
+                            float* dw, float* dbias, float* workspace, cudaStream_t stream) {
+  backward_weight(variant, s, x, dy, dw, dbias, workspace, stream);
+}
+void conv2d_backward_weight(int variant, const Conv2dShape& s, const bfloat16* x,
+                            const bfloat16* dy, float* dw, float* workspace,
+                            cudaStream_t stream) {
+  backward_weight(variant, s, x, dy, dw, nullptr, workspace, stream);
 }
 
 // ---- CudaBackend (cuda_backend.h) ----
@@ -134,9 +196,18 @@ int backend_rung() {
 }
 }  // namespace
 
+// bfloat16 operands go to rung 07, which reads them as they are, whatever
+// the precision setting (bf16_operands, cuda_backend.h).
 void CudaBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                  const Tensor& bias, const Tensor& y) {
   activate();
+  if (bf16_operands("conv2d_forward", x, w, y)) {
+    const Tensor x16 = bf16_operand(x), w16 = bf16_operand(w);
+    Tensor ws = workspace(conv2d_workspace_floats(kBf16Conv, s));
+    cuda::conv2d_forward(kBf16Conv, s, bf16s(x16), bf16s(w16), floats(bias), floats(y),
+                         floats(ws), stream_);
+    return;
+  }
   const int rung = backend_rung();
   Tensor ws = workspace(conv2d_workspace_floats(rung, s));
   cuda::conv2d_forward(rung, s, floats(x), floats(w), floats(bias), floats(y), floats(ws),
@@ -145,14 +216,35 @@ void CudaBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Te
 void CudaBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w,
                                        const Tensor& dx) {
   activate();
+  if (bf16_operands("conv2d_backward_data", dy, w, dx)) {
+    const Tensor dy16 = bf16_operand(dy), w16 = bf16_operand(w);
+    Tensor ws = workspace(conv2d_workspace_floats(kBf16Conv, s));
+    cuda::conv2d_backward_data(kBf16Conv, s, bf16s(dy16), bf16s(w16), floats(dx), floats(ws),
+                               stream_);
+    return;
+  }
   const int rung = backend_rung();
   Tensor ws = workspace(conv2d_workspace_floats(rung, s));
   cuda::conv2d_backward_data(rung, s, floats(dy), floats(w), floats(dx), floats(ws), stream_);
 }
+// With bfloat16 dy, the bias gradient (channel_sum, which reads float32)
+// sums a float32 copy of dy, freed before the weight gradient runs.
 void CudaBackend::conv2d_backward_weight(const Conv2dShape& s, const Tensor& x,
                                          const Tensor& dy, const Tensor& dw,
                                          const Tensor& dbias) {
   activate();
+  if (bf16_operands("conv2d_backward_weight", x, dy, dw)) {
+    const Tensor x16 = bf16_operand(x), dy16 = bf16_operand(dy);
+    Tensor ws = workspace(conv2d_workspace_floats(kBf16Conv, s));
+    if (dbias.defined()) {
+      const Tensor dy32 = dy.dtype() == DType::Float32 ? dy : dy.detach().to(DType::Float32);
+      cuda::channel_sum(kBestChannelSum, s.N, s.K, s.P * s.Q, floats(dy32), floats(dbias),
+                        floats(ws), stream_);
+    }
+    cuda::conv2d_backward_weight(kBf16Conv, s, bf16s(x16), bf16s(dy16), floats(dw), floats(ws),
+                                 stream_);
+    return;
+  }
   const int rung = backend_rung();
   Tensor ws = workspace(conv2d_workspace_floats(rung, s));
   cuda::conv2d_backward_weight(rung, s, floats(x), floats(dy), floats(dw), floats(dbias),

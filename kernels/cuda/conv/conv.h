@@ -18,13 +18,15 @@
 //                            accumulation: the default on CUDA, as PyTorch's
 //                            (docs/precision.md; --fp32-precision ieee takes 05)
 //   07_bf16_mma.cu           06 with BF16 operands (mma.sync m16n8k16): the
-//                            arithmetic of BF16 mixed precision
+//                            arithmetic of BF16 mixed precision; reads x, w
+//                            and dy as bfloat16 when given them
 // Run one rung alone (checked against the CPU, then timed):
 //   build/sim/bench_cuda_kernels conv 3
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
+#include "core/bfloat16.h"
 #include "kernels/cuda/gemm/gemm.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/shapes.h"
@@ -56,6 +58,16 @@ void conv2d_backward_data(int variant, const Conv2dShape& s, const float* dy, co
                           float* dx, float* workspace, cudaStream_t stream);
 void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, const float* dy,
                             float* dw, float* dbias, float* workspace, cudaStream_t stream);
+// The same directions on bfloat16 x, w and dy (outputs, bias and workspace
+// float32): only the rungs with bfloat16 launchers (07, kBf16Conv) read
+// them, as they are stored; any other variant throws std::invalid_argument.
+// The bias gradient is not among them: channel_sum reads float32.
+void conv2d_forward(int variant, const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
+                    const float* bias, float* y, float* workspace, cudaStream_t stream);
+void conv2d_backward_data(int variant, const Conv2dShape& s, const bfloat16* dy,
+                          const bfloat16* w, float* dx, float* workspace, cudaStream_t stream);
+void conv2d_backward_weight(int variant, const Conv2dShape& s, const bfloat16* x,
+                            const bfloat16* dy, float* dw, float* workspace, cudaStream_t stream);
 
 // The rungs' launchers. The entry points above check the shape, handle empty
 // outputs and the bias gradient, then call one of these on a non-empty
@@ -71,6 +83,14 @@ struct Rung {
   void (*backward_weight)(const Conv2dShape&, const float* x, const float* dy, float* dw,
                           float* workspace, cudaStream_t);
   gemm_rungs::Math math = gemm_rungs::Math::kFp32;  // how its products round
+  // The directions on bfloat16 x, w and dy (same workspace); null for the
+  // rungs that read float32 only.
+  void (*forward_bf16)(const Conv2dShape&, const bfloat16* x, const bfloat16* w,
+                       const float* bias, float* y, float* workspace, cudaStream_t) = nullptr;
+  void (*backward_data_bf16)(const Conv2dShape&, const bfloat16* dy, const bfloat16* w,
+                             float* dx, float* workspace, cudaStream_t) = nullptr;
+  void (*backward_weight_bf16)(const Conv2dShape&, const bfloat16* x, const bfloat16* dy,
+                               float* dw, float* workspace, cudaStream_t) = nullptr;
 };
 extern const Rung kDirect, kIm2col, kImplicitGemm, kImplicitWarpTile, kSplitK, kTf32Mma,
     kBf16Mma;

@@ -2,7 +2,10 @@
 // directions on GEMM rung 07's tile (warp_tile::multiply), reading their
 // operands through operands.cuh; and of rung 06, the same kernels on GEMM
 // rung 09's TF32 tensor-core tile (mma_tile::multiply), picked by the tile
-// shape (the Tiles argument of the launchers below).
+// shape (the Tiles argument of the launchers below); rung 07 on the BF16
+// tile, whose kernels also take bfloat16 x, w and dy (T below: the
+// operands' element type, float for every other rung; outputs, partials
+// and the bias stay float32).
 //
 // Block (x, y, z) reduces the chunk [z*chunk, z*chunk + chunk) of its GEMM's
 // K into out + z * (the output's size): rung 04 and unsplit shapes, one chunk
@@ -11,6 +14,7 @@
 // only).
 #pragma once
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/conv/rung.cuh"
 #include "kernels/cuda/gemm/split_k.h"
@@ -37,15 +41,15 @@ __device__ __forceinline__ void tile_multiply(int M, int N, int K, const GetA& a
     warp_tile::multiply<S>(M, N, K, a, b, put);
 }
 
-template <class S>
+template <class S, class T>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
-    forward_warp_tiled(Geo g, tile::Strided<false> w, const float* __restrict__ x,
+    forward_warp_tiled(Geo g, tile::Strided<false, T> w, const T* __restrict__ x,
                        const float* __restrict__ bias, int chunk, float* __restrict__ out) {
   const int CRS = g.C * g.RS(), PQ = g.PQ(), k0 = int(blockIdx.z) * chunk;
   float* y = out + int64_t(blockIdx.z) * g.N * g.K * PQ;
   const float* b0 = blockIdx.z == 0 ? bias : nullptr;
   tile_multiply<S>(g.K, g.N * PQ, chunk_length(CRS, chunk), warp_tile::KSlice(w, k0),
-                   warp_tile::KSlice(ColByNpq{g, x}, k0),
+                   warp_tile::KSlice(ColByNpqOf<T>{g, x}, k0),
                    [&](int k, int npq, const float4& acc, int valid) {
                      const float b = b0 ? b0[k] : 0.0f;
 #pragma unroll
@@ -57,14 +61,15 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
                    });
 }
 
-template <class S>
+template <class S, class T>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
-    backward_data_warp_tiled(Geo g, const float* __restrict__ dy, const float* __restrict__ w,
-                             int chunk, float* __restrict__ out) {
+    backward_data_warp_tiled(Geo g, const T* __restrict__ dy, const T* __restrict__ w, int chunk,
+                             float* __restrict__ out) {
   const int HW = g.H * g.W, k0 = int(blockIdx.z) * chunk;
   float* dx = out + int64_t(blockIdx.z) * g.N * g.C * HW;
   tile_multiply<S>(g.C, g.N * HW, chunk_length(g.K * g.RS(), chunk),
-                   warp_tile::KSlice(WeightT{g, w}, k0), warp_tile::KSlice(DyTaps{g, dy}, k0),
+                   warp_tile::KSlice(WeightTOf<T>{g, w}, k0),
+                   warp_tile::KSlice(DyTapsOf<T>{g, dy}, k0),
                    [&](int c, int nhw, const float4& acc, int valid) {
 #pragma unroll
                      for (int j = 0; j < 4; ++j) {
@@ -75,15 +80,15 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
                    });
 }
 
-template <class S>
+template <class S, class T>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
-    backward_weight_warp_tiled(Geo g, const float* __restrict__ x, const float* __restrict__ dy,
-                               int chunk, float* __restrict__ out) {
+    backward_weight_warp_tiled(Geo g, const T* __restrict__ x, const T* __restrict__ dy, int chunk,
+                               float* __restrict__ out) {
   const int CRS = g.C * g.RS(), k0 = int(blockIdx.z) * chunk;
   float* dw = out + int64_t(blockIdx.z) * g.K * CRS;
   tile_multiply<S>(
-      g.K, CRS, chunk_length(g.N * g.PQ(), chunk), warp_tile::KSlice(DyRows{g, dy}, k0),
-      warp_tile::KSlice(ColByCrs{g, x}, k0), [&](int k, int crs, const float4& acc, int valid) {
+      g.K, CRS, chunk_length(g.N * g.PQ(), chunk), warp_tile::KSlice(DyRowsOf<T>{g, dy}, k0),
+      warp_tile::KSlice(ColByCrsOf<T>{g, x}, k0), [&](int k, int crs, const float4& acc, int valid) {
 #pragma unroll
         for (int j = 0; j < 4; ++j)
           if (j < valid) dw[int64_t(k) * CRS + crs + j] = vec::at(acc, j);
@@ -165,66 +170,80 @@ size_t split_workspace(const Conv2dShape& s, Tiles tiles) {
   return most;
 }
 
-// w [K, C*R*S] as A of the forward GEMM, with 16-byte loads where aligned.
-inline tile::Strided<false> weights(const Conv2dShape& s, const float* w) {
+// w [K, C*R*S] as A of the forward GEMM, with one load a quad where aligned.
+template <class T>
+tile::Strided<false, T> weights(const Conv2dShape& s, const T* w) {
   return tile::strided<false>(w, s.C * s.R * s.S);
 }
 
 // The three directions on the tile tiles(M) picks, each cut into
-// plan(S, gemm) chunks.
-template <class Plan, class Tiles = Fp32Tiles>
-void warp_tile_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                       float* y, float* ws, cudaStream_t stream, Plan plan, Tiles tiles = {}) {
+// plan(S, gemm) chunks; operands of T.
+template <class T, class Plan, class Tiles = Fp32Tiles>
+void warp_tile_forward(const Conv2dShape& s, const T* x, const T* w, const float* bias, float* y,
+                       float* ws, cudaStream_t stream, Plan plan, Tiles tiles = {}) {
   const Gemm m = forward_gemm(s);
   tiles(m.M, [&](auto shape) {
     using S = decltype(shape);
-    launch_split<S>(forward_warp_tiled<S>, m, plan(S{}, m), ws, y, stream, geo(s), weights(s, w),
-                    x, bias);
+    launch_split<S>(forward_warp_tiled<S, T>, m, plan(S{}, m), ws, y, stream, geo(s),
+                    weights(s, w), x, bias);
   });
 }
 
-template <class Plan, class Tiles = Fp32Tiles>
-void warp_tile_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
-                             float* ws, cudaStream_t stream, Plan plan, Tiles tiles = {}) {
+template <class T, class Plan, class Tiles = Fp32Tiles>
+void warp_tile_backward_data(const Conv2dShape& s, const T* dy, const T* w, float* dx, float* ws,
+                             cudaStream_t stream, Plan plan, Tiles tiles = {}) {
   const Gemm m = backward_data_gemm(s);
   tiles(m.M, [&](auto shape) {
     using S = decltype(shape);
-    launch_split<S>(backward_data_warp_tiled<S>, m, plan(S{}, m), ws, dx, stream, geo(s), dy, w);
+    launch_split<S>(backward_data_warp_tiled<S, T>, m, plan(S{}, m), ws, dx, stream, geo(s), dy,
+                    w);
   });
 }
 
-template <class Plan, class Tiles = Fp32Tiles>
-void warp_tile_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
+template <class T, class Plan, class Tiles = Fp32Tiles>
+void warp_tile_backward_weight(const Conv2dShape& s, const T* x, const T* dy, float* dw,
                                float* ws, cudaStream_t stream, Plan plan, Tiles tiles = {}) {
   const Gemm m = backward_weight_gemm(s);
   tiles(m.M, [&](auto shape) {
     using S = decltype(shape);
-    launch_split<S>(backward_weight_warp_tiled<S>, m, plan(S{}, m), ws, dw, stream, geo(s), x,
+    launch_split<S>(backward_weight_warp_tiled<S, T>, m, plan(S{}, m), ws, dw, stream, geo(s), x,
                     dy);
   });
 }
 
 // A tensor-core rung (06 TF32, 07 BF16): the three directions of rung 05
-// (its split by waves) on MmaTiles<Math>.
+// (its split by waves) on MmaTiles<Math>, for operands of T (float; for
+// Bf16 also bfloat16: the same plan, so the same workspace).
 template <class Math>
 struct MmaRung {
   using Tiles = MmaTiles<Math>;
   static size_t workspace(const Conv2dShape& s) { return split_workspace(s, Tiles{}); }
-  static void forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                      float* y, float* ws, cudaStream_t stream) {
+  template <class T>
+  static void forward(const Conv2dShape& s, const T* x, const T* w, const float* bias, float* y,
+                      float* ws, cudaStream_t stream) {
     warp_tile_forward(s, x, w, bias, y, ws, stream, SplitByWaves{}, Tiles{});
   }
-  static void backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
-                            float* ws, cudaStream_t stream) {
+  template <class T>
+  static void backward_data(const Conv2dShape& s, const T* dy, const T* w, float* dx, float* ws,
+                            cudaStream_t stream) {
     warp_tile_backward_data(s, dy, w, dx, ws, stream, SplitByWaves{}, Tiles{});
   }
-  static void backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
+  template <class T>
+  static void backward_weight(const Conv2dShape& s, const T* x, const T* dy, float* dw,
                               float* ws, cudaStream_t stream) {
     warp_tile_backward_weight(s, x, dy, dw, ws, stream, SplitByWaves{}, Tiles{});
   }
-  // The rung's entry in the ladder (conv.h's conv_rungs::Rung).
+  // The rung's entry in the ladder (conv.h's conv_rungs::Rung); the
+  // bfloat16 launchers where Math reads bfloat16 (mma_tile::Bf16).
   static constexpr conv_rungs::Rung rung(const char* name, gemm_rungs::Math math) {
-    return {name, workspace, forward, backward_data, backward_weight, math};
+    conv_rungs::Rung r{name, workspace, forward<float>, backward_data<float>,
+                       backward_weight<float>, math};
+    if constexpr (std::is_same_v<Math, mma_tile::Bf16>) {
+      r.forward_bf16 = forward<bfloat16>;
+      r.backward_data_bf16 = backward_data<bfloat16>;
+      r.backward_weight_bf16 = backward_weight<bfloat16>;
+    }
+    return r;
   }
 };
 

@@ -1,11 +1,18 @@
-// GEMM rung 10, BF16 tensor cores: rung 09 with its operands rounded to
-// bf16 (8 significant bits, round to nearest even, cvt.rn.bf16x2.f32) and
-// multiplied by mma.sync.m16n8k16 (FP32 accumulation). The float inputs are
-// converted as they are staged, so this is the arithmetic of a
-// mixed-precision GEMM, not yet its memory traffic: reading bf16 tensors
-// directly is for when the framework has them. Each product carries a
-// relative error up to about 2^-7 (tests/test_cuda_gemm_mma.cpp derives the
-// bound).
+// GEMM rung 10, BF16 tensor cores: rung 09 with bf16 operands (8
+// significant bits) multiplied by mma.sync.m16n8k16 (FP32 accumulation). It
+// reads its operands from global memory in either of two types, one kernel
+// instantiation each (mma_tile.cuh's Bf16 stager):
+//   - bfloat16 (gemm()'s bfloat16 overload; the backend's choice for
+//     bfloat16 tensors, as autocast makes): 2 bytes an element, half of
+//     float32's traffic, and staged as stored: a thread's quad of 4
+//     elements is one 8-byte load, and its bits go to shared memory without
+//     arithmetic;
+//   - float32: rounded to nearest even (cvt.rn.bf16x2.f32) as they are
+//     staged, 16 bytes a quad: the same words in shared memory as the
+//     bfloat16 of the same values, so the two give bitwise the same C.
+// C and the split-K partials are float32 either way. Each product carries a
+// relative error up to about 2^-7 against the unrounded float32 operands
+// (tests/test_cuda_gemm_mma.cpp derives the bound).
 //
 // Fragments (the PTX ISA's m16n8k16 .bf16, as kernels/cuda/mma.cuh documents
 // them): two elements per 32-bit register along k, the smaller k in the low
@@ -22,10 +29,16 @@
 // reads word p * (BJ + 8) + j or j * 12 + p: 8t + g or 12g + t, 32 banks).
 // Staging differs: a thread packs pairs along k before its store. For an
 // operand contiguous along j it fetches the quads (j..j+3, k) and
-// (j..j+3, k+1) and stores their 4 packed words with one 16-byte store; for
-// one contiguous along k it fetches (j, k..k+3) and stores 2 words with one
-// 8-byte store (a half warp, rows j..j+3, covers words 0-7, 12-19, 24-31 and
-// 36-43: banks 4-7 twice, a two-way conflict paid once per element staged).
+// (j..j+3, k+1) and stores their 4 packed words (element i of each quad in
+// word i: a rounding of two floats, or two bfloat16 halves put side by
+// side) with one 16-byte store; for one contiguous along k it fetches
+// (j, k..k+3) and stores 2 words with one 8-byte store, which for a
+// bfloat16 quad are its 8 bytes as loaded (a half warp, rows j..j+3, covers
+// words 0-7, 12-19, 24-31 and 36-43: banks 4-7 twice, a two-way conflict
+// paid once per element staged). A bfloat16 quad's 8-byte load needs the
+// operand 8-byte aligned with ld a multiple of 4 (tile::strided), else its
+// elements are read one by one, as a float quad's at ragged edges; either
+// way a warp's loads cover runs of consecutive elements of a stored row.
 //
 // Tiling, pipeline, ragged edges, C's stores and split-K: rung 09's
 // (mma_tile.cuh, mma_rung.cuh): 128 x 128 blocks of 2 x 4 warps, 64 x 32
@@ -43,6 +56,10 @@ size_t gemm_rungs::bf16_mma_workspace_floats(int64_t M, int64_t N, int64_t K) {
 }
 
 void gemm_rungs::bf16_mma(const GemmArgs& g, cudaStream_t stream) {
+  gemm_kernels::by_transpose<Bf16Rung::Run>(g, stream);
+}
+
+void gemm_rungs::bf16_mma_of_bf16(const Bf16GemmArgs& g, cudaStream_t stream) {
   gemm_kernels::by_transpose<Bf16Rung::Run>(g, stream);
 }
 

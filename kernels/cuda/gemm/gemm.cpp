@@ -27,7 +27,7 @@ void check_ld(const char* name, int64_t ld, int64_t row, const char* what) {
   if (ld < row)
     throw std::invalid_argument(std::string("cuda::gemm: ") + name + " = " + std::to_string(ld) +
                                 " is smaller than a row of " + what + " (" +
-                                std::to_string(row) + " floats)");
+                                std::to_string(row) + " elements)");
 }
 
 }  // namespace
@@ -40,10 +40,27 @@ size_t gemm_workspace_floats(int variant, int64_t M, int64_t N, int64_t K) {
   return gemm_rungs::kRungs[variant - 1].workspace(M, N, K);
 }
 
-void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-          int64_t ldc, float* workspace, cudaStream_t stream) {
+namespace {
+
+// The rung's launcher for operands of T: every rung reads float32; a
+// bfloat16 one only where the rung has a launcher for it.
+gemm_rungs::Launch launcher(int, const gemm_rungs::Rung& r, const float*) { return r.launch; }
+gemm_rungs::LaunchBf16 launcher(int variant, const gemm_rungs::Rung& r, const bfloat16*) {
+  if (r.launch_bf16 == nullptr)
+    throw std::invalid_argument("cuda::gemm: variant " + std::to_string(variant) + " (" + r.name +
+                                ") reads float32 operands only; bfloat16 ones need variant " +
+                                std::to_string(kBf16Gemm) + " (" +
+                                gemm_rungs::kRungs[kBf16Gemm - 1].name + ")");
+  return r.launch_bf16;
+}
+
+template <class T>
+void checked_gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                  float alpha, const T* A, int64_t lda, const T* B, int64_t ldb, float beta,
+                  float* C, int64_t ldc, float* workspace, cudaStream_t stream) {
   check_variant(variant);
+  const gemm_rungs::Rung& rung = gemm_rungs::kRungs[variant - 1];
+  const auto launch = launcher(variant, rung, A);
   check_size("M", M);
   check_size("N", N);
   check_size("K", K);
@@ -51,16 +68,32 @@ void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
   check_ld("ldb", ldb, trans_b ? K : N, trans_b ? "B (stored N x K)" : "B (stored K x N)");
   check_ld("ldc", ldc, N, "C (M x N)");
   if (workspace == nullptr) {
-    const size_t needed = gemm_rungs::kRungs[variant - 1].workspace(M, N, K);
+    const size_t needed = rung.workspace(M, N, K);
     if (needed > 0)
       throw std::invalid_argument("cuda::gemm: variant " + std::to_string(variant) + " needs " +
                                   std::to_string(needed) +
                                   " floats of workspace for this shape (null given)");
   }
   if (M == 0 || N == 0) return;
-  const GemmArgs g{trans_a, trans_b, int(M), int(N), int(K), alpha, A, lda, B, ldb, beta, C, ldc,
-                   workspace};
-  gemm_rungs::kRungs[variant - 1].launch(g, stream);
+  const GemmArgsOf<T> g{trans_a, trans_b, int(M), int(N), int(K), alpha, A, lda, B, ldb, beta,
+                        C, ldc, workspace};
+  launch(g, stream);
+}
+
+}  // namespace
+
+void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc, float* workspace, cudaStream_t stream) {
+  checked_gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+               workspace, stream);
+}
+
+void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
+          int64_t ldc, float* workspace, cudaStream_t stream) {
+  checked_gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+               workspace, stream);
 }
 
 void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -72,12 +105,20 @@ void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 // ---- CudaBackend (cuda_backend.h) ----
 
 // The rung by core/precision.h: the tensor cores where matmuls compute in
-// TF32 or BF16 (autocast), else the FP32 rung.
+// TF32 or BF16 (autocast), else the FP32 rung; bfloat16 operands go to the
+// BF16 rung, which reads them as they are, whatever the setting.
 void CudaBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tensor& b,
                        float beta, const Tensor& y) {
   activate();
   int64_t M = y.size(0), N = y.size(1);
   int64_t K = ta ? a.size(0) : a.size(1);
+  if (bf16_operands("gemm", a, b, y)) {
+    const Tensor a16 = bf16_operand(a), b16 = bf16_operand(b);
+    Tensor ws = workspace(gemm_workspace_floats(kBf16Gemm, M, N, K));
+    cuda::gemm(kBf16Gemm, ta, tb, M, N, K, alpha, bf16s(a16), a.size(1), bf16s(b16), b.size(1),
+               beta, floats(y), N, floats(ws), stream_);
+    return;
+  }
   const Fp32Math math = fp32_math(OpFamily::kMatmul, DeviceType::CUDA);
   const int rung = math == Fp32Math::kTf32   ? kTf32Gemm
                    : math == Fp32Math::kBf16 ? kBf16Gemm

@@ -13,11 +13,14 @@
 // word row t or t + 4 of the stage, and the fragment loads are the same code.
 //
 // The operands are the accessors of warp_tile.cuh (kMajor, operator()(j, k),
-// optional quad(j, k) and `aligned`); the result goes through
+// optional quad(j, k) and `aligned`), of float32 elements, or for Bf16 also
+// of bfloat16 ones, which are staged without conversion; the result goes through
 // put(m, n, v, valid) with valid 1 or 2: C[m][n], C[m][n+1] are v.x, v.y, of
 // which the first `valid` lie inside N, called only for m < M.
 #pragma once
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 #if !defined(__CUDACC__)
 #include <cstring>
 #endif
@@ -73,6 +76,8 @@ struct Tf32 {
   template <int Threads, int BJ, class Get>
   struct Stager {
     using L = Layout<Get::kMajor, BJ>;
+    static_assert(std::is_same_v<warp_tile::ElementOf<Get>, float>,
+                  "TF32 rounds float32 operands: bfloat16 ones are for Bf16");
     static constexpr int kQuads = kBK * BJ / 4 / Threads;
     static_assert(kQuads >= 1 && kQuads * 4 * Threads == kBK * BJ);
     float4 r[kQuads];
@@ -106,21 +111,44 @@ struct Tf32 {
   }
 };
 
-// BF16: elements rounded to nearest even (cvt.rn.bf16x2.f32), two per word
-// along k. For a KMajor operand a unit is (j..j+3, k..k+1): two quads
+// BF16: two elements per word along k, the smaller k in the low half. A
+// float32 operand is rounded to nearest even as it is packed
+// (cvt.rn.bf16x2.f32); a bfloat16 one (ElementOf<Get> = bfloat16) is read
+// as it is stored, 8 bytes a quad, and its bits are moved without
+// arithmetic. For a KMajor operand a unit is (j..j+3, k..k+1): two quads
 // fetched along j (consecutive threads along j, as for TF32), packed into 4
 // words of word row k / 2, one 16-byte store. Otherwise a unit is one quad
 // (j, k..k+3), packed into 2 words (row j, word rows k/2, k/2 + 1), one
-// 8-byte store.
+// 8-byte store; a bfloat16 quad along k is those 2 words as it lies in
+// memory.
 struct Bf16 {
   static constexpr int kBK = 2 * kWordRows;  // k per stage: one m16n8k16
+
+  // The word of elements (k, k + 1).
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    return tc::pack_bf16x2(lo, hi);
+  }
+  __device__ __forceinline__ static uint32_t pack(bfloat16 lo, bfloat16 hi) {
+    return uint32_t(lo.bits) | uint32_t(hi.bits) << 16;
+  }
+  // The two words of a quad along k: (k, k+1) and (k+2, k+3).
+  __device__ __forceinline__ static void pack_along_k(const float4& q, uint32_t (&w)[2]) {
+    w[0] = pack(q.x, q.y);
+    w[1] = pack(q.z, q.w);
+  }
+  __device__ __forceinline__ static void pack_along_k(const vec::Bf16x4& q, uint32_t (&w)[2]) {
+    w[0] = q.lo;
+    w[1] = q.hi;
+  }
+
   template <int Threads, int BJ, class Get>
   struct Stager {
     using L = Layout<Get::kMajor, BJ>;
+    using Quad = decltype(warp_tile::fetch_quad(std::declval<const Get&>(), 0, 0, 0, 0));
     static constexpr int kUnits = kBK * BJ / 8 / Threads;  // 8 elements a unit
     static constexpr int kQuads = 2 * kUnits;
     static_assert(kUnits >= 1 && kUnits * 8 * Threads == kBK * BJ);
-    float4 r[kQuads];
+    Quad r[kQuads];
 
     // Unit e's first element (j, k) within the stage; KMajor: units of 2
     // quads (k, k+1), else 2 units of one quad each per "e" slot.
@@ -145,15 +173,17 @@ struct Bf16 {
     __device__ __forceinline__ void store(uint32_t* tile) const {
       #pragma unroll
       for (int u = 0; u < (Get::kMajor ? kUnits : kQuads); ++u) {
+        const int e = int(threadIdx.x) + u * Threads;
         if constexpr (Get::kMajor) {
-          const int e = int(threadIdx.x) + u * Threads;
-          const float4 lo = r[2 * u], hi = r[2 * u + 1];  // k, k + 1
-          const uint32_t w[4] = {tc::pack_bf16x2(lo.x, hi.x), tc::pack_bf16x2(lo.y, hi.y),
-                                 tc::pack_bf16x2(lo.z, hi.z), tc::pack_bf16x2(lo.w, hi.w)};
+          const Quad& lo = r[2 * u];  // k
+          const Quad& hi = r[2 * u + 1];  // k + 1
+          uint32_t w[4];
+          #pragma unroll
+          for (int i = 0; i < 4; ++i) w[i] = pack(vec::at(lo, i), vec::at(hi, i));
           store_words(tile + L::at(quad_j(e), quad_k(e) / 2), w);
         } else {
-          const int e = int(threadIdx.x) + u * Threads;
-          const uint32_t w[2] = {tc::pack_bf16x2(r[u].x, r[u].y), tc::pack_bf16x2(r[u].z, r[u].w)};
+          uint32_t w[2];
+          pack_along_k(r[u], w);
           store_words(tile + L::at(quad_j(e), quad_k(e) / 2), w);
         }
       }

@@ -15,12 +15,13 @@
 
 namespace anvil::cuda::gemm_kernels {
 
-// op(A) as an operand: (m, k) is A[k*lda + m] when transposed.
-template <bool TA>
-using OpA = tile::Strided<TA>;
+// op(A) as an operand: (m, k) is A[k*lda + m] when transposed; T is float,
+// or bfloat16 for the rung that reads it (10).
+template <bool TA, class T = float>
+using OpA = tile::Strided<TA, T>;
 // op(B) as an operand: (n, k) is B[k*ldb + n] unless transposed.
-template <bool TB>
-using OpB = tile::Strided<!TB>;
+template <bool TB, class T = float>
+using OpB = tile::Strided<!TB, T>;
 
 __device__ __forceinline__ void store(float* C, int64_t ldc, int m, int n, float acc, float alpha,
                                       float beta) {
@@ -61,9 +62,10 @@ inline unsigned blocks(int n, int per_block) {
 }
 
 // Calls Launch<TA, TB>::run(g, stream) for g's transpose flags: each rung
-// instantiates its kernel four times and picks one at run time.
-template <template <bool, bool> class Launch>
-void by_transpose(const GemmArgs& g, cudaStream_t stream) {
+// instantiates its kernel four times (per operand type) and picks one at
+// run time.
+template <template <bool, bool> class Launch, class Args>
+void by_transpose(const Args& g, cudaStream_t stream) {
   if (g.trans_a)
     g.trans_b ? Launch<true, true>::run(g, stream) : Launch<true, false>::run(g, stream);
   else

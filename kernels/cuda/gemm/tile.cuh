@@ -93,35 +93,38 @@ __device__ __forceinline__ void register_blocked(int M, int N, int K, const GetA
   }
 }
 
-// A row-major matrix with row stride ld, read as an operand: element (j, k)
+// A row-major matrix of T (float, or bfloat16 for the BF16 tensor-core
+// tile, mma_tile.cuh) with row stride ld, read as an operand: element (j, k)
 // is p[k * ld + j] when KMajor (B as stored, or A stored transposed) and
 // p[j * ld + k] otherwise (A as stored, or B stored transposed).
 //
 // The tiles of warp_tile.cuh also read four elements at once along the
-// contiguous index (j when KMajor, else k) with one 128-bit load, starting
-// at a multiple of 4, when `aligned` says that is safe: p on a 16-byte
-// boundary and ld a multiple of 4 floats (see strided() below).
-template <bool KMajor>
+// contiguous index (j when KMajor, else k) with one load (128-bit for
+// float, 64-bit for bfloat16), starting at a multiple of 4, when `aligned`
+// says that is safe: p on a boundary of 4 elements and ld a multiple of 4
+// (see strided() below).
+template <bool KMajor, class T = float>
 struct Strided {
   static constexpr bool kMajor = KMajor;
-  const float* p;
+  const T* p;
   int64_t ld;
   bool aligned = false;
-  __device__ __forceinline__ float operator()(int j, int k) const {
+  __device__ __forceinline__ T operator()(int j, int k) const {
     return KMajor ? p[int64_t(k) * ld + j] : p[int64_t(j) * ld + k];
   }
   // Elements (j..j+3, k) when KMajor, else (j, k..k+3); all inside the matrix.
-  __device__ __forceinline__ float4 quad(int j, int k) const { return vec::load4(at(j, k)); }
+  __device__ __forceinline__ auto quad(int j, int k) const { return vec::load4(at(j, k)); }
   // Where element (j, k) is (for copies that take an address: cp.async).
-  __device__ __forceinline__ const float* at(int j, int k) const {
+  __device__ __forceinline__ const T* at(int j, int k) const {
     return KMajor ? p + int64_t(k) * ld + j : p + int64_t(j) * ld + k;
   }
 };
 
 // Host side: the operand, with `aligned` worked out from p and ld.
-template <bool KMajor>
-Strided<KMajor> strided(const float* p, int64_t ld) {
-  return Strided<KMajor>{p, ld, reinterpret_cast<std::uintptr_t>(p) % 16 == 0 && ld % 4 == 0};
+template <bool KMajor, class T>
+Strided<KMajor, T> strided(const T* p, int64_t ld) {
+  return Strided<KMajor, T>{
+      p, ld, reinterpret_cast<std::uintptr_t>(p) % (4 * sizeof(T)) == 0 && ld % 4 == 0};
 }
 
 }  // namespace anvil::cuda::tile

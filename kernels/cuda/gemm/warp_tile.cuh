@@ -59,6 +59,8 @@
 // ptxas -v, LDL/STL in the SASS; the kernel table checks for both).
 #pragma once
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/vec4.cuh"
@@ -92,23 +94,30 @@ using DoubleBuffered = Shape<8, 2, 4, 8, 2, 2, 2, 2>;
 // of at most 64 rows (a convolution with 64 or fewer output channels).
 using DoubleBufferedNarrow = Shape<8, 1, 4, 8, 2, 2, 2, 3>;
 
-// Elements (j..j+3, k) of a KMajor operand, else (j, k..k+3), zero outside
-// J x Kd: one 16-byte load when the operand has quad() and all four are
-// inside, else four scalar loads.
+// The type of an operand's elements: float, or bfloat16 (read only by the
+// BF16 tensor-core tile, mma_tile.cuh).
 template <class Get>
-__device__ __forceinline__ float4 fetch_quad(const Get& get, int j, int k, int J, int Kd) {
+using ElementOf = std::remove_cvref_t<decltype(std::declval<const Get&>()(0, 0))>;
+
+// Elements (j..j+3, k) of a KMajor operand, else (j, k..k+3), zero outside
+// J x Kd: one load (16 bytes of float, 8 of bfloat16) when the operand has
+// quad() and all four are inside, else four scalar loads. A float4 or a
+// vec::Bf16x4, by the operand's element type.
+template <class Get>
+__device__ __forceinline__ auto fetch_quad(const Get& get, int j, int k, int J, int Kd) {
+  using T = ElementOf<Get>;
   constexpr bool kAlongJ = Get::kMajor;
   if constexpr (requires { get.quad(j, k); }) {
     const bool whole = kAlongJ ? (j + 3 < J && k < Kd) : (j < J && k + 3 < Kd);
     if (whole && get.aligned) return get.quad(j, k);
   }
-  float v[4];
+  T v[4];
   #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int jj = kAlongJ ? j + i : j, kk = kAlongJ ? k : k + i;
-    v[i] = (jj < J && kk < Kd) ? get(jj, kk) : 0.0f;
+    v[i] = (jj < J && kk < Kd) ? get(jj, kk) : T{};  // T{}: +0 in either type
   }
-  return make_float4(v[0], v[1], v[2], v[3]);
+  return vec::quad_of(v);
 }
 
 // One thread's share of one operand's BK x BJ tile, held in registers
@@ -257,9 +266,9 @@ struct KSlice {
   int k0;
   bool aligned;
   __device__ __forceinline__ KSlice(const Get& g, int k0_) : get(g), k0(k0_), aligned(g.aligned) {}
-  __device__ __forceinline__ float operator()(int j, int k) const { return get(j, k0 + k); }
-  __device__ __forceinline__ float4 quad(int j, int k) const { return get.quad(j, k0 + k); }
-  __device__ __forceinline__ const float* at(int j, int k) const { return get.at(j, k0 + k); }
+  __device__ __forceinline__ auto operator()(int j, int k) const { return get(j, k0 + k); }
+  __device__ __forceinline__ auto quad(int j, int k) const { return get.quad(j, k0 + k); }
+  __device__ __forceinline__ auto at(int j, int k) const { return get.at(j, k0 + k); }
 };
 
 }  // namespace anvil::cuda::warp_tile
