@@ -105,7 +105,8 @@ CLAIMS = {
 }
 # The tensor-core tiles (mma_tile.cuh, tile "tf32 ..." or "bf16 ..."): their
 # fragment loads are 32-bit (no LDS.128 claimed); the global loads of a
-# strided operand are 16-byte where aligned. Every one also claims HMMA and
+# strided float32 operand are 16-byte where aligned (a bfloat16 one's, the
+# rows "bf16 in memory", 8-byte). Every one also claims HMMA and
 # no FFMA in its main loop (checked below). The pipelined tile
 # (mma_pipeline.cuh, "tf32 ... pipelined") copies global to shared memory
 # with 16-byte cp.async (LDGSTS.128) instead.
@@ -141,9 +142,10 @@ def base_and_tile(demangled):
     if pipelined:  # 64 x 64 per warp
         wm, wn = int(pipelined.group(1)), int(pipelined.group(2))
         return base, f"tf32 {64 * wm}x{64 * wn} pipelined", 32 * wm * wn
-    if mma:  # 64 x 32 per warp
+    if mma:  # 64 x 32 per warp; the instantiation that reads bfloat16 operands from memory apart
         wm, wn = int(mma.group(2)), int(mma.group(3))
-        return base, f"{mma.group(1).lower()} {64 * wm}x{32 * wn}", 32 * wm * wn
+        operands = ", bf16 in memory" if name.endswith("anvil::bfloat16>") else ""
+        return base, f"{mma.group(1).lower()} {64 * wm}x{32 * wn}{operands}", 32 * wm * wn
     split = re.search(r"<(\d+), (\w+)>$", name)
     if base in SPLIT_KERNELS and split:
         return base, f"V{split.group(1)} {split.group(2)}", None
@@ -314,6 +316,8 @@ def kernel_table(rows):
         blocks, occ, limiter = occupancy(r["threads"], max(r["regs"]), r["smem"])
         mma = tile.startswith(("tf32", "bf16"))
         claims = MMA_CLAIMS.get(base, set()) if mma else CLAIMS.get((base, tile), CLAIMS.get(base, set()))
+        if tile.endswith("bf16 in memory"):  # a quad of bfloat16 is one 8-byte load
+            claims = claims - {"ldg128"}
         if tile.endswith("pipelined"):
             claims = PIPELINED_CLAIMS
         cells = []
