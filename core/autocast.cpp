@@ -92,4 +92,15 @@ AmpOperand amp_operand(const Tensor& t, bool amp) {
   return {cast, cast};
 }
 
+AmpOperands amp_operands(const Tensor& a_in, const Tensor& b_in) {
+  const bool amp = amp_active(a_in);
+  auto [a, a_graph] = amp_operand(a_in, amp);
+  auto [b, b_graph] = amp_operand(b_in, amp);
+  if (a.dtype() != b.dtype()) {  // only outside autocast: under it both are bfloat16
+    a = a_graph = a.to(DType::Float32);
+    b = b_graph = b.to(DType::Float32);
+  }
+  return {a, b, a_graph, b_graph, amp};
+}
+
 }  // namespace anvil::ops_detail

@@ -1,6 +1,5 @@
 #include "core/ops.h"
 
-#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -168,27 +167,20 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (a_in.size(1) != b_in.size(0))
     throw std::invalid_argument(fmt::format("matmul: shapes {} and {} cannot be multiplied",
                                             shape_str(a_in.shape()), shape_str(b_in.shape())));
-  const bool amp = amp_active(a_in);
-  auto [a, a_graph] = amp_operand(a_in, amp);
-  auto [b, b_graph] = amp_operand(b_in, amp);
-  auto [a_f, b_f] = promote(a, b);  // outside autocast, mixed dtypes meet in float32
-  std::optional<ScopedBf16Math> bf16;
-  if (amp) bf16.emplace();
-  const DType out_dtype = amp ? DType::BFloat16 : a_f.dtype();
+  const auto [a, b, ga, gb, amp] = amp_operands(a_in, b_in);
+  const ScopedBf16Math bf16(amp);
+  const DType out_dtype = amp ? DType::BFloat16 : a.dtype();
   Tensor y = Tensor::empty({a.size(0), b.size(1)}, out_dtype, a.device());
   Float32Io io;
-  backend(a).gemm(false, false, 1.f, a_f, b_f, 0.f, io.out(y));
+  backend(a).gemm(false, false, 1.f, a, b, 0.f, io.out(y));
   io.finish();
-  const Tensor& ga = a_f.same(a) ? a_graph : a_f;
-  const Tensor& gb = b_f.same(b) ? b_graph : b_f;
   if (any_requires_grad({&ga, &gb})) {
-    Tensor sa = a_f.detach(), sb = b_f.detach();
+    Tensor sa = a.detach(), sb = b.detach();
     bool need_a = ga.requires_grad(), need_b = gb.requires_grad();
     Shape a_shape = ga.shape(), b_shape = gb.shape();
     DType a_dtype = ga.dtype(), b_dtype = gb.dtype();
     record(y, "MatmulBackward", {&ga, &gb}, [=](const Tensor& g) {
-      std::optional<ScopedBf16Math> bf16;
-      if (amp) bf16.emplace();
+      const ScopedBf16Math bf16(amp);
       Grads out(2);
       Float32Io io;
       if (need_a) {  // g b^T
@@ -223,15 +215,8 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
       throw std::invalid_argument(fmt::format("linear: bias {} does not match weight {}",
                                               shape_str(bias.shape()), shape_str(w_in.shape())));
   }
-  const bool amp = amp_active(x_in);
-  auto [x1, x_graph1] = amp_operand(x_in, amp);
-  auto [w1, w_graph1] = amp_operand(w_in, amp);
-  // Outside autocast, mixed dtypes meet in float32.
-  const bool mixed = x1.dtype() != w1.dtype();
-  Tensor x = mixed ? x1.to(DType::Float32) : x1, w = mixed ? w1.to(DType::Float32) : w1;
-  Tensor x_graph = mixed ? x : x_graph1, w_graph = mixed ? w : w_graph1;
-  std::optional<ScopedBf16Math> bf16;
-  if (amp) bf16.emplace();
+  const auto [x, w, x_graph, w_graph, amp] = amp_operands(x_in, w_in);
+  const ScopedBf16Math bf16(amp);
   Tensor y = Tensor::empty({N, out_features}, amp ? DType::BFloat16 : x.dtype(), x.device());
   Backend& be = backend(x);
   Float32Io io;
@@ -247,8 +232,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
     Shape x_shape = x_graph.shape(), w_shape = w_graph.shape();
     DType x_dtype = x_graph.dtype(), w_dtype = w_graph.dtype();
     record(y, "LinearBackward", {&x_graph, &w_graph, &bias}, [=](const Tensor& g) {
-      std::optional<ScopedBf16Math> bf16;
-      if (amp) bf16.emplace();
+      const ScopedBf16Math bf16(amp);
       Grads out(3);
       Float32Io io;
       if (need_x) {  // g w

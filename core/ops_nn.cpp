@@ -1,5 +1,4 @@
 // Convolution, pooling, batch norm, losses and reductions (see core/ops.h).
-#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -77,15 +76,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, int64_
   if (s.P <= 0 || s.Q <= 0)
     throw std::invalid_argument(fmt::format("conv2d: kernel {} is larger than the padded input {}",
                                             shape_str(w_in.shape()), shape_str(x_in.shape())));
-  const bool amp = amp_active(x_in);
-  auto [x1, x_graph1] = amp_operand(x_in, amp);
-  auto [w1, w_graph1] = amp_operand(w_in, amp);
-  // Outside autocast, mixed dtypes meet in float32.
-  const bool mixed = x1.dtype() != w1.dtype();
-  Tensor x = mixed ? x1.to(DType::Float32) : x1, w = mixed ? w1.to(DType::Float32) : w1;
-  Tensor x_graph = mixed ? x : x_graph1, w_graph = mixed ? w : w_graph1;
-  std::optional<ScopedBf16Math> bf16;
-  if (amp) bf16.emplace();
+  const auto [x, w, x_graph, w_graph, amp] = amp_operands(x_in, w_in);
+  const ScopedBf16Math bf16(amp);
   Tensor y =
       Tensor::empty({s.N, s.K, s.P, s.Q}, amp ? DType::BFloat16 : x.dtype(), x.device());
   Float32Io io;
@@ -97,8 +89,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, int64_
     bool need_b = bias.defined() && bias.requires_grad();
     DType x_dtype = x_graph.dtype(), w_dtype = w_graph.dtype();
     record(y, "Conv2dBackward", {&x_graph, &w_graph, &bias}, [=](const Tensor& g) {
-      std::optional<ScopedBf16Math> bf16;
-      if (amp) bf16.emplace();
+      const ScopedBf16Math bf16(amp);
       Grads out(3);
       Float32Io io;
       if (need_x) {

@@ -76,6 +76,16 @@ AmpOperand amp_operand(const Tensor& t, bool amp);
 // Is autocast on for this op's inputs (core/autocast.h)?
 bool amp_active(const Tensor& x);
 
+// The two operands of conv2d, linear or matmul under the autocast policy:
+// amp_operand of each (with autocast on for the first's device), and outside
+// autocast two different float dtypes met in float32 (differentiable casts).
+struct AmpOperands {
+  Tensor a, b;              // what the kernels read
+  Tensor a_graph, b_graph;  // what the autograd node points to
+  bool amp;
+};
+AmpOperands amp_operands(const Tensor& a, const Tensor& b);
+
 inline void check_rank(const char* op, const char* what, const Tensor& t, int64_t rank) {
   if (t.dim() != rank)
     throw std::invalid_argument(fmt::format("{}: {} must have {} dimensions, got shape {}", op,

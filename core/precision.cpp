@@ -70,7 +70,7 @@ std::string describe_fp32_math(DeviceType device) {
          ", matmul " + math_name(fp32_math(OpFamily::kMatmul, device), device);
 }
 
-ScopedBf16Math::ScopedBf16Math() : previous_(t_bf16) { t_bf16 = true; }
+ScopedBf16Math::ScopedBf16Math(bool on) : previous_(t_bf16) { t_bf16 = previous_ || on; }
 ScopedBf16Math::~ScopedBf16Math() { t_bf16 = previous_; }
 
 ScopedFp32Precision::ScopedFp32Precision(Fp32Precision both)

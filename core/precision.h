@@ -55,7 +55,7 @@ Fp32Math fp32_math(OpFamily family, DeviceType device);
 // and sums in FP32, so both compute what a BF16 tensor core computes.
 class ScopedBf16Math {
  public:
-  ScopedBf16Math();
+  explicit ScopedBf16Math(bool on = true);  // on = false: changes nothing
   ~ScopedBf16Math();
   ScopedBf16Math(const ScopedBf16Math&) = delete;
   ScopedBf16Math& operator=(const ScopedBf16Math&) = delete;
