@@ -70,10 +70,12 @@ TEST_CASE("nccl: every collective on 1 to 5 GPUs against the host's reference", 
   }
 }
 
-// ncclBroadcast, ncclAllGather (a group of ncclBroadcast for shards of
-// different sizes) and ncclReduceScatter against the ring.
-TEST_CASE("nccl: native broadcast, all-gather and reduce-scatter match the ring on 2 and 3 GPUs",
-          "[nccl]") {
+namespace {
+
+// One scenario on every rank of 2 and then 3 simulated GPUs (those there
+// are), each rank's outcomes checked.
+template <class Scenario>
+void on_2_and_3_gpus(const char* what, Scenario scenario) {
   const int available = gpus(2);
   if (available == 0) return;
   for (int n : {2, 3}) {
@@ -81,17 +83,24 @@ TEST_CASE("nccl: native broadcast, all-gather and reduce-scatter match the ring 
     const par::NcclId id = par::nccl_unique_id();
     const auto per_rank = each_rank(n, [&](int r) {
       auto comm = par::nccl_communicator(id, r, n, anvil::Device::cuda(r), options(120));
-      return native_scenario(*comm);
+      return scenario(*comm);
     });
     for (int r = 0; r < n; ++r) {
-      INFO("native collectives on " << n << " GPUs");
+      INFO(what << " on " << n << " GPUs");
       require_outcomes(per_rank[size_t(r)], r);
     }
   }
 }
 
-// The algorithm is part of what ranks agree on: a ring broadcast never
-// meets a native one.
+}  // namespace
+
+// ncclBroadcast, ncclAllGather (a group of ncclBroadcast for shards of
+// different sizes) and ncclReduceScatter against the ring.
+TEST_CASE("nccl: native broadcast, all-gather and reduce-scatter match the ring on 2 and 3 GPUs",
+          "[nccl]") {
+  on_2_and_3_gpus("native collectives", [](par::Communicator& c) { return native_scenario(c); });
+}
+
 TEST_CASE("nccl: ranks that ask for different broadcast algorithms are refused, naming both",
           "[nccl]") {
   if (gpus(2) == 0) return;
@@ -274,18 +283,6 @@ TEST_CASE("nccl: destroying a communicator with an all-reduce in flight finishes
 // result the same bits on every GPU.
 TEST_CASE("nccl: bfloat16 all-reduce on 2 and 3 GPUs is within n-1 roundings of the FP64 sum",
           "[nccl][bf16]") {
-  const int available = gpus(2);
-  if (available == 0) return;
-  for (int n : {2, 3}) {
-    if (!enough_gpus(n, available)) continue;
-    const par::NcclId id = par::nccl_unique_id();
-    const auto per_rank = each_rank(n, [&](int r) {
-      auto comm = par::nccl_communicator(id, r, n, anvil::Device::cuda(r), options(120));
-      return bf16_allreduce_scenario(*comm);
-    });
-    for (int r = 0; r < n; ++r) {
-      INFO("bfloat16 all-reduce on " << n << " GPUs");
-      require_outcomes(per_rank[size_t(r)], r);
-    }
-  }
+  on_2_and_3_gpus("bfloat16 all-reduce",
+                  [](par::Communicator& c) { return bf16_allreduce_scenario(c); });
 }
