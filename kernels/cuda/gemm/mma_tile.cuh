@@ -144,7 +144,7 @@ struct Bf16 {
   template <int Threads, int BJ, class Get>
   struct Stager {
     using L = Layout<Get::kMajor, BJ>;
-    using Quad = decltype(warp_tile::fetch_quad(std::declval<const Get&>(), 0, 0, 0, 0));
+    using Quad = warp_tile::QuadOf<Get>;
     static constexpr int kUnits = kBK * BJ / 8 / Threads;  // 8 elements a unit
     static constexpr int kQuads = 2 * kUnits;
     static_assert(kUnits >= 1 && kUnits * 8 * Threads == kBK * BJ);

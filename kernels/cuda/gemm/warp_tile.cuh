@@ -99,12 +99,18 @@ using DoubleBufferedNarrow = Shape<8, 1, 4, 8, 2, 2, 2, 3>;
 template <class Get>
 using ElementOf = std::remove_cvref_t<decltype(std::declval<const Get&>()(0, 0))>;
 
+// Four elements of an operand in registers: a float4, or a vec::Bf16x4 for
+// bfloat16 (named here, not deduced: host code takes the type too).
+template <class T> struct QuadType { using type = float4; };
+template <> struct QuadType<bfloat16> { using type = vec::Bf16x4; };
+template <class Get>
+using QuadOf = typename QuadType<ElementOf<Get>>::type;
+
 // Elements (j..j+3, k) of a KMajor operand, else (j, k..k+3), zero outside
 // J x Kd: one load (16 bytes of float, 8 of bfloat16) when the operand has
-// quad() and all four are inside, else four scalar loads. A float4 or a
-// vec::Bf16x4, by the operand's element type.
+// quad() and all four are inside, else four scalar loads.
 template <class Get>
-__device__ __forceinline__ auto fetch_quad(const Get& get, int j, int k, int J, int Kd) {
+__device__ __forceinline__ QuadOf<Get> fetch_quad(const Get& get, int j, int k, int J, int Kd) {
   using T = ElementOf<Get>;
   constexpr bool kAlongJ = Get::kMajor;
   if constexpr (requires { get.quad(j, k); }) {
