@@ -24,24 +24,31 @@
 # (re)built there first. The runs' audit files stay in build/launch-audit/
 # (MODEL-BATCH-runK.jsonl), with their merge in MODEL-BATCH.jsonl, which
 # tools/predict/step_time.py reads; other precisions than ieee add theirs to
-# the names (MODEL-BATCH-tf32.jsonl).
+# the names (MODEL-BATCH-tf32.jsonl). --amp bf16 runs the step under bfloat16
+# autocast (docs/mixed-precision.md), as anvil-train's --amp; its files are
+# tagged -bf16 (MODEL-BATCH-bf16.jsonl) and --write puts its table in
+# docs/generated/launch-audit-bf16.md. ANVIL_NO_BUILD=1 runs the train_step
+# already in the build folder without (re)building it (another checkout's
+# build, say).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-usage="usage: tools/predict/launch-audit.sh MODEL BATCH [--sample N] [--runs N] [--recipe R] [--fp32-precision P] [--write]"
+usage="usage: tools/predict/launch-audit.sh MODEL BATCH [--sample N] [--runs N] [--recipe R] [--fp32-precision P] [--amp bf16] [--write]"
 [[ $# -ge 2 ]] || { echo "$usage" >&2; exit 2; }
 model=$1 batch=$2
 shift 2
-sample=0 runs=5 recipe=seed precision=ieee write=
+sample=0 runs=5 recipe=seed precision=ieee amp=off write=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --sample) sample=${2:?--sample needs a block count}; shift 2 ;;
     --runs) runs=${2:?--runs needs a count}; shift 2 ;;
     --recipe) recipe=${2:?--recipe needs seed or best}; shift 2 ;;
     --fp32-precision) precision=${2:?--fp32-precision needs default, ieee or tf32}; shift 2 ;;
+    --amp) amp=${2:?--amp needs off or bf16}; shift 2 ;;
     --write) write=1; shift ;;
     *) echo "launch-audit: unknown argument '$1'" >&2; echo "$usage" >&2; exit 2 ;;
   esac
 done
+[[ $amp == off || $amp == bf16 ]] || { echo "launch-audit: --amp '$amp' is not off or bf16" >&2; exit 2; }
 [[ $batch =~ ^[1-9][0-9]*$ ]] || { echo "launch-audit: BATCH '$batch' is not a positive number" >&2; exit 2; }
 [[ $sample =~ ^[0-9]+$ ]] || { echo "launch-audit: --sample '$sample' is not a block count" >&2; exit 2; }
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "launch-audit: --runs '$runs' is not a positive count" >&2; exit 2; }
@@ -51,19 +58,20 @@ if ! grep -q 'ANVIL_CUDA:STRING=SIM' "$build/CMakeCache.txt" 2>/dev/null; then
   echo "launch-audit: $build is not a simulator build (cmake --preset sim)" >&2
   exit 2
 fi
-nice -n 19 cmake --build "$build" --target train_step -j2 >/dev/null
+[[ ${ANVIL_NO_BUILD:-} == 1 ]] || nice -n 19 cmake --build "$build" --target train_step -j2 >/dev/null
 
 out=build/launch-audit
 mkdir -p "$out"
 tag=""  # the FP32 audits keep the names tools/predict/step_time.py reads
 [[ $precision != ieee ]] && tag="-$precision"
+[[ $amp != off ]] && tag+="-$amp"
 audits=()
 start=$(date +%s)
 for ((run = 1; run <= runs; ++run)); do
   audit="$out/$model-$batch$tag-run$run.jsonl"
   ANVIL_SIM_LAUNCH_AUDIT="$audit" ANVIL_SIM_SAMPLE_BLOCKS="$sample" \
     nice -n 19 "$build/train_step" --model "$model" --batch-size "$batch" --recipe "$recipe" \
-      --fp32-precision "$precision" >&2
+      --fp32-precision "$precision" --amp "$amp" >&2
   audits+=("$audit")
 done
 seconds=$(( ($(date +%s) - start) / runs ))
@@ -72,9 +80,12 @@ cmd="tools/predict/launch-audit.sh $model $batch"
 [[ $sample != 0 ]] && cmd+=" --sample $sample"
 [[ $recipe != seed ]] && cmd+=" --recipe $recipe"
 [[ $precision != ieee ]] && cmd+=" --fp32-precision $precision"
+[[ $amp != off ]] && cmd+=" --amp $amp"
 [[ $runs != 5 ]] && cmd+=" --runs $runs"
-title="**$model, batch $batch, one training step ($recipe recipe, fp32 precision $precision)**, \`$cmd\` ($(date -u +%Y-%m-%d), ${seconds} s a run on this machine)"
+what="fp32 precision $precision"
+[[ $amp != off ]] && what+=", amp $amp"
+title="**$model, batch $batch, one training step ($recipe recipe, $what)**, \`$cmd\` ($(date -u +%Y-%m-%d), ${seconds} s a run on this machine)"
 args=("${audits[@]}" --title "$title" --save "$out/$model-$batch$tag.jsonl")
 [[ -n $write ]] && args+=(--write "$model $batch")
-[[ -n $write && $precision != ieee ]] && args+=(--doc "docs/generated/launch-audit-$precision.md")
+[[ -n $write && -n $tag ]] && args+=(--doc "docs/generated/launch-audit$tag.md")
 python3 tools/predict/launch_audit.py "${args[@]}"

@@ -11,12 +11,49 @@ block per channel for bias gradients and BatchNorm variant 1).
     tools/predict/step_time.py --launch-us 2                # another per-launch floor
     tools/predict/step_time.py --fp32-precision tf32        # FP32 kernels -> the TF32 rungs
     tools/predict/step_time.py --fp32-precision tf32 --tc-efficiency 0.5
+    tools/predict/step_time.py --amp bf16                   # TF32 -> bfloat16 autocast
 
 With --fp32-precision tf32 the two configurations are the shipped FP32
 kernels and the same step with conv 06 and GEMM 11 (the TF32 rungs, which
 keep conv 05's and GEMM 08's tiles and split plans; their audit is
 docs/generated/launch-audit-tf32.md); their launches' FLOPs go at the dense
 TF32 peak times --tc-efficiency.
+
+With --amp bf16 the two configurations are that TF32 step (PyTorch's
+default for float32 convolutions) and the step under bfloat16 autocast
+(train_step --amp bf16, docs/mixed-precision.md; its audit is
+docs/generated/launch-audit-bf16.md). Its launches, as the op layer and the
+CUDA backend issue them (core/ops_nn.cpp, core/ops.cpp, core/autocast.cpp,
+kernels/cuda/conv/conv.cpp, kernels/cuda/gemm/gemm.cpp):
+- convolutions on conv rung 07 and linear layers on GEMM rung 10 (BF16
+  mma.sync m16n8k16), with conv 05's / GEMM 08's tiles and split plans,
+  reading bfloat16 operands (2 bytes an element; a conv's float32 bias, 4),
+  writing float32 outputs or split-K partials; their FLOPs go at the dense
+  BF16 peak (989.4 TFLOP/s, half the datasheet's 1979 with sparsity) times
+  --tc-efficiency;
+- a float_to_bf16_kernel (4 bytes read, 2 written an element) for every
+  bfloat16 output of those: forward y, backward dx (weight gradients stay
+  float32: none); the linear bias is added to the float32 output first
+  (add_channel_bias_kernel, float32);
+- the conversions the op layer stages: the images cast to bfloat16 before
+  the first conv; the logits cast to float32 twice (cross-entropy, and the
+  trainer's count_correct) and the loss gradient cast back; each conv and
+  linear bias gradient sums a float32 copy of dy (bf16_to_float_kernel, 2
+  bytes read, 4 written); in ResNet-18, global_avg_pool2d casts its input
+  to float32 (the pooling kernels run in float32 there) and its gradient
+  back, and the linear layer casts its float32 input to bfloat16 and the
+  input's bfloat16 gradient to float32;
+- relu, add, avg pooling (LeNet's) and BatchNorm read and write bfloat16
+  (2 bytes an element; BatchNorm's statistics and parameters float32);
+- SGD also writes the bfloat16 copy of each conv and linear weight (2 more
+  bytes an element; biases and BatchNorm's parameters have none);
+- the first step casts each conv and linear weight to bfloat16 once (the
+  cast cache, core/autocast.h): a one-step audit has those launches, so the
+  model has them too; the report prints what they cost, and the steady
+  state is the step without them.
+Everything else is the TF32 step's, on the same rows; a row is named by the
+FP32 kernel (as in the tf32 mode) or by the float32 kernel whose bfloat16
+variant runs.
 
 The model, and every assumption in it:
 
@@ -89,7 +126,11 @@ F = 4  # bytes per float
 # H100 SXM5's dense TF32 tensor-core peak (its datasheet: 989.4 TFLOP/s with
 # sparsity, half of it dense); --tc-efficiency scales it.
 TF32_PEAK = 494.7e12
-ERAS = {False: ("baseline", "shipped"), True: ("FP32", "TF32")}  # the two columns' names
+# H100 SXM5's dense BF16 tensor-core peak (the datasheet's 1979 TFLOP/s with
+# sparsity, half of it dense); --tc-efficiency scales it.
+BF16_PEAK = 989.4e12
+ERAS = {"ieee": ("baseline", "shipped"), "tf32": ("FP32", "TF32"), "bf16": ("TF32", "BF16")}  # the columns' names
+BF16 = "anvil::bfloat16"
 CLASSES = 10
 GEMM, CONV, RED, BN, EW, POOL, SOFT = ("gemm_kernels::", "conv_kernels::", "reduce_kernels::",
                                        "batch_norm_kernels::", "elementwise_kernels::",
@@ -138,17 +179,48 @@ def tf32_name(kernel):
     raise ValueError(f"step_time: no TF32 rung for {kernel}")
 
 
+# The BF16 rungs' kernels (conv 07, GEMM 10): conv 05's tiles as
+# mma_tile::Shape<Bf16, ...>, GEMM 08's 128x128 as Shape<Bf16, 2, 4, 2>.
+BF16_TILES = {"64x128": "mma_tile::Shape<mma_tile::Bf16,1,4,3>",
+              "128x128": "mma_tile::Shape<mma_tile::Bf16,2,4,2>"}
+
+
+def bf16_name(kernel):
+    """The kernel that runs a float32 kernel's work on bfloat16 data under
+    autocast (its name in the bf16 audit)."""
+    m = re.match(r"(conv_kernels::\w+_warp_tiled)<(\d+x\d+)>$", kernel)
+    if m:
+        return f"{m.group(1)}<{BF16_TILES[m.group(2)]},{BF16}>"
+    m = re.match(r"gemm_kernels::gemm_split_k<(\w+),(\w+)>$", kernel)
+    if m:
+        return f"gemm_kernels::gemm_mma<{BF16_TILES['128x128']},{m.group(1)},{m.group(2)},{BF16}>"
+    m = re.match(r"(.*_split<\d,int)>$", kernel)  # BatchNorm's passes
+    if m:
+        return f"{m.group(1)},{BF16}>"
+    if kernel.endswith("<int>"):  # pooling
+        return kernel[:-1] + f",{BF16}>"
+    if "<" not in kernel:  # relu, add, BatchNorm's forward fold
+        return f"{kernel}<{BF16}>"
+    raise ValueError(f"step_time: no bfloat16 variant of {kernel}")
+
+
 class Step:
     """The launches of one step, per era ("baseline", "shipped"). With tf32,
     the eras are the shipped FP32 kernels ("baseline") and the same step with
     the TF32 rungs in the convolutions and GEMMs ("shipped"): everything
     else launches the shipped kernels in both."""
 
-    def __init__(self, tf32=False):
+    def __init__(self, tf32=False, amp=False):
         self.launches = {"baseline": [], "shipped": []}
-        self.tf32 = tf32
+        self.tf32, self.amp = tf32, amp
+        self.e = 2 if amp else F  # bytes per activation element
+        self.first_step = []  # with amp: the weight casts of the first step
 
     def add(self, era, kernel, flops, nbytes, row=None, blocks=None):
+        if self.amp:  # one configuration: the bfloat16 step, in "shipped"
+            if era == "baseline":
+                return
+            era = "shipped"
         if self.tf32:  # the FP32 baseline's kernels are out; shipped ones run in both eras
             if era == "baseline":
                 return
@@ -157,6 +229,19 @@ class Step:
             self.launches[e].append(dict(kernel=kernel, row=row or kernel, flops=flops, bytes=nbytes,
                                          blocks=blocks, tensor_cores=False))
 
+    def native(self, kernel):
+        """The kernel of a float32 kernel's work: its bfloat16 variant under amp."""
+        return bf16_name(kernel) if self.amp else kernel
+
+    def convert(self, n, to_bf16, first_step=False):
+        """An elementwise float32 <-> bfloat16 conversion of n elements (amp only)."""
+        if not self.amp:
+            return
+        kernel = EW + ("float_to_bf16_kernel" if to_bf16 else "bf16_to_float_kernel")
+        self.add("shipped", kernel, 0, (F + 2) * n, blocks=min(math.ceil(n / 256), 2048))
+        if first_step:
+            self.first_step.append(self.launches["shipped"][-1])
+
     def gemm(self, kernel, before, m, n, k, flops, read, narrow=False):
         """A shipped GEMM (conv 5 or GEMM 8) of an m x n result over k, its split-K
         sum, and the baseline launch (GEMM 4 / conv 3: 64x64 tiles, unsplit)."""
@@ -164,7 +249,10 @@ class Step:
         tiles = kt.tiles(m, n, bm, 128)
         splits = kt.split_k(m, n, k, tiles, per_sm)[0]
         nbytes, blocks = read + F * splits * m * n, tiles * splits
-        if self.tf32:  # the TF32 rungs: the FP32 rungs' tiles, split plans and sums
+        if self.amp:  # the BF16 rungs: conv 05's and GEMM 08's tiles and split plans
+            self.launches["shipped"].append(dict(kernel=bf16_name(kernel), row=kernel, flops=flops,
+                                                 bytes=nbytes, blocks=blocks, tensor_cores="bf16"))
+        elif self.tf32:  # the TF32 rungs: the FP32 rungs' tiles, split plans and sums
             self.launches["baseline"].append(dict(kernel=kernel, row=kernel, flops=flops, bytes=nbytes,
                                                   blocks=blocks, tensor_cores=False))
             self.launches["shipped"].append(dict(kernel=tf32_name(kernel), row=kernel, flops=flops,
@@ -178,6 +266,7 @@ class Step:
         self.add("baseline", before, flops, read + F * m * n, row=kernel, blocks=kt.tiles(m, n, 64, 64))
 
     def channel_sum(self, outer, c, inner, before):
+        self.convert(outer * c * inner, False)  # amp: channel_sum reads a float32 copy of dy
         if inner == 1:  # a linear layer's bias: column sums over row slices (reduce.cu)
             s = column_slices(c, outer)
             split, blocks = RED + "column_sum_rows", math.ceil(c / 256) * s
@@ -190,13 +279,24 @@ class Step:
 
     def batch_norm(self, n, c, hw):
         v, s, x = (4 if hw % 4 == 0 else 1), split_count(c, n * hw), n * c * hw
+        e = self.e  # x, y, dy, dx: bfloat16 under amp; statistics and parameters float32
         for d, passes, before, fold_c, split_bytes in (
                 ("forward", ("stats", "normalize"), "forward_train_kernel", 8, (x, 2 * x + 4 * c)),
                 ("backward", ("sums", "dx"), "backward_train_kernel", 4, (2 * x, 3 * x + 4 * c))):
             first = f"{BN}{d}_{passes[0]}_split<{v},int>"
+            second = f"{BN}{d}_{passes[1]}_split<{v},int>"
+            fold = f"{BN}{d}_fold"
+            if self.amp:
+                xs = split_bytes[0] // x, (split_bytes[1] - 4 * c) // x
+                for kernel, nbytes, blocks in ((first, e * xs[0] * x + F * 3 * c * s, c * s),
+                                               (fold, F * (3 * c * s + fold_c * c), math.ceil(c / 8)),
+                                               (second, e * xs[1] * x + F * 4 * c, c * s)):
+                    native = self.native(kernel) if kernel != f"{BN}backward_fold" else kernel
+                    self.add("shipped", native, 0, nbytes, row=kernel, blocks=blocks)
+                continue
             self.add("shipped", first, 0, F * (split_bytes[0] + 3 * c * s), blocks=c * s)
-            self.add("shipped", f"{BN}{d}_fold", 0, F * (3 * c * s + fold_c * c), blocks=math.ceil(c / 8))
-            self.add("shipped", f"{BN}{d}_{passes[1]}_split<{v},int>", 0, F * split_bytes[1], blocks=c * s)
+            self.add("shipped", fold, 0, F * (3 * c * s + fold_c * c), blocks=math.ceil(c / 8))
+            self.add("shipped", second, 0, F * split_bytes[1], blocks=c * s)
             self.add("baseline", BN + before, 0, F * (split_bytes[1] + 2 * c), row=first, blocks=c)
         self.add("both", EW + "add_scalar_kernel", 0, 16)  # num_batches_tracked += 1
 
@@ -216,78 +316,126 @@ def conv(step, s, need_dx=True):
     useful = 2.0 * s["N"] * s["K"] * s["P"] ** 2 * s["C"] * s["R"] ** 2
     sizes = {"fwd": s["N"] * s["K"] * s["P"] ** 2, "bwdD": s["N"] * s["C"] * s["H"] ** 2,
              "bwdW": s["K"] * s["C"] * s["R"] ** 2}  # each direction's output
+    if not need_dx:  # amp: the images, cast to bfloat16 for the first conv
+        step.convert(s["N"] * s["C"] * s["H"] ** 2, True)
+    step.convert(s["K"] * s["C"] * s["R"] ** 2, True, first_step=True)  # amp: the weight's copy
     for d, m, n, k, nbytes in kt.conv_gemms(s):
         if d == "bwdD" and not need_dx:
             continue
         base = {"fwd": "forward", "bwdD": "backward_data", "bwdW": "backward_weight"}[d]
         tile = "64x128" if m <= 64 else "128x128"
-        read = nbytes - F * sizes[d] + (F * s["K"] if d == "fwd" else 0)  # + the bias
+        read = nbytes - F * sizes[d]
+        if step.amp:  # bfloat16 operands
+            read = read // F * 2
+        read += F * s["K"] if d == "fwd" else 0  # + the bias
         step.gemm(f"{CONV}{base}_warp_tiled<{tile}>", f"{CONV}{base}_implicit", m, n, k, useful, read,
                   narrow=m <= 64)
+        if d != "bwdW":  # amp: y and dx rounded to bfloat16 from the float32 output
+            step.convert(sizes[d], True)
     step.channel_sum(s["N"], s["K"], s["P"] ** 2, CONV + "bias_grad")  # dbias
 
 
-def linear(step, b, fin, fout):
+def linear(step, b, fin, fout, float_input=False):
+    """float_input: under amp, x is float32 (ResNet's pooled features): cast
+    to bfloat16, and its bfloat16 gradient cast back."""
     flops = 2.0 * b * fin * fout
+    step.convert(fin * fout, True, first_step=True)  # amp: the weight's copy
+    if float_input:
+        step.convert(b * fin, True)
+    e = 2 if step.amp else F  # the operands' bytes
     for (ta, tb), m, n, k, read in (((0, 1), b, fout, fin, b * fin + fout * fin),
                                     ((0, 0), b, fin, fout, b * fout + fout * fin),
                                     ((1, 0), fout, fin, b, b * fout + b * fin)):
         flags = f"<{'true' if ta else 'false'},{'true' if tb else 'false'}>"
-        step.gemm(f"{GEMM}gemm_split_k{flags}", f"{GEMM}gemm_register_blocked{flags}", m, n, k, flops, F * read)
+        step.gemm(f"{GEMM}gemm_split_k{flags}", f"{GEMM}gemm_register_blocked{flags}", m, n, k, flops, e * read)
+        if (ta, tb) == (0, 0):  # amp: dx rounded to bfloat16 (and back to float32 for a float input)
+            step.convert(b * fin, True)
+            if float_input:
+                step.convert(b * fin, False)
+    step.convert(b * fout, True)  # amp: y, after the float32 bias
     step.add("both", EW + "add_channel_bias_kernel<int>", 0, F * (2 * b * fout + fout))
     step.channel_sum(b, fout, 1, RED + "channel_sum_kernel")
 
 
-def elementwise(step, relu=(), pool=(), adds=()):
+def elementwise(step, relu=(), pool=(), adds=(), float_pool=False):
+    """float_pool: global_avg_pool2d, float32 from either dtype (amp: its
+    input cast to float32, its gradient back to bfloat16)."""
+    e = step.e
     for n in relu:
-        step.add("both", EW + "relu_forward_kernel", 0, F * 2 * n)
-        step.add("both", EW + "relu_backward_kernel", 0, F * 3 * n)
+        for kernel, nbytes in (("relu_forward_kernel", 2 * n), ("relu_backward_kernel", 3 * n)):
+            step.add("both", step.native(EW + kernel), 0, e * nbytes, row=EW + kernel)
     for x, y in pool:
-        step.add("both", POOL + "avg_pool_forward_kernel<int>", 0, F * (x + y))
-        step.add("both", POOL + "avg_pool_backward_kernel<int>", 0, F * (x + y))
+        if float_pool:
+            step.convert(x, False)
+            step.convert(x, True)
+        for kernel in ("avg_pool_forward_kernel<int>", "avg_pool_backward_kernel<int>"):
+            name = POOL + kernel
+            if float_pool or not step.amp:
+                native, nbytes = (name[:-1] + ",float>" if step.amp else name), F * (x + y)
+            else:
+                native, nbytes = step.native(name), e * (x + y)
+            step.add("both", native, 0, nbytes, row=name)
     for n in adds:  # residual sums; gradient sums where a tensor forks
-        step.add("both", EW + "add_kernel", 0, F * 3 * n)
+        step.add("both", step.native(EW + "add_kernel"), 0, e * 3 * n, row=EW + "add_kernel")
 
 
 def loss_and_sgd(step, b, params):
     """Cross-entropy (core/ops_nn.cpp), the trainer's bookkeeping (nn/train.cpp)
     and one SGD launch per parameter tensor."""
     logits, labels = F * b * CLASSES, 8 * b
+    for _ in range(2):  # amp: the bfloat16 logits cast to float32 for the loss and count_correct
+        step.convert(b * CLASSES, False)
+    step.convert(b * CLASSES, True)  # amp: the loss gradient cast back
     for kernel, nbytes in (
             (RED + "label_min_max_kernel", labels), (SOFT + "forward_warp_per_row", 2 * logits + F * b + labels),
             (RED + "sum_partials", F * b), (RED + "sum_final", 8), (EW + "scale_kernel", 8),
             (SOFT + "count_correct_kernel", logits + labels + 8), (EW + "axpy_kernel", 12),
             (EW + "fill_kernel<float>", 4), (EW + "fill_kernel<float>", 4), (EW + "fill_kernel<long>", 8),
             (EW + "broadcast_scalar_kernel", F * (b + 1)), (SOFT + "backward_kernel", 2 * logits + F * b + labels)):
-        step.add("both", kernel, 0, nbytes)
-    for p in params:
-        step.add("both", SGD, 0, F * 3 * p)
+        row = kernel
+        if step.amp and kernel == EW + "scale_kernel":
+            kernel += "<float>"
+        step.add("both", kernel, 0, nbytes, row=row)
+    for p, copy in params:  # amp: a conv or linear weight's bfloat16 copy, rewritten
+        step.add("both", SGD, 0, F * 3 * p + (2 * p if step.amp and copy else 0))
 
 
-def build(model, batch, tf32=False):
-    """The launches of one training step, and the step's GEMM FLOPs."""
+def build(model, batch, tf32=False, amp=False):
+    """The launches of one training step, and the step's GEMM FLOPs. amp:
+    the TF32 step ("baseline") and the bfloat16 autocast step ("shipped")."""
+    if amp:
+        step = build(model, batch, tf32=True)
+        bf16 = build_one(model, batch, Step(amp=True))
+        step.launches["baseline"] = step.launches["shipped"]
+        step.launches["shipped"] = bf16.launches["shipped"]
+        step.first_step = bf16.first_step
+        return step
+    return build_one(model, batch, Step(tf32))
+
+
+def build_one(model, batch, step):
     lenet, lenet_fc, resnet = kt.layers(batch)
-    step, params = Step(tf32), []
+    params = []  # (elements, whether autocast keeps a bfloat16 copy)
     if model == "lenet":  # conv, ReLU, avg pool x2; 800-128-10 (nn/models.cpp)
         for i, s in enumerate(lenet):
             conv(step, s, need_dx=i > 0)
             y = s["N"] * s["K"] * s["P"] ** 2
             elementwise(step, relu=[y], pool=[(y, s["N"] * s["K"] * (s["P"] // 2) ** 2)])
-            params += [s["K"] * s["C"] * s["R"] ** 2, s["K"]]
+            params += [(s["K"] * s["C"] * s["R"] ** 2, True), (s["K"], False)]
         for name, b, fin, fout in lenet_fc:
             linear(step, b, fin, fout)
-            params += [fin * fout, fout]
+            params += [(fin * fout, True), (fout, False)]
         elementwise(step, relu=[batch * lenet_fc[0][3]])
     else:  # ResNet-18: every conv but the shortcuts is followed by BatchNorm and a ReLU
         stages = defaultdict(list)
         for i, s in enumerate(s for s in resnet for _ in range(s["count"])):
             conv(step, s, need_dx=i > 0)
-            params += [s["K"] * s["C"] * s["R"] ** 2, s["K"]]
+            params += [(s["K"] * s["C"] * s["R"] ** 2, True), (s["K"], False)]
             stages[s["name"].split()[1]].append(s)
             if "shortcut" not in s["name"]:
                 step.batch_norm(s["N"], s["K"], s["P"] ** 2)
                 elementwise(step, relu=[s["N"] * s["K"] * s["P"] ** 2])
-                params += [s["K"], s["K"]]
+                params += [(s["K"], False), (s["K"], False)]
         for name, convs in stages.items():  # two residuals a stage, after the stem
             if name == "stem":
                 continue
@@ -295,9 +443,9 @@ def build(model, batch, tf32=False):
             x_in, y_out = batch * first["C"] * first["H"] ** 2, batch * last["K"] * last["P"] ** 2
             elementwise(step, adds=[y_out, y_out, x_in, y_out])  # forward, backward
         top = resnet[-1]
-        elementwise(step, pool=[(batch * top["K"] * top["P"] ** 2, batch * top["K"])])
-        linear(step, batch, top["K"], CLASSES)
-        params += [top["K"] * CLASSES, CLASSES]
+        elementwise(step, pool=[(batch * top["K"] * top["P"] ** 2, batch * top["K"])], float_pool=True)
+        linear(step, batch, top["K"], CLASSES, float_input=True)
+        params += [(top["K"] * CLASSES, True), (CLASSES, False)]
     loss_and_sgd(step, batch, params)
     return step
 
@@ -333,7 +481,11 @@ def shipped_audit(model, batch, docs_only, tag=""):
             str(doc.relative_to(ROOT)) + " (no " + str(path.relative_to(ROOT)) + ")")
 
 
-def audits(model, batch, docs_only=False, tf32=False):
+def audits(model, batch, docs_only=False, tf32=False, amp=False):
+    if amp:  # the TF32 step against the bfloat16 autocast step
+        tc, tc_source = shipped_audit(model, batch, docs_only, "-tf32")
+        bf, bf_source = shipped_audit(model, batch, docs_only, "-bf16")
+        return {"baseline": tc, "shipped": bf}, f"TF32 {tc_source}; BF16 {bf_source}"
     after, source = shipped_audit(model, batch, docs_only)
     if tf32:  # FP32's shipped kernels against the TF32 step
         tc, tc_source = shipped_audit(model, batch, docs_only, "-tf32")
@@ -344,9 +496,11 @@ def audits(model, batch, docs_only=False, tf32=False):
 
 
 def predict(model, batch, a):
-    tf32 = a.fp32_precision == "tf32"
-    step, (audit, source) = build(model, batch, tf32), audits(model, batch, a.docs, tf32)
-    tc_peak = TF32_PEAK * a.tc_efficiency
+    amp = a.amp == "bf16"
+    tf32 = a.fp32_precision == "tf32" and not amp
+    mode = "bf16" if amp else "tf32" if tf32 else "ieee"
+    step, (audit, source) = build(model, batch, tf32, amp), audits(model, batch, a.docs, tf32, amp)
+    peaks = {False: kt.FP32_PEAK, True: TF32_PEAK * a.tc_efficiency, "bf16": BF16_PEAK * a.tc_efficiency}
     rows = defaultdict(lambda: {e: defaultdict(float, kernels=set()) for e in ("baseline", "shipped")})
     checks, totals = [], {}
     for era, launches in step.launches.items():
@@ -368,8 +522,8 @@ def predict(model, batch, a):
         t = totals[era] = defaultdict(float)
         for x in launches:
             util = audit[era].get(x["kernel"], {"util": 1.0})["util"]
-            peak = tc_peak if x["tensor_cores"] else kt.FP32_PEAK
-            roof = max(x["flops"] / peak, x["bytes"] / kt.HBM_BW)
+            roof = max(x["flops"] / peaks[x["tensor_cores"]], x["bytes"] / kt.HBM_BW)
+            x["floored"] = max(roof / util, a.launch_us * 1e-6)
             r = rows[x["row"]][era]
             r["kernels"].add(x["kernel"])
             for key, v in (("launches", 1), ("flops", x["flops"]), ("bytes", x["bytes"]), ("roof", roof),
@@ -377,8 +531,10 @@ def predict(model, batch, a):
                 r[key] += v
                 t[key] += v
     reference = 3 * batch * (sm.lenet_forward_flops() if model == "lenet" else sm.resnet18_forward_flops())
+    first = dict(launches=len(step.first_step), floored=sum(x["floored"] for x in step.first_step),
+                 bytes=sum(x["bytes"] for x in step.first_step))
     return dict(model=model, batch=batch, rows=rows, totals=totals, audit=audit, source=source,
-                checks=checks, reference=reference, tf32=tf32)
+                checks=checks, reference=reference, tf32=tf32, mode=mode, first_step=first)
 
 
 def pair(b, a, fmt):
@@ -421,7 +577,7 @@ def line(label, b, a, util_b, util_a, gflop="{:.3f}"):
 
 def table(p, share=0.0):
     rows, audit = fold(p, share) if share else p["rows"], p["audit"]
-    b, a = ERAS[p["tf32"]]
+    b, a = ERAS[p["mode"]]
     out = [f"| family (shipped kernels) | launches | GFLOP | MB | roofline µs | utilisation {b} | {a} | "
            f"predicted µs {b} | {a} |", "|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(rows, key=lambda k: ("::" not in k, -max(rows[k][e]["pred"] for e in ("baseline", "shipped")))):
@@ -458,12 +614,26 @@ def summary(p, launch_us):
 def report(p, a):
     name = {"lenet": "LeNet", "resnet18": "ResNet-18"}[p["model"]]
     print(f"### {name}, batch {p['batch']}\n")
-    where = (p["source"] if p["tf32"] else
+    where = (p["source"] if p["mode"] != "ieee" else
              f"Shipped: {p['source']}; baseline: docs/generated/launch-audit-baseline.md")
     print(f"{where}. {summary(p, a.launch_us)}.\n")
+    if p["mode"] == "bf16":
+        f, ta, b = p["first_step"], p["totals"]["shipped"], p["batch"]
+        steady = ta["floored"] - f["floored"]
+        print(f"First step only: the {f['launches']} casts of the conv and linear weights to bfloat16 "
+              f"({f['bytes'] / 1e6:.2f} MB, {f['floored'] * 1e6:.1f} µs with the floor), in the audit and "
+              f"in the BF16 column; later steps' SGD rewrites the copies, so the steady-state step is "
+              f"{steady * 1e3:.3f} ms ({b / steady:,.0f} images/s) with the floor.\n")
     print("\n".join(table(p, 0.01 if a.markdown else 0.0)))
     print("\n\\* effective: roofline / predicted over the row's kernels (several kernels, or the total).\n")
-    if p["tf32"]:
+    if p["mode"] == "bf16":
+        print("Mapping (TF32 → BF16): each row's conv 06 or GEMM 11 kernel → the BF16 rung's kernel with "
+              "the same tiles and split plan (conv 07, GEMM 10: `mma_tile::Shape<Bf16, ...>`, bfloat16 "
+              "operands, float32 outputs); relu, add, BatchNorm and LeNet's pooling → their bfloat16 "
+              "variants (`<anvil::bfloat16>`), ResNet's global pooling → its float32 variant; "
+              "`float_to_bf16_kernel` and `bf16_to_float_kernel` are the BF16 step's alone; every other "
+              "kernel is the same in both.\n")
+    elif p["tf32"]:
         print("Mapping (FP32 → TF32): each row's conv 05 or GEMM 08 kernel → the TF32 rung's kernel with "
               "the same tiles and split plan (conv 06, GEMM 11); every other kernel is the same in both.\n")
     else:
@@ -486,8 +656,11 @@ def main():
     ap.add_argument("--fp32-precision", choices=["ieee", "tf32"], default="ieee",
                     help="tf32: the shipped FP32 kernels against the same step with the TF32 rungs "
                          "(docs/generated/launch-audit-tf32.md) in place of the baseline")
+    ap.add_argument("--amp", choices=["off", "bf16"], default="off",
+                    help="bf16: the TF32 step (docs/generated/launch-audit-tf32.md) against the same step "
+                         "under bfloat16 autocast (docs/generated/launch-audit-bf16.md)")
     ap.add_argument("--tc-efficiency", type=float, default=1.0,
-                    help="with tf32: the share of the tensor cores' peak the TF32 rungs reach "
+                    help="with tf32 or bf16: the share of the tensor cores' peak the TF32 rungs reach "
                          "inside a full SM (default 1: a lower bound)")
     ap.add_argument("--markdown", action="store_true",
                     help="print what goes into docs/generated/step-time.md (kernels under 1%% folded)")
@@ -513,14 +686,15 @@ def main():
         text = io.StringIO()
         with contextlib.redirect_stdout(text):
             render(preds, a)
-        tf32 = a.fp32_precision == "tf32"
-        flags = " --fp32-precision tf32" if tf32 else ""
-        text = (("# Predicted step time on one H100: FP32 kernels and TF32 rungs\n\n" if tf32 else
-                 "# Predicted step time on one H100: shipped kernels and the baseline\n\n") +
+        mode = preds[0]["mode"]
+        flags = {"ieee": "", "tf32": " --fp32-precision tf32", "bf16": " --amp bf16"}[mode]
+        title = {"ieee": "shipped kernels and the baseline", "tf32": "FP32 kernels and TF32 rungs",
+                 "bf16": "TF32 rungs and bfloat16 autocast"}[mode]
+        text = (f"# Predicted step time on one H100: {title}\n\n"
                 f"<!-- Generated by `python3 tools/predict/step_time.py --docs{flags} --write`; do not edit. -->\n\n"
                 "How the prediction is made: [kernels.md](../kernels.md), \"Predicted step time\". "
-                f"Each cell with an arrow reads {' → '.join(ERAS[tf32])}.\n\n" + text.getvalue().rstrip() + "\n")
-        path = GENERATED / ("step-time-tf32.md" if tf32 else "step-time.md")
+                f"Each cell with an arrow reads {' → '.join(ERAS[mode])}.\n\n" + text.getvalue().rstrip() + "\n")
+        path = GENERATED / {"ieee": "step-time.md", "tf32": "step-time-tf32.md", "bf16": "step-time-bf16.md"}[mode]
         if a.write:
             path.write_text(text)
             print(f"step_time: {path.relative_to(ROOT)} updated", file=sys.stderr)
@@ -534,7 +708,11 @@ def main():
 
 
 def render(preds, a):
-    if a.fp32_precision == "tf32":
+    if a.amp == "bf16":
+        print(f"BF16: H100 SXM5 dense BF16 {BF16_PEAK / 1e12:.1f} TFLOP/s x --tc-efficiency {a.tc_efficiency:g} "
+              f"for the conv and GEMM launches of the bfloat16 step; dense TF32 {TF32_PEAK / 1e12:.1f} TFLOP/s x "
+              f"{a.tc_efficiency:g} for the TF32 step's.")
+    elif a.fp32_precision == "tf32":
         print(f"TF32: H100 SXM5 dense TF32 {TF32_PEAK / 1e12:.1f} TFLOP/s x --tc-efficiency "
               f"{a.tc_efficiency:g} for the conv and GEMM launches of the TF32 step.")
     print(f"Assumptions: H100 SXM5 FP32 {kt.FP32_PEAK / 1e12:.1f} TFLOP/s, HBM {kt.HBM_BW / 1e12:.2f} TB/s; "
