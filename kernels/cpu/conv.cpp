@@ -29,7 +29,9 @@
 // Winograd kernels in conv_winograd.cpp in all three directions: 4x fewer
 // multiplications. ConvAlgo::kExact (the highest-precision setting,
 // core/precision.h) turns that off for a call; ANVIL_CPU_CONV=im2col in the
-// environment for the whole process (read once).
+// environment for the whole process (read once). ConvAlgo::kBf16 (operands
+// holding bfloat16 values: BF16 autocast and its emulation) takes im2col
+// with gemm_bf16, on the CPU's BF16 dot-product instructions where present.
 // Scratch slots used: 0 (columns), 1 (GEMM output / gathered dy), 2 (in the
 // direct kernels, padded image, per thread) and 3 (backward-weight's
 // partial sums, on the calling thread).
@@ -252,16 +254,25 @@ Split split_batch(const Conv2dShape& s) {
   return {nb, chunks, threads > 1 && chunks >= threads, threads};
 }
 
+// A chunk's GEMM: on the BF16 dot-product instructions for kBf16's operands.
+void product(ConvAlgo algo, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+             const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+             int64_t ldc) {
+  (algo == ConvAlgo::kBf16 ? gemm_bf16 : gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                                               ldc);
+}
+
 // y for images [n0, n0+cnt): im2col, one GEMM into a staging buffer, then
 // the scatter to NCHW with the bias.
 void forward_chunk(const Conv2dShape& s, const TapRanges& taps, const float* x, const float* w,
-                   const float* bias, float* y, int64_t n0, int64_t cnt, bool threaded) {
+                   const float* bias, float* y, int64_t n0, int64_t cnt, bool threaded,
+                   ConvAlgo algo) {
   const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, KPQ = s.K * PQ, cols = cnt * PQ;
   float* col = scratch(static_cast<size_t>(CRS * cols), 0);
   im2col_chunk(s, taps, x, n0, cnt, col, threaded);
   // A single image's GEMM result is already in NCHW order: write it in place.
   float* out = cnt == 1 ? y + n0 * KPQ : scratch(static_cast<size_t>(s.K * cols), 1);
-  gemm(false, false, s.K, cols, CRS, 1.0f, w, CRS, col, cols, 0.0f, out, cols);
+  product(algo, false, false, s.K, cols, CRS, 1.0f, w, CRS, col, cols, 0.0f, out, cols);
   const int64_t rows = cnt * s.K;
 #pragma omp parallel for schedule(static) if (threaded && rows * PQ >= detail::kMinParallel)
   for (int64_t i = 0; i < rows; ++i) {
@@ -282,7 +293,8 @@ void forward_chunk(const Conv2dShape& s, const TapRanges& taps, const float* x, 
 
 // dx for images [n0, n0+cnt): dcol = W^T * dy, then col2im.
 void backward_data_chunk(const Conv2dShape& s, const TapRanges& taps, const float* dy,
-                         const float* w, float* dx, int64_t n0, int64_t cnt, bool threaded) {
+                         const float* w, float* dx, int64_t n0, int64_t cnt, bool threaded,
+                         ConvAlgo algo) {
   const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, cols = cnt * PQ;
   float* dcol = scratch(static_cast<size_t>(CRS * cols), 0);
   const float* g = dy + n0 * s.K * PQ;
@@ -291,14 +303,14 @@ void backward_data_chunk(const Conv2dShape& s, const TapRanges& taps, const floa
     gather_dy(s, dy, n0, cnt, dyc, threaded);
     g = dyc;
   }
-  gemm(true, false, CRS, cols, s.K, 1.0f, w, CRS, g, cols, 0.0f, dcol, cols);
+  product(algo, true, false, CRS, cols, s.K, 1.0f, w, CRS, g, cols, 0.0f, dcol, cols);
   col2im_chunk(s, taps, dcol, n0, cnt, dx, threaded);
 }
 
 // acc (+)= dy * col^T for images [n0, n0+cnt); overwrites acc when !accumulate.
 void backward_weight_chunk(const Conv2dShape& s, const TapRanges& taps, const float* x,
                            const float* dy, float* acc, int64_t n0, int64_t cnt, bool accumulate,
-                           bool threaded) {
+                           bool threaded, ConvAlgo algo) {
   const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, cols = cnt * PQ;
   float* col = scratch(static_cast<size_t>(CRS * cols), 0);
   im2col_chunk(s, taps, x, n0, cnt, col, threaded);
@@ -308,7 +320,8 @@ void backward_weight_chunk(const Conv2dShape& s, const TapRanges& taps, const fl
     gather_dy(s, dy, n0, cnt, dyc, threaded);
     g = dyc;
   }
-  gemm(false, true, s.K, CRS, cols, 1.0f, g, cols, col, cols, accumulate ? 1.0f : 0.0f, acc, CRS);
+  product(algo, false, true, s.K, CRS, cols, 1.0f, g, cols, col, cols, accumulate ? 1.0f : 0.0f,
+          acc, CRS);
 }
 
 }  // namespace
@@ -324,11 +337,12 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
   if (sp.by_image) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t c = 0; c < sp.chunks; ++c)
-      forward_chunk(s, taps, x, w, bias, y, c * sp.nb, std::min(sp.nb, s.N - c * sp.nb), false);
+      forward_chunk(s, taps, x, w, bias, y, c * sp.nb, std::min(sp.nb, s.N - c * sp.nb), false,
+                    algo);
     return;
   }
   for (int64_t n0 = 0; n0 < s.N; n0 += sp.nb)
-    forward_chunk(s, taps, x, w, bias, y, n0, std::min(sp.nb, s.N - n0), true);
+    forward_chunk(s, taps, x, w, bias, y, n0, std::min(sp.nb, s.N - n0), true, algo);
 }
 
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
@@ -346,11 +360,12 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
   if (sp.by_image) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t c = 0; c < sp.chunks; ++c)
-      backward_data_chunk(s, taps, dy, w, dx, c * sp.nb, std::min(sp.nb, s.N - c * sp.nb), false);
+      backward_data_chunk(s, taps, dy, w, dx, c * sp.nb, std::min(sp.nb, s.N - c * sp.nb), false,
+                          algo);
     return;
   }
   for (int64_t n0 = 0; n0 < s.N; n0 += sp.nb)
-    backward_data_chunk(s, taps, dy, w, dx, n0, std::min(sp.nb, s.N - n0), true);
+    backward_data_chunk(s, taps, dy, w, dx, n0, std::min(sp.nb, s.N - n0), true, algo);
 }
 
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
@@ -375,7 +390,8 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
   const TapRanges taps(s);
   if (!sp.by_image) {
     for (int64_t n0 = 0; n0 < s.N; n0 += sp.nb)
-      backward_weight_chunk(s, taps, x, dy, dw, n0, std::min(sp.nb, s.N - n0), n0 > 0, true);
+      backward_weight_chunk(s, taps, x, dy, dw, n0, std::min(sp.nb, s.N - n0), n0 > 0, true,
+                            algo);
   } else {
     // Group g owns chunks g, g + groups, ...; group 0 accumulates straight
     // into dw, the others into partials that are then added in group order.
@@ -388,7 +404,7 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
         float* acc = g == 0 ? dw : partial + (g - 1) * KCRS;
         for (int64_t c = g; c < sp.chunks; c += groups)
           backward_weight_chunk(s, taps, x, dy, acc, c * sp.nb, std::min(sp.nb, s.N - c * sp.nb),
-                                c != g, false);
+                                c != g, false, algo);
       }
       // Row blocks of dw, each summed over the partials in group order.
       constexpr int64_t kBlock = 4096;
@@ -411,6 +427,7 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
 namespace {
 Fp32Math conv_math() { return fp32_math(OpFamily::kConv, DeviceType::CPU); }
 ConvAlgo conv_algo(Fp32Math m) {
+  if (m == Fp32Math::kBf16) return ConvAlgo::kBf16;
   return m == Fp32Math::kFp32Fast ? ConvAlgo::kFastest : ConvAlgo::kExact;
 }
 }  // namespace
@@ -420,7 +437,7 @@ void CpuBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Ten
   const Fp32Math m = operand_math(conv_math(), x, w);
   if (rounds_operands(m)) {
     return cpu::conv2d_forward(s, rounded_operand(x, 0, m), rounded_operand(w, 1, m), floats(bias),
-                               floats(y), ConvAlgo::kExact);
+                               floats(y), conv_algo(m));
   }
   cpu::conv2d_forward(s, floats(x), floats(w), floats(bias), floats(y), conv_algo(m));
 }
@@ -430,7 +447,7 @@ void CpuBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, co
   const Fp32Math m = operand_math(conv_math(), dy, w);
   if (rounds_operands(m)) {
     return cpu::conv2d_backward_data(s, rounded_operand(dy, 0, m), rounded_operand(w, 1, m), floats(dx),
-                                     ConvAlgo::kExact);
+                                     conv_algo(m));
   }
   cpu::conv2d_backward_data(s, floats(dy), floats(w), floats(dx), conv_algo(m));
 }
@@ -443,7 +460,7 @@ void CpuBackend::conv2d_backward_weight(const Conv2dShape& s, const Tensor& x, c
   if (rounds_operands(m)) {
     const float* dy_rounded = rounded_operand(dy, 1, m);
     cpu::conv2d_backward_weight(s, rounded_operand(x, 0, m), dy_rounded, floats(dw), nullptr,
-                                ConvAlgo::kExact);
+                                conv_algo(m));
     if (dbias.defined())
       cpu::channel_sum(s.N, s.K, s.P * s.Q,
                        dy.dtype() == DType::BFloat16 ? dy_rounded : floats(dy), floats(dbias));

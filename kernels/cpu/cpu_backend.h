@@ -5,8 +5,9 @@
 // Convolutions and matrix products follow core/precision.h: FP32 with the
 // fastest algorithm by default; kIeee rules Winograd out; kTf32 and kBf16
 // emulate a tensor core: the operands are rounded to TF32 or BF16
-// (rounded_operand below), and the exact FP32 algorithm runs on them; so do
-// bfloat16 operands under any setting (operand_math). A
+// (rounded_operand below), and the exact FP32 algorithm runs on them (for
+// BF16 with gemm_bf16 as its GEMM: the CPU's BF16 dot-product instructions
+// where present); so do bfloat16 operands under any setting (operand_math). A
 // product of two such values (11 or 8 significant bits each) is exact in FP32, so only the order of the FP32
 // sums differs from the GPU's. The bias and its gradient stay FP32, as on
 // the GPU.

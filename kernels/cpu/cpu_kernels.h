@@ -22,12 +22,24 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc);
 
+// The same product when every element of A and B is a bfloat16 value held in
+// a float (rounded_operand's copies, bfloat16 tensors widened): FP32 sums of
+// the exact products, on AVX-512 BF16's dot-product instructions where the
+// CPU has them (checked at run time) and ANVIL_CPU_BF16 is not "off", else
+// gemm() above (gemm_bf16.cpp).
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+// Whether gemm_bf16 runs on the BF16 instructions on this machine.
+bool bf16_dot_enabled();
+
 // Convolution (cross-correlation, as PyTorch). bias may be null.
 // kFastest may take Winograd's transforms (3x3 layers with 16+ channels each
 // way), which round differently from FP32 products and sums; kExact computes
 // every output as a sum of FP32 products (im2col + GEMM, or the direct
-// kernels), the highest-precision setting (core/precision.h).
-enum class ConvAlgo { kFastest, kExact };
+// kernels), the highest-precision setting (core/precision.h). kBf16 is
+// kExact for operands that hold bfloat16 values, with gemm_bf16 as the GEMM.
+enum class ConvAlgo { kFastest, kExact, kBf16 };
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
                     float* y, ConvAlgo algo = ConvAlgo::kFastest);
 // dx = conv2d transposed: overwrites dx.

@@ -92,8 +92,9 @@ void CpuBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tens
   int64_t K = ta ? a.size(0) : a.size(1);
   const Fp32Math m = operand_math(fp32_math(OpFamily::kMatmul, DeviceType::CPU), a, b);
   if (rounds_operands(m)) {
-    return cpu::gemm(ta, tb, M, N, K, alpha, rounded_operand(a, 0, m), a.size(1), rounded_operand(b, 1, m),
-                     b.size(1), beta, floats(y), N);
+    return (m == Fp32Math::kBf16 ? cpu::gemm_bf16 : cpu::gemm)(
+        ta, tb, M, N, K, alpha, rounded_operand(a, 0, m), a.size(1), rounded_operand(b, 1, m),
+        b.size(1), beta, floats(y), N);
   }
   cpu::gemm(ta, tb, M, N, K, alpha, floats(a), a.size(1), floats(b), b.size(1), beta, floats(y),
             N);
