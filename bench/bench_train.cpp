@@ -79,6 +79,7 @@
 #include "core/random.h"
 #include "data/idx.h"
 #include "data/transforms.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "nn/models.h"
 #include "nn/optim.h"
 #include "nn/train.h"
@@ -499,7 +500,11 @@ int run(Options& o) {
                            load_average());
   std::cout << fmt::format("anvil's float32 math (--fp32-precision {}): {}{}\n", o.fp32_precision,
                            describe_fp32_math(DeviceType::CPU),
-                           o.amp == "bf16" ? "; amp bf16 (conv and linear in BF16, emulated)" : "");
+                           o.amp != "bf16"           ? ""
+                           : cpu::bf16_dot_enabled() ? "; amp bf16 (conv and linear in BF16, "
+                                                       "on AVX-512 BF16)"
+                                                     : "; amp bf16 (conv and linear in BF16, "
+                                                       "emulated)");
 
   // Only the images the run needs (all of them for --epochs).
   const int64_t need =
@@ -776,8 +781,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"default", "ieee", "tf32"}));
   app.add_option("--amp", o.amp,
-                 "anvil's mixed precision: off or bf16 (conv and linear in bfloat16, emulated on "
-                 "the CPU); PyTorch's side stays FP32")
+                 "anvil's mixed precision: off or bf16 (conv and linear in bfloat16: AVX-512 "
+                 "BF16 where the CPU has it, else emulated); PyTorch's side stays FP32")
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "bf16"}));
   app.add_option("--python", o.python, "Python interpreter with torch")->capture_default_str();

@@ -25,6 +25,7 @@
 
 #include "core/device.h"
 #include "core/tensor.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "nn/models.h"
 #include "nn/safetensors.h"
 #include "tests/cli_test_util.h"
@@ -605,7 +606,8 @@ TEST_CASE("anvil-train --amp bf16: said in the header and metrics, float32 weigh
   INFO("exit " << r.code << ", output:\n" << r.output);
   REQUIRE(r.code == 0);
   check_no_crash(r);
-  CHECK_THAT(r.output, Contains("amp bf16: conv and linear in BF16 (emulated)"));
+  CHECK_THAT(r.output, Contains(std::string("amp bf16: conv and linear in BF16 (") +
+                                (cpu::bf16_dot_enabled() ? "AVX-512 BF16)" : "emulated)")));
   CliResult plain = run_cli(common + " --metrics " + quote(plain_metrics));
   REQUIRE(plain.code == 0);
   CHECK_THAT(plain.output, !Contains("amp bf16"));
