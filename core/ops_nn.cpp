@@ -369,8 +369,7 @@ void count_correct_(const Tensor& counter, const Tensor& logits, const Tensor& l
     throw std::invalid_argument(fmt::format("count_correct_: counter must be one int64, got {} {}",
                                             dtype_name(counter.dtype()),
                                             shape_str(counter.shape())));
-  Float32Io io;
-  backend(logits).count_correct(io.in(logits), labels, counter);
+  backend(logits).count_correct(logits, labels, counter);
 }
 
 }  // namespace anvil

@@ -714,3 +714,14 @@ TEST_CASE("sgd update follows the PyTorch formula", "[cpu][sgd]") {
     }
   }
 }
+
+TEST_CASE("cpu count_correct reads bfloat16 logits as themselves", "[cpu]") {
+  // Row 0: 1.001 rounds to 1.0 in bfloat16, a tie that the first column wins;
+  // in float32 the second column wins. Row 1: the same answer either way.
+  const Vec logits = {1.0f, 1.001f, -3.0f, 2.0f};
+  const std::vector<int64_t> labels = {1, 1};
+  std::vector<bfloat16> narrow;
+  for (float v : logits) narrow.push_back(bfloat16(v));
+  CHECK(cpu::count_correct(2, 2, logits.data(), labels.data()) == 2);
+  CHECK(cpu::count_correct(2, 2, narrow.data(), labels.data()) == 1);
+}

@@ -166,13 +166,29 @@ TEST_CASE("cuda softmax: count_correct counts what the CPU counts", "[cuda][soft
       anvil::cuda::count_correct(s.N, s.C, dlogits.ptr, dlabels.ptr, counter.ptr, nullptr);
       anvil::cuda::count_correct(s.N, s.C, dlogits.ptr, dlabels.ptr, counter.ptr, nullptr);
       CHECK(counter.to_host() == std::vector<int64_t>{start + 2 * want});
+      // bfloat16 logits (autocast's) count as their float32 widening does.
+      std::vector<anvil::bfloat16> narrow(logits.size());
+      Vec widened(logits.size());
+      for (size_t i = 0; i < logits.size(); ++i) {
+        narrow[i] = anvil::bfloat16(logits[i]);
+        widened[i] = narrow[i].to_float();
+      }
+      const int64_t want_narrow =
+          anvil::cpu::count_correct(s.N, s.C, widened.data(), labels.data());
+      CHECK(anvil::cpu::count_correct(s.N, s.C, narrow.data(), labels.data()) == want_narrow);
+      DeviceBuffer<anvil::bfloat16> dnarrow(narrow);
+      DeviceBuffer<int64_t> counter_narrow(std::vector<int64_t>{0});
+      anvil::cuda::count_correct(s.N, s.C, dnarrow.ptr, dlabels.ptr, counter_narrow.ptr, nullptr);
+      CHECK(counter_narrow.to_host() == std::vector<int64_t>{want_narrow});
     }
   }
   SECTION("bad shapes are refused, N == 0 counts nothing") {
     REQUIRE_THROWS_WITH(
-        anvil::cuda::count_correct(2, 0, nullptr, nullptr, nullptr, nullptr),
+        anvil::cuda::count_correct(2, 0, static_cast<const float*>(nullptr), nullptr, nullptr,
+                                   nullptr),
         Catch::Contains("count_correct"));
-    anvil::cuda::count_correct(0, 10, nullptr, nullptr, nullptr, nullptr);
+    anvil::cuda::count_correct(0, 10, static_cast<const float*>(nullptr), nullptr, nullptr,
+                               nullptr);
   }
 }
 

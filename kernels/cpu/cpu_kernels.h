@@ -99,8 +99,9 @@ void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
                                     const float* dloss, float* dlogits);
 // The number of rows i of logits[N,C] whose prediction equals labels[i]; the
 // prediction is the column of the row's largest logit, the first one on a tie
-// (strict > from column 0, as cuda::count_correct).
-int64_t count_correct(int64_t N, int64_t C, const float* logits, const int64_t* labels);
+// (strict > from column 0, as cuda::count_correct). T: float or bfloat16.
+template <class T>
+int64_t count_correct(int64_t N, int64_t C, const T* logits, const int64_t* labels);
 
 // BatchNorm over x[N,C,HW] per channel.
 // Training: computes batch mean and biased variance, writes save_mean and

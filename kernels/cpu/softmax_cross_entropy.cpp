@@ -18,6 +18,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/element.h"
 
 namespace anvil::cpu {
 
@@ -62,16 +63,19 @@ void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
   }
 }
 
-int64_t count_correct(int64_t N, int64_t C, const float* logits, const int64_t* labels) {
+template <class T>
+int64_t count_correct(int64_t N, int64_t C, const T* logits, const int64_t* labels) {
   int64_t correct = 0;
   for (int64_t i = 0; i < N; ++i) {
-    const float* x = logits + i * C;
+    const T* x = logits + i * C;
     int64_t best = 0;
-    for (int64_t j = 1; j < C; ++j) best = x[j] > x[best] ? j : best;
+    for (int64_t j = 1; j < C; ++j) best = load(x[j]) > load(x[best]) ? j : best;
     correct += best == labels[i];
   }
   return correct;
 }
+template int64_t count_correct(int64_t, int64_t, const float*, const int64_t*);
+template int64_t count_correct(int64_t, int64_t, const bfloat16*, const int64_t*);
 
 // ---- CpuBackend (cpu_backend.h) ----
 
@@ -91,8 +95,11 @@ void CpuBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tenso
 }
 void CpuBackend::count_correct(const Tensor& logits, const Tensor& labels,
                                const Tensor& counter) {
-  *counter.data<int64_t>() +=
-      cpu::count_correct(logits.size(0), logits.size(1), floats(logits), int64s(labels));
+  visit_float_dtype(logits.dtype(), "count_correct", [&](auto t) {
+    using T = decltype(t);
+    *counter.data<int64_t>() +=
+        cpu::count_correct(logits.size(0), logits.size(1), logits.data<T>(), int64s(labels));
+  });
 }
 std::pair<int64_t, int64_t> CpuBackend::label_range(const Tensor& labels) {
   const int64_t* p = int64s(labels);

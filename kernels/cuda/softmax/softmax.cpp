@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/softmax/softmax.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/element.h"
 
 namespace anvil::cuda {
 
@@ -57,8 +58,11 @@ void CudaBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tens
 void CudaBackend::count_correct(const Tensor& logits, const Tensor& labels,
                                 const Tensor& counter) {
   activate();
-  cuda::count_correct(logits.size(0), logits.size(1), floats(logits), int64s(labels),
-                      static_cast<int64_t*>(counter.raw_data()), stream_);
+  visit_float_dtype(logits.dtype(), "count_correct", [&](auto t) {
+    using T = decltype(t);
+    cuda::count_correct(logits.size(0), logits.size(1), logits.data<T>(), int64s(labels),
+                        static_cast<int64_t*>(counter.raw_data()), stream_);
+  });
 }
 
 }  // namespace anvil::cuda

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/runtime.h"
+#include "core/bfloat16.h"
 
 namespace anvil::cuda {
 
@@ -45,7 +46,9 @@ void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
 // counter[0] += the number of rows of logits[N, C] whose first largest logit
 // is at column labels[i], as cpu::count_correct (counter: one int64 of
 // device memory, not zeroed here, so batches add up on the device).
-void count_correct(int64_t N, int64_t C, const float* logits, const int64_t* labels,
+// T: float or bfloat16.
+template <class T>
+void count_correct(int64_t N, int64_t C, const T* logits, const int64_t* labels,
                    int64_t* counter, cudaStream_t stream);
 
 // The forward rungs' launchers (N >= 1, shape checked).
