@@ -28,21 +28,18 @@
 #include "nn/models.h"
 #include "nn/optim.h"
 #include "tests/golden_util.h"
+#include "tests/tensor_util.h"
 #if defined(ANVIL_CUDA_BACKEND)
 #include "tests/cuda_test_util.h"
 #endif
 
 using namespace anvil;
+using anvil::test::uniform;
 using Catch::Contains;
 
 namespace {
 
 using Vec = std::vector<float>;
-
-Tensor uniform(const Shape& shape, uint64_t seed, Device d = Device::cpu()) {
-  Generator gen(seed);
-  return add(scale(Tensor::rand(shape, &gen), 2.0), Tensor::full({}, -1.0)).to(d);
-}
 
 // The devices the tests run on: the CPU, and cuda:0 when there is one.
 std::vector<Device> devices() {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/precision.h"
+#include "tests/tensor_util.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/random.h"
@@ -23,17 +24,12 @@
 #include "tests/cuda_test_util.h"
 
 using namespace anvil;
+using anvil::test::uniform;
 using Catch::Matchers::Contains;
 
 namespace {
 
 const Device kGpu = Device::cuda(0);
-
-Tensor uniform(const Shape& shape, uint64_t seed, double lo = -1, double hi = 1) {
-  Generator gen(seed);
-  Tensor t = Tensor::rand(shape, &gen);
-  return add(scale(t, hi - lo), Tensor::full({}, lo));
-}
 
 // A copy of t on `device` that is a fresh autograd leaf.
 Tensor leaf_on(const Tensor& t, Device device, bool requires_grad) {

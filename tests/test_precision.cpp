@@ -20,19 +20,16 @@
 #include "kernels/shapes.h"
 #if defined(ANVIL_CUDA_BACKEND)
 #include "tests/cuda_test_util.h"
+#include "tests/tensor_util.h"
 #endif
 
 using namespace anvil;
+using anvil::test::uniform;
 using Catch::Contains;
 
 namespace {
 
 using Vec = std::vector<float>;
-
-Tensor uniform(const Shape& shape, uint64_t seed) {
-  Generator gen(seed);
-  return add(scale(Tensor::rand(shape, &gen), 2.0), Tensor::full({}, -1.0));
-}
 
 Vec rounded(const Vec& v) {
   Vec r(v.size());
