@@ -340,6 +340,57 @@ TEST_CASE("anvil-train --gpus 2 ends where one GPU does, with --accumulate 2 too
   }
 }
 
+// --gpus 2 with one thread failing (ANVIL_TRAIN_FAULT, after its second
+// step): its error ends the other thread's work at once; a thread that hangs
+// instead is named by the other at the 2 s deadline, and the process ends
+// without it once the grace (the same 2 s) has passed. Either way: exit 1,
+// one error line, in a few seconds.
+TEST_CASE("anvil-train --gpus 2 with a failing or hung rank ends with one error, in time",
+          "[cli][distributed][cuda]") {
+  if (!cuda_test::have_device()) return;
+  if (anvil::device_count() < 2) {
+    WARN("skipped: --gpus 2 needs 2 GPUs; this machine has " << anvil::device_count());
+    return;
+  }
+  TempDir dir("gpus2_fault");
+  write_data(dir.path / "data");
+  // (timeout: a process that never ends fails here, not in ctest's limit)
+  const std::string cmd = "timeout 120 " + train_bin() +
+                          " --gpus 2 --model lenet --epochs 1 --batch-size 8 --limit-train 64 "
+                          "--limit-test 8 --comm-timeout 2 --data-dir " +
+                          (dir.path / "data").string();
+  auto errors = [](const std::string& out) {
+    size_t count = 0;
+    for (size_t at = out.find("error:"); at != std::string::npos; at = out.find("error:", at + 1))
+      ++count;
+    return count;
+  };
+  SECTION("a rank that fails") {
+    const auto start = Clock::now();
+    const Run r = shell("ANVIL_TRAIN_FAULT=1:2 " + cmd, dir);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    INFO(r.output);
+    REQUIRE(r.code == 1);
+    REQUIRE_THAT(r.output, Contains("anvil-train: error: rank 1: injected fault after step 2 "
+                                    "(ANVIL_TRAIN_FAULT)"));
+    REQUIRE(errors(r.output) == 1);
+    REQUIRE(seconds < 30);
+  }
+  SECTION("a rank that hangs") {
+    const auto start = Clock::now();
+    const Run r = shell("ANVIL_TRAIN_FAULT=1:2:stall " + cmd, dir);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    INFO(r.output);
+    REQUIRE(r.code == 1);
+    REQUIRE_THAT(r.output, Contains("anvil-train: error: rank 0 (nccl, cuda:0): "));
+    REQUIRE_THAT(r.output, Contains("within 2 s (ANVIL_COMM_TIMEOUT)"));
+    REQUIRE_THAT(r.output, Contains("(rank 1 (cuda:1) did not stop within 2 s of that failure: "
+                                    "the process ends without it)"));
+    REQUIRE(errors(r.output) == 1);
+    REQUIRE(seconds < 40);
+  }
+}
+
 // --grad-dtype bf16 end to end on 2 MPI ranks: the header and the metrics
 // say it, and training goes as with float32 gradients (the bound itself is
 // tested in tests/parallel/bf16_scenarios.h: here a rounding of 2^-8 per
