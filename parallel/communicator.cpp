@@ -520,7 +520,8 @@ void Communicator::send(const Tensor& tensor, int peer) {
         transport_->set_context(fmt::format("send of {} {} to rank {}",
                                             dtype_name(tensor.dtype()), shape_str(tensor.shape()),
                                             peer));
-        exchange(*transport_, {{Message::kSend, peer, tensor.raw_data(), tensor.nbytes()}}, {tensor});
+        exchange(*transport_, {{Message::kSend, peer, tensor.raw_data(), tensor.nbytes()}},
+                 {tensor});
       });
 }
 
@@ -535,7 +536,8 @@ void Communicator::recv(const Tensor& tensor, int peer) {
         transport_->set_context(fmt::format("receive of {} {} from rank {}",
                                             dtype_name(tensor.dtype()), shape_str(tensor.shape()),
                                             peer));
-        exchange(*transport_, {{Message::kRecv, peer, tensor.raw_data(), tensor.nbytes()}}, {tensor});
+        exchange(*transport_, {{Message::kRecv, peer, tensor.raw_data(), tensor.nbytes()}},
+                 {tensor});
       });
 }
 
