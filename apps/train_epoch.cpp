@@ -1,15 +1,64 @@
 #include "apps/train_epoch.h"
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
 #include "nn/safetensors.h"
 
 namespace anvil::app {
+namespace {
+
+// ANVIL_TRAIN_FAULT=RANK:STEP[:stall], for the fault tests: after its STEP-th
+// training step of the first epoch, rank RANK fails (throws), or with
+// ":stall" stops taking part for an hour, as a hung thread or process would.
+struct Fault {
+  int rank = -1;
+  int64_t step = 0;
+  bool stall = false;
+};
+
+Fault injected_fault() {
+  const char* env = std::getenv("ANVIL_TRAIN_FAULT");
+  if (env == nullptr || *env == '\0') return {};
+  Fault f;
+  char kind[16] = "";
+  long long step = 0;
+  const int fields = std::sscanf(env, "%d:%lld:%15s", &f.rank, &step, kind);
+  f.step = step;
+  f.stall = fields == 3 && std::string(kind) == "stall";
+  if (fields < 2 || f.rank < 0 || f.step < 1 || (fields == 3 && !f.stall))
+    throw std::invalid_argument(fmt::format(
+        "ANVIL_TRAIN_FAULT='{}': expected RANK:STEP or RANK:STEP:stall", env));
+  return f;
+}
+
+// `progress`, and the injected fault where this rank has one.
+train::Progress with_fault(const Run& run, int epoch, train::Progress progress) {
+  const Fault f = injected_fault();
+  if (f.rank != run.r.rank() || epoch != 1) return progress;
+  return [f, progress](const train::EpochProgress& p) {
+    if (progress) progress(p);
+    if (p.done != f.step) return;
+    if (f.stall) std::this_thread::sleep_for(std::chrono::hours(1));
+    throw std::runtime_error(fmt::format(
+        "rank {}: injected fault after step {} (ANVIL_TRAIN_FAULT)", f.rank, f.step));
+  };
+}
+
+}  // namespace
 
 EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
   const Options& o = run.o;
   train::EpochOptions options;
   options.schedule = &*run.schedule;
   options.epoch = uint64_t(epoch - 1);  // the loader's epochs count from 0
-  options.progress = progress;
+  options.progress = with_fault(run, epoch, progress);
   options.label_smoothing = o.label_smoothing;
   options.replicas = &*run.replicas;
   options.accumulate = o.accumulate;

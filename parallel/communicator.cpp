@@ -264,6 +264,7 @@ std::unique_ptr<InFlight> Communicator::allreduce_body(const Tensor& tensor, Red
   agree(mine);
   Transport& t = *transport_;
   t.begin();
+  t.hold(tensor);
   switch (algorithm) {
     case Algorithm::kNaive:
       algorithms::allreduce_naive(t, tensor.raw_data(), tensor.numel(), tensor.dtype(), op);
@@ -335,6 +336,7 @@ void Communicator::broadcast(const Tensor& tensor, int root, Algorithm algorithm
         mine.algorithm = algorithm;
         agree(mine);
         transport_->begin();
+        transport_->hold(tensor);
         if (algorithm == Algorithm::kNative) {
           if (size() > 1 && tensor.nbytes() > 0)
             transport_->native_broadcast(tensor.raw_data(), tensor.nbytes(), root);
@@ -371,6 +373,8 @@ Tensor Communicator::scatter(const Tensor& input, int root) {
         shape[0] = rows[size_t(rank())];
         output = Tensor::empty(shape, from_root.dtype, device());
         transport_->begin();
+        if (input.defined()) transport_->hold(input);
+        transport_->hold(output);
         algorithms::scatter(*transport_, rank() == root ? input.raw_data() : nullptr,
                             output.raw_data(), offsets, root);
         transport_->end();
@@ -410,6 +414,8 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op, Algorithm 
         shape[0] = rows[size_t(rank())];
         output = Tensor::empty(shape, input.dtype(), device());  // this rank's rows, no more
         transport_->begin();
+        transport_->hold(input);
+        transport_->hold(output);
         if (algorithm == Algorithm::kNative) {
           // Equal blocks, one per rank, straight from the input into this rank's own.
           if (output.numel() > 0)
@@ -458,6 +464,8 @@ Tensor Communicator::all_gather(const Tensor& shard, Algorithm algorithm) {
         shape[0] = offsets_of(rows, 1).back();
         output = Tensor::empty(shape, shard.dtype(), device());
         transport_->begin();
+        transport_->hold(shard);
+        transport_->hold(output);
         const int64_t esize = int64_t(dtype_size(shard.dtype()));
         if (algorithm == Algorithm::kNative) {
           if (output.nbytes() > 0)
@@ -489,11 +497,13 @@ void Communicator::barrier() {
 
 namespace {
 // One grouped post of up to two messages, bracketed as a collective is.
-void exchange(Transport& t, std::initializer_list<Message> messages) {
+void exchange(Transport& t, std::initializer_list<Message> messages,
+              std::initializer_list<Tensor> tensors) {
   std::vector<Message> nonempty;
   for (const Message& m : messages)
     if (m.bytes > 0) nonempty.push_back(m);
   t.begin();
+  for (const Tensor& tensor : tensors) t.hold(tensor);
   t.post(nonempty);
   t.end();
 }
@@ -510,7 +520,8 @@ void Communicator::send(const Tensor& tensor, int peer) {
         transport_->set_context(fmt::format("send of {} {} to rank {}",
                                             dtype_name(tensor.dtype()), shape_str(tensor.shape()),
                                             peer));
-        exchange(*transport_, {{Message::kSend, peer, tensor.raw_data(), tensor.nbytes()}});
+        exchange(*transport_, {{Message::kSend, peer, tensor.raw_data(), tensor.nbytes()}},
+                 {tensor});
       });
 }
 
@@ -525,7 +536,8 @@ void Communicator::recv(const Tensor& tensor, int peer) {
         transport_->set_context(fmt::format("receive of {} {} from rank {}",
                                             dtype_name(tensor.dtype()), shape_str(tensor.shape()),
                                             peer));
-        exchange(*transport_, {{Message::kRecv, peer, tensor.raw_data(), tensor.nbytes()}});
+        exchange(*transport_, {{Message::kRecv, peer, tensor.raw_data(), tensor.nbytes()}},
+                 {tensor});
       });
 }
 
@@ -543,7 +555,8 @@ void Communicator::sendrecv(const Tensor& send_tensor, int to, const Tensor& rec
         transport_->set_context(fmt::format("sendrecv to rank {} and from rank {}", to, from));
         exchange(*transport_,
                  {{Message::kSend, to, send_tensor.raw_data(), send_tensor.nbytes()},
-                  {Message::kRecv, from, recv_tensor.raw_data(), recv_tensor.nbytes()}});
+                  {Message::kRecv, from, recv_tensor.raw_data(), recv_tensor.nbytes()}},
+                 {send_tensor, recv_tensor});
       });
 }
 

@@ -39,6 +39,23 @@ namespace {
 
 std::atomic<bool> g_failed{false};  // a collective failed: leave without MPI_Finalize
 
+// How long a cancellation may take to complete: a cancelled receive that has
+// not met its message completes at once, one that has waits for the rest of
+// its data.
+std::chrono::milliseconds cancel_wait(std::chrono::milliseconds timeout) {
+  return std::min(timeout, std::chrono::milliseconds(2000));
+}
+
+// Buffers of requests that did not complete when cancelled: never freed, so
+// that a late receive lands in memory nobody else uses. The job is failing
+// by then; a few leaked blocks beat a write into freed memory.
+void keep_forever(std::vector<Tensor> buffers) {
+  static std::mutex mutex;
+  static auto* kept = new std::vector<Tensor>();
+  std::lock_guard lock(mutex);
+  for (Tensor& t : buffers) kept->push_back(std::move(t));
+}
+
 // MPI has no bfloat16 type, so its native reductions of bfloat16 move the
 // 16-bit words as MPI_UINT16_T and add them with an operation of anvil's:
 // each pair is widened to float, added in float and rounded to bfloat16
@@ -191,26 +208,35 @@ struct Requests {
     return list;
   }
 
-  // Waits as wait() does; on a timeout, throws CommError naming the ranks
-  // whose data never came (or that never took ours).
-  void wait_or_throw(std::chrono::milliseconds timeout, const std::string& who) {
-    if (wait(timeout, who)) return;
+  // What a wait that timed out says: the ranks whose data never came (or
+  // that never took ours).
+  std::string timeout_message(std::chrono::milliseconds timeout, const std::string& who) const {
     const std::string silent = pending_peers(false), unread = pending_peers(true);
-    cancel();
-    throw CommError(fmt::format(
+    return fmt::format(
         "{}{} within {} (ANVIL_COMM_TIMEOUT); a rank that stopped answering may itself be "
         "waiting on another",
         who, !silent.empty() ? "no data from " + silent : "no receive posted by " + unread,
-        timeout_text(timeout)));
+        timeout_text(timeout));
   }
 
-  void cancel() noexcept {
-    for (MPI_Request& r : handles) {
-      if (r == MPI_REQUEST_NULL) continue;
-      MPI_Cancel(&r);
-      MPI_Request_free(&r);
-    }
-    clear();
+  // Cancels every outstanding request and waits, up to `timeout`, until each
+  // has completed: a cancelled receive that has not met its message
+  // completes at once; one that has is filled first. Only a request that has
+  // completed is sure never to touch its buffer again, so MPI_Request_free
+  // (which lets a request run on unseen) is never used. True when none is
+  // left; otherwise the rest stay here, and their buffers must stay alive.
+  bool cancel(std::chrono::milliseconds timeout) noexcept {
+    for (MPI_Request& r : handles)
+      if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+    int all_done = 0;
+    poll_until(timeout, [&] {
+      if (MPI_Testall(int(handles.size()), handles.data(), &all_done, MPI_STATUSES_IGNORE) !=
+          MPI_SUCCESS)
+        all_done = 0;
+      return all_done != 0;
+    });
+    if (all_done) clear();
+    return all_done != 0;
   }
   void clear() {
     handles.clear();
@@ -239,31 +265,45 @@ class MpiChannel final : public HostChannel {
 
   std::vector<CallInfo> exchange(const CallInfo& mine, std::chrono::milliseconds timeout,
                                  const std::string& who) override {
-    std::vector<CallInfo> all(size_t(size_), mine);
-    if (size_ == 1) return all;
+    if (size_ == 1) return {mine};
+    // On the heap: if a request outlives its cancellation, its buffer is left
+    // to it (see give_up).
+    auto all = std::make_unique<std::vector<CallInfo>>(size_t(size_), mine);
     Requests requests;
-    for (int j = 0; j < size_; ++j) {
-      if (j == rank_) continue;
-      MPI_Request r;
-      check(MPI_Irecv(&all[size_t(j)], sizeof(CallInfo), MPI_BYTE, j, 0, comm_, &r), "MPI_Irecv",
-            who);
-      requests.add(r, j, false, sizeof(CallInfo));
-      check(MPI_Isend(&all[size_t(rank_)], sizeof(CallInfo), MPI_BYTE, j, 0, comm_, &r),
-            "MPI_Isend", who);
-      requests.add(r, j, true, 0);
+    bool done = false;
+    try {
+      for (int j = 0; j < size_; ++j) {
+        if (j == rank_) continue;
+        MPI_Request r;
+        check(MPI_Irecv(&(*all)[size_t(j)], sizeof(CallInfo), MPI_BYTE, j, 0, comm_, &r),
+              "MPI_Irecv", who);
+        requests.add(r, j, false, sizeof(CallInfo));
+        check(MPI_Isend(&(*all)[size_t(rank_)], sizeof(CallInfo), MPI_BYTE, j, 0, comm_, &r),
+              "MPI_Isend", who);
+        requests.add(r, j, true, 0);
+      }
+      done = requests.wait(timeout, who);
+    } catch (...) {
+      give_up(requests, std::move(all), timeout);
+      throw;
     }
-    if (!requests.wait(timeout, who)) {
+    if (!done) {
       const std::string missing = requests.pending_peers(false);
-      requests.cancel();
+      give_up(requests, std::move(all), timeout);
       throw CommError(fmt::format("{}{} did not join within {} (ANVIL_COMM_TIMEOUT)", who,
                                   missing.empty() ? "a rank" : missing, timeout_text(timeout)));
     }
-    return all;
+    return std::move(*all);
   }
 
   void report_failure(const std::string&) noexcept override { g_failed.store(true); }
 
  private:
+  static void give_up(Requests& requests, std::unique_ptr<std::vector<CallInfo>> buffers,
+                      std::chrono::milliseconds timeout) noexcept {
+    if (!requests.cancel(cancel_wait(timeout))) (void)buffers.release();  // still theirs
+  }
+
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
 };
@@ -285,7 +325,7 @@ class MpiTransport final : public Transport {
     set_timeout(timeout);
   }
   ~MpiTransport() override {
-    pending_.cancel();
+    give_up();
     if (!g_failed.load()) MPI_Comm_free(&data_);
   }
 
@@ -294,13 +334,13 @@ class MpiTransport final : public Transport {
   void begin() override {}
   // A collective over MPI returns when it is done: the last post is waited for.
   void end() override {
-    pending_.wait_or_throw(timeout(), error_prefix());
+    wait_pending();
     held_.clear();
   }
   bool host_synchronous() const override { return true; }
 
   uint64_t post(std::span<const Message> messages) override {
-    pending_.wait_or_throw(timeout(), error_prefix());
+    wait_pending();
     const std::string who = error_prefix();
     for (const Message& m : messages) {
       const size_t max_piece = g_max_piece.load();
@@ -320,7 +360,7 @@ class MpiTransport final : public Transport {
 
   void reduce(void* dst, const void* src, int64_t n, DType dtype, float scale,
               uint64_t ticket) override {
-    if (ticket == posted_) pending_.wait_or_throw(timeout(), error_prefix());
+    if (ticket == posted_) wait_pending();
     if (dtype == DType::Int64)
       cpu::accumulate(n, static_cast<int64_t*>(dst), static_cast<const int64_t*>(src));
     else if (dtype == DType::BFloat16)
@@ -330,7 +370,7 @@ class MpiTransport final : public Transport {
   }
 
   void copy(void* dst, const void* src, size_t bytes, uint64_t ticket) override {
-    if (ticket != 0 && ticket == posted_) pending_.wait_or_throw(timeout(), error_prefix());
+    if (ticket != 0 && ticket == posted_) wait_pending();
     std::memcpy(dst, src, bytes);
   }
 
@@ -342,7 +382,7 @@ class MpiTransport final : public Transport {
   // are ints, so a long message goes as several calls of at most
   // set_max_message_bytes() each (1 GiB).
   void native_allreduce(void* data, int64_t n, DType dtype, ReduceOp op) override {
-    pending_.wait_or_throw(timeout(), error_prefix());
+    wait_pending();
     const MPI_Datatype type = mpi_sum(dtype).first;
     const MPI_Op sum = mpi_sum(dtype).second;
     const int64_t esize = int64_t(dtype_size(dtype));
@@ -358,7 +398,7 @@ class MpiTransport final : public Transport {
   }
 
   void native_broadcast(void* data, size_t bytes, int root) override {
-    pending_.wait_or_throw(timeout(), error_prefix());
+    wait_pending();
     const size_t piece = g_max_piece.load();
     for (size_t offset = 0; offset < bytes; offset += piece) {
       const int count = int(std::min(piece, bytes - offset));
@@ -370,7 +410,7 @@ class MpiTransport final : public Transport {
 
   void native_all_gather(const void* shard, void* output,
                          const std::vector<int64_t>& offsets) override {
-    pending_.wait_or_throw(timeout(), error_prefix());
+    wait_pending();
     const int n = size();
     const size_t piece = g_max_piece.load();
     auto length = [&](int j) { return size_t(offsets[size_t(j) + 1] - offsets[size_t(j)]); };
@@ -428,7 +468,7 @@ class MpiTransport final : public Transport {
 
   void native_reduce_scatter(const void* input, void* output, int64_t count, DType dtype,
                              ReduceOp op) override {
-    pending_.wait_or_throw(timeout(), error_prefix());
+    wait_pending();
     const int n = size();
     const MPI_Datatype type = mpi_sum(dtype).first;
     const MPI_Op sum = mpi_sum(dtype).second;
@@ -458,13 +498,38 @@ class MpiTransport final : public Transport {
     if (op == ReduceOp::kAverage) scale(output, count, dtype);
   }
 
-  void synchronize() override { pending_.wait_or_throw(timeout(), error_prefix()); }
+  void synchronize() override { wait_pending(); }
   void abort() noexcept override {
     g_failed.store(true);
-    pending_.cancel();  // (its scratch stays held: a cancelled receive may still land)
+    give_up();
   }
 
  private:
+  // Waits for the outstanding requests within the deadline; on a timeout,
+  // cancels them and throws CommError naming the ranks that never answered.
+  void wait_pending() {
+    try {
+      if (pending_.wait(timeout(), error_prefix())) return;
+    } catch (...) {
+      give_up();
+      throw;
+    }
+    const std::string message = pending_.timeout_message(timeout(), error_prefix());
+    give_up();
+    throw CommError(message);
+  }
+  // Cancels what is outstanding and lets go of the collective's buffers (its
+  // scratch and the caller's tensors) once no request can touch them; a
+  // request that does not complete keeps them for good (keep_forever).
+  void give_up() noexcept {
+    if (pending_.empty() || pending_.cancel(cancel_wait(timeout()))) {
+      held_.clear();
+      return;
+    }
+    keep_forever(std::move(held_));
+    held_.clear();
+  }
+
   // One blocking MPI collective, armed with the deadline; its result code.
   template <typename Call>
   int call(const char* name, Call&& mpi_call) {

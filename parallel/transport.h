@@ -128,6 +128,10 @@ class Transport {
   // `bytes` of memory on the transport's device for the running collective,
   // from the device's caching allocator; kept until end() (or by the InFlight).
   void* scratch(size_t bytes);
+  // The caller's tensor the running collective reads or writes: held as its
+  // scratch is, so that a transport that cannot take back a request (a
+  // cancelled MPI receive that never completes) can keep its memory alive.
+  void hold(const Tensor& t) { held_.push_back(t); }
   // Starts a group of sends and receives (see the top of this file); returns
   // its ticket. An empty group is allowed and still gets a ticket.
   virtual uint64_t post(std::span<const Message> messages) = 0;

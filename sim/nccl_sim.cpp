@@ -14,6 +14,8 @@
 // items' places. The streams' lock is taken first when both are held
 // (Item::queued is called under it); progress() lets go of `mutex` before it
 // runs other streams.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -113,6 +115,22 @@ void finish_all(CommState& comm) {
   for (auto& op : mine) finish(*op);
 }
 
+// Caller holds state().mutex. Whether every rank has joined c's clique; a
+// rank in the process that made the id finds out here that the others are
+// processes (their directory appeared), and joins them there.
+bool joined_all(CommState& c) {
+  if (!c.remote && c.clique->joined < c.nranks && remote_clique(c.id)) {
+    try {
+      c.remote = remote_join(c.id, c.rank, c.nranks);
+    } catch (const std::exception& e) {
+      c.error = ncclSystemError;
+      t_last_error = e.what();
+      return false;
+    }
+  }
+  return c.remote ? remote_joined(*c.remote) >= c.nranks : c.clique->joined >= c.nranks;
+}
+
 }  // namespace
 
 struct anvil_sim_nccl::detail::Item final : anvil::sim::detail::CommWork {
@@ -174,6 +192,20 @@ struct anvil_sim_nccl::detail::Item final : anvil::sim::detail::CommWork {
   }
 
   bool progress(Op& op) {
+    if (op.comm->remote) {  // ranks in other processes: through files
+      {
+        std::lock_guard lock(state().mutex);
+        if (op.done) return true;
+        if (op.comm->aborted) {
+          finish(op);
+          return true;
+        }
+      }
+      if (!remote_progress(op)) return false;
+      std::lock_guard lock(state().mutex);
+      finish(op);
+      return true;
+    }
     std::vector<std::pair<StreamRef, uint64_t>> places;  // the partners' items
     {
       std::lock_guard lock(state().mutex);
@@ -255,7 +287,7 @@ std::string check_op(const Op& op, int stream_dev, const char* api) {
   const CommState& c = *op.comm;
   const std::string who = std::string(api) + " (rank " + std::to_string(c.rank) + ")";
   if (c.aborted) return who + ": the communicator was aborted";
-  if (c.clique->joined < c.nranks)
+  if (!joined_all(const_cast<CommState&>(c)))
     return who + ": the communicator is still being created (poll ncclCommGetAsyncError "
                  "until ncclSuccess)";
   if (!c.blocking && !c.group_told)
@@ -401,7 +433,9 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   static std::atomic<uint64_t> counter{0};
   static const uint64_t salt = std::random_device{}();
   std::memset(id->internal, 0, sizeof id->internal);
-  const uint64_t words[2] = {salt, ++counter};
+  // The creator's process id: a rank in another process joins through files
+  // (sim/nccl_sim_remote.cpp).
+  const uint64_t words[3] = {salt, ++counter, uint64_t(::getpid())};
   std::memcpy(id->internal, words, sizeof words);
   return ncclSuccess;
 }
@@ -420,6 +454,12 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
   c->nranks = nranks;
   c->device = device;
   c->blocking = !(config && config->blocking == 0);
+  c->id = id;
+  try {
+    if (remote_clique(id)) c->remote = remote_join(id, rank, nranks);
+  } catch (const std::exception& e) {
+    return fail(ncclSystemError, std::string("ncclCommInitRank: ") + e.what());
+  }
   std::shared_ptr<Clique> clique;
   {
     std::lock_guard lock(state().mutex);
@@ -441,14 +481,19 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
   *comm = new ncclComm{c};
   if (!c->blocking) {
     std::lock_guard lock(state().mutex);
-    return clique->joined < nranks ? ncclInProgress : ncclSuccess;
+    return joined_all(*c) ? ncclSuccess : ncclInProgress;
   }
-  // Blocking: wait for every rank, as ncclCommInitRank does (bounded here).
+  // Blocking: wait for every rank, as ncclCommInitRank does (bounded here;
+  // ranks in other processes are looked for every 10 ms).
   std::unique_lock lock(state().mutex);
   const char* env = std::getenv("ANVIL_SIM_STALL_TIMEOUT");
   const double seconds = env && *env ? std::atof(env) : 300.0;
-  if (!state().joined.wait_for(lock, std::chrono::duration<double>(seconds),
-                               [&] { return clique->joined >= nranks; })) {
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(seconds));
+  bool joined = false;
+  while (!(joined = joined_all(*c)) && Clock::now() < deadline)
+    state().joined.wait_for(lock, std::chrono::milliseconds(10));
+  if (!joined) {
     c->error = ncclSystemError;
     return fail(ncclSystemError, "ncclCommInitRank: only " + std::to_string(clique->joined) +
                                      " of " + std::to_string(nranks) + " ranks joined");
@@ -469,7 +514,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
     c->error = it->second;
   if (c->error != ncclSuccess) {
     *async_error = c->error;
-  } else if (c->clique->joined < c->nranks) {
+  } else if (!joined_all(*c)) {
     *async_error = ncclInProgress;
   } else if (!c->group_told) {
     c->group_told = true;
@@ -494,9 +539,11 @@ namespace {
 ncclResult_t release(ncclComm_t comm, const char* api) {
   CommState* c = live(comm);
   if (!c) return fail(ncclInvalidArgument, std::string(api) + ": null communicator");
+  std::shared_ptr<Remote> remote;
   {
     std::lock_guard lock(state().mutex);
     c->aborted = true;
+    remote = c->remote;
     finish_all(*c);
     if (--c->clique->members == 0) {
       for (auto it = state().cliques.begin(); it != state().cliques.end(); ++it)
@@ -507,6 +554,7 @@ ncclResult_t release(ncclComm_t comm, const char* api) {
     }
   }
   delete comm;
+  if (remote) remote_leave(*remote);
   anvil::sim::detail::wake_streams();  // streams stalled at its operations run on
   return ncclSuccess;
 }

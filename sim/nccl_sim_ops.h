@@ -14,6 +14,7 @@ namespace anvil_sim_nccl::detail {
 
 struct Clique;  // sim/nccl_sim.cpp
 struct Item;    // sim/nccl_sim.cpp
+struct Remote;  // sim/nccl_sim_remote.cpp
 
 struct CommState {
   std::shared_ptr<Clique> clique;
@@ -28,6 +29,10 @@ struct CommState {
   uint64_t collectives = 0;          // numbers given so far
   std::map<int, uint64_t> sends_to, recvs_from;
   int64_t pending = 0;  // operations issued and not complete
+  // Set when the clique's ranks are processes (sim/nccl_sim_remote.cpp): its
+  // operations meet through files, not the clique's tables.
+  std::shared_ptr<Remote> remote;
+  ncclUniqueId id{};  // the clique's
 };
 
 struct Op {
@@ -44,6 +49,7 @@ struct Op {
   int root = -1;  // broadcast
   uint64_t number = 0;
   bool done = false;
+  bool published = false;  // remote: this rank's part is in its file
   std::weak_ptr<Item> item;
 
   bool collective() const { return kind != kSend && kind != kRecv; }
@@ -62,5 +68,24 @@ const char* op_name(Op::Kind k);
 // when they disagree (kind, count, type, operation, root); nothing is
 // written then.
 void run_collective(const std::vector<OpPtr>& ops);
+
+// Ranks that are processes (one per rank, as under mpirun; sim/nccl_sim_remote.cpp).
+// Each process has its own simulated devices, so their operations meet
+// through files in a directory of /dev/shm named by the unique id, which
+// holds the id's creator's process id: a rank whose process did not make the
+// id is remote, and so is every rank of a clique whose directory exists.
+// Whether `id` was made in another process, or ranks of other processes have
+// joined it.
+bool remote_clique(const ncclUniqueId& id);
+// This rank joins the clique's directory.
+std::shared_ptr<Remote> remote_join(const ncclUniqueId& id, int rank, int nranks);
+// How many ranks have joined.
+int remote_joined(const Remote& r);
+// Moves op's data once its partners (or every rank of its collective) have
+// put theirs in their files: true when it is complete. Throws
+// std::runtime_error, naming the ranks, for a mismatch. The caller holds no lock.
+bool remote_progress(Op& op);
+// This rank leaves; the last to leave removes the directory.
+void remote_leave(const Remote& r);
 
 }  // namespace anvil_sim_nccl::detail

@@ -104,5 +104,11 @@ int stream_device(cudaStream_t stream);
 // Wakes blocking synchronisations that wait for a stalled stream to move
 // (the simulated NCCL calls it when an abort completes operations).
 void wake_streams();
+// While a simulated NCCL communicator has ranks in other processes, whose
+// progress wakes nothing here, blocking synchronisations that wait for a
+// stalled stream poll every millisecond instead of sleeping until something
+// is queued in this process.
+void remote_comm_opened();
+void remote_comm_closed();
 
 }  // namespace anvil::sim::detail

@@ -124,6 +124,9 @@ std::atomic<anvil::sim::StreamMode>& mode_setting() {
 }
 bool eager() { return mode_setting().load() == anvil::sim::StreamMode::kEager; }
 
+// Simulated NCCL communicators with ranks in other processes (remote_comm_opened).
+std::atomic<int> remote_comms{0};
+
 // Blocking calls that found device work still to run (anvil::sim::host_waits).
 std::atomic<uint64_t> host_wait_count{0};
 
@@ -332,8 +335,11 @@ cudaError_t synchronise(const Targets& targets, HostBlocks blocks = HostBlocks::
     if (!stalled || on_stall == OnStall::kLeave || !out.error.empty()) return out.result();
     if (on_stall == OnStall::kNotReady) return cudaErrorNotReady;
     std::unique_lock lock(reg().mutex);
-    if (!reg().changed.wait_until(lock, deadline,
-                                  [&] { return reg().generation != generation; })) {
+    const Clock::time_point until =
+        remote_comms.load() > 0 ? std::min(deadline, Clock::now() + std::chrono::milliseconds(1))
+                                : deadline;
+    if (!reg().changed.wait_until(lock, until, [&] { return reg().generation != generation; }) &&
+        Clock::now() >= deadline) {
       return fail(cudaErrorLaunchFailure,
                   "a stream stalled for " +
                       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
@@ -469,6 +475,9 @@ void detail::wake_streams() {
   ++reg().generation;
   reg().changed.notify_all();
 }
+
+void detail::remote_comm_opened() { remote_comms.fetch_add(1); }
+void detail::remote_comm_closed() { remote_comms.fetch_sub(1); }
 
 void set_stream_mode(StreamMode mode) { mode_setting().store(mode); }
 StreamMode stream_mode() { return mode_setting().load(); }

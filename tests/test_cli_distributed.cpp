@@ -340,6 +340,96 @@ TEST_CASE("anvil-train --gpus 2 ends where one GPU does, with --accumulate 2 too
   }
 }
 
+// One process per GPU: mpirun -np 2 anvil-train --distributed --device cuda,
+// NCCL bootstrapped through MPI (nccl_world), each rank on cuda:<local
+// rank>, against one GPU. In the simulator build each process has simulated
+// GPUs of its own, and the simulated NCCL joins the processes through files
+// (sim/nccl_sim_remote.cpp).
+TEST_CASE("anvil-train --distributed --device cuda on 2 MPI ranks ends where one GPU does",
+          "[cli][distributed][cuda]") {
+  if (!cuda_test::have_device()) return;
+  if (anvil::device_count() < 2) {
+    WARN("skipped: 2 ranks on one machine need 2 GPUs; this machine has " << anvil::device_count());
+    return;
+  }
+  TempDir dir("dist_cuda");
+  write_data(dir.path / "data");
+  const std::string common =
+      " --model lenet --epochs 1 --batch-size 16 --limit-train 64 --limit-test 16 --init kaiming "
+      "--lr 0.05 --no-shuffle --fp32-precision ieee --comm-timeout 60 --data-dir " +
+      (dir.path / "data").string();
+  const Run one = shell(train_bin() + common + " --device cuda:0 --metrics " +
+                            dir.file("one.jsonl") + " --save " + dir.file("one.safetensors"),
+                        dir);
+  INFO(one.output);
+  REQUIRE(one.code == 0);
+  const Run two = shell(mpirun(2) + train_bin() + " --distributed --device cuda" + common +
+                            " --metrics " + dir.file("two.jsonl") + " --save " +
+                            dir.file("two.safetensors"),
+                        dir);
+  INFO(two.output);
+  REQUIRE(two.code == 0);
+  REQUIRE_THAT(two.output, Contains("on 2 GPU ranks (nccl, ring all-reduce)"));
+  const auto want = metrics_of(dir.file("one.jsonl")), got = metrics_of(dir.file("two.jsonl"));
+  REQUIRE(got.size() == 1);
+  REQUIRE(want.size() == 1);
+  REQUIRE(got[0]["ranks"] == 2);
+  for (const char* key : {"train_loss", "train_acc", "test_loss", "test_acc"})
+    REQUIRE(got[0][key].get<double>() == Approx(want[0][key].get<double>()).epsilon(1e-4));
+  require_same_weights(dir.file("two.safetensors"), dir.file("one.safetensors"), 1e-4);
+}
+
+// --gpus 2 with one thread failing (ANVIL_TRAIN_FAULT, after its second
+// step): its error ends the other thread's work at once; a thread that hangs
+// instead is named by the other at the 2 s deadline, and the process ends
+// without it once the grace (the same 2 s) has passed. Either way: exit 1,
+// one error line, in a few seconds.
+TEST_CASE("anvil-train --gpus 2 with a failing or hung rank ends with one error, in time",
+          "[cli][distributed][cuda]") {
+  if (!cuda_test::have_device()) return;
+  if (anvil::device_count() < 2) {
+    WARN("skipped: --gpus 2 needs 2 GPUs; this machine has " << anvil::device_count());
+    return;
+  }
+  TempDir dir("gpus2_fault");
+  write_data(dir.path / "data");
+  // (timeout: a process that never ends fails here, not in ctest's limit)
+  const std::string cmd = "timeout 120 " + train_bin() +
+                          " --gpus 2 --model lenet --epochs 1 --batch-size 8 --limit-train 64 "
+                          "--limit-test 8 --comm-timeout 2 --data-dir " +
+                          (dir.path / "data").string();
+  auto errors = [](const std::string& out) {
+    size_t count = 0;
+    for (size_t at = out.find("error:"); at != std::string::npos; at = out.find("error:", at + 1))
+      ++count;
+    return count;
+  };
+  SECTION("a rank that fails") {
+    const auto start = Clock::now();
+    const Run r = shell("ANVIL_TRAIN_FAULT=1:2 " + cmd, dir);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    INFO(r.output);
+    REQUIRE(r.code == 1);
+    REQUIRE_THAT(r.output, Contains("anvil-train: error: rank 1: injected fault after step 2 "
+                                    "(ANVIL_TRAIN_FAULT)"));
+    REQUIRE(errors(r.output) == 1);
+    REQUIRE(seconds < 30);
+  }
+  SECTION("a rank that hangs") {
+    const auto start = Clock::now();
+    const Run r = shell("ANVIL_TRAIN_FAULT=1:2:stall " + cmd, dir);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    INFO(r.output);
+    REQUIRE(r.code == 1);
+    REQUIRE_THAT(r.output, Contains("anvil-train: error: rank 0 (nccl, cuda:0): "));
+    REQUIRE_THAT(r.output, Contains("within 2 s (ANVIL_COMM_TIMEOUT)"));
+    REQUIRE_THAT(r.output, Contains("(rank 1 (cuda:1) did not stop within 2 s of that failure: "
+                                    "the process ends without it)"));
+    REQUIRE(errors(r.output) == 1);
+    REQUIRE(seconds < 40);
+  }
+}
+
 // --grad-dtype bf16 end to end on 2 MPI ranks: the header and the metrics
 // say it, and training goes as with float32 gradients (the bound itself is
 // tested in tests/parallel/bf16_scenarios.h: here a rounding of 2^-8 per

@@ -3,6 +3,10 @@
 // under mpiexec and checks how the whole job ends, and how soon):
 //   none      every rank behaves: prints "all collectives done", exits 0
 //   silent    the last rank never calls the second collective
+//   hung-native  the per-call check is off and the all-reduces are MPI's
+//             own (MPI_Allreduce): the last rank never calls the second, so
+//             the others block inside MPI_Allreduce, where only the
+//             communicator's watchdog can end the wait
 //   mismatch  rank 1 asks for 1001 elements where the others ask for 1000
 //   chunk     rank 1 cuts the ring's messages in chunks of 64 bytes
 //   fingerprint  rank 1 says its tensor is another one (allreduce's
@@ -11,6 +15,9 @@
 //   no-send   rank 1 never sends what rank 0 receives (point to point,
 //             which has no agreement check: the data wait's deadline)
 //   sigterm   the last rank gets SIGTERM (as from mpirun ending the job)
+//   late-send rank 0's receive times out; rank 1 sends that message after
+//             it: rank 0's tensor must keep what it held (its receive was
+//             cancelled, and completed, before the call returned)
 //   serialized  the program initialises MPI itself at MPI_THREAD_SERIALIZED
 //             before asking for a communicator
 // --nccl runs the collectives on GPU tensors over nccl_world (one process
@@ -21,10 +28,12 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 #include "parallel/communicator.h"
 
@@ -35,10 +44,10 @@ int main(int argc, char** argv) {
   std::string fault = "none";
   double timeout = 2;
   bool nccl = false;
-  app.add_option("--fault", fault, "none, silent, mismatch, chunk, fingerprint, kill, no-send, "
-                                    "sigterm or serialized")
-      ->check(CLI::IsMember({"none", "silent", "mismatch", "chunk", "fingerprint", "kill",
-                             "no-send", "sigterm", "serialized"}));
+  app.add_option("--fault", fault, "none, silent, hung-native, mismatch, chunk, fingerprint, "
+                                    "kill, no-send, late-send, sigterm or serialized")
+      ->check(CLI::IsMember({"none", "silent", "hung-native", "mismatch", "chunk", "fingerprint",
+                             "kill", "no-send", "late-send", "sigterm", "serialized"}));
   app.add_flag("--nccl", nccl, "GPU tensors over nccl_world instead of CPU tensors over mpi_world");
   app.add_option("--timeout", timeout, "the communicator's deadline, in seconds");
   CLI11_PARSE(app, argc, argv);
@@ -56,22 +65,57 @@ int main(int argc, char** argv) {
     auto sleep_past_deadline = [&] {
       std::this_thread::sleep_for(std::chrono::duration<double>(timeout * 20));
     };
+    const par::Algorithm algorithm =
+        fault == "hung-native" ? par::Algorithm::kNative : par::Algorithm::kRing;
+    if (fault == "hung-native") comm->set_check_calls(false);
     anvil::Tensor t = anvil::Tensor::ones({1000}, anvil::DType::Float32, device);
-    comm->allreduce(t);  // one that works, so the job is known to be up
+    comm->allreduce(t, par::ReduceOp::kSum, algorithm);  // one that works: the job is up
     comm->synchronize();
-    if (fault == "silent" && rank == size - 1) sleep_past_deadline();
+    if ((fault == "silent" || fault == "hung-native") && rank == size - 1) sleep_past_deadline();
     if (fault == "kill" && rank == 1) std::raise(SIGKILL);
     if (fault == "sigterm" && rank == size - 1) std::raise(SIGTERM);
     if (fault == "mismatch" && rank == 1)
       t = anvil::Tensor::ones({1001}, anvil::DType::Float32, device);
     if (fault == "chunk" && rank == 1) comm->set_chunk_bytes(64);
+    if (fault == "late-send") {
+      // A second communicator for the barriers: the first fails on rank 0.
+      auto sync = nccl ? par::nccl_world(options) : par::mpi_world(options);
+      const anvil::Tensor mine = anvil::Tensor::full({16}, -1.0, anvil::DType::Float32, device);
+      if (rank == 0) {
+        try {
+          comm->recv(mine, 1);
+          std::printf("rank 0: the receive completed, but rank 1 had not sent yet\n");
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "anvil-comm-fault: %s\n", e.what());
+        }
+      } else if (rank == 1) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(timeout * 1.5));
+        // Small: sent without a receive to meet it.
+        comm->send(anvil::Tensor::full({16}, 7.0, anvil::DType::Float32, device), 0);
+      }
+      sync->barrier();  // MPI moves the late message while ranks wait here
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      sync->barrier();
+      if (rank == 0) {
+        const std::vector<float> held = mine.to_vector();
+        const bool kept = std::all_of(held.begin(), held.end(), [](float v) { return v == -1; });
+        std::printf("rank 0: %s (element 0: %g)\n",
+                    kept ? "the tensor still holds what it held before the timed-out receive"
+                         : "the late message landed in the tensor of the timed-out receive",
+                    double(held[0]));
+        std::fflush(stdout);
+        return 1;  // its communicator failed: the job ends as a failed one does
+      }
+      sync->barrier();  // (rank 0 never comes: mpirun ends the job)
+      return 0;
+    }
     if (fault == "no-send") {
       if (rank == 1) sleep_past_deadline();
       if (rank == 0) comm->recv(anvil::Tensor::zeros({10}, anvil::DType::Float32, device), 1);
     } else if (fault == "fingerprint") {
       comm->allreduce(t, par::ReduceOp::kSum, par::Algorithm::kRing, rank == 1 ? 0x52 : 0x51);
     } else {
-      comm->allreduce(t);
+      comm->allreduce(t, par::ReduceOp::kSum, algorithm);
     }
     comm->synchronize();
     std::printf("rank %d: all collectives done\n", rank);
