@@ -10,7 +10,13 @@
 //   - float32: rounded to nearest even (cvt.rn.bf16x2.f32) as they are
 //     staged, 16 bytes a quad: the same words in shared memory as the
 //     bfloat16 of the same values, so the two give bitwise the same C.
-// C and the split-K partials are float32 either way. Each product carries a
+// C is float32, or bfloat16 (a third instantiation, for autocast's outputs):
+// the epilogue computes alpha * acc + bias + beta * C in FP32, as for a
+// float32 C, and stores it rounded once to nearest even, a pair of
+// columns per 4-byte store; a split's partials stay float32 and its second
+// pass (add_partials) rounds. The bias (a float per column: a linear
+// layer's) is added in the epilogue for both C types, or in the second
+// pass when split. Each product carries a
 // relative error up to about 2^-7 against the unrounded float32 operands
 // (tests/test_cuda_gemm_mma.cpp derives the bound).
 //
@@ -60,6 +66,10 @@ void gemm_rungs::bf16_mma(const GemmArgs& g, cudaStream_t stream) {
 }
 
 void gemm_rungs::bf16_mma_of_bf16(const Bf16GemmArgs& g, cudaStream_t stream) {
+  gemm_kernels::by_transpose<Bf16Rung::Run>(g, stream);
+}
+
+void gemm_rungs::bf16_mma_to_bf16(const Bf16OutGemmArgs& g, cudaStream_t stream) {
   gemm_kernels::by_transpose<Bf16Rung::Run>(g, stream);
 }
 
