@@ -10,14 +10,14 @@
 //   - float32: rounded to nearest even (cvt.rn.bf16x2.f32) as they are
 //     staged, 16 bytes a quad: the same words in shared memory as the
 //     bfloat16 of the same values, so the two give bitwise the same C.
-// C is float32, or bfloat16 (a third instantiation, for autocast's outputs):
-// the epilogue computes alpha * acc + bias + beta * C in FP32, as for a
-// float32 C, and stores it rounded once to nearest even, a pair of
-// columns per 4-byte store; a split's partials stay float32 and its second
-// pass (add_partials) rounds. The bias (a float per column: a linear
-// layer's) is added in the epilogue for both C types, or in the second
-// pass when split. Each product carries a
-// relative error up to about 2^-7 against the unrounded float32 operands
+// C is float32, or bfloat16 (autocast's outputs; gemm_mma's overload on the
+// store, so the audits see one kernel): the epilogue computes alpha * acc +
+// bias + beta * C in FP32 for either (rung.cuh's epilogue) and stores a
+// bfloat16 C rounded once to nearest even, a pair of columns per 4-byte
+// store where C allows. A split's partials stay float32: its second pass
+// (add_partials) adds the bias and rounds. The bias is a float per column
+// of C (a linear layer's). Each product carries a relative error up to
+// about 2^-7 against the unrounded float32 operands
 // (tests/test_cuda_gemm_mma.cpp derives the bound).
 //
 // Fragments (the PTX ISA's m16n8k16 .bf16, as kernels/cuda/mma.cuh documents
