@@ -57,7 +57,8 @@ class Float32Io {
   }
   Tensor inout(const Tensor& t) {
     Tensor scratch = out(t);
-    if (scratch.defined() && scratch.dtype() != t.dtype()) backend_for(t.device()).convert(t, scratch);
+    if (scratch.defined() && scratch.dtype() != t.dtype())
+      backend_for(t.device()).convert(t, scratch);
     return scratch;
   }
   void finish() {

@@ -103,8 +103,8 @@ TEST_CASE("cuda bfloat16 epilogue: GEMM rung 10's bfloat16 C is its float32 C ro
   for (const GemmCase& c : cases) {
     INFO(describe(c));
     const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
-    const DeviceBuffer<anvil::bfloat16> A(to_bf16(cuda_test::random_floats(size_t(c.M * c.K), ++seed)));
-    const DeviceBuffer<anvil::bfloat16> B(to_bf16(cuda_test::random_floats(size_t(c.K * c.N), ++seed)));
+    const auto draw = [&](int64_t n) { return to_bf16(cuda_test::random_floats(size_t(n), ++seed)); };
+    const DeviceBuffer<anvil::bfloat16> A(draw(c.M * c.K)), B(draw(c.K * c.N));
     const DeviceBuffer<float> bias(cuda_test::random_floats(size_t(c.N), ++seed));
     const Bf16s old = to_bf16(cuda_test::random_floats(size_t(c.M * c.N), ++seed));
     DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(kBf16Gemm, c.M, c.N, c.K) + 1, kNaN));
