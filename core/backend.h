@@ -27,9 +27,16 @@ class Backend {
   // dst += value over an int64 tensor (counters), without a round trip to the host.
   virtual void add_scalar_int64(const Tensor& dst, int64_t value) = 0;
 
-  // y = a*op(A)*op(B) + beta*y over 2-D float tensors (row-major).
+  // y = a*op(A)*op(B) + bias + beta*y over 2-D float tensors (row-major);
+  // bias: undefined, or float32 [N], one per column of y. y may be bfloat16
+  // (with a bfloat16 operand): the float32 result, bias included, rounded
+  // once to nearest even.
   virtual void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
-                    float beta, const Tensor& y) = 0;
+                    float beta, const Tensor& y, const Tensor& bias) = 0;
+
+  // The convolutions read float32 or bfloat16 x, w and dy; y and dx are
+  // float32 or bfloat16 (the FP32 sums, bias included, rounded once), dw,
+  // the bias and its gradient float32.
 
   virtual void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                               const Tensor& bias, const Tensor& y) = 0;
@@ -48,7 +55,8 @@ class Backend {
   // relu, the pointwise ops, add, mul and scale take float32 or bfloat16
   // tensors (all of one dtype: kernels/element.h), and so do the pooling
   // and BatchNorm methods' x, y, dy and dx; everything else is float32, but
-  // for copy, fill and convert (any dtype).
+  // for copy, fill and convert (any dtype) and what gemm, the convolutions
+  // and channel_sum say.
   virtual void relu_forward(const Tensor& x, const Tensor& y) = 0;
   virtual void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
   // y = op(x) and dx = dy * op'(saved) elementwise, for the ops of
@@ -63,6 +71,7 @@ class Backend {
   // x viewed as [outer, C, inner]; bias [C].
   virtual void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const Tensor& x,
                                 const Tensor& bias, const Tensor& y) = 0;
+  // db (float32) = dy (float32 or bfloat16) summed over outer and inner, in FP32.
   virtual void channel_sum(int64_t outer, int64_t C, int64_t inner, const Tensor& dy,
                            const Tensor& db) = 0;
   // out[0] = scale * sum of x, written on the device: out is a one-element

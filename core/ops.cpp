@@ -157,7 +157,7 @@ Tensor silu(const Tensor& x) { return pointwise(PointwiseOp::kSilu, x); }
 // Under autocast (core/autocast.h) both run in bfloat16: bfloat16 operands,
 // float32 sums (ScopedBf16Math picks the kernels), a bfloat16 output; each
 // gradient in its input's dtype (amp_operand). The backends read bfloat16
-// operands as they are; only bfloat16 outputs go through float32 scratch.
+// operands as they are and write outputs of either dtype (core/backend.h).
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   check_float("matmul", "a", a_in);
   check_float("matmul", "b", b_in);
@@ -171,9 +171,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   const ScopedBf16Math bf16(amp);
   const DType out_dtype = amp ? DType::BFloat16 : a.dtype();
   Tensor y = Tensor::empty({a.size(0), b.size(1)}, out_dtype, a.device());
-  Float32Io io;
-  backend(a).gemm(false, false, 1.f, a, b, 0.f, io.out(y));
-  io.finish();
+  backend(a).gemm(false, false, 1.f, a, b, 0.f, y, Tensor());
   if (any_requires_grad({&ga, &gb})) {
     Tensor sa = a.detach(), sb = b.detach();
     bool need_a = ga.requires_grad(), need_b = gb.requires_grad();
@@ -182,16 +180,14 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     record(y, "MatmulBackward", {&ga, &gb}, [=](const Tensor& g) {
       const ScopedBf16Math bf16(amp);
       Grads out(2);
-      Float32Io io;
       if (need_a) {  // g b^T
         out[0] = Tensor::empty(a_shape, a_dtype, g.device());
-        backend(g).gemm(false, true, 1.f, g, sb, 0.f, io.out(out[0]));
+        backend(g).gemm(false, true, 1.f, g, sb, 0.f, out[0], Tensor());
       }
       if (need_b) {  // a^T g
         out[1] = Tensor::empty(b_shape, b_dtype, g.device());
-        backend(g).gemm(true, false, 1.f, sa, g, 0.f, io.out(out[1]));
+        backend(g).gemm(true, false, 1.f, sa, g, 0.f, out[1], Tensor());
       }
-      io.finish();
       return out;
     });
   }
@@ -218,13 +214,8 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   const auto [x, w, x_graph, w_graph, amp] = amp_operands(x_in, w_in);
   const ScopedBf16Math bf16(amp);
   Tensor y = Tensor::empty({N, out_features}, amp ? DType::BFloat16 : x.dtype(), x.device());
-  Backend& be = backend(x);
-  Float32Io io;
-  Tensor y32 = io.out(y);
-  be.gemm(false, true, 1.f, x, w, 0.f, y32);
   // The bias in float32, before the output's rounding.
-  if (bias.defined()) be.add_channel_bias(N, out_features, 1, y32, bias, y32);  // in place
-  io.finish();
+  backend(x).gemm(false, true, 1.f, x, w, 0.f, y, bias);
   if (any_requires_grad({&x_graph, &w_graph, &bias})) {
     Tensor sx = x.detach(), sw = w.detach();
     bool need_x = x_graph.requires_grad(), need_w = w_graph.requires_grad();
@@ -234,20 +225,18 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
     record(y, "LinearBackward", {&x_graph, &w_graph, &bias}, [=](const Tensor& g) {
       const ScopedBf16Math bf16(amp);
       Grads out(3);
-      Float32Io io;
       if (need_x) {  // g w
         out[0] = Tensor::empty(x_shape, x_dtype, g.device());
-        backend(g).gemm(false, false, 1.f, g, sw, 0.f, io.out(out[0]));
+        backend(g).gemm(false, false, 1.f, g, sw, 0.f, out[0], Tensor());
       }
       if (need_w) {  // g^T x
         out[1] = Tensor::empty(w_shape, w_dtype, g.device());
-        backend(g).gemm(true, false, 1.f, g, sx, 0.f, io.out(out[1]));
+        backend(g).gemm(true, false, 1.f, g, sx, 0.f, out[1], Tensor());
       }
-      if (need_b) {  // channel_sum reads float32: a bfloat16 g's copy, for this call only
+      if (need_b) {  // float32, from g of either dtype
         out[2] = Tensor::empty({out_features}, DType::Float32, g.device());
-        backend(g).channel_sum(N, out_features, 1, io.in(g), out[2]);
+        backend(g).channel_sum(N, out_features, 1, g, out[2]);
       }
-      io.finish();
       return out;
     });
   }

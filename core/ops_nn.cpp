@@ -49,7 +49,7 @@ Pool2dShape pool_shape(const char* op, const Tensor& x, int64_t kernel, int64_t 
 // float32 sums (ScopedBf16Math picks the kernels), the bias added in float32,
 // a bfloat16 output; each gradient in its input's dtype (amp_operand). The
 // backends read bfloat16 operands as they are (BF16 math, whatever the
-// setting); only bfloat16 outputs go through float32 scratch (Float32Io).
+// setting) and write y and dx in either dtype (core/backend.h).
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, int64_t stride,
               int64_t padding) {
   check_nchw("conv2d", x_in);
@@ -80,9 +80,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, int64_
   const ScopedBf16Math bf16(amp);
   Tensor y =
       Tensor::empty({s.N, s.K, s.P, s.Q}, amp ? DType::BFloat16 : x.dtype(), x.device());
-  Float32Io io;
-  backend(x).conv2d_forward(s, x, w, bias, io.out(y));
-  io.finish();
+  backend(x).conv2d_forward(s, x, w, bias, y);
   if (any_requires_grad({&x_graph, &w_graph, &bias})) {
     Tensor sx = x.detach(), sw = w.detach();
     bool need_x = x_graph.requires_grad(), need_w = w_graph.requires_grad();
@@ -91,20 +89,21 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, int64_
     record(y, "Conv2dBackward", {&x_graph, &w_graph, &bias}, [=](const Tensor& g) {
       const ScopedBf16Math bf16(amp);
       Grads out(3);
-      Float32Io io;
       if (need_x) {
         out[0] = Tensor::empty(sx.shape(), x_dtype, g.device());
-        backend(g).conv2d_backward_data(s, g, sw, io.out(out[0]));
-        io.finish();  // frees dx's float32 scratch before dw's is made
+        backend(g).conv2d_backward_data(s, g, sw, out[0]);
       }
       if (need_w || need_b) {
+        // dw is float32 in the backends: a bfloat16 weight (not a parameter
+        // read through the cast cache, whose dw is float32) gets it rounded.
+        Float32Io io;
         Tensor dw = Tensor::empty(sw.shape(), w_dtype, g.device());
         Tensor db = need_b ? Tensor::empty({s.K}, DType::Float32, g.device()) : Tensor();
         backend(g).conv2d_backward_weight(s, sx, g, io.out(dw), db);
+        io.finish();
         if (need_w) out[1] = dw;
         out[2] = db;
       }
-      io.finish();
       return out;
     });
   }

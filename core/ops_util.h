@@ -37,9 +37,12 @@ inline void check_float32(const char* op, const char* what, const Tensor& t) {
 
 // Runs kernels written for float32 on tensors that may be bfloat16: in(t) is
 // t, or a float32 copy of a bfloat16 t (exact); out(t) is t, or a float32
-// scratch that finish() rounds into the bfloat16 t (to nearest even).
-// Float32 tensors pass through without a copy, so float32 runs pay nothing.
-// The copies are device memory for one op, freed with this object.
+// scratch that finish() rounds into the bfloat16 t (to nearest even);
+// inout(t) is out(t) holding t's values. Float32 tensors pass through
+// without a copy, so float32 runs pay nothing. The copies are memory on
+// t's device for one op (or one CPU backend method: core/backend.h lets
+// its kernels take bfloat16 outputs, and the CPU's stage them so), freed
+// with this object.
 class Float32Io {
  public:
   Tensor in(const Tensor& t) {
@@ -50,6 +53,12 @@ class Float32Io {
     if (!t.defined() || t.dtype() != DType::BFloat16) return t;
     Tensor scratch = Tensor::empty(t.shape(), DType::Float32, t.device());
     outs_.push_back({scratch, t});
+    return scratch;
+  }
+  Tensor inout(const Tensor& t) {
+    Tensor scratch = out(t);
+    if (scratch.defined() && scratch.dtype() != t.dtype())
+      backend_for(t.device()).convert(t, scratch);
     return scratch;
   }
   void finish() {

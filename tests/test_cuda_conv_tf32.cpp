@@ -290,10 +290,11 @@ TEST_CASE("cuda conv mma: rung 7 reads bfloat16 x, w and dy, bitwise as float32 
   // The rungs that read float32 only refuse bfloat16, by name.
   const Conv2dShape s = test_shapes()[2];
   const anvil::bfloat16* none = nullptr;
-  REQUIRE_THROWS_WITH(cu::conv2d_forward(6, s, none, none, nullptr, nullptr, nullptr, nullptr),
+  float* no_output = nullptr;
+  REQUIRE_THROWS_WITH(cu::conv2d_forward(6, s, none, none, nullptr, no_output, nullptr, nullptr),
                       "cuda::conv2d_forward: variant 6 (tf32 mma) reads float32 operands only; "
                       "bfloat16 ones need variant 7 (bf16 mma)");
-  REQUIRE_THROWS_WITH(cu::conv2d_backward_data(5, s, none, none, nullptr, nullptr, nullptr),
+  REQUIRE_THROWS_WITH(cu::conv2d_backward_data(5, s, none, none, no_output, nullptr, nullptr),
                       Catch::Contains("cuda::conv2d_backward_data: variant 5"));
   REQUIRE_THROWS_WITH(cu::conv2d_backward_weight(1, s, none, none, nullptr, nullptr, nullptr),
                       Catch::Contains("cuda::conv2d_backward_weight: variant 1"));

@@ -309,7 +309,7 @@ TEST_CASE("gemm backends: bfloat16 operands on the CPU and cuda:0 against FP64, 
                              .to(dtype)
                              .to(d);
         const Tensor y = Tensor::empty({s.M, s.N}, DType::Float32, d);
-        anvil::backend_for(d).gemm(s.ta, s.tb, s.alpha, a, b, s.beta, y);
+        anvil::backend_for(d).gemm(s.ta, s.tb, s.alpha, a, b, s.beta, y, Tensor());
         return y.to_vector();
       };
       // bfloat16 operands are BF16 math under any setting (the default here).

@@ -172,9 +172,10 @@ TEST_CASE("cuda reduce: channel_sum matches cpu::channel_sum on ragged shapes", 
     REQUIRE(anvil::cuda::channel_sum_workspace_floats(1, 256, 64, 784) == 0);
     REQUIRE(anvil::cuda::channel_sum_workspace_floats(2, 0, 4, 3) == 4);
     REQUIRE(anvil::cuda::channel_sum_workspace_floats(2, 3, 0, 3) == 0);
-    REQUIRE_THROWS_WITH(anvil::cuda::channel_sum(3, 1, 1, 1, nullptr, nullptr, nullptr, nullptr),
+    const float* no_dy = nullptr;
+    REQUIRE_THROWS_WITH(anvil::cuda::channel_sum(3, 1, 1, 1, no_dy, nullptr, nullptr, nullptr),
                         Catch::Contains("no variant 3"));
-    REQUIRE_THROWS_WITH(anvil::cuda::channel_sum(2, 1, 1, 1, nullptr, nullptr, nullptr, nullptr),
+    REQUIRE_THROWS_WITH(anvil::cuda::channel_sum(2, 1, 1, 1, no_dy, nullptr, nullptr, nullptr),
                         Catch::Contains("workspace"));
   }
 }

@@ -45,6 +45,7 @@
 
 #include <cstdlib>
 
+#include "core/ops_util.h"
 #include "kernels/cpu/conv_direct.h"
 #include "kernels/cpu/conv_winograd.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -432,24 +433,31 @@ ConvAlgo conv_algo(Fp32Math m) {
 }
 }  // namespace
 
+// A bfloat16 y or dx is staged in float32 and rounded once (Float32Io).
 void CpuBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
-                                const Tensor& bias, const Tensor& y) {
+                                const Tensor& bias, const Tensor& y_out) {
+  ops_detail::Float32Io io;
+  const Tensor y = io.out(y_out);
   const Fp32Math m = operand_math(conv_math(), x, w);
-  if (rounds_operands(m)) {
-    return cpu::conv2d_forward(s, rounded_operand(x, 0, m), rounded_operand(w, 1, m), floats(bias),
-                               floats(y), conv_algo(m));
-  }
-  cpu::conv2d_forward(s, floats(x), floats(w), floats(bias), floats(y), conv_algo(m));
+  if (rounds_operands(m))
+    cpu::conv2d_forward(s, rounded_operand(x, 0, m), rounded_operand(w, 1, m), floats(bias),
+                        floats(y), conv_algo(m));
+  else
+    cpu::conv2d_forward(s, floats(x), floats(w), floats(bias), floats(y), conv_algo(m));
+  io.finish();
 }
 
 void CpuBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w,
-                                      const Tensor& dx) {
+                                      const Tensor& dx_out) {
+  ops_detail::Float32Io io;
+  const Tensor dx = io.out(dx_out);
   const Fp32Math m = operand_math(conv_math(), dy, w);
-  if (rounds_operands(m)) {
-    return cpu::conv2d_backward_data(s, rounded_operand(dy, 0, m), rounded_operand(w, 1, m), floats(dx),
-                                     conv_algo(m));
-  }
-  cpu::conv2d_backward_data(s, floats(dy), floats(w), floats(dx), conv_algo(m));
+  if (rounds_operands(m))
+    cpu::conv2d_backward_data(s, rounded_operand(dy, 0, m), rounded_operand(w, 1, m), floats(dx),
+                              conv_algo(m));
+  else
+    cpu::conv2d_backward_data(s, floats(dy), floats(w), floats(dx), conv_algo(m));
+  io.finish();
 }
 
 // The bias gradient sums dy unrounded (FP32, as on the GPU): a bfloat16

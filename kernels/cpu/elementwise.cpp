@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/ops_util.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -276,9 +277,11 @@ void CpuBackend::add_channel_bias(int64_t outer, int64_t C, int64_t inner, const
                                   const Tensor& bias, const Tensor& y) {
   cpu::add_channel_bias(outer, C, inner, floats(x), floats(bias), floats(y));
 }
+// A bfloat16 dy is summed from its float32 copy (exact).
 void CpuBackend::channel_sum(int64_t outer, int64_t C, int64_t inner, const Tensor& dy,
                              const Tensor& db) {
-  cpu::channel_sum(outer, C, inner, floats(dy), floats(db));
+  ops_detail::Float32Io io;
+  cpu::channel_sum(outer, C, inner, floats(io.in(dy)), floats(db));
 }
 void CpuBackend::sum(const Tensor& x, double scale, const Tensor& out) {
   floats(out)[0] = static_cast<float>(double(cpu::sum(x.numel(), floats(x))) * scale);

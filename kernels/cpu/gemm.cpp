@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/ops_util.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "core/precision.h"
@@ -86,18 +87,25 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 // ---- CpuBackend (cpu_backend.h) ----
 
+// A bfloat16 y is staged in float32 (its values first, for beta != 0) and
+// rounded once, after the bias.
 void CpuBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tensor& b,
-                      float beta, const Tensor& y) {
-  int64_t M = y.size(0), N = y.size(1);
+                      float beta, const Tensor& y_out, const Tensor& bias) {
+  int64_t M = y_out.size(0), N = y_out.size(1);
   int64_t K = ta ? a.size(0) : a.size(1);
+  ops_detail::Float32Io io;
+  const Tensor y = beta == 0.0f ? io.out(y_out) : io.inout(y_out);
   const Fp32Math m = operand_math(fp32_math(OpFamily::kMatmul, DeviceType::CPU), a, b);
   if (rounds_operands(m)) {
-    return (m == Fp32Math::kBf16 ? cpu::gemm_bf16 : cpu::gemm)(
+    (m == Fp32Math::kBf16 ? cpu::gemm_bf16 : cpu::gemm)(
         ta, tb, M, N, K, alpha, rounded_operand(a, 0, m), a.size(1), rounded_operand(b, 1, m),
         b.size(1), beta, floats(y), N);
+  } else {
+    cpu::gemm(ta, tb, M, N, K, alpha, floats(a), a.size(1), floats(b), b.size(1), beta, floats(y),
+              N);
   }
-  cpu::gemm(ta, tb, M, N, K, alpha, floats(a), a.size(1), floats(b), b.size(1), beta, floats(y),
-            N);
+  if (bias.defined()) cpu::add_channel_bias(M, N, 1, floats(y), floats(bias), floats(y));
+  io.finish();
 }
 
 }  // namespace anvil::cpu

@@ -40,12 +40,11 @@ Tensor CudaBackend::workspace(size_t floats) const {
 
 bool CudaBackend::bf16_operands(const char* op, const Tensor& a, const Tensor& b,
                                 const Tensor& out) const {
-  if (a.dtype() != DType::BFloat16 && b.dtype() != DType::BFloat16) return false;
-  if (out.dtype() != DType::Float32)
+  const bool bf16_in = a.dtype() == DType::BFloat16 || b.dtype() == DType::BFloat16;
+  if (out.dtype() == DType::BFloat16 && !bf16_in)
     throw std::invalid_argument(std::string("cuda backend ") + op +
-                                ": the output of bfloat16 operands must be float32, got " +
-                                std::string(dtype_name(out.dtype())));
-  return true;
+                                ": a bfloat16 output needs a bfloat16 operand");
+  return bf16_in;
 }
 
 Tensor CudaBackend::bf16_operand(const Tensor& t) {

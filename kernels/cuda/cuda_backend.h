@@ -42,8 +42,9 @@ class CudaBackend final : public Backend {
   // Do the operands go to the BF16 rungs as bfloat16? Yes when either is
   // bfloat16: its values are BF16's whatever the precision setting. A
   // float32 partner is then rounded into a bfloat16 copy (bf16_operand),
-  // as those rungs round it while staging; the output must be float32
-  // (`op` names the method in the error).
+  // as those rungs round it while staging. The output is float32 or
+  // bfloat16 (rounded in the rungs' epilogues); a bfloat16 output with no
+  // bfloat16 operand throws (`op` names the method in the error).
   bool bf16_operands(const char* op, const Tensor& a, const Tensor& b, const Tensor& out) const;
   // t, or a bfloat16 copy of a float32 t, rounded to nearest even.
   Tensor bf16_operand(const Tensor& t);

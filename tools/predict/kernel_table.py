@@ -101,6 +101,7 @@ CLAIMS = {
     "forward_warp_tiled": {"ldg128", "lds128"},
     "backward_data_warp_tiled": {"lds128"},
     "backward_weight_warp_tiled": {"lds128"},
+    # (a bfloat16 unit of 4 is two 32-bit loads: the "bf16 in memory" rows claim none)
     **{(base, f"V4 {index}"): {"ldg128"} for base in SPLIT_KERNELS for index in ("int", "long")},
 }
 # The tensor-core tiles (mma_tile.cuh, tile "tf32 ..." or "bf16 ..."): their
@@ -126,14 +127,14 @@ def base_and_tile(demangled):
     """('gemm_double_buffered', '') or ('forward_warp_tiled', '64x128'), and
     the warp_tile::Shape's threads per block (or None)."""
     name = demangled.removeprefix("void ")
-    depth = 0
+    depth, params = 0, ""
     for i, ch in enumerate(name):  # cut the parameter list (at template depth 0)
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth -= 1
         elif ch == "(" and depth == 0:
-            name = name[:i]
+            name, params = name[:i], name[i:]
             break
     shape = re.search(r"warp_tile::Shape<([\d, ]+)>", name)
     mma = re.search(r"mma_tile::Shape<[\w:]*mma_tile::(Tf32|Bf16), (\d+), (\d+), \d+>", name)
@@ -147,8 +148,9 @@ def base_and_tile(demangled):
         operands = ", bf16 in memory" if name.endswith("anvil::bfloat16>") else ""
         return base, f"{mma.group(1).lower()} {64 * wm}x{32 * wn}{operands}", 32 * wm * wn
     split = re.search(r"<(\d+), (\w+)>$", name)
-    if base in SPLIT_KERNELS and split:
-        return base, f"V{split.group(1)} {split.group(2)}", None
+    if base in SPLIT_KERNELS and split:  # channel_sum_split's overload on a bfloat16 dy apart
+        operands = ", bf16 in memory" if "anvil::bfloat16 const*" in params else ""
+        return base, f"V{split.group(1)} {split.group(2)}{operands}", None
     if not shape:
         return base, "", None
     bk, wm, wn, lanes_m, sub_m, sub_n, _stages, _min_blocks = (int(v) for v in shape.group(1).split(","))

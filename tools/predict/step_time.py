@@ -27,22 +27,23 @@ CUDA backend issue them (core/ops_nn.cpp, core/ops.cpp, core/autocast.cpp,
 kernels/cuda/conv/conv.cpp, kernels/cuda/gemm/gemm.cpp):
 - convolutions on conv rung 07 and linear layers on GEMM rung 10 (BF16
   mma.sync m16n8k16), with conv 05's / GEMM 08's tiles and split plans,
-  reading bfloat16 operands (2 bytes an element; a conv's float32 bias, 4),
-  writing float32 outputs or split-K partials; their FLOPs go at the dense
-  BF16 peak (989.4 TFLOP/s, half the datasheet's 1979 with sparsity) times
-  --tc-efficiency;
-- a float_to_bf16_kernel (4 bytes read, 2 written an element) for every
-  bfloat16 output of those: forward y, backward dx (weight gradients stay
-  float32: none); the linear bias is added to the float32 output first
-  (add_channel_bias_kernel, float32);
-- the conversions the op layer stages: the images cast to bfloat16 before
-  the first conv; the logits cast to float32 twice (cross-entropy, and the
-  trainer's count_correct) and the loss gradient cast back; each conv and
-  linear bias gradient sums a float32 copy of dy (bf16_to_float_kernel, 2
-  bytes read, 4 written); in ResNet-18, global_avg_pool2d casts its input
-  to float32 (the pooling kernels run in float32 there) and its gradient
-  back, and the linear layer casts its float32 input to bfloat16 and the
-  input's bfloat16 gradient to float32;
+  reading bfloat16 operands (2 bytes an element; a bias, float32, 4) and
+  storing forward y and backward dx as bfloat16 (2 bytes) from their
+  epilogues, the bias added in FP32 first (a linear layer's too: no
+  add_channel_bias_kernel), or float32 split-K partials that add_partials
+  sums into bfloat16; weight gradients stay float32; their FLOPs go at the
+  dense BF16 peak (989.4 TFLOP/s, half the datasheet's 1979 with sparsity)
+  times --tc-efficiency;
+- the bias gradients (channel_sum_split, column_sum_rows) read dy as
+  bfloat16 (2 bytes an element), FP32 sums;
+- the conversions the op layer stages (float_to_bf16_kernel: 4 bytes read,
+  2 written an element; bf16_to_float_kernel: 2 read, 4 written): the
+  images cast to bfloat16 before the first conv; the logits cast to float32
+  twice (cross-entropy, and the trainer's count_correct) and the loss
+  gradient cast back; in ResNet-18, global_avg_pool2d casts its input to
+  float32 (the pooling kernels run in float32 there) and its gradient back,
+  and the linear layer casts its float32 input to bfloat16 and the input's
+  bfloat16 gradient to float32;
 - relu, add, avg pooling (LeNet's) and BatchNorm read and write bfloat16
   (2 bytes an element; BatchNorm's statistics and parameters float32);
 - SGD also writes the bfloat16 copy of each conv and linear weight (2 more
@@ -242,13 +243,16 @@ class Step:
         if first_step:
             self.first_step.append(self.launches["shipped"][-1])
 
-    def gemm(self, kernel, before, m, n, k, flops, read, narrow=False):
+    def gemm(self, kernel, before, m, n, k, flops, read, narrow=False, out=F):
         """A shipped GEMM (conv 5 or GEMM 8) of an m x n result over k, its split-K
-        sum, and the baseline launch (GEMM 4 / conv 3: 64x64 tiles, unsplit)."""
+        sum, and the baseline launch (GEMM 4 / conv 3: 64x64 tiles, unsplit).
+        out: bytes per element of the result (amp: 2 for a bfloat16 y or dx,
+        stored by the epilogue, or by add_partials from float32 partials)."""
         bm, per_sm = (64, 3) if narrow else (128, 2)
         tiles = kt.tiles(m, n, bm, 128)
         splits = kt.split_k(m, n, k, tiles, per_sm)[0]
-        nbytes, blocks = read + F * splits * m * n, tiles * splits
+        nbytes = read + (F * splits * m * n if splits > 1 else out * m * n)
+        blocks = tiles * splits
         if self.amp:  # the BF16 rungs: conv 05's and GEMM 08's tiles and split plans
             self.launches["shipped"].append(dict(kernel=bf16_name(kernel), row=kernel, flops=flops,
                                                  bytes=nbytes, blocks=blocks, tensor_cores="bf16"))
@@ -262,18 +266,18 @@ class Step:
         if splits > 1:
             warp = splits >= 32
             self.add("shipped", GEMM + ("add_partials_by_warp" if warp else "add_partials"), 0,
-                     F * (splits + 1) * m * n, blocks=math.ceil(m * n * (32 if warp else 1) / 256))
+                     F * splits * m * n + out * m * n, blocks=math.ceil(m * n * (32 if warp else 1) / 256))
         self.add("baseline", before, flops, read + F * m * n, row=kernel, blocks=kt.tiles(m, n, 64, 64))
 
     def channel_sum(self, outer, c, inner, before):
-        self.convert(outer * c * inner, False)  # amp: channel_sum reads a float32 copy of dy
         if inner == 1:  # a linear layer's bias: column sums over row slices (reduce.cu)
             s = column_slices(c, outer)
             split, blocks = RED + "column_sum_rows", math.ceil(c / 256) * s
         else:
             v, s = (4 if inner % 4 == 0 else 1), split_count(c, outer * inner)
             split, blocks = f"{RED}channel_sum_split<{v},int>", c * s
-        self.add("shipped", split, 0, F * (outer * c * inner + c * s), blocks=blocks)
+        # amp: dy read as bfloat16 (the same kernel's overload), FP32 partials
+        self.add("shipped", split, 0, self.e * outer * c * inner + F * c * s, blocks=blocks)
         self.add("shipped", RED + "channel_sum_fold", 0, F * (c * s + c), blocks=math.ceil(c / 8))
         self.add("baseline", before, 0, F * (outer * c * inner + c), row=split, blocks=c)
 
@@ -328,10 +332,9 @@ def conv(step, s, need_dx=True):
         if step.amp:  # bfloat16 operands
             read = read // F * 2
         read += F * s["K"] if d == "fwd" else 0  # + the bias
+        out = step.e if d != "bwdW" else F  # amp: y and dx bfloat16 from the epilogue; dw float32
         step.gemm(f"{CONV}{base}_warp_tiled<{tile}>", f"{CONV}{base}_implicit", m, n, k, useful, read,
-                  narrow=m <= 64)
-        if d != "bwdW":  # amp: y and dx rounded to bfloat16 from the float32 output
-            step.convert(sizes[d], True)
+                  narrow=m <= 64, out=out)
     step.channel_sum(s["N"], s["K"], s["P"] ** 2, CONV + "bias_grad")  # dbias
 
 
@@ -342,18 +345,18 @@ def linear(step, b, fin, fout, float_input=False):
     step.convert(fin * fout, True, first_step=True)  # amp: the weight's copy
     if float_input:
         step.convert(b * fin, True)
-    e = 2 if step.amp else F  # the operands' bytes
+    e = step.e  # the operands' bytes; amp: y and dx bfloat16 from the epilogue, dw float32
     for (ta, tb), m, n, k, read in (((0, 1), b, fout, fin, b * fin + fout * fin),
                                     ((0, 0), b, fin, fout, b * fout + fout * fin),
                                     ((1, 0), fout, fin, b, b * fout + b * fin)):
         flags = f"<{'true' if ta else 'false'},{'true' if tb else 'false'}>"
-        step.gemm(f"{GEMM}gemm_split_k{flags}", f"{GEMM}gemm_register_blocked{flags}", m, n, k, flops, e * read)
-        if (ta, tb) == (0, 0):  # amp: dx rounded to bfloat16 (and back to float32 for a float input)
-            step.convert(b * fin, True)
-            if float_input:
-                step.convert(b * fin, False)
-    step.convert(b * fout, True)  # amp: y, after the float32 bias
-    step.add("both", EW + "add_channel_bias_kernel<int>", 0, F * (2 * b * fout + fout))
+        bias = F * fout if step.amp and (ta, tb) == (0, 1) else 0  # amp: the bias in GEMM 10's epilogue
+        step.gemm(f"{GEMM}gemm_split_k{flags}", f"{GEMM}gemm_register_blocked{flags}", m, n, k, flops,
+                  e * read + bias, out=F if ta else e)
+        if (ta, tb) == (0, 0) and float_input:  # amp: the bfloat16 dx cast back to float32
+            step.convert(b * fin, False)
+    if not step.amp:  # the FP32 and TF32 rungs add the bias by a pass over y
+        step.add("both", EW + "add_channel_bias_kernel<int>", 0, F * (2 * b * fout + fout))
     step.channel_sum(b, fout, 1, RED + "channel_sum_kernel")
 
 
@@ -629,7 +632,8 @@ def report(p, a):
     if p["mode"] == "bf16":
         print("Mapping (TF32 → BF16): each row's conv 06 or GEMM 11 kernel → the BF16 rung's kernel with "
               "the same tiles and split plan (conv 07, GEMM 10: `mma_tile::Shape<Bf16, ...>`, bfloat16 "
-              "operands, float32 outputs); relu, add, BatchNorm and LeNet's pooling → their bfloat16 "
+              "operands, bfloat16 y and dx from the epilogue or `add_partials`, float32 weight "
+              "gradients; the linear bias in the epilogue, so no `add_channel_bias_kernel`); relu, add, BatchNorm and LeNet's pooling → their bfloat16 "
               "variants (`<anvil::bfloat16>`), ResNet's global pooling → its float32 variant; "
               "`float_to_bf16_kernel` and `bf16_to_float_kernel` are the BF16 step's alone; every other "
               "kernel is the same in both.\n")

@@ -13,8 +13,11 @@
 // (cvt.rn.bf16x2.f32) as they are staged; one kernel instantiation per
 // element type (conv2d_*'s bfloat16 overloads, conv.h). Either way shared
 // memory holds the same bf16 words, so bfloat16 inputs and float32 inputs
-// of the same values give bitwise the same outputs. y, dx, dw, the bias and
-// the split-K partials are float32.
+// of the same values give bitwise the same outputs. dw, the bias and the
+// split-K partials are float32; y and dx are float32 or bfloat16 (the
+// kernels' overloads on the output pointer, warp_tile_kernels.cuh): the
+// FP32 sum, plus the bias for y, rounded once to nearest even in the
+// epilogue, or by add_partials when the direction is split.
 //
 // Threads and data are as in rung 06, with GEMM rung 10's staging and
 // fragments (10_bf16_mma.cu; mma_tile.cuh's Bf16): k steps of 16 through

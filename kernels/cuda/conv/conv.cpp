@@ -84,44 +84,52 @@ size_t conv2d_workspace_floats(int variant, const Conv2dShape& s) {
 
 namespace {
 
-// The rung's launcher for operands of T: every rung has the float32 one; a
-// bfloat16 one only the rungs that read bfloat16 (else the error names fn).
-template <class T, class F32, class Bf16>
-auto launcher(const char* fn, int variant, const conv_rungs::Rung& rung, F32 f32, Bf16 bf16) {
-  if constexpr (std::is_same_v<T, float>) {
-    return f32;
-  } else {
-    if (bf16 == nullptr)
+// The rung's launcher for operands of T (and an output of TY): every rung
+// has the float32 one; the bfloat16 ones only the rungs that read bfloat16
+// (else the error names fn).
+template <class T, class TY, class F32, class Bf16, class Bf16Out>
+auto launcher(const char* fn, int variant, const conv_rungs::Rung& rung, F32 f32, Bf16 bf16,
+              Bf16Out bf16_out) {
+  const auto pick = [&](auto f) {
+    if (f == nullptr)
       bad_shape(fn, "variant " + std::to_string(variant) + " (" + rung.name +
                         ") reads float32 operands only; bfloat16 ones need variant " +
                         std::to_string(kBf16Conv) + " (" + conv_rungs::rung(kBf16Conv).name +
                         ")");
-    return bf16;
-  }
+    return f;
+  };
+  if constexpr (std::is_same_v<T, float>)
+    return f32;
+  else if constexpr (std::is_same_v<TY, float>)
+    return pick(bf16);
+  else
+    return pick(bf16_out);
 }
 
-template <class T>
-void forward(int variant, const Conv2dShape& s, const T* x, const T* w, const float* bias,
-             float* y, float* workspace, cudaStream_t stream) {
+template <class T, class TY>
+void forward(int variant, const Conv2dShape& s, const T* x, const T* w, const float* bias, TY* y,
+             float* workspace, cudaStream_t stream) {
   const char* fn = "conv2d_forward";
   const conv_rungs::Rung& rung = checked(fn, variant, s);
-  const auto run = launcher<T>(fn, variant, rung, rung.forward, rung.forward_bf16);
+  const auto run = launcher<T, TY>(fn, variant, rung, rung.forward, rung.forward_bf16,
+                                   rung.forward_bf16_out);
   float* ws = checked_workspace(fn, variant, rung, s, workspace);
   if (s.N * s.K * s.P * s.Q == 0) return;  // y is empty
   run(s, x, w, bias, y, ws, stream);
 }
 
-template <class T>
-void backward_data(int variant, const Conv2dShape& s, const T* dy, const T* w, float* dx,
+template <class T, class TY>
+void backward_data(int variant, const Conv2dShape& s, const T* dy, const T* w, TY* dx,
                    float* workspace, cudaStream_t stream) {
   const char* fn = "conv2d_backward_data";
   const conv_rungs::Rung& rung = checked(fn, variant, s);
-  const auto run = launcher<T>(fn, variant, rung, rung.backward_data, rung.backward_data_bf16);
+  const auto run = launcher<T, TY>(fn, variant, rung, rung.backward_data,
+                                   rung.backward_data_bf16, rung.backward_data_bf16_out);
   float* ws = checked_workspace(fn, variant, rung, s, workspace);
   const int64_t dx_size = s.N * s.C * s.H * s.W;
   if (dx_size == 0) return;
   if (s.K * s.P * s.Q == 0) {  // nothing flows back
-    fill(dx_size, 0.0f, dx, stream);
+    fill(dx_size, TY(0.0f), dx, stream);
     return;
   }
   run(s, dy, w, dx, ws, stream);
@@ -133,8 +141,8 @@ void backward_weight(int variant, const Conv2dShape& s, const T* x, const T* dy,
                      float* dbias, float* workspace, cudaStream_t stream) {
   const char* fn = "conv2d_backward_weight";
   const conv_rungs::Rung& rung = checked(fn, variant, s);
-  const auto run =
-      launcher<T>(fn, variant, rung, rung.backward_weight, rung.backward_weight_bf16);
+  const auto run = launcher<T, float>(fn, variant, rung, rung.backward_weight,
+                                      rung.backward_weight_bf16, nullptr);
   float* ws = checked_workspace(fn, variant, rung, s, workspace);
   const int64_t PQ = s.P * s.Q, dw_size = s.K * s.C * s.R * s.S;
   if constexpr (std::is_same_v<T, float>) {
@@ -163,12 +171,22 @@ void conv2d_forward(int variant, const Conv2dShape& s, const bfloat16* x, const 
   forward(variant, s, x, w, bias, y, workspace, stream);
 }
 
+void conv2d_forward(int variant, const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
+                    const float* bias, bfloat16* y, float* workspace, cudaStream_t stream) {
+  forward(variant, s, x, w, bias, y, workspace, stream);
+}
+
 void conv2d_backward_data(int variant, const Conv2dShape& s, const float* dy, const float* w,
                           float* dx, float* workspace, cudaStream_t stream) {
   backward_data(variant, s, dy, w, dx, workspace, stream);
 }
 void conv2d_backward_data(int variant, const Conv2dShape& s, const bfloat16* dy,
                           const bfloat16* w, float* dx, float* workspace, cudaStream_t stream) {
+  backward_data(variant, s, dy, w, dx, workspace, stream);
+}
+
+void conv2d_backward_data(int variant, const Conv2dShape& s, const bfloat16* dy,
+                          const bfloat16* w, bfloat16* dx, float* workspace, cudaStream_t stream) {
   backward_data(variant, s, dy, w, dx, workspace, stream);
 }
 
@@ -197,15 +215,20 @@ int backend_rung() {
 }  // namespace
 
 // bfloat16 operands go to rung 07, which reads them as they are, whatever
-// the precision setting (bf16_operands, cuda_backend.h).
+// the precision setting (bf16_operands, cuda_backend.h), and stores y and
+// dx as float32 or bfloat16, the bias added before the rounding.
 void CudaBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                  const Tensor& bias, const Tensor& y) {
   activate();
   if (bf16_operands("conv2d_forward", x, w, y)) {
     const Tensor x16 = bf16_operand(x), w16 = bf16_operand(w);
     Tensor ws = workspace(conv2d_workspace_floats(kBf16Conv, s));
-    cuda::conv2d_forward(kBf16Conv, s, bf16s(x16), bf16s(w16), floats(bias), floats(y),
-                         floats(ws), stream_);
+    if (y.dtype() == DType::BFloat16)
+      cuda::conv2d_forward(kBf16Conv, s, bf16s(x16), bf16s(w16), floats(bias),
+                           y.data<bfloat16>(), floats(ws), stream_);
+    else
+      cuda::conv2d_forward(kBf16Conv, s, bf16s(x16), bf16s(w16), floats(bias), floats(y),
+                           floats(ws), stream_);
     return;
   }
   const int rung = backend_rung();
@@ -219,28 +242,33 @@ void CudaBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, c
   if (bf16_operands("conv2d_backward_data", dy, w, dx)) {
     const Tensor dy16 = bf16_operand(dy), w16 = bf16_operand(w);
     Tensor ws = workspace(conv2d_workspace_floats(kBf16Conv, s));
-    cuda::conv2d_backward_data(kBf16Conv, s, bf16s(dy16), bf16s(w16), floats(dx), floats(ws),
-                               stream_);
+    if (dx.dtype() == DType::BFloat16)
+      cuda::conv2d_backward_data(kBf16Conv, s, bf16s(dy16), bf16s(w16), dx.data<bfloat16>(),
+                                 floats(ws), stream_);
+    else
+      cuda::conv2d_backward_data(kBf16Conv, s, bf16s(dy16), bf16s(w16), floats(dx), floats(ws),
+                                 stream_);
     return;
   }
   const int rung = backend_rung();
   Tensor ws = workspace(conv2d_workspace_floats(rung, s));
   cuda::conv2d_backward_data(rung, s, floats(dy), floats(w), floats(dx), floats(ws), stream_);
 }
-// With bfloat16 dy, the bias gradient (channel_sum, which reads float32)
-// sums a float32 copy of dy, freed before the weight gradient runs.
+// With bfloat16 dy the bias gradient is channel_sum's bfloat16 overload,
+// which sums dy as stored (FP32 sums); dw is float32 either way.
 void CudaBackend::conv2d_backward_weight(const Conv2dShape& s, const Tensor& x,
                                          const Tensor& dy, const Tensor& dw,
                                          const Tensor& dbias) {
   activate();
+  if (dw.dtype() != DType::Float32)
+    throw std::invalid_argument("cuda backend conv2d_backward_weight: dw must be float32, got " +
+                                std::string(dtype_name(dw.dtype())));
   if (bf16_operands("conv2d_backward_weight", x, dy, dw)) {
     const Tensor x16 = bf16_operand(x), dy16 = bf16_operand(dy);
     Tensor ws = workspace(conv2d_workspace_floats(kBf16Conv, s));
-    if (dbias.defined()) {
-      const Tensor dy32 = dy.dtype() == DType::Float32 ? dy : dy.detach().to(DType::Float32);
-      cuda::channel_sum(kBestChannelSum, s.N, s.K, s.P * s.Q, floats(dy32), floats(dbias),
+    if (dbias.defined())
+      cuda::channel_sum(kBestChannelSum, s.N, s.K, s.P * s.Q, bf16s(dy16), floats(dbias),
                         floats(ws), stream_);
-    }
     cuda::conv2d_backward_weight(kBf16Conv, s, bf16s(x16), bf16s(dy16), floats(dw), floats(ws),
                                  stream_);
     return;

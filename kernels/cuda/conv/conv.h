@@ -19,7 +19,8 @@
 //                            (docs/precision.md; --fp32-precision ieee takes 05)
 //   07_bf16_mma.cu           06 with BF16 operands (mma.sync m16n8k16): the
 //                            arithmetic of BF16 mixed precision; reads x, w
-//                            and dy as bfloat16 when given them
+//                            and dy as bfloat16 when given them, stores y
+//                            and dx as bfloat16 when asked
 // Run one rung alone (checked against the CPU, then timed):
 //   build/sim/bench_cuda_kernels conv 3
 #pragma once
@@ -58,14 +59,20 @@ void conv2d_backward_data(int variant, const Conv2dShape& s, const float* dy, co
                           float* dx, float* workspace, cudaStream_t stream);
 void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, const float* dy,
                             float* dw, float* dbias, float* workspace, cudaStream_t stream);
-// The same directions on bfloat16 x, w and dy (outputs, bias and workspace
-// float32): only the rungs with bfloat16 launchers (07, kBf16Conv) read
-// them, as they are stored; any other variant throws std::invalid_argument.
-// The bias gradient is not among them: channel_sum reads float32.
+// The same directions on bfloat16 x, w and dy (bias, dw and workspace
+// float32; y and dx float32 or bfloat16, the float32 values rounded once
+// to nearest even in the rung's epilogue, or in its split's second pass):
+// only the rungs with bfloat16 launchers (07, kBf16Conv) read them, as they
+// are stored; any other variant throws std::invalid_argument. The bias
+// gradient is not among them: channel_sum's bfloat16 overload sums dy.
 void conv2d_forward(int variant, const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
                     const float* bias, float* y, float* workspace, cudaStream_t stream);
+void conv2d_forward(int variant, const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
+                    const float* bias, bfloat16* y, float* workspace, cudaStream_t stream);
 void conv2d_backward_data(int variant, const Conv2dShape& s, const bfloat16* dy,
                           const bfloat16* w, float* dx, float* workspace, cudaStream_t stream);
+void conv2d_backward_data(int variant, const Conv2dShape& s, const bfloat16* dy,
+                          const bfloat16* w, bfloat16* dx, float* workspace, cudaStream_t stream);
 void conv2d_backward_weight(int variant, const Conv2dShape& s, const bfloat16* x,
                             const bfloat16* dy, float* dw, float* workspace, cudaStream_t stream);
 
@@ -91,6 +98,12 @@ struct Rung {
                              float* dx, float* workspace, cudaStream_t) = nullptr;
   void (*backward_weight_bf16)(const Conv2dShape&, const bfloat16* x, const bfloat16* dy,
                                float* dw, float* workspace, cudaStream_t) = nullptr;
+  // ... and y, dx stored as bfloat16.
+  void (*forward_bf16_out)(const Conv2dShape&, const bfloat16* x, const bfloat16* w,
+                           const float* bias, bfloat16* y, float* workspace,
+                           cudaStream_t) = nullptr;
+  void (*backward_data_bf16_out)(const Conv2dShape&, const bfloat16* dy, const bfloat16* w,
+                                 bfloat16* dx, float* workspace, cudaStream_t) = nullptr;
 };
 extern const Rung kDirect, kIm2col, kImplicitGemm, kImplicitWarpTile, kSplitK, kTf32Mma,
     kBf16Mma;

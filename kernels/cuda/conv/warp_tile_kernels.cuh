@@ -4,8 +4,8 @@
 // rung 09's TF32 tensor-core tile (mma_tile::multiply), picked by the tile
 // shape (the Tiles argument of the launchers below); rung 07 on the BF16
 // tile, whose kernels also take bfloat16 x, w and dy (T below: the
-// operands' element type, float for every other rung; outputs, partials
-// and the bias stay float32).
+// operands' element type, float for every other rung) and store bfloat16
+// y and dx (TY; partials, dw and the bias stay float32).
 //
 // Block (x, y, z) reduces the chunk [z*chunk, z*chunk + chunk) of its GEMM's
 // K into out + z * (the output's size): rung 04 and unsplit shapes, one chunk
@@ -21,6 +21,7 @@
 #include "kernels/cuda/gemm/mma_tile.cuh"
 #include "kernels/cuda/gemm/tile.cuh"
 #include "kernels/cuda/gemm/warp_tile.cuh"
+#include "kernels/element.h"
 
 namespace anvil::cuda::conv_kernels {
 
@@ -41,12 +42,18 @@ __device__ __forceinline__ void tile_multiply(int M, int N, int K, const GetA& a
     warp_tile::multiply<S>(M, N, K, a, b, put);
 }
 
-template <class S, class T>
-__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
-    forward_warp_tiled(Geo g, tile::Strided<false, T> w, const T* __restrict__ x,
-                       const float* __restrict__ bias, int chunk, float* __restrict__ out) {
+// Forward and backward-data store float32 or bfloat16 (TY): the FP32 sum
+// (+ the bias, in FP32) rounded once to nearest even for bfloat16. Each is
+// one __device__ body and two __global__ overloads on the output pointer,
+// so that a bfloat16 output keeps the kernel's name in the audits; a split
+// writes float32 partials and add_partials rounds.
+template <class S, class T, class TY>
+__device__ __forceinline__ void forward_tile(const Geo& g, const tile::Strided<false, T>& w,
+                                             const T* __restrict__ x,
+                                             const float* __restrict__ bias, int chunk,
+                                             TY* __restrict__ out) {
   const int CRS = g.C * g.RS(), PQ = g.PQ(), k0 = int(blockIdx.z) * chunk;
-  float* y = out + int64_t(blockIdx.z) * g.N * g.K * PQ;
+  TY* y = out + int64_t(blockIdx.z) * g.N * g.K * PQ;
   const float* b0 = blockIdx.z == 0 ? bias : nullptr;
   tile_multiply<S>(g.K, g.N * PQ, chunk_length(CRS, chunk), warp_tile::KSlice(w, k0),
                    warp_tile::KSlice(ColByNpqOf<T>{g, x}, k0),
@@ -56,17 +63,30 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
                      for (int j = 0; j < 4; ++j) {
                        if (j >= valid) break;
                        const int n = (npq + j) / PQ, pq = (npq + j) % PQ;
-                       y[(int64_t(n) * g.K + k) * PQ + pq] = vec::at(acc, j) + b;
+                       y[(int64_t(n) * g.K + k) * PQ + pq] =
+                           anvil::store<TY>(vec::at(acc, j) + b);
                      }
                    });
 }
-
 template <class S, class T>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
-    backward_data_warp_tiled(Geo g, const T* __restrict__ dy, const T* __restrict__ w, int chunk,
-                             float* __restrict__ out) {
+    forward_warp_tiled(Geo g, tile::Strided<false, T> w, const T* __restrict__ x,
+                       const float* __restrict__ bias, int chunk, float* __restrict__ out) {
+  forward_tile<S>(g, w, x, bias, chunk, out);
+}
+template <class S, class T>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    forward_warp_tiled(Geo g, tile::Strided<false, T> w, const T* __restrict__ x,
+                       const float* __restrict__ bias, int chunk, bfloat16* __restrict__ out) {
+  forward_tile<S>(g, w, x, bias, chunk, out);
+}
+
+template <class S, class T, class TY>
+__device__ __forceinline__ void backward_data_tile(const Geo& g, const T* __restrict__ dy,
+                                                   const T* __restrict__ w, int chunk,
+                                                   TY* __restrict__ out) {
   const int HW = g.H * g.W, k0 = int(blockIdx.z) * chunk;
-  float* dx = out + int64_t(blockIdx.z) * g.N * g.C * HW;
+  TY* dx = out + int64_t(blockIdx.z) * g.N * g.C * HW;
   tile_multiply<S>(g.C, g.N * HW, chunk_length(g.K * g.RS(), chunk),
                    warp_tile::KSlice(WeightTOf<T>{g, w}, k0),
                    warp_tile::KSlice(DyTapsOf<T>{g, dy}, k0),
@@ -75,9 +95,22 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
                      for (int j = 0; j < 4; ++j) {
                        if (j >= valid) break;
                        const int n = (nhw + j) / HW, hw = (nhw + j) % HW;
-                       dx[(int64_t(n) * g.C + c) * HW + hw] = vec::at(acc, j);
+                       dx[(int64_t(n) * g.C + c) * HW + hw] =
+                           anvil::store<TY>(vec::at(acc, j));
                      }
                    });
+}
+template <class S, class T>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    backward_data_warp_tiled(Geo g, const T* __restrict__ dy, const T* __restrict__ w, int chunk,
+                             float* __restrict__ out) {
+  backward_data_tile<S>(g, dy, w, chunk, out);
+}
+template <class S, class T>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    backward_data_warp_tiled(Geo g, const T* __restrict__ dy, const T* __restrict__ w, int chunk,
+                             bfloat16* __restrict__ out) {
+  backward_data_tile<S>(g, dy, w, chunk, out);
 }
 
 template <class S, class T>
@@ -133,18 +166,36 @@ dim3 warp_tile_grid(int64_t M, int64_t N) {
               static_cast<unsigned>((M + S::kBM - 1) / S::kBM));
 }
 
-// kernel(args..., chunk, out) over the tiles of S and plan.splits chunks,
-// into `out` (M*N floats, in whatever layout the kernel writes) or, split,
-// into the workspace's partials, then added into `out`.
-template <class S, typename... KArgs, typename... Args>
-void launch_split(void (*kernel)(KArgs...), const Gemm& m, const split_k::Plan& plan, float* ws,
-                  float* out, cudaStream_t stream, Args... args) {
+// kernel(args..., chunk, out) over the tiles of S and plan.splits chunks:
+// unsplit, to_out straight into `out` (M*N elements of TY, in whatever
+// layout the kernel writes); split, to_partials into the workspace's float
+// partials, then added (and for a bfloat16 out rounded) into `out`.
+template <class S, class ToPartials, class ToOut, class TY, typename... Args>
+void launch_split(ToPartials to_partials, ToOut to_out, const Gemm& m, const split_k::Plan& plan,
+                  float* ws, TY* out, cudaStream_t stream, Args... args) {
   dim3 grid = warp_tile_grid<S>(m.M, m.N);
   grid.z = static_cast<unsigned>(plan.splits);
-  const bool is_split = plan.splits > 1;
-  launch(kernel, grid, dim3(S::kThreads), 0, stream, args..., int(plan.chunk), is_split ? ws : out);
-  if (is_split)
-    split_k::sum_split_k(plan.splits, 1, int(m.M * m.N), ws, 1.0f, 0.0f, out, m.M * m.N, stream);
+  if (plan.splits == 1) {
+    launch(to_out, grid, dim3(S::kThreads), 0, stream, args..., int(plan.chunk), out);
+    return;
+  }
+  launch(to_partials, grid, dim3(S::kThreads), 0, stream, args..., int(plan.chunk), ws);
+  split_k::sum_split_k(plan.splits, 1, int(m.M * m.N), ws, 1.0f, 0.0f, nullptr, out, m.M * m.N,
+                       stream);
+}
+
+// The forward and backward-data kernels of tile S and operands T that store
+// TY (the overload on the output pointer).
+template <class S, class T, class TY>
+auto forward_kernel() {
+  void (*k)(Geo, tile::Strided<false, T>, const T*, const float*, int, TY*) =
+      forward_warp_tiled<S, T>;
+  return k;
+}
+template <class S, class T, class TY>
+auto backward_data_kernel() {
+  void (*k)(Geo, const T*, const T*, int, TY*) = backward_data_warp_tiled<S, T>;
+  return k;
 }
 
 // The split of rungs 05 and 06 (split_k.h): where a GEMM's tiles on S fill
@@ -177,26 +228,26 @@ tile::Strided<false, T> weights(const Conv2dShape& s, const T* w) {
 }
 
 // The three directions on the tile tiles(M) picks, each cut into
-// plan(S, gemm) chunks; operands of T.
-template <class T, class Plan, class Tiles = Fp32Tiles>
-void warp_tile_forward(const Conv2dShape& s, const T* x, const T* w, const float* bias, float* y,
+// plan(S, gemm) chunks; operands of T, y and dx of TY (float, or bfloat16).
+template <class T, class TY, class Plan, class Tiles = Fp32Tiles>
+void warp_tile_forward(const Conv2dShape& s, const T* x, const T* w, const float* bias, TY* y,
                        float* ws, cudaStream_t stream, Plan plan, Tiles tiles = {}) {
   const Gemm m = forward_gemm(s);
   tiles(m.M, [&](auto shape) {
     using S = decltype(shape);
-    launch_split<S>(forward_warp_tiled<S, T>, m, plan(S{}, m), ws, y, stream, geo(s),
-                    weights(s, w), x, bias);
+    launch_split<S>(forward_kernel<S, T, float>(), forward_kernel<S, T, TY>(), m, plan(S{}, m), ws,
+                    y, stream, geo(s), weights(s, w), x, bias);
   });
 }
 
-template <class T, class Plan, class Tiles = Fp32Tiles>
-void warp_tile_backward_data(const Conv2dShape& s, const T* dy, const T* w, float* dx, float* ws,
+template <class T, class TY, class Plan, class Tiles = Fp32Tiles>
+void warp_tile_backward_data(const Conv2dShape& s, const T* dy, const T* w, TY* dx, float* ws,
                              cudaStream_t stream, Plan plan, Tiles tiles = {}) {
   const Gemm m = backward_data_gemm(s);
   tiles(m.M, [&](auto shape) {
     using S = decltype(shape);
-    launch_split<S>(backward_data_warp_tiled<S, T>, m, plan(S{}, m), ws, dx, stream, geo(s), dy,
-                    w);
+    launch_split<S>(backward_data_kernel<S, T, float>(), backward_data_kernel<S, T, TY>(), m,
+                    plan(S{}, m), ws, dx, stream, geo(s), dy, w);
   });
 }
 
@@ -206,8 +257,8 @@ void warp_tile_backward_weight(const Conv2dShape& s, const T* x, const T* dy, fl
   const Gemm m = backward_weight_gemm(s);
   tiles(m.M, [&](auto shape) {
     using S = decltype(shape);
-    launch_split<S>(backward_weight_warp_tiled<S, T>, m, plan(S{}, m), ws, dw, stream, geo(s), x,
-                    dy);
+    const auto kernel = backward_weight_warp_tiled<S, T>;
+    launch_split<S>(kernel, kernel, m, plan(S{}, m), ws, dw, stream, geo(s), x, dy);
   });
 }
 
@@ -218,13 +269,13 @@ template <class Math>
 struct MmaRung {
   using Tiles = MmaTiles<Math>;
   static size_t workspace(const Conv2dShape& s) { return split_workspace(s, Tiles{}); }
-  template <class T>
-  static void forward(const Conv2dShape& s, const T* x, const T* w, const float* bias, float* y,
+  template <class T, class TY>
+  static void forward(const Conv2dShape& s, const T* x, const T* w, const float* bias, TY* y,
                       float* ws, cudaStream_t stream) {
     warp_tile_forward(s, x, w, bias, y, ws, stream, SplitByWaves{}, Tiles{});
   }
-  template <class T>
-  static void backward_data(const Conv2dShape& s, const T* dy, const T* w, float* dx, float* ws,
+  template <class T, class TY>
+  static void backward_data(const Conv2dShape& s, const T* dy, const T* w, TY* dx, float* ws,
                             cudaStream_t stream) {
     warp_tile_backward_data(s, dy, w, dx, ws, stream, SplitByWaves{}, Tiles{});
   }
@@ -234,14 +285,17 @@ struct MmaRung {
     warp_tile_backward_weight(s, x, dy, dw, ws, stream, SplitByWaves{}, Tiles{});
   }
   // The rung's entry in the ladder (conv.h's conv_rungs::Rung); the
-  // bfloat16 launchers where Math reads bfloat16 (mma_tile::Bf16).
+  // bfloat16 launchers (float32 and bfloat16 y, dx) where Math reads
+  // bfloat16 (mma_tile::Bf16).
   static constexpr conv_rungs::Rung rung(const char* name, gemm_rungs::Math math) {
-    conv_rungs::Rung r{name, workspace, forward<float>, backward_data<float>,
+    conv_rungs::Rung r{name, workspace, forward<float, float>, backward_data<float, float>,
                        backward_weight<float>, math};
     if constexpr (std::is_same_v<Math, mma_tile::Bf16>) {
-      r.forward_bf16 = forward<bfloat16>;
-      r.backward_data_bf16 = backward_data<bfloat16>;
+      r.forward_bf16 = forward<bfloat16, float>;
+      r.backward_data_bf16 = backward_data<bfloat16, float>;
       r.backward_weight_bf16 = backward_weight<bfloat16>;
+      r.forward_bf16_out = forward<bfloat16, bfloat16>;
+      r.backward_data_bf16_out = backward_data<bfloat16, bfloat16>;
     }
     return r;
   }

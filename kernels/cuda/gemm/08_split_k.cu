@@ -37,31 +37,66 @@ __global__ void __launch_bounds__(warp_tile::DoubleBuffered::kThreads,
 
 // The second pass of a split (split_k.h). Below kWarpSplits partials per
 // element: one thread per element of C, consecutive threads along n
-// (coalesced), adding z = 0, 1, ... in order.
+// (coalesced), adding z = 0, 1, ... in order. C is float or bfloat16 (the
+// kernel is overloaded on it, one name for the audits: the same pass).
 constexpr int kSumThreads = 256, kWarpSplits = 32;
-__global__ void __launch_bounds__(kSumThreads)
-    add_partials(int splits, int M, int N, const float* __restrict__ partials, float alpha,
-                 float beta, float* __restrict__ C, int64_t ldc) {
+template <class TC>
+__device__ __forceinline__ void add_partials_thread(int splits, int M, int N,
+                                                    const float* __restrict__ partials,
+                                                    const StoreCOf<TC>& c) {
   const int64_t i = int64_t(blockIdx.x) * kSumThreads + threadIdx.x, MN = int64_t(M) * N;
   if (i >= MN) return;
   float acc = 0.0f;
   for (int z = 0; z < splits; ++z) acc += partials[z * MN + i];
-  store(C, ldc, int(i / N), int(i % N), acc, alpha, beta);
+  store(c.C, c.ldc, int(i / N), int(i % N), acc, c.alpha, c.beta, c.bias);
+}
+__global__ void __launch_bounds__(kSumThreads)
+    add_partials(int splits, int M, int N, const float* __restrict__ partials, StoreCOf<float> c) {
+  add_partials_thread(splits, M, N, partials, c);
+}
+__global__ void __launch_bounds__(kSumThreads)
+    add_partials(int splits, int M, int N, const float* __restrict__ partials,
+                 StoreCOf<bfloat16> c) {
+  add_partials_thread(splits, M, N, partials, c);
 }
 
 // From kWarpSplits partials per element: one warp per element of C, lane l
 // adding z = l, l + 32, ... in order, then a shuffle tree (a fixed order
 // too); the reads are scattered, but there are few elements.
-__global__ void __launch_bounds__(kSumThreads)
-    add_partials_by_warp(int splits, int M, int N, const float* __restrict__ partials, float alpha,
-                         float beta, float* __restrict__ C, int64_t ldc) {
+template <class TC>
+__device__ __forceinline__ void add_partials_warp(int splits, int M, int N,
+                                                  const float* __restrict__ partials,
+                                                  const StoreCOf<TC>& c) {
   const int64_t i = (int64_t(blockIdx.x) * kSumThreads + threadIdx.x) / 32, MN = int64_t(M) * N;
   const int lane = int(threadIdx.x) % 32;
   if (i >= MN) return;  // i is the same for the whole warp: all its lanes leave
   float acc = 0.0f;
   for (int z = lane; z < splits; z += 32) acc += partials[z * MN + i];
   for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_down_sync(0xffffffffu, acc, offset);
-  if (lane == 0) store(C, ldc, int(i / N), int(i % N), acc, alpha, beta);
+  if (lane == 0) store(c.C, c.ldc, int(i / N), int(i % N), acc, c.alpha, c.beta, c.bias);
+}
+__global__ void __launch_bounds__(kSumThreads)
+    add_partials_by_warp(int splits, int M, int N, const float* __restrict__ partials,
+                         StoreCOf<float> c) {
+  add_partials_warp(splits, M, N, partials, c);
+}
+__global__ void __launch_bounds__(kSumThreads)
+    add_partials_by_warp(int splits, int M, int N, const float* __restrict__ partials,
+                         StoreCOf<bfloat16> c) {
+  add_partials_warp(splits, M, N, partials, c);
+}
+
+template <class TC>
+void sum_partials(int splits, int M, int N, const float* partials, const StoreCOf<TC>& c,
+                  cudaStream_t stream) {
+  const int64_t MN = int64_t(M) * N;
+  if (MN == 0) return;
+  const bool by_warp = splits >= kWarpSplits;
+  using Kernel = void (*)(int, int, int, const float*, StoreCOf<TC>);
+  const Kernel pass = by_warp ? Kernel(add_partials_by_warp) : Kernel(add_partials);
+  const int64_t threads = by_warp ? MN * 32 : MN;
+  launch(pass, dim3(static_cast<unsigned>((threads + kSumThreads - 1) / kSumThreads)),
+         dim3(kSumThreads), 0, stream, splits, M, N, partials, c);
 }
 
 split_k::Plan split_plan(int64_t M, int64_t N, int64_t K) {
@@ -85,22 +120,26 @@ struct SplitK {
     }
     launch(gemm_split_k<TA, TB>, grid, dim3(S::kThreads), 0, stream, g.M, g.N, g.K,
            int(plan.chunk), a, b, store_c(g.workspace, g.N, 1.0f, 0.0f));
-    split_k::sum_split_k(plan.splits, g.M, g.N, g.workspace, g.alpha, g.beta, g.C, g.ldc, stream);
+    split_k::sum_split_k(plan.splits, g.M, g.N, g.workspace, g.alpha, g.beta, nullptr, g.C, g.ldc,
+                         stream);
   }
 };
 
 }  // namespace gemm_kernels
 
 void split_k::sum_split_k(int splits, int M, int N, const float* partials, float alpha,
-                          float beta, float* C, int64_t ldc, cudaStream_t stream) {
-  using namespace gemm_kernels;
-  const int64_t MN = int64_t(M) * N;
-  if (MN == 0) return;
-  const bool by_warp = splits >= kWarpSplits;
-  const int64_t threads = by_warp ? MN * 32 : MN;
-  launch(by_warp ? add_partials_by_warp : add_partials,
-         dim3(static_cast<unsigned>((threads + kSumThreads - 1) / kSumThreads)),
-         dim3(kSumThreads), 0, stream, splits, M, N, partials, alpha, beta, C, ldc);
+                          float beta, const float* bias, float* C, int64_t ldc,
+                          cudaStream_t stream) {
+  gemm_kernels::sum_partials(
+      splits, M, N, partials, gemm_kernels::StoreCOf<float>{C, ldc, alpha, beta, bias, false},
+      stream);
+}
+void split_k::sum_split_k(int splits, int M, int N, const float* partials, float alpha,
+                          float beta, const float* bias, bfloat16* C, int64_t ldc,
+                          cudaStream_t stream) {
+  gemm_kernels::sum_partials(
+      splits, M, N, partials, gemm_kernels::StoreCOf<bfloat16>{C, ldc, alpha, beta, bias, false},
+      stream);
 }
 
 size_t gemm_rungs::split_k_workspace_floats(int64_t M, int64_t N, int64_t K) {

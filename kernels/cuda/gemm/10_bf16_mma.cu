@@ -10,8 +10,14 @@
 //   - float32: rounded to nearest even (cvt.rn.bf16x2.f32) as they are
 //     staged, 16 bytes a quad: the same words in shared memory as the
 //     bfloat16 of the same values, so the two give bitwise the same C.
-// C and the split-K partials are float32 either way. Each product carries a
-// relative error up to about 2^-7 against the unrounded float32 operands
+// C is float32, or bfloat16 (autocast's outputs; gemm_mma's overload on the
+// store, so the audits see one kernel): the epilogue computes alpha * acc +
+// bias + beta * C in FP32 for either (rung.cuh's epilogue) and stores a
+// bfloat16 C rounded once to nearest even, a pair of columns per 4-byte
+// store where C allows. A split's partials stay float32: its second pass
+// (add_partials) adds the bias and rounds. The bias is a float per column
+// of C (a linear layer's). Each product carries a relative error up to
+// about 2^-7 against the unrounded float32 operands
 // (tests/test_cuda_gemm_mma.cpp derives the bound).
 //
 // Fragments (the PTX ISA's m16n8k16 .bf16, as kernels/cuda/mma.cuh documents
@@ -60,6 +66,10 @@ void gemm_rungs::bf16_mma(const GemmArgs& g, cudaStream_t stream) {
 }
 
 void gemm_rungs::bf16_mma_of_bf16(const Bf16GemmArgs& g, cudaStream_t stream) {
+  gemm_kernels::by_transpose<Bf16Rung::Run>(g, stream);
+}
+
+void gemm_rungs::bf16_mma_to_bf16(const Bf16OutGemmArgs& g, cudaStream_t stream) {
   gemm_kernels::by_transpose<Bf16Rung::Run>(g, stream);
 }
 

@@ -42,25 +42,39 @@ size_t gemm_workspace_floats(int variant, int64_t M, int64_t N, int64_t K) {
 
 namespace {
 
-// The rung's launcher for operands of T: every rung reads float32; a
-// bfloat16 one only where the rung has a launcher for it.
-gemm_rungs::Launch launcher(int, const gemm_rungs::Rung& r, const float*) { return r.launch; }
-gemm_rungs::LaunchBf16 launcher(int variant, const gemm_rungs::Rung& r, const bfloat16*) {
+// The rung's launcher for operands of T and C of TC: every rung reads
+// float32 into a float32 C; bfloat16 operands, a bfloat16 C and a bias only
+// where the rung has launchers for them.
+[[noreturn]] void no_launcher(int variant, const gemm_rungs::Rung& r, const char* what) {
+  throw std::invalid_argument("cuda::gemm: variant " + std::to_string(variant) + " (" + r.name +
+                              ") " + what + " need variant " + std::to_string(kBf16Gemm) + " (" +
+                              gemm_rungs::kRungs[kBf16Gemm - 1].name + ")");
+}
+gemm_rungs::Launch launcher(int variant, const gemm_rungs::Rung& r, const float*, const float*,
+                            const float* bias) {
+  if (bias != nullptr) no_launcher(variant, r, "adds no bias; a bias and bfloat16 operands");
+  return r.launch;
+}
+gemm_rungs::LaunchBf16 launcher(int variant, const gemm_rungs::Rung& r, const bfloat16*,
+                                const float*, const float*) {
   if (r.launch_bf16 == nullptr)
-    throw std::invalid_argument("cuda::gemm: variant " + std::to_string(variant) + " (" + r.name +
-                                ") reads float32 operands only; bfloat16 ones need variant " +
-                                std::to_string(kBf16Gemm) + " (" +
-                                gemm_rungs::kRungs[kBf16Gemm - 1].name + ")");
+    no_launcher(variant, r, "reads float32 operands only; bfloat16 ones");
   return r.launch_bf16;
 }
+gemm_rungs::LaunchBf16Out launcher(int variant, const gemm_rungs::Rung& r, const bfloat16*,
+                                   const bfloat16*, const float*) {
+  if (r.launch_bf16_out == nullptr)
+    no_launcher(variant, r, "reads float32 operands only; bfloat16 ones");
+  return r.launch_bf16_out;
+}
 
-template <class T>
+template <class T, class TC>
 void checked_gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                   float alpha, const T* A, int64_t lda, const T* B, int64_t ldb, float beta,
-                  float* C, int64_t ldc, float* workspace, cudaStream_t stream) {
+                  TC* C, int64_t ldc, const float* bias, float* workspace, cudaStream_t stream) {
   check_variant(variant);
   const gemm_rungs::Rung& rung = gemm_rungs::kRungs[variant - 1];
-  const auto launch = launcher(variant, rung, A);
+  const auto launch = launcher(variant, rung, A, static_cast<const TC*>(C), bias);
   check_size("M", M);
   check_size("N", N);
   check_size("K", K);
@@ -75,8 +89,8 @@ void checked_gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N,
                                   " floats of workspace for this shape (null given)");
   }
   if (M == 0 || N == 0) return;
-  const GemmArgsOf<T> g{trans_a, trans_b, int(M), int(N), int(K), alpha, A, lda, B, ldb, beta,
-                        C, ldc, workspace};
+  const GemmArgsOf<T, TC> g{trans_a, trans_b, int(M), int(N), int(K), alpha, A, lda, B, ldb, beta,
+                            C, ldc, workspace, bias};
   launch(g, stream);
 }
 
@@ -85,14 +99,28 @@ void checked_gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N,
 void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc, float* workspace, cudaStream_t stream) {
-  checked_gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+  checked_gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr,
                workspace, stream);
 }
 
 void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
           int64_t ldc, float* workspace, cudaStream_t stream) {
-  checked_gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+  checked_gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr,
+               workspace, stream);
+}
+
+void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
+          int64_t ldc, const float* bias, float* workspace, cudaStream_t stream) {
+  checked_gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
+               workspace, stream);
+}
+
+void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, bfloat16* C,
+          int64_t ldc, const float* bias, float* workspace, cudaStream_t stream) {
+  checked_gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
                workspace, stream);
 }
 
@@ -106,17 +134,24 @@ void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 
 // The rung by core/precision.h: the tensor cores where matmuls compute in
 // TF32 or BF16 (autocast), else the FP32 rung; bfloat16 operands go to the
-// BF16 rung, which reads them as they are, whatever the setting.
+// BF16 rung, which reads them as they are, whatever the setting, and
+// stores a float32 or bfloat16 y with the bias added in its epilogue. The
+// float32 rungs take no bias: it is added by a pass over y (the same
+// float32 sum, y being float32).
 void CudaBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tensor& b,
-                       float beta, const Tensor& y) {
+                       float beta, const Tensor& y, const Tensor& bias) {
   activate();
   int64_t M = y.size(0), N = y.size(1);
   int64_t K = ta ? a.size(0) : a.size(1);
   if (bf16_operands("gemm", a, b, y)) {
     const Tensor a16 = bf16_operand(a), b16 = bf16_operand(b);
     Tensor ws = workspace(gemm_workspace_floats(kBf16Gemm, M, N, K));
-    cuda::gemm(kBf16Gemm, ta, tb, M, N, K, alpha, bf16s(a16), a.size(1), bf16s(b16), b.size(1),
-               beta, floats(y), N, floats(ws), stream_);
+    if (y.dtype() == DType::BFloat16)
+      cuda::gemm(kBf16Gemm, ta, tb, M, N, K, alpha, bf16s(a16), a.size(1), bf16s(b16), b.size(1),
+                 beta, y.data<bfloat16>(), N, floats(bias), floats(ws), stream_);
+    else
+      cuda::gemm(kBf16Gemm, ta, tb, M, N, K, alpha, bf16s(a16), a.size(1), bf16s(b16), b.size(1),
+                 beta, floats(y), N, floats(bias), floats(ws), stream_);
     return;
   }
   const Fp32Math math = fp32_math(OpFamily::kMatmul, DeviceType::CUDA);
@@ -126,6 +161,7 @@ void CudaBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Ten
   Tensor ws = workspace(gemm_workspace_floats(rung, M, N, K));
   cuda::gemm(rung, ta, tb, M, N, K, alpha, floats(a), a.size(1), floats(b), b.size(1), beta,
              floats(y), N, floats(ws), stream_);
+  if (bias.defined()) add_channel_bias(M, N, 1, y, bias, y);
 }
 
 }  // namespace anvil::cuda

@@ -17,7 +17,8 @@
 //   09_tf32_mma.cu           TF32 tensor cores (mma.sync m16n8k8), FP32 accumulation,
 //                            split-K as 8
 //   10_bf16_mma.cu           9 with BF16 operands (mma.sync m16n8k16), read
-//                            as bfloat16 from memory when given them
+//                            as bfloat16 from memory when given them; C
+//                            float32, or bfloat16 rounded in the epilogue
 //   11_tf32_pipelined.cu     9's numerics fed by a 4-stage cp.async pipeline,
 //   (ships)                  64 x 64 warp tiles: matmuls under --fp32-precision tf32
 // Run one rung alone (checked against the CPU, then timed; simulated in the
@@ -63,10 +64,22 @@ void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
           int64_t ldc, float* workspace, cudaStream_t stream);
+// ... with a bias (null, or N floats, one per column of C, added in FP32
+// to alpha * op(A) * op(B) before beta * C), and C float32 or bfloat16: a
+// bfloat16 C holds the float32 C's values rounded once to nearest even, in
+// the rung's epilogue (split: in its second pass, the partials float32).
+// Only the rungs with a bfloat16 launcher (10).
+void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
+          int64_t ldc, const float* bias, float* workspace, cudaStream_t stream);
+void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, bfloat16* C,
+          int64_t ldc, const float* bias, float* workspace, cudaStream_t stream);
 
 // One GEMM's arguments, checked, as every rung's launcher takes them; T is
-// the operands' element type (float, or bfloat16).
-template <class T>
+// the operands' element type (float, or bfloat16), TC C's (float, or
+// bfloat16 for rung 10's launcher of bfloat16 outputs).
+template <class T, class TC = float>
 struct GemmArgsOf {
   bool trans_a, trans_b;
   int M, N, K;  // checked below 2^31: kernels index with int
@@ -76,12 +89,14 @@ struct GemmArgsOf {
   const T* B;
   int64_t ldb;
   float beta;
-  float* C;
+  TC* C;
   int64_t ldc;
   float* workspace;  // rung 08's partials, sized by gemm_workspace_floats
+  const float* bias = nullptr;  // per column of C; only rung 10's launchers read it
 };
 using GemmArgs = GemmArgsOf<float>;
 using Bf16GemmArgs = GemmArgsOf<bfloat16>;
+using Bf16OutGemmArgs = GemmArgsOf<bfloat16, bfloat16>;
 
 // The rungs' launchers, one per file, in the ladder's order.
 namespace gemm_rungs {
@@ -99,6 +114,7 @@ void tf32_mma(const GemmArgs&, cudaStream_t);
 size_t tf32_mma_workspace_floats(int64_t M, int64_t N, int64_t K);
 void bf16_mma(const GemmArgs&, cudaStream_t);
 void bf16_mma_of_bf16(const Bf16GemmArgs&, cudaStream_t);  // operands read as bfloat16
+void bf16_mma_to_bf16(const Bf16OutGemmArgs&, cudaStream_t);  // ... and C stored as bfloat16
 size_t bf16_mma_workspace_floats(int64_t M, int64_t N, int64_t K);
 void tf32_pipelined(const GemmArgs&, cudaStream_t);
 size_t tf32_pipelined_workspace_floats(int64_t M, int64_t N, int64_t K);
@@ -111,14 +127,17 @@ enum class Math { kFp32, kTf32, kBf16 };
 using Workspace = size_t (*)(int64_t M, int64_t N, int64_t K);
 inline size_t no_workspace(int64_t, int64_t, int64_t) { return 0; }
 using LaunchBf16 = void (*)(const Bf16GemmArgs&, cudaStream_t);
+using LaunchBf16Out = void (*)(const Bf16OutGemmArgs&, cudaStream_t);
 struct Rung {
   const char* name;
   Launch launch;
   Math math = Math::kFp32;
   Workspace workspace = no_workspace;  // floats of partials for a shape
-  // The launcher for bfloat16 operands (the same split, so the same
-  // workspace); null for the rungs that read float32 only.
+  // The launchers for bfloat16 operands, with a float32 C and with a
+  // bfloat16 one (the same split, so the same workspace; both take a bias);
+  // null for the rungs that read float32 only.
   LaunchBf16 launch_bf16 = nullptr;
+  LaunchBf16Out launch_bf16_out = nullptr;
 };
 inline constexpr Rung kRungs[kGemmVariants] = {
     {"naive", naive},
@@ -130,7 +149,8 @@ inline constexpr Rung kRungs[kGemmVariants] = {
     {"double buffered", double_buffered},
     {"split-K", split_k, Math::kFp32, split_k_workspace_floats},
     {"tf32 mma", tf32_mma, Math::kTf32, tf32_mma_workspace_floats},
-    {"bf16 mma", bf16_mma, Math::kBf16, bf16_mma_workspace_floats, bf16_mma_of_bf16},
+    {"bf16 mma", bf16_mma, Math::kBf16, bf16_mma_workspace_floats, bf16_mma_of_bf16,
+     bf16_mma_to_bf16},
     {"tf32 mma pipelined", tf32_pipelined, Math::kTf32, tf32_pipelined_workspace_floats},
 };
 static_assert(kRungs[kGemmFp32Variants - 1].math == Math::kFp32 &&

@@ -17,13 +17,25 @@ namespace anvil::cuda::gemm_kernels {
 
 // The K-slice [z*chunk, z*chunk + chunk) of z = blockIdx.z, its tile stored
 // through c at c.C + z*M*N (split: c is the workspace of partials, alpha 1,
-// beta 0; unsplit: C itself, chunk = K).
-template <class S, bool TA, bool TB, class T>
-__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
-    gemm_mma(int M, int N, int K, int chunk, OpA<TA, T> a, OpB<TB, T> b, StoreC c) {
+// beta 0, no bias; unsplit: C itself, chunk = K). The kernel is overloaded
+// on C's type (float, bfloat16: unsplit only), one name for the audits.
+template <class S, bool TA, bool TB, class T, class TC>
+__device__ __forceinline__ void gemm_mma_tile(int M, int N, int K, int chunk,
+                                              const OpA<TA, T>& a, const OpB<TB, T>& b,
+                                              StoreCOf<TC> c) {
   const int k0 = int(blockIdx.z) * chunk, length = K - k0 < chunk ? K - k0 : chunk;
   c.C += int64_t(blockIdx.z) * M * N;
   S::multiply(M, N, length, warp_tile::KSlice(a, k0), warp_tile::KSlice(b, k0), c);
+}
+template <class S, bool TA, bool TB, class T>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    gemm_mma(int M, int N, int K, int chunk, OpA<TA, T> a, OpB<TB, T> b, StoreCOf<float> c) {
+  gemm_mma_tile<S, TA, TB, T>(M, N, K, chunk, a, b, c);
+}
+template <class S, bool TA, bool TB, class T>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    gemm_mma(int M, int N, int K, int chunk, OpA<TA, T> a, OpB<TB, T> b, StoreCOf<bfloat16> c) {
+  gemm_mma_tile<S, TA, TB, T>(M, N, K, chunk, a, b, c);
 }
 
 template <class S>
@@ -34,26 +46,28 @@ split_k::Plan mma_split_plan(int64_t M, int64_t N, int64_t K) {
 
 template <class S>
 struct MmaRung {
-  // Operands of T (g: GemmArgsOf<T>): float, or bfloat16 where S's Math
-  // reads it (mma_tile::Bf16).
+  // Operands of T (g: GemmArgsOf<T, TC>): float, or bfloat16 where S's Math
+  // reads it (mma_tile::Bf16); C of TC (float; bfloat16 for rung 10).
   template <bool TA, bool TB>
   struct Run {
-    template <class T>
-    static void run(const GemmArgsOf<T>& g, cudaStream_t stream) {
+    template <class T, class TC>
+    static void run(const GemmArgsOf<T, TC>& g, cudaStream_t stream) {
       const split_k::Plan plan = mma_split_plan<S>(g.M, g.N, g.K);
       const dim3 grid(blocks(g.N, S::kBN), blocks(g.M, S::kBM),
                       static_cast<unsigned>(plan.splits));
       const auto a = tile::strided<OpA<TA>::kMajor>(g.A, g.lda);
       const auto b = tile::strided<OpB<TB>::kMajor>(g.B, g.ldb);
+      using ToC = void (*)(int, int, int, int, OpA<TA, T>, OpB<TB, T>, StoreCOf<TC>);
+      using ToPartials = void (*)(int, int, int, int, OpA<TA, T>, OpB<TB, T>, StoreCOf<float>);
       if (plan.splits == 1) {
-        launch(gemm_mma<S, TA, TB, T>, grid, dim3(S::kThreads), 0, stream, g.M, g.N, g.K, g.K, a, b,
-               store_c(g.C, g.ldc, g.alpha, g.beta));
+        launch(ToC(gemm_mma<S, TA, TB, T>), grid, dim3(S::kThreads), 0, stream, g.M, g.N, g.K,
+               g.K, a, b, store_c(g.C, g.ldc, g.alpha, g.beta, g.bias));
         return;
       }
-      launch(gemm_mma<S, TA, TB, T>, grid, dim3(S::kThreads), 0, stream, g.M, g.N, g.K,
-             int(plan.chunk), a, b, store_c(g.workspace, g.N, 1.0f, 0.0f));
-      split_k::sum_split_k(plan.splits, g.M, g.N, g.workspace, g.alpha, g.beta, g.C, g.ldc,
-                           stream);
+      launch(ToPartials(gemm_mma<S, TA, TB, T>), grid, dim3(S::kThreads), 0, stream, g.M, g.N,
+             g.K, int(plan.chunk), a, b, store_c(g.workspace, g.N, 1.0f, 0.0f));
+      split_k::sum_split_k(plan.splits, g.M, g.N, g.workspace, g.alpha, g.beta, g.bias, g.C,
+                           g.ldc, stream);
     }
   };
   static size_t workspace_floats(int64_t M, int64_t N, int64_t K) {

@@ -7,8 +7,10 @@
 // stored, so a transpose costs nothing but a different address.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_compat.h"
+#include "kernels/element.h"
 #include "kernels/cuda/gemm/gemm.h"
 #include "kernels/cuda/gemm/tile.cuh"
 #include "kernels/cuda/vec4.cuh"
@@ -23,38 +25,75 @@ using OpA = tile::Strided<TA, T>;
 template <bool TB, class T = float>
 using OpB = tile::Strided<!TB, T>;
 
-__device__ __forceinline__ void store(float* C, int64_t ldc, int m, int n, float acc, float alpha,
-                                      float beta) {
-  float* c = C + int64_t(m) * ldc + n;
-  *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;  // beta == 0: C not read
+// The epilogue's value of one element of C, in FP32: alpha * acc, plus the
+// bias of its column n when there is one, plus beta * old (C's value,
+// ignored when beta == 0). Every store of every C type goes through it, so
+// a bfloat16 C holds exactly the float32 C's values, rounded once.
+__device__ __forceinline__ float epilogue(float acc, float alpha, const float* bias, int n,
+                                          float beta, float old) {
+  float v = alpha * acc;
+  if (bias != nullptr) v += bias[n];
+  return beta == 0.0f ? v : v + beta * old;
 }
 
-// C = alpha * acc + beta * C for a row quad C[m][n..n+3] of which `valid`
-// lie inside N: one 16-byte store (and load, for beta != 0) when aligned.
-struct StoreC {
-  float* C;
+// One element of C (float, or bfloat16 rounded to nearest even).
+template <class TC>
+__device__ __forceinline__ void store(TC* C, int64_t ldc, int m, int n, float acc, float alpha,
+                                      float beta, const float* bias = nullptr) {
+  TC* c = C + int64_t(m) * ldc + n;
+  const float old = beta == 0.0f ? 0.0f : anvil::load(*c);  // beta == 0: C not read
+  *c = anvil::store<TC>(epilogue(acc, alpha, bias, n, beta, old));
+}
+
+// C = alpha * acc (+ bias[n]) + beta * C for a row quad C[m][n..n+3] of
+// which `valid` lie inside N. Float C: one 16-byte store (and load, for
+// beta != 0) when aligned. Bfloat16 C: pairs of elements at even n as one
+// 4-byte store when aligned (the mma tiles' c0 c1 pairs); each element is
+// the float32 C's value rounded to nearest even.
+template <class TC>
+struct StoreCOf {
+  TC* C;
   int64_t ldc;
   float alpha, beta;
-  bool aligned;  // C on a 16-byte boundary, ldc a multiple of 4
+  const float* bias;  // null, or N floats: a bias per column of C, added in FP32
+  bool aligned;       // float: C 16-byte aligned, ldc % 4 == 0; bfloat16: 4-byte, ldc even
   __device__ __forceinline__ void operator()(int m, int n, const float4& acc, int valid) const {
-    float* c = C + int64_t(m) * ldc + n;
-    if (valid == 4 && aligned) {
-      float4 v = make_float4(alpha * acc.x, alpha * acc.y, alpha * acc.z, alpha * acc.w);
-      if (beta != 0.0f) {  // beta == 0: C not read
-        const float4 old = vec::load4(c);
-        v = make_float4(v.x + beta * old.x, v.y + beta * old.y, v.z + beta * old.z,
-                        v.w + beta * old.w);
+    TC* c = C + int64_t(m) * ldc + n;
+    if constexpr (std::is_same_v<TC, float>) {
+      if (valid == 4 && aligned) {
+        const float4 old = beta == 0.0f ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : vec::load4(c);
+        vec::store4(c, make_float4(epilogue(acc.x, alpha, bias, n, beta, old.x),
+                                   epilogue(acc.y, alpha, bias, n + 1, beta, old.y),
+                                   epilogue(acc.z, alpha, bias, n + 2, beta, old.z),
+                                   epilogue(acc.w, alpha, bias, n + 3, beta, old.w)));
+        return;
       }
-      vec::store4(c, v);
     } else {
-      for (int j = 0; j < valid; ++j) store(C, ldc, m, n + j, vec::at(acc, j), alpha, beta);
+      if (aligned && n % 2 == 0) {
+        int j = 0;
+        for (; j + 1 < valid; j += 2) {
+          const float v0 = epilogue(vec::at(acc, j), alpha, bias, n + j, beta,
+                                    beta == 0.0f ? 0.0f : anvil::load(c[j]));
+          const float v1 = epilogue(vec::at(acc, j + 1), alpha, bias, n + j + 1, beta,
+                                    beta == 0.0f ? 0.0f : anvil::load(c[j + 1]));
+          *reinterpret_cast<uint32_t*>(c + j) =
+              uint32_t(float_to_bf16_bits(v0)) | (uint32_t(float_to_bf16_bits(v1)) << 16);
+        }
+        if (j < valid) store(C, ldc, m, n + j, vec::at(acc, j), alpha, beta, bias);
+        return;
+      }
     }
+    for (int j = 0; j < valid; ++j) store(C, ldc, m, n + j, vec::at(acc, j), alpha, beta, bias);
   }
 };
+using StoreC = StoreCOf<float>;
 
-inline StoreC store_c(float* C, int64_t ldc, float alpha, float beta) {
-  return StoreC{C, ldc, alpha, beta,
-                reinterpret_cast<std::uintptr_t>(C) % 16 == 0 && ldc % 4 == 0};
+template <class TC>
+StoreCOf<TC> store_c(TC* C, int64_t ldc, float alpha, float beta, const float* bias = nullptr) {
+  const auto address = reinterpret_cast<std::uintptr_t>(C);
+  const bool aligned = std::is_same_v<TC, float> ? address % 16 == 0 && ldc % 4 == 0
+                                                 : address % 4 == 0 && ldc % 2 == 0;
+  return StoreCOf<TC>{C, ldc, alpha, beta, bias, aligned};
 }
 
 inline unsigned blocks(int n, int per_block) {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/bfloat16.h"
 #include "kernels/cuda/runtime.h"
 
 namespace anvil::cuda::split_k {
@@ -86,13 +87,17 @@ inline int64_t workspace_floats(const Plan& p, int64_t M, int64_t N) {
   return p.splits > 1 ? p.splits * M * N : 0;
 }
 
-// C[m*ldc + n] = alpha * sum over z of partials[z*M*N + m*N + n] + beta * C
-// (C not read when beta == 0), in an order fixed by `splits` (gemm/08_split_k.cu): below
-// 32 splits one thread per element of C adds z = 0, 1, ...; from 32, one warp
-// per element, lane l adding z = l, l + 32, ..., then a shuffle tree across
-// the lanes, so that hundreds of partials (a one-tile weight gradient) are
-// not one thread's chain of dependent adds.
+// C[m*ldc + n] = alpha * sum over z of partials[z*M*N + m*N + n] (+ bias[n]
+// when bias is not null) + beta * C (C not read when beta == 0), in an order
+// fixed by `splits` (gemm/08_split_k.cu): below 32 splits one thread per
+// element of C adds z = 0, 1, ...; from 32, one warp per element, lane l
+// adding z = l, l + 32, ..., then a shuffle tree across the lanes, so that
+// hundreds of partials (a one-tile weight gradient) are not one thread's
+// chain of dependent adds. A bfloat16 C gets the float32 C's value rounded
+// once, to nearest even (the partials stay float32).
 void sum_split_k(int splits, int M, int N, const float* partials, float alpha, float beta,
-                 float* C, int64_t ldc, cudaStream_t stream);
+                 const float* bias, float* C, int64_t ldc, cudaStream_t stream);
+void sum_split_k(int splits, int M, int N, const float* partials, float alpha, float beta,
+                 const float* bias, bfloat16* C, int64_t ldc, cudaStream_t stream);
 
 }  // namespace anvil::cuda::split_k

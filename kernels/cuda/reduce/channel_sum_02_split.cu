@@ -13,23 +13,27 @@
 // instead (column_sum_rows): thread c of block (x, s) adds column c over row
 // slice s (at least 8 rows, slices enough for a wave of blocks), so a warp
 // reads 32 consecutive floats of each row; the slices' partials go through the
-// same fixed-order fold.
+// same fixed-order fold. Both passes 1 also read a bfloat16 dy (autocast's
+// gradients) as stored, two bytes an element, widened to float as loaded.
 //   build/sim/bench_cuda_kernels csum 2
 #include <algorithm>
 
 #include "kernels/cuda/reduce/block_sum.cuh"
 #include "kernels/cuda/reduce/channel_split.cuh"
+#include "kernels/element.h"
 
 namespace anvil::cuda {
 namespace reduce_kernels {
 
 // Pass 1: partials[block] = the sum of the block's slice of its
-// channel (block = c*S + s). V floats per unit (4: float4 loads); Index int
-// when dy has fewer than 2^31 floats.
-template <int V, typename Index>
-__global__ void __launch_bounds__(channel_split::kThreads, channel_split::kMinBlocks<Index>)
-    channel_sum_split(channel_split::SplitArgs<Index> a, const float* __restrict__ dy,
-                      float* __restrict__ partials) {
+// channel (block = c*S + s). V elements per unit (4: float4 loads, or two
+// 32-bit loads of bfloat16 pairs); Index int when dy has fewer than 2^31
+// elements. dy is float or bfloat16, widened as loaded and added in the
+// same order: each kernel is overloaded on it (one name for the audits).
+template <int V, typename Index, typename T>
+__device__ __forceinline__ void channel_sum_slice(const channel_split::SplitArgs<Index>& a,
+                                                  const T* __restrict__ dy,
+                                                  float* __restrict__ partials) {
   using namespace channel_split;
   __shared__ Sum2<float> warp_vals[kWarps];
   const Slice<Index> slice(a);
@@ -45,21 +49,44 @@ __global__ void __launch_bounds__(channel_split::kThreads, channel_split::kMinBl
   const Sum2<float> total = block_reduce(Sum2<float>{acc, 0.0f}, warp_vals);
   if (threadIdx.x == 0) partials[blockIdx.x] = total.a;
 }
+template <int V, typename Index>
+__global__ void __launch_bounds__(channel_split::kThreads, channel_split::kMinBlocks<Index>)
+    channel_sum_split(channel_split::SplitArgs<Index> a, const float* __restrict__ dy,
+                      float* __restrict__ partials) {
+  channel_sum_slice<V>(a, dy, partials);
+}
+template <int V, typename Index>
+__global__ void __launch_bounds__(channel_split::kThreads, channel_split::kMinBlocks<Index>)
+    channel_sum_split(channel_split::SplitArgs<Index> a, const bfloat16* __restrict__ dy,
+                      float* __restrict__ partials) {
+  channel_sum_slice<V>(a, dy, partials);
+}
 
 // With inner == 1, pass 1: partials[c*S + s] = the sum of column c
 // of dy [outer, C] over rows [s*rows, (s+1)*rows); consecutive threads, consecutive
-// columns.
-__global__ void __launch_bounds__(channel_split::kThreads)
-    column_sum_rows(int64_t outer, int64_t C, int64_t rows, const float* __restrict__ dy,
-                    float* __restrict__ partials) {
+// columns. dy float or bfloat16, as above.
+template <typename T>
+__device__ __forceinline__ void column_sum(int64_t outer, int64_t C, int64_t rows,
+                                           const T* __restrict__ dy,
+                                           float* __restrict__ partials) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const int64_t s = blockIdx.y, begin = s * rows;
   const int64_t end = begin + rows < outer ? begin + rows : outer;
   float acc = 0.0f;
 #pragma unroll 8
-  for (int64_t o = begin; o < end; ++o) acc += dy[o * C + c];
+  for (int64_t o = begin; o < end; ++o) acc += anvil::load(dy[o * C + c]);
   partials[c * gridDim.y + s] = acc;
+}
+__global__ void __launch_bounds__(channel_split::kThreads)
+    column_sum_rows(int64_t outer, int64_t C, int64_t rows, const float* __restrict__ dy,
+                    float* __restrict__ partials) {
+  column_sum(outer, C, rows, dy, partials);
+}
+__global__ void __launch_bounds__(channel_split::kThreads)
+    column_sum_rows(int64_t outer, int64_t C, int64_t rows, const bfloat16* __restrict__ dy,
+                    float* __restrict__ partials) {
+  column_sum(outer, C, rows, dy, partials);
 }
 
 // Pass 2: db[c] = the sum of channel c's S partials (one warp per
@@ -76,10 +103,12 @@ __global__ void __launch_bounds__(channel_split::kThreads)
   if (mine && threadIdx.x % 32 == 0) db[c] = static_cast<float>(total.a);
 }
 
-template <typename Index>
+template <typename Index, typename T>
 void launch_channel_sum_split(const channel_split::Plan& p, int64_t C, int64_t inner,
-                              const float* dy, float* partials, cudaStream_t stream) {
-  const auto pass1 = p.vec == 4 ? channel_sum_split<4, Index> : channel_sum_split<1, Index>;
+                              const T* dy, float* partials, cudaStream_t stream) {
+  using Kernel = void (*)(channel_split::SplitArgs<Index>, const T*, float*);
+  const Kernel pass1 =
+      p.vec == 4 ? Kernel(channel_sum_split<4, Index>) : Kernel(channel_sum_split<1, Index>);
   launch(pass1, static_cast<unsigned>(p.blocks(C)), dim3(channel_split::kThreads), 0, stream,
          channel_split::SplitArgs<Index>::make(p, C, inner), dy, partials);
 }
@@ -107,9 +136,11 @@ size_t channel_sum_rungs::split_workspace_floats(int64_t outer, int64_t C, int64
   return C == 0 ? 0 : static_cast<size_t>(C * reduce_kernels::channel_sum_slices(outer, C, inner));
 }
 
-void channel_sum_rungs::split(int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
-                              float* workspace, cudaStream_t stream) {
-  using namespace reduce_kernels;
+namespace reduce_kernels {
+
+template <typename T>
+void split_sum(int64_t outer, int64_t C, int64_t inner, const T* dy, float* db, float* workspace,
+               cudaStream_t stream) {
   // Pass 1 writes `splits` partials per channel (column sums or slices);
   // pass 2 folds them.
   int64_t splits;
@@ -117,7 +148,8 @@ void channel_sum_rungs::split(int64_t outer, int64_t C, int64_t inner, const flo
     splits = column_slices(C, outer);
     const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads),
                     static_cast<unsigned>(splits));
-    launch(column_sum_rows, grid, dim3(kThreads), 0, stream, outer, C,
+    using Kernel = void (*)(int64_t, int64_t, int64_t, const T*, float*);
+    launch(Kernel(column_sum_rows), grid, dim3(kThreads), 0, stream, outer, C,
            (outer + splits - 1) / splits, dy, workspace);
   } else {
     const channel_split::Plan p =
@@ -130,6 +162,17 @@ void channel_sum_rungs::split(int64_t outer, int64_t C, int64_t inner, const flo
   }
   launch(channel_sum_fold, channel_split::fold_blocks(C), dim3(channel_split::kThreads), 0, stream,
          C, splits, workspace, db);
+}
+
+}  // namespace reduce_kernels
+
+void channel_sum_rungs::split(int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
+                              float* workspace, cudaStream_t stream) {
+  reduce_kernels::split_sum(outer, C, inner, dy, db, workspace, stream);
+}
+void channel_sum_rungs::split(int64_t outer, int64_t C, int64_t inner, const bfloat16* dy,
+                              float* db, float* workspace, cudaStream_t stream) {
+  reduce_kernels::split_sum(outer, C, inner, dy, db, workspace, stream);
 }
 
 }  // namespace anvil::cuda

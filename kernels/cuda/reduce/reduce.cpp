@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/reduce/reduce.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -53,18 +54,40 @@ size_t channel_sum_workspace_floats(int variant, int64_t outer, int64_t C, int64
   return variant == 1 ? 0 : channel_sum_rungs::split_workspace_floats(outer, C, inner);
 }
 
-void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
-                 float* workspace, cudaStream_t stream) {
+namespace {
+
+template <class T>
+void checked_channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const T* dy,
+                         float* db, float* workspace, cudaStream_t stream) {
   check_variant("channel_sum", variant, kChannelSumVariants);
   check_count("cuda::channel_sum: outer", outer);
   check_count("cuda::channel_sum: C", C);
   check_count("cuda::channel_sum: inner", inner);
   if (C > INT32_MAX) throw std::invalid_argument("cuda::channel_sum: C is 2^31 or more");
+  const channel_sum_rungs::Rung& rung = channel_sum_rungs::kRungs[variant - 1];
+  if constexpr (!std::is_same_v<T, float>)
+    if (rung.launch_bf16 == nullptr)
+      throw std::invalid_argument("cuda::channel_sum: variant " + std::to_string(variant) + " (" +
+                                  rung.name + ") reads float32 only");
   if (C == 0) return;
   if (variant == 2 && workspace == nullptr)
     throw std::invalid_argument("cuda::channel_sum: variant 2 needs channel_sum_workspace_floats "
                                 "floats of workspace");
-  channel_sum_rungs::kRungs[variant - 1].launch(outer, C, inner, dy, db, workspace, stream);
+  if constexpr (std::is_same_v<T, float>)
+    rung.launch(outer, C, inner, dy, db, workspace, stream);
+  else
+    rung.launch_bf16(outer, C, inner, dy, db, workspace, stream);
+}
+
+}  // namespace
+
+void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
+                 float* workspace, cudaStream_t stream) {
+  checked_channel_sum(variant, outer, C, inner, dy, db, workspace, stream);
+}
+void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const bfloat16* dy,
+                 float* db, float* workspace, cudaStream_t stream) {
+  checked_channel_sum(variant, outer, C, inner, dy, db, workspace, stream);
 }
 
 // ---- CudaBackend (cuda_backend.h) ----
@@ -73,8 +96,12 @@ void CudaBackend::channel_sum(int64_t outer, int64_t C, int64_t inner, const Ten
                               const Tensor& db) {
   activate();
   Tensor ws = workspace(channel_sum_workspace_floats(kBestChannelSum, outer, C, inner));
-  cuda::channel_sum(kBestChannelSum, outer, C, inner, floats(dy), floats(db), floats(ws),
-                    stream_);
+  if (dy.dtype() == DType::BFloat16)
+    cuda::channel_sum(kBestChannelSum, outer, C, inner, bf16s(dy), floats(db), floats(ws),
+                      stream_);
+  else
+    cuda::channel_sum(kBestChannelSum, outer, C, inner, floats(dy), floats(db), floats(ws),
+                      stream_);
 }
 void CudaBackend::sum(const Tensor& x, double scale, const Tensor& out) {
   activate();

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/bfloat16.h"
 #include "kernels/cuda/runtime.h"
 
 namespace anvil::cuda {
@@ -39,6 +40,11 @@ constexpr int kBestChannelSum = 2;
 size_t channel_sum_workspace_floats(int variant, int64_t outer, int64_t C, int64_t inner);
 void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
                  float* workspace, cudaStream_t stream);
+// The same sum of a bfloat16 dy (autocast's gradients), read as stored and
+// added in FP32 in the float32 sum's order, so db is bitwise the sum of dy's
+// float32 copy; only the rung with a bfloat16 launcher (02) reads it.
+void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const bfloat16* dy,
+                 float* db, float* workspace, cudaStream_t stream);
 
 // out[0] = min, out[1] = max of labels[0..n), n >= 1 (out: two int64 of device memory).
 void label_min_max(int64_t n, const int64_t* labels, int64_t* out, cudaStream_t stream);
@@ -64,13 +70,17 @@ using Launch = void (*)(int64_t outer, int64_t C, int64_t inner, const float* dy
                         float* workspace, cudaStream_t);
 void block_per_channel(int64_t, int64_t, int64_t, const float*, float*, float*, cudaStream_t);
 void split(int64_t, int64_t, int64_t, const float*, float*, float*, cudaStream_t);
+void split(int64_t, int64_t, int64_t, const bfloat16*, float*, float*, cudaStream_t);
 size_t split_workspace_floats(int64_t outer, int64_t C, int64_t inner);
+using LaunchBf16 = void (*)(int64_t outer, int64_t C, int64_t inner, const bfloat16* dy,
+                            float* db, float* workspace, cudaStream_t);
 struct Rung {
   const char* name;
   Launch launch;
+  LaunchBf16 launch_bf16 = nullptr;  // null: reads float32 only
 };
-inline constexpr Rung kRungs[kChannelSumVariants] = {{"block per channel", block_per_channel},
-                                                     {"split", split}};
+inline constexpr Rung kRungs[kChannelSumVariants] = {
+    {"block per channel", block_per_channel}, {"split", split, split}};
 }  // namespace channel_sum_rungs
 
 }  // namespace anvil::cuda
