@@ -39,8 +39,8 @@ kernels/cuda/conv/conv.cpp, kernels/cuda/gemm/gemm.cpp):
 - the conversions the op layer stages (float_to_bf16_kernel: 4 bytes read,
   2 written an element; bf16_to_float_kernel: 2 read, 4 written): the
   images cast to bfloat16 before the first conv; the logits cast to float32
-  twice (cross-entropy, and the trainer's count_correct) and the loss
-  gradient cast back; in ResNet-18, global_avg_pool2d casts its input to
+  for cross-entropy (the trainer's count_correct reads them as bfloat16) and
+  the loss gradient cast back; in ResNet-18, global_avg_pool2d casts its input to
   float32 (the pooling kernels run in float32 there) and its gradient back,
   and the linear layer casts its float32 input to bfloat16 and the input's
   bfloat16 gradient to float32;
@@ -386,8 +386,7 @@ def loss_and_sgd(step, b, params):
     """Cross-entropy (core/ops_nn.cpp), the trainer's bookkeeping (nn/train.cpp)
     and one SGD launch per parameter tensor."""
     logits, labels = F * b * CLASSES, 8 * b
-    for _ in range(2):  # amp: the bfloat16 logits cast to float32 for the loss and count_correct
-        step.convert(b * CLASSES, False)
+    step.convert(b * CLASSES, False)  # amp: the bfloat16 logits cast to float32 for the loss
     step.convert(b * CLASSES, True)  # amp: the loss gradient cast back
     for kernel, nbytes in (
             (RED + "label_min_max_kernel", labels), (SOFT + "forward_warp_per_row", 2 * logits + F * b + labels),
@@ -398,6 +397,8 @@ def loss_and_sgd(step, b, params):
         row = kernel
         if step.amp and kernel == EW + "scale_kernel":
             kernel += "<float>"
+        if step.amp and kernel == SOFT + "count_correct_kernel":  # reads the bfloat16 logits
+            kernel, nbytes = step.native(kernel), nbytes - logits // 2
         step.add("both", kernel, 0, nbytes, row=row)
     for p, copy in params:  # amp: a conv or linear weight's bfloat16 copy, rewritten
         step.add("both", SGD, 0, F * 3 * p + (2 * p if step.amp and copy else 0))
