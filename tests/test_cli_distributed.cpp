@@ -247,7 +247,12 @@ Ended kill_rank_one(const std::string& cmd, int signal, const TempDir& dir) {
     victim = rank_pid(job, 1);
   }
   REQUIRE(victim > 0);
-  std::this_thread::sleep_for(std::chrono::seconds(2));  // into the training
+  // Into the training: past the header (start-up, data loading and the
+  // ranks' first agreement, which a loaded machine can stretch past any
+  // fixed sleep), then a second of steps.
+  for (int i = 0; i < 600 && read_file(out).find("training ") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
   kill(victim, signal);
   const auto start = Clock::now();
   int status = 0;
