@@ -108,9 +108,7 @@ void Report::header() {
     out_ << fmt::format("  amp bf16: conv and linear in BF16 ({}), activations bfloat16; "
                         "loss, BatchNorm statistics, master weights, gradients and momentum "
                         "float32\n",
-                        run_.r.device.is_cuda()     ? "tensor cores"
-                        : cpu::bf16_dot_enabled()   ? "AVX-512 BF16"
-                                                    : "emulated");
+                        run_.r.device.is_cuda() ? "tensor cores" : cpu::bf16_math_word());
   if (run_.r.data_parallel)
     out_ << fmt::format("  gradients all-reduced in {} (--grad-dtype {}){}\n",
                         o.grad_bf16() ? "bfloat16" : "float32", o.grad_dtype,

@@ -500,11 +500,9 @@ int run(Options& o) {
                            load_average());
   std::cout << fmt::format("anvil's float32 math (--fp32-precision {}): {}{}\n", o.fp32_precision,
                            describe_fp32_math(DeviceType::CPU),
-                           o.amp != "bf16"           ? ""
-                           : cpu::bf16_dot_enabled() ? "; amp bf16 (conv and linear in BF16, "
-                                                       "on AVX-512 BF16)"
-                                                     : "; amp bf16 (conv and linear in BF16, "
-                                                       "emulated)");
+                           o.amp == "bf16" ? fmt::format("; amp bf16 (conv and linear in BF16, {})",
+                                                         cpu::bf16_math_word())
+                                           : "");
 
   // Only the images the run needs (all of them for --epochs).
   const int64_t need =

@@ -607,7 +607,7 @@ TEST_CASE("anvil-train --amp bf16: said in the header and metrics, float32 weigh
   REQUIRE(r.code == 0);
   check_no_crash(r);
   CHECK_THAT(r.output, Contains(std::string("amp bf16: conv and linear in BF16 (") +
-                                (cpu::bf16_dot_enabled() ? "AVX-512 BF16)" : "emulated)")));
+                                cpu::bf16_math_word() + ")"));
   CliResult plain = run_cli(common + " --metrics " + quote(plain_metrics));
   REQUIRE(plain.code == 0);
   CHECK_THAT(plain.output, !Contains("amp bf16"));

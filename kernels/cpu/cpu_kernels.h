@@ -30,8 +30,10 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
-// Whether gemm_bf16 runs on the BF16 instructions on this machine.
+// Whether gemm_bf16 runs on the BF16 instructions on this machine, and how
+// a run's header says so: "AVX-512 BF16" or "emulated".
 bool bf16_dot_enabled();
+inline const char* bf16_math_word() { return bf16_dot_enabled() ? "AVX-512 BF16" : "emulated"; }
 
 // Convolution (cross-correlation, as PyTorch). bias may be null.
 // kFastest may take Winograd's transforms (3x3 layers with 16+ channels each
