@@ -437,6 +437,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   // (sim/nccl_sim_remote.cpp).
   const uint64_t words[3] = {salt, ++counter, uint64_t(::getpid())};
   std::memcpy(id->internal, words, sizeof words);
+  remote_sweep();
   return ncclSuccess;
 }
 

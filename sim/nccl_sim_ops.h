@@ -87,5 +87,9 @@ int remote_joined(const Remote& r);
 bool remote_progress(Op& op);
 // This rank leaves; the last to leave removes the directory.
 void remote_leave(const Remote& r);
+// Removes the directories of cliques whose creating process no longer runs
+// and that have not changed for idle_seconds (a crashed job leaves its
+// directory behind). ncclGetUniqueId calls it.
+void remote_sweep(int64_t idle_seconds = 60);
 
 }  // namespace anvil_sim_nccl::detail

@@ -17,14 +17,19 @@
 // completes once its partners' files are there. A rank removes its part of
 // collective K-1 when K completes: every rank had then read it (each
 // communicator issues its calls on one stream, in order). The last rank to
-// leave removes the directory; a process that dies leaves it behind.
+// leave removes the directory. A process that dies leaves it behind; the
+// next id made on the machine (remote_sweep) removes every directory whose
+// creator no longer runs and that nobody has written to for a minute.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
+#include <ctime>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <dirent.h>
 #include <memory>
@@ -46,18 +51,35 @@ struct Remote {
 
 namespace {
 
+constexpr char kPrefix[] = "anvil-nccl-sim-";
+
+// Where the cliques' directories go: /dev/shm, or /tmp without it.
+std::string base_directory() {
+  struct stat st {};
+  return stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
+}
+
 // The id's words (ncclGetUniqueId): a random salt, a counter, the creator's pid.
 std::string directory_of(const ncclUniqueId& id) {
   uint64_t words[3];
   std::memcpy(words, id.internal, sizeof words);
   char name[96];
-  std::snprintf(name, sizeof name, "anvil-nccl-sim-%016llx-%llu-%llu",
+  std::snprintf(name, sizeof name, "%s%016llx-%llu-%llu", kPrefix,
                 static_cast<unsigned long long>(words[0]),
                 static_cast<unsigned long long>(words[1]),
                 static_cast<unsigned long long>(words[2]));
-  struct stat st {};
-  const std::string base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
-  return base + "/" + name;
+  return base_directory() + "/" + name;
+}
+
+// Removes directory `dir` and the files in it.
+void remove_directory(const std::string& dir) {
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+        ::unlink((dir + "/" + e->d_name).c_str());
+    ::closedir(d);
+  }
+  ::rmdir(dir.c_str());
 }
 
 bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
@@ -230,13 +252,34 @@ void remote_leave(const Remote& r) {
   for (int j = 0; j < r.nranks; ++j)
     if (!exists(name(r, "left-" + std::to_string(j)))) return;
   // Every rank has left: nobody reads these files any more.
-  if (DIR* d = ::opendir(r.dir.c_str())) {
-    while (dirent* e = ::readdir(d))
-      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
-        ::unlink(name(r, e->d_name).c_str());
-    ::closedir(d);
+  remove_directory(r.dir);
+}
+
+void remote_sweep(int64_t idle_seconds) {
+  const std::string base = base_directory();
+  DIR* d = ::opendir(base.c_str());
+  if (!d) return;
+  std::vector<std::string> stale;
+  const time_t now = ::time(nullptr);
+  while (dirent* e = ::readdir(d)) {
+    const char* n = e->d_name;
+    if (std::strncmp(n, kPrefix, sizeof kPrefix - 1) != 0) continue;
+    // The creator's pid: the name's last number.
+    const char* dash = std::strrchr(n, '-');
+    char* end = nullptr;
+    const long long pid = dash ? std::strtoll(dash + 1, &end, 10) : 0;
+    if (pid <= 0 || !end || *end != '\0') continue;
+    // A live clique writes its directory at every step: a recent one may
+    // belong to ranks still running even if their creator has died.
+    struct stat st {};
+    const std::string path = base + "/" + n;
+    if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+        now - st.st_mtime < idle_seconds)
+      continue;
+    if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) stale.push_back(path);
   }
-  ::rmdir(r.dir.c_str());
+  ::closedir(d);
+  for (const std::string& path : stale) remove_directory(path);
 }
 
 }  // namespace anvil_sim_nccl::detail

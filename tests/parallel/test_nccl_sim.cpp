@@ -2,11 +2,18 @@
 // stream stalls at an operation until its peer queues the matching one, and
 // a blocking synchronisation waits for that; operations that wait for each
 // other in a cycle are an error, not a hang; sizes that differ and host
-// buffers are refused with both sides named. Simulator build only.
+// buffers are refused with both sides named; the directories a crashed job
+// of several processes leaves in /dev/shm are swept. Simulator build only.
 #if defined(ANVIL_CUDA_SIM)
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <utime.h>
+
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -134,5 +141,42 @@ TEST_CASE("nccl sim: host memory and another device's stream are refused at the 
   REQUIRE(ncclSend(p.buf[0], 8, ncclFloat32, 1, p.comm[0], p.stream[1]) == ncclInvalidArgument);
   REQUIRE_THAT(ncclGetLastError(p.comm[0]),
                Contains("the stream belongs to cuda:1, the communicator to cuda:0"));
+}
+
+TEST_CASE("nccl sim: the directory a crashed job of processes left behind is removed",
+          "[nccl][sim]") {
+  // A process id that no longer runs: a child's, once reaped.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  REQUIRE(::waitpid(child, nullptr, 0) == child);
+  struct stat st {};
+  const std::string base = ::stat("/dev/shm", &st) == 0 ? "/dev/shm" : "/tmp";
+  const auto make = [&](const std::string& tag, long long pid, bool old) {
+    const std::string dir = base + "/anvil-nccl-sim-" + tag + "-1-" + std::to_string(pid);
+    REQUIRE(::mkdir(dir.c_str(), 0700) == 0);
+    std::FILE* f = std::fopen((dir + "/c-0-1").c_str(), "w");
+    REQUIRE(f);
+    std::fclose(f);
+    if (old) {
+      const utimbuf two_minutes_ago{::time(nullptr) - 120, ::time(nullptr) - 120};
+      REQUIRE(::utime(dir.c_str(), &two_minutes_ago) == 0);
+    }
+    return dir;
+  };
+  const auto exists = [](const std::string& dir) { return ::access(dir.c_str(), F_OK) == 0; };
+  const std::string tag = "00000000feed" + std::to_string(::getpid() % 10000);
+  const std::string crashed = make(tag + "a", child, true);
+  const std::string recent = make(tag + "b", child, false);  // may still be in use
+  const std::string running = make(tag + "c", ::getpid(), true);
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  CHECK_FALSE(exists(crashed));
+  CHECK(exists(recent));
+  CHECK(exists(running));
+  for (const std::string& dir : {crashed, recent, running}) {
+    std::remove((dir + "/c-0-1").c_str());
+    ::rmdir(dir.c_str());
+  }
 }
 #endif
