@@ -8,6 +8,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/cpu_check.h"
 #include "core/random.h"
 
 namespace anvil {
@@ -21,6 +22,10 @@ int64_t shape_numel(const Shape& shape) {
 }
 
 namespace {
+
+// Every program that uses tensors links this file: the CPU is checked
+// against the build as it loads (core/cpu_check.h).
+[[maybe_unused]] const bool cpu_checked = detail::cpu_matches_build();
 
 std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape)

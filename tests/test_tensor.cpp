@@ -1,8 +1,12 @@
 // Tensor basics: creation, views, copies, devices, errors.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
+#include "core/cpu_check.h"
 #include "core/device.h"
 #include "core/ops.h"
 #include "core/random.h"
@@ -157,4 +161,42 @@ TEST_CASE("shape errors name the op and both shapes", "[tensor][errors]") {
     CHECK_THROWS_WITH(cross_entropy(a, two_labels, Reduction::Mean, bad),
                       Contains("cross_entropy") && Contains("label_smoothing must be in [0, 1]"));
   CHECK_THROWS_WITH(max_pool2d(Tensor::zeros({1, 1, 2, 2}), 3), Contains("larger"));
+}
+
+TEST_CASE("the CPU check names the features the build uses and a CPU lacks", "[tensor][cpu]") {
+  using anvil::detail::cpu_features_built_for;
+  using anvil::detail::missing_cpu_features;
+  const std::vector<std::string> built = cpu_features_built_for();
+  const auto has = [&](const char* f) {
+    return std::find(built.begin(), built.end(), f) != built.end();
+  };
+  // This file has the library's -march: the two lists agree.
+#ifdef __AVX2__
+  CHECK(has("avx2"));
+#else
+  CHECK_FALSE(has("avx2"));
+#endif
+#ifdef __AVX512F__
+  CHECK(has("avx512f"));
+#else
+  CHECK_FALSE(has("avx512f"));
+#endif
+#ifdef __FMA__
+  CHECK(has("fma"));
+#else
+  CHECK_FALSE(has("fma"));
+#endif
+  // A CPU without AVX-512 (or AVX2) misses exactly what the build has of it.
+  const auto without = [&](const std::string& prefix) {
+    std::string want;
+    for (const std::string& f : built)
+      if (f.rfind(prefix, 0) == 0) want += (want.empty() ? "" : ", ") + f;
+    CHECK(missing_cpu_features([&](const std::string& f) { return f.rfind(prefix, 0) != 0; }) ==
+          want);
+  };
+  without("avx512");
+  without("avx2");
+  // This CPU runs the build, so it has every feature.
+  CHECK(anvil::detail::cpu_matches_build());
+  CHECK(missing_cpu_features([](const std::string&) { return true; }).empty());
 }
