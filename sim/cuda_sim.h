@@ -86,9 +86,10 @@ namespace anvil::sim {
 // lane's operand bits (a shuffle's value, a vote's predicate), `arg` the
 // source lane, delta or lane mask; the result is the bits the lane receives.
 // kMma (a tensor-core mma.sync, sim/mma_sim.h) passes the address of the
-// lane's mma::LaneOperands in `value` and its shape in `arg`.
+// lane's mma::LaneOperands in `value` and its shape in `arg`; kLdmatrix
+// (mma::ldmatrix_sync) its mma::LdmatrixLane, and N | (.trans ? 8 : 0).
 enum class WarpOp : unsigned char {
-  kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSync, kActive, kMma
+  kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSync, kActive, kMma, kLdmatrix
 };
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width);
 

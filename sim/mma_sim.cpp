@@ -1,11 +1,13 @@
 // The simulator's tensor core (see mma_sim.h): fragment mapping, the
-// computation of one warp's D, and the test-only register swap. The
+// computation of one warp's D, ldmatrix's mapping and each lane's row read,
+// and the test-only mutations. The
 // collective's bookkeeping (every lane present, at one call site) is in
 // scheduler.cpp, which copies the lanes' registers in and D out, so that
 // this file only touches the scheduler's own copies.
 #include "sim/mma_sim.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -15,6 +17,7 @@
 #include "core/bfloat16.h"
 #include "core/tf32.h"
 #include "sim/cuda_sim.h"
+#include "sim/sim_internal.h"
 
 namespace anvil::sim::mma {
 namespace {
@@ -54,6 +57,32 @@ template <typename T>
 void apply_swap(int swap, Operand operand, T* regs) {
   if (swap < 0 || (swap >> 8) != static_cast<int>(operand)) return;
   std::swap(regs[swap >> 4 & 15], regs[swap & 15]);
+}
+
+// The ldmatrix mutation: -1 off, -2 ignore .trans, else i << 4 | j.
+std::atomic<int> g_ld_mutation{-1};
+std::once_flag g_ld_env_once;
+
+void read_ld_env() {
+  const char* env = std::getenv("ANVIL_SIM_LDMATRIX_MUTATION");
+  if (env == nullptr || *env == '\0') return;
+  const std::string v = env;
+  if (v == "notrans") {
+    g_ld_mutation.store(-2);
+    return;
+  }
+  if (v.size() == 8 && v.compare(0, 5, "swap:") == 0 && v[6] == ':' && v[5] >= '0' &&
+      v[5] <= '3' && v[7] >= '0' && v[7] <= '3') {
+    g_ld_mutation.store(v[5] == v[7] ? -1 : (v[5] - '0') << 4 | (v[7] - '0'));
+    return;
+  }
+  throw std::invalid_argument("ANVIL_SIM_LDMATRIX_MUTATION=" + v +
+                              ": expected swap:I:J (registers 0-3) or notrans");
+}
+
+int current_ld_mutation() {
+  std::call_once(g_ld_env_once, read_ld_env);
+  return g_ld_mutation.load(std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -155,6 +184,85 @@ void mma_sync(Shape shape, const uint32_t* a, const uint32_t* b, const float* c,
   LaneOperands ops{shape, a, b, c, d, where};
   warp_collective(WarpOp::kMma, 0xffffffffu, reinterpret_cast<uintptr_t>(&ops),
                   static_cast<int>(shape), 32);
+}
+
+std::string ldmatrix_name(int count, bool trans) {
+  return "m8n8.x" + std::to_string(count) + (trans ? ".trans" : "") + ".b16";
+}
+
+// Lane l holds, of each matrix, two consecutive elements of row l / 4 (at
+// columns 2 (l % 4) + half); with .trans, of column l / 4.
+LdmatrixCoord ldmatrix_coord(bool trans, int lane, int reg, int half) {
+  const int r = lane >> 2, c = (lane & 3) << 1 | half;
+  return trans ? LdmatrixCoord{reg, c, r} : LdmatrixCoord{reg, r, c};
+}
+
+void ldmatrix_compute(int count, bool trans, const uint16_t (&rows)[32][8], uint32_t (&d)[32][4]) {
+  const int mutation = current_ld_mutation();
+  if (mutation == -2) trans = false;
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int reg = 0; reg < 4; ++reg) {
+      d[lane][reg] = 0;
+      if (reg >= count) continue;
+      for (int half = 0; half < 2; ++half) {
+        const LdmatrixCoord at = ldmatrix_coord(trans, lane, reg, half);
+        d[lane][reg] |= uint32_t(rows[8 * at.matrix + at.row][at.col]) << (16 * half);
+      }
+    }
+    if (mutation >= 0 && (mutation >> 4) < count && (mutation & 15) < count)
+      std::swap(d[lane][mutation >> 4], d[lane][mutation & 15]);
+  }
+}
+
+void ldmatrix_sync(int count, bool trans, const void* row, uint32_t* d,
+                   std::source_location where) {
+  if (count != 1 && count != 2 && count != 4)
+    throw std::invalid_argument("ldmatrix: " + std::to_string(count) + " matrices (1, 2 or 4)");
+  LdmatrixLane ops;
+  ops.count = count;
+  ops.trans = trans;
+  ops.d = d;
+  ops.where = where;
+  const int lane = detail::current_lane();  // -1 outside a kernel: warp_collective throws
+  if (lane >= 0) {
+    if (lane < 8 * count) {  // a lane that gives a row address
+      if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%p", row);
+        throw std::invalid_argument("ldmatrix.sync.aligned." + ldmatrix_name(count, trans) +
+                                    ": lane " + std::to_string(lane) + "'s row address " + text +
+                                    " is not 16-byte aligned");
+      }
+      std::memcpy(ops.row, row, sizeof ops.row);
+    }
+  }
+  warp_collective(WarpOp::kLdmatrix, 0xffffffffu, reinterpret_cast<uintptr_t>(&ops),
+                  count | (trans ? 8 : 0), 32);
+}
+
+void set_ldmatrix_swap(int i, int j) {
+  if (i < 0 || j < 0 || i > 3 || j > 3)
+    throw std::invalid_argument("ldmatrix register swap: registers " + std::to_string(i) +
+                                " and " + std::to_string(j) + " do not exist");
+  std::call_once(g_ld_env_once, [] {});  // a test's setting wins over the environment
+  g_ld_mutation.store(i == j ? -1 : i << 4 | j);
+}
+
+void set_ldmatrix_drop_trans() {
+  std::call_once(g_ld_env_once, [] {});
+  g_ld_mutation.store(-2);
+}
+
+void clear_ldmatrix_mutation() {
+  std::call_once(g_ld_env_once, [] {});
+  g_ld_mutation.store(-1);
+}
+
+std::string ldmatrix_mutation() {
+  const int m = current_ld_mutation();
+  if (m == -1) return "";
+  if (m == -2) return "notrans";
+  return "swap:" + std::to_string(m >> 4) + ":" + std::to_string(m & 15);
 }
 
 void set_register_swap(Operand operand, int i, int j) {

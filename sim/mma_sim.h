@@ -1,6 +1,7 @@
 // The simulator's tensor core: mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
 // and mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 as warp
-// collectives (kernels/cuda/mma.cuh calls them; the fragment layouts are
+// collectives, and ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16
+// that feeds them (kernels/cuda/mma.cuh calls them; the fragment layouts are
 // documented there, from the PTX ISA).
 //
 // One mma is a collective of the whole warp, like a shuffle with a full
@@ -74,7 +75,54 @@ struct WarpRegisters {
 // (applying the mutation below, if one is set).
 void compute(Shape shape, const WarpRegisters& in, float (&d)[32][4]);
 
-// ---- mutation hook, for tests only ----
+// ---- ldmatrix.sync.aligned.m8n8.xN{.trans}.shared.b16 ----
+// A warp collective like mma_sync, with the same rules (all 32 lanes, one
+// call site, one variant: N and .trans; else the launch fails naming the
+// kernel and the lane). Each lane that supplies a row address (lanes 0 to
+// 8N - 1) checks it is 16-byte aligned (else std::invalid_argument naming
+// the lane fails the launch) and reads its 16 bytes as it arrives, in its
+// own fiber (so the sanitizers see the lane's read); the scheduler then
+// hands every lane its registers before any lane runs on. Reading at
+// arrival rather than when the last lane arrives differs only for a kernel
+// that writes a row another lane of the warp reads without a __syncwarp,
+// which CUDA leaves undefined. Whether the address is shared memory is not
+// checked (static __shared__ arrays are ordinary thread_local storage here).
+struct LdmatrixLane {
+  int count = 1;       // N: 1, 2 or 4 matrices
+  bool trans = false;
+  uint16_t row[8] = {};  // the 16 bytes at this lane's row address (if it gives one)
+  uint32_t* d = nullptr;  // N registers
+  std::source_location where;
+};
+void ldmatrix_sync(int count, bool trans, const void* row, uint32_t* d,
+                   std::source_location where);
+// "m8n8.x4.trans.b16" and the like, for messages.
+std::string ldmatrix_name(int count, bool trans);
+
+// The emulation's mapping: half `half` (0: the low 16 bits) of register
+// `reg` of lane `lane` is element (row, col) of matrix reg, row being the
+// row whose address lane 8 * reg + row gave and col the element of its 16
+// bytes (0..7). Exposed for the layout tests.
+struct LdmatrixCoord {
+  int matrix = 0, row = 0, col = 0;
+};
+LdmatrixCoord ldmatrix_coord(bool trans, int lane, int reg, int half);
+// Every lane's registers from the rows the lanes gave (rows[8 * i + r] is
+// row r of matrix i), applying the ldmatrix mutation below if one is set.
+void ldmatrix_compute(int count, bool trans, const uint16_t (&rows)[32][8], uint32_t (&d)[32][4]);
+
+// ---- mutation hooks, for tests only ----
+// ldmatrix: swap registers i and j of every lane's result (i, j < N; a swap
+// naming a register the variant lacks does nothing), or ignore .trans.
+// ANVIL_SIM_LDMATRIX_MUTATION="swap:0:1" or "notrans" sets it at the first
+// ldmatrix. Global: set it while no kernel runs.
+void set_ldmatrix_swap(int i, int j);
+void set_ldmatrix_drop_trans();
+void clear_ldmatrix_mutation();
+// "" when off, else e.g. "swap:0:1" or "notrans".
+std::string ldmatrix_mutation();
+
+// mma:
 // Makes the emulation swap two registers of one operand in every lane, as
 // a misread layout would: registers i and j of A, B or C are exchanged as
 // they are read, or of D as it is written. Later layout and kernel tests

@@ -268,6 +268,7 @@ const char* op_name(WarpOp op) {
     case WarpOp::kSync: return "__syncwarp";
     case WarpOp::kActive: return "__activemask";
     case WarpOp::kMma: return "mma.sync";
+    case WarpOp::kLdmatrix: return "ldmatrix.sync";
   }
   return "?";
 }
@@ -309,6 +310,24 @@ const mma::LaneOperands& mma_operands(const SimThread& t) {
   return *reinterpret_cast<const mma::LaneOperands*>(static_cast<uintptr_t>(t.value));
 }
 
+const mma::LdmatrixLane& ldmatrix_operands(const SimThread& t) {
+  return *reinterpret_cast<const mma::LdmatrixLane*>(static_cast<uintptr_t>(t.value));
+}
+
+// mma.sync and ldmatrix.sync: collectives of the whole warp at one call
+// site, in one variant (t.arg: the shape, or N and .trans).
+bool is_matrix_op(WarpOp op) { return op == WarpOp::kMma || op == WarpOp::kLdmatrix; }
+
+std::string variant_name(const SimThread& t) {
+  if (t.op == WarpOp::kMma) return mma::shape_name(mma_operands(t).shape);
+  const mma::LdmatrixLane& ops = ldmatrix_operands(t);
+  return mma::ldmatrix_name(ops.count, ops.trans);
+}
+
+const std::source_location& call_site(const SimThread& t) {
+  return t.op == WarpOp::kMma ? mma_operands(t).where : ldmatrix_operands(t).where;
+}
+
 std::string site_text(const std::source_location& where) {
   return std::string(where.file_name()) + ":" + std::to_string(where.line());
 }
@@ -337,6 +356,19 @@ void complete_mma(SimThread* lanes) {
     std::memcpy(mma_operands(lanes[lane]).d, d[lane], sizeof d[lane]);
 }
 
+// An ldmatrix of the whole warp: the rows the lanes read as they arrived
+// are dealt out, and every lane's registers written, before any lane runs on.
+void complete_ldmatrix(SimThread* lanes) {
+  const mma::LdmatrixLane& first = ldmatrix_operands(lanes[0]);
+  uint16_t rows[32][8];
+  for (unsigned lane = 0; lane < 32; ++lane)
+    std::memcpy(rows[lane], ldmatrix_operands(lanes[lane]).row, sizeof rows[lane]);
+  uint32_t d[32][4];
+  mma::ldmatrix_compute(first.count, first.trans, rows, d);
+  for (unsigned lane = 0; lane < 32; ++lane)
+    std::memcpy(ldmatrix_operands(lanes[lane]).d, d[lane], sizeof(uint32_t) * first.count);
+}
+
 // Completes every pending warp collective of the block, or explains why one
 // can never complete. Every live fiber waits somewhere when this runs, so a
 // lane named by a mask either waits in the same collective (complete it),
@@ -350,9 +382,9 @@ std::string resolve_warps(SimThread* threads, size_t n) {
     auto fail = [&](unsigned lane, const std::string& why) {
       const SimThread& t = lanes[lane];
       const std::string how =
-          t.op == WarpOp::kMma ? std::string(" ") + mma::shape_name(mma_operands(t).shape) +
-                                     " at " + site_text(mma_operands(t).where)
-                               : " with mask " + hex(t.mask);
+          is_matrix_op(t.op)
+              ? std::string(" ") + variant_name(t) + " at " + site_text(call_site(t))
+              : " with mask " + hex(t.mask);
       return "warp collective in block " + block_text() + ", warp " + std::to_string(w0 / 32) +
              ": lane " + std::to_string(lane) + " waits in " + op_name(t.op) + how + ", " + why;
     };
@@ -373,7 +405,7 @@ std::string resolve_warps(SimThread* threads, size_t n) {
       SimThread& t = lanes[lane];
       if (t.done || t.wait != Wait::kWarp || t.runnable) continue;
       if (!(t.mask >> lane & 1u)) return fail(lane, "which does not name the lane itself");
-      if (t.op == WarpOp::kMma && count < 32)
+      if (is_matrix_op(t.op) && count < 32)
         return fail(lane, "which needs all 32 lanes of the warp, but the block ends at lane " +
                               std::to_string(count - 1) + " of it (lane " + std::to_string(count) +
                               " does not exist)");
@@ -397,20 +429,21 @@ std::string resolve_warps(SimThread* threads, size_t n) {
         if (o.op != t.op)
           return fail(lane, "but lane " + std::to_string(l) + " waits in " + op_name(o.op) +
                                 " with the same mask");
-        if (t.op == WarpOp::kMma) {
-          const mma::LaneOperands &mine = mma_operands(t), &theirs = mma_operands(o);
-          if (theirs.shape != mine.shape)
-            return fail(lane, "but lane " + std::to_string(l) + " waits in mma.sync " +
-                                  mma::shape_name(theirs.shape));
-          if (!same_site(theirs.where, mine.where))
-            return fail(lane, "but lane " + std::to_string(l) + " waits in mma.sync at " +
-                                  site_text(theirs.where) + " (a diverged warp)");
+        if (is_matrix_op(t.op)) {
+          if (o.arg != t.arg)
+            return fail(lane, "but lane " + std::to_string(l) + " waits in " + op_name(o.op) +
+                                  " " + variant_name(o));
+          if (!same_site(call_site(o), call_site(t)))
+            return fail(lane, "but lane " + std::to_string(l) + " waits in " + op_name(o.op) +
+                                  " at " + site_text(call_site(o)) + " (a diverged warp)");
         }
       }
       if (later) continue;
       // Complete the group: every lane of it waits here with this mask.
       if (t.op == WarpOp::kMma) {
         complete_mma(lanes);
+      } else if (t.op == WarpOp::kLdmatrix) {
+        complete_ldmatrix(lanes);
       } else if (is_shuffle(t.op)) {
         for (unsigned rest = group; rest; rest &= rest - 1) {
           SimThread& me = lanes[std::countr_zero(rest)];
@@ -747,6 +780,10 @@ void set_workers(unsigned count) { worker_setting().store(std::max(count, 1u)); 
 unsigned workers() { return worker_setting().load(); }
 
 void* dynamic_shared_bytes() { return t_dynamic_shared; }
+
+int detail::current_lane() {
+  return t_current == nullptr ? -1 : static_cast<int>(t_current->linear % 32);
+}
 
 cp_async::Queue& detail::current_cp_async_queue(const char* what) {
   SimThread* t = t_current;

@@ -41,6 +41,9 @@ void run_kernel(const KernelLaunch& launch);
 // The calling CUDA thread's cp.async queue (cp_async_sim.cpp); throws
 // std::logic_error naming `what` outside a kernel.
 cp_async::Queue& current_cp_async_queue(const char* what);
+// The calling CUDA thread's lane (its linear index in the block mod 32), or
+// -1 outside a kernel.
+int current_lane();
 
 // ---- launch_audit.cpp ----
 // True while the launch audit records; the first call starts it when

@@ -3,6 +3,7 @@
 //   mma_m16n8k16_bf16  mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
 //   cvt_rna_tf32       cvt.rna.tf32.f32
 //   pack_bf16x2        cvt.rn.bf16x2.f32 (two floats to bf16, nearest-even)
+//   ldmatrix<N, Trans> ldmatrix.sync.aligned.m8n8.xN{.trans}.shared.b16
 // and, in the sibling header cp_async.cuh, the asynchronous copies that feed
 // them: cp.async.{ca,cg}.shared.global, cp.async.commit_group,
 // cp.async.wait_group, cp.async.wait_all.
@@ -31,6 +32,20 @@
 // The TF32 and BF16 A fragments differ: TF32's a1 is the next row, BF16's
 // second register is. A TF32 operand is the top 19 bits of its register: a
 // float passed without cvt_rna_tf32 is truncated by the tensor core.
+//
+// ldmatrix, from the PTX ISA, "Warp-level matrix load instruction:
+// ldmatrix": N (1, 2 or 4) 8 x 8 matrices of 16-bit elements, each row 16
+// contiguous bytes of shared memory, 16-byte aligned, anywhere. Lanes
+// 8i..8i+7 give the addresses of rows 0..7 of matrix i (x1 reads lanes 0-7,
+// x2 lanes 0-15; the other lanes' addresses are ignored). Register r[i] of
+// lane l receives two elements of matrix i, the first in the low half:
+//   without .trans: (row l / 4, cols 2 (l % 4), 2 (l % 4) + 1)
+//   with .trans:    (rows 2 (l % 4), 2 (l % 4) + 1, col l / 4), i.e. the
+//                   same fragment of the transposed matrix.
+// That fragment is the m16n8k16 .bf16 A (and B) fragment's 8 x 8 quarter:
+// x4 of A's four quarters (rows 0-7/8-15 x k 0-7/8-15, in a[0..3]'s order)
+// is A's fragment; B stored n-major (each n a row of k) gives b[0..1] with
+// x2 and no .trans, B stored k-major with .trans.
 #pragma once
 #include <cstdint>
 
@@ -85,6 +100,36 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t 
         "f"(c[2]), "f"(c[3]));
 #else
   anvil::sim::mma::mma_sync(anvil::sim::mma::Shape::kM16N8K16Bf16, a, b, c, d ANVIL_MMA_SITE_ARG);
+#endif
+}
+
+// ldmatrix.sync.aligned.m8n8.xN{.trans}.shared.b16 into d[0..N-1]: `row`
+// is this lane's row address (see above; a generic pointer into shared
+// memory, 16-byte aligned, read only from the lanes that supply one).
+template <int N, bool Trans>
+__device__ __forceinline__ void ldmatrix(uint32_t (&d)[N], const void* row ANVIL_MMA_SITE) {
+  static_assert(N == 1 || N == 2 || N == 4, "ldmatrix loads 1, 2 or 4 matrices");
+#if defined(__CUDACC__)
+  const unsigned p = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (N == 1 && !Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(d[0]) : "r"(p));
+  else if constexpr (N == 1)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
+                 : "=r"(d[0]) : "r"(p));
+  else if constexpr (N == 2 && !Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(d[0]), "=r"(d[1]) : "r"(p));
+  else if constexpr (N == 2)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(d[0]), "=r"(d[1]) : "r"(p));
+  else if constexpr (!Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(p));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(p));
+#else
+  anvil::sim::mma::ldmatrix_sync(N, Trans, row, d ANVIL_MMA_SITE_ARG);
 #endif
 }
 
