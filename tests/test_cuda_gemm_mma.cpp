@@ -1,6 +1,7 @@
 // kernels/cuda GEMM on tensor cores, rungs 09 (TF32, 09_tf32_mma.cu), 10
-// (BF16, 10_bf16_mma.cu) and 11 (TF32 through a cp.async pipeline,
-// 11_tf32_pipelined.cu), against an FP64 reference, element by element,
+// (BF16, 10_bf16_mma.cu), 11 (TF32 through a cp.async pipeline,
+// 11_tf32_pipelined.cu) and 12 (BF16 through cp.async and ldmatrix,
+// 12_bf16_pipelined.cu), against an FP64 reference, element by element,
 // with bounds derived below: ragged shapes, every transpose, odd and
 // 16-byte-aligned strides, several tiles and a split K. A control shows
 // that the operands really are rounded, and in the simulator build a
@@ -9,7 +10,8 @@
 // bfloat16 A and B: within the bounds of FP64 of those operands, and
 // bitwise the same as from float32 holding the same values (the same words
 // staged, the same order of k); so do the CPU and CUDA backends given
-// bfloat16 tensors.
+// bfloat16 tensors. Rung 12 reads bfloat16 only: within rung 10's bounds and
+// bitwise rung 10's result (the same products, summed in the same order).
 //
 // The bounds, per element of D = alpha * op(A) op(B) + beta * C, with
 // S = sum_k |a_k b_k| over the unrounded operands, u the operands' unit
@@ -83,17 +85,20 @@ struct Rung {
 double tf32(float x) { return double(std::bit_cast<float>(anvil::float_to_tf32_bits(x))); }
 double bf16(float x) { return double(anvil::bf16_bits_to_float(anvil::float_to_bf16_bits(x))); }
 constexpr Rung kTf32{9, 0x1p-11, tf32, "tf32"}, kBf16{10, 0x1p-8, bf16, "bf16"},
-    kTf32Pipelined{11, 0x1p-11, tf32, "tf32"};
+    kTf32Pipelined{11, 0x1p-11, tf32, "tf32"}, kBf16Ldmatrix{12, 0x1p-8, bf16, "bf16"};
 static_assert(cu::gemm_rungs::kRungs[kTf32.variant - 1].math == cu::gemm_rungs::Math::kTf32);
 static_assert(cu::gemm_rungs::kRungs[kTf32Pipelined.variant - 1].math ==
               cu::gemm_rungs::Math::kTf32);
 static_assert(cu::gemm_rungs::kRungs[kBf16.variant - 1].math == cu::gemm_rungs::Math::kBf16);
+static_assert(cu::gemm_rungs::kRungs[kBf16Ldmatrix.variant - 1].math ==
+              cu::gemm_rungs::Math::kBf16);
 
 struct Case {
   int64_t M, N, K;
   bool ta, tb;
-  int64_t pad;  // row strides: the stored row + pad
+  int64_t pad;  // row strides: the stored row + pad, rounded up to a multiple of align
   float alpha, beta;
+  int64_t align = 1;
 };
 
 // The worst |d - ref| / bound over the elements, for the three comparisons
@@ -119,7 +124,8 @@ struct Stored {
 Stored draw(const Case& s, uint32_t seed, bool bf16_values) {
   const int64_t a_rows = s.ta ? s.K : s.M, a_cols = s.ta ? s.M : s.K;
   const int64_t b_rows = s.tb ? s.N : s.K, b_cols = s.tb ? s.K : s.N;
-  const int64_t lda = a_cols + s.pad, ldb = b_cols + s.pad, ldc = s.N + s.pad;
+  auto ld = [&](int64_t cols) { return (cols + s.pad + s.align - 1) / s.align * s.align; };
+  const int64_t lda = ld(a_cols), ldb = ld(b_cols), ldc = ld(s.N);
   // NaN in A's and B's padding: a kernel reading it would spread NaN.
   Stored st{lda, ldb, ldc, Vec(size_t(a_rows * lda), kNaN), Vec(size_t(b_rows * ldb), kNaN),
             Vec(size_t(s.M * ldc), kSentinel)};
@@ -209,7 +215,7 @@ Ratios compare(const Rung& rung, const Case& s, const Stored& st, const Vec& got
 std::string describe(const Case& s) {
   return std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K) +
          ", trans_a " + std::to_string(s.ta) + ", trans_b " + std::to_string(s.tb) +
-         ", ld padding " + std::to_string(s.pad);
+         ", ld padding " + std::to_string(s.pad) + ", ld aligned to " + std::to_string(s.align);
 }
 
 }  // namespace
@@ -288,6 +294,89 @@ TEST_CASE("cuda gemm mma: rung 10 reads bfloat16 A and B, bitwise as float32 of 
                       "ones need variant 10 (bf16 mma)");
 }
 
+namespace {
+
+// Rung 12's cases: every transpose of a ragged single tile with odd strides
+// (element-by-element staging) and with strides a multiple of 8 elements
+// (16-byte cp.async, short at the edges: 67, 45 and 133 are not multiples
+// of 8); 2 x 2 ragged tiles; a K of 600 split over grid.z.
+std::vector<Case> ldmatrix_cases() {
+  std::vector<Case> cases;
+  for (int t = 0; t < 4; ++t) {
+    cases.push_back({67, 45, 133, bool(t & 1), bool(t & 2), 3, 0.5f, -1.5f});
+    cases.push_back({67, 45, 133, bool(t & 1), bool(t & 2), 0, 1.0f, 0.0f, 8});
+  }
+  cases.push_back({130, 136, 40, true, false, 0, 1.0f, 0.5f, 8});
+  cases.push_back({20, 9, 600, false, true, 0, -0.75f, 0.25f, 8});
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("cuda gemm mma: rung 12 (ldmatrix) reads bfloat16 A and B within rung 10's bounds, "
+          "bitwise as rung 10",
+          "[cuda][gemm][bf16]") {
+  if (!cuda_test::have_device()) return;
+  REQUIRE(cu::gemm_workspace_floats(kBf16Ldmatrix.variant, 67, 45, 133) == 0);
+  REQUIRE(cu::gemm_workspace_floats(kBf16Ldmatrix.variant, 20, 9, 600) == 5 * 20 * 9);
+  uint32_t seed = 71;
+  for (const Case& s : ldmatrix_cases()) {
+    INFO(describe(s) << ", alpha " << s.alpha << ", beta " << s.beta);
+    Vec got, rung10;
+    const Ratios r = run_case(kBf16Ldmatrix, s, seed += 3, Operands::kBf16, &got);
+    INFO("worst error / bound: bf16 bound " << r.bound << ", FP32 bound of the operands "
+                                            << r.rounded);
+    REQUIRE(r.padding_kept);
+    REQUIRE(r.bound <= 1.0);
+    REQUIRE(r.rounded <= 1.0);
+    run_case(kBf16, s, seed, Operands::kBf16, &rung10);
+    REQUIRE(same_bits(got, rung10));
+  }
+  // float32 operands run rung 10: rounded, within its bounds.
+  const Case f{67, 45, 133, true, false, 3, 0.5f, -1.5f};
+  const Ratios r = run_case(kBf16Ldmatrix, f, 5);
+  REQUIRE(r.bound <= 1.0);
+  REQUIRE(r.rounded <= 1.0);
+  REQUIRE(r.fp32 > 4.0);
+}
+
+TEST_CASE("cuda gemm mma: rung 12's bfloat16 C with a bias is its float32 C rounded once",
+          "[cuda][gemm][bf16]") {
+  if (!cuda_test::have_device()) return;
+  for (const Case& s : {Case{67, 45, 133, false, true, 0, 0.5f, -1.5f, 8},
+                        Case{20, 9, 600, true, false, 0, 1.0f, 0.5f, 8}}) {
+    INFO(describe(s));
+    const Stored st = draw(s, 91, true);
+    const DeviceBuffer<anvil::bfloat16> dA(to_bf16(st.A)), dB(to_bf16(st.B));
+    const DeviceBuffer<float> bias(cuda_test::random_floats(size_t(s.N), 93));
+    DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(12, s.M, s.N, s.K) + 1, kNaN));
+    Vec c = st.C;  // C's values bfloat16 ones, so that both Cs hold the same
+    for (float& v : c) v = float(bf16(v));
+    DeviceBuffer<float> c32(c), plain(c);
+    DeviceBuffer<anvil::bfloat16> c16(to_bf16(c));
+    auto run = [&](auto* c, const float* b) {
+      cu::gemm(12, s.ta, s.tb, s.M, s.N, s.K, s.alpha, dA.ptr, st.lda, dB.ptr, st.ldb, s.beta, c,
+               st.ldc, b, ws.ptr, nullptr);
+    };
+    run(c32.ptr, bias.ptr);
+    run(plain.ptr, nullptr);
+    run(c16.ptr, bias.ptr);
+    const Vec want = c32.to_host(), without = plain.to_host(), b = bias.to_host();
+    const std::vector<anvil::bfloat16> got = c16.to_host();
+    for (int64_t m = 0; m < s.M; ++m)
+      for (int64_t n = 0; n < s.N; ++n) {
+        const size_t i = size_t(m * st.ldc + n);
+        INFO("C(" << m << ", " << n << "): float32 " << want[i] << ", without the bias "
+                  << without[i] << ", bias " << b[size_t(n)]);
+        REQUIRE(got[i].bits == anvil::float_to_bf16_bits(want[i]));
+        // The bias is added once, in FP32: C with and without it differ by
+        // the bias, up to a few roundings.
+        REQUIRE(std::fabs(want[i] - without[i] - b[size_t(n)]) <=
+                0x1p-21 * (1.0 + std::fabs(want[i]) + std::fabs(without[i])));
+      }
+  }
+}
+
 TEST_CASE("gemm backends: bfloat16 operands on the CPU and cuda:0 against FP64, and bitwise as "
           "float32 of the same values under BF16 math",
           "[cuda][gemm][bf16]") {
@@ -353,6 +442,42 @@ TEST_CASE("cuda gemm mma: a swapped fragment register in the emulated tensor cor
     }
     REQUIRE(mma::register_swap().empty());
     REQUIRE(run_case(rung, s, 5).bound <= 1.0);  // and right again without the swap
+  }
+}
+
+TEST_CASE("cuda gemm mma: a mutated ldmatrix (swapped registers, .trans ignored) breaks rung 12",
+          "[cuda][gemm][bf16][sim]") {
+  namespace mma = anvil::sim::mma;
+  struct Mutation {
+    const char* name;
+    void (*set)();
+    Case s;  // .trans matters only for an operand contiguous along j
+  };
+  const Mutation mutations[] = {
+      {"swap:0:1", [] { mma::set_ldmatrix_swap(0, 1); },
+       {67, 45, 133, false, true, 0, 1.0f, 0.0f, 8}},
+      {"swap:1:2", [] { mma::set_ldmatrix_swap(1, 2); },
+       {67, 45, 133, true, false, 3, 1.0f, 0.0f}},
+      {"notrans", [] { mma::set_ldmatrix_drop_trans(); },
+       {67, 45, 133, true, false, 0, 1.0f, 0.0f, 8}},
+  };
+  for (const Mutation& m : mutations) {
+    INFO(m.name << ", " << describe(m.s));
+    REQUIRE(run_case(kBf16Ldmatrix, m.s, 5, Operands::kBf16).bound <= 1.0);
+    m.set();
+    const std::string hook = mma::ldmatrix_mutation();
+    Ratios broken;
+    try {
+      broken = run_case(kBf16Ldmatrix, m.s, 5, Operands::kBf16);
+    } catch (...) {
+      mma::clear_ldmatrix_mutation();
+      throw;
+    }
+    mma::clear_ldmatrix_mutation();
+    INFO("worst error / bf16 bound " << broken.bound);
+    REQUIRE(hook == m.name);
+    REQUIRE(broken.bound > 10.0);
+    REQUIRE(mma::ldmatrix_mutation().empty());
   }
 }
 #endif

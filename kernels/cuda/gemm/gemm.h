@@ -21,6 +21,9 @@
 //                            float32, or bfloat16 rounded in the epilogue
 //   11_tf32_pipelined.cu     9's numerics fed by a 4-stage cp.async pipeline,
 //   (ships)                  64 x 64 warp tiles: matmuls under --fp32-precision tf32
+//   12_bf16_pipelined.cu     10's numerics (bfloat16 operands; float32 ones run
+//                            10), 11's pipeline, fragments loaded by ldmatrix
+//                            from XOR-swizzled stages; not yet measured on a GPU
 // Run one rung alone (checked against the CPU, then timed; simulated in the
 // sim build, on the GPU in the release build):
 //   build/sim/bench_cuda_kernels gemm 3
@@ -34,7 +37,7 @@
 
 namespace anvil::cuda {
 
-constexpr int kGemmVariants = 11;
+constexpr int kGemmVariants = 12;
 constexpr int kBestGemm = 8;  // the one the backend uses in FP32
 constexpr int kTf32Gemm = 11;  // ... and in TF32 (core/precision.h)
 constexpr int kBf16Gemm = 10;  // ... and in BF16 (autocast)
@@ -59,7 +62,7 @@ void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc, cudaStream_t stream);
 // The same product of bfloat16 A and B (lda, ldb in elements), C float32:
-// only the rungs with a bfloat16 launcher (10, kBf16Gemm) read them, as
+// only the rungs with a bfloat16 launcher (10, kBf16Gemm, and 12) read them, as
 // they are stored; any other variant throws std::invalid_argument.
 void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
@@ -68,7 +71,7 @@ void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 // to alpha * op(A) * op(B) before beta * C), and C float32 or bfloat16: a
 // bfloat16 C holds the float32 C's values rounded once to nearest even, in
 // the rung's epilogue (split: in its second pass, the partials float32).
-// Only the rungs with a bfloat16 launcher (10).
+// Only the rungs with a bfloat16 launcher (10, 12).
 void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
           int64_t ldc, const float* bias, float* workspace, cudaStream_t stream);
@@ -92,7 +95,7 @@ struct GemmArgsOf {
   TC* C;
   int64_t ldc;
   float* workspace;  // rung 08's partials, sized by gemm_workspace_floats
-  const float* bias = nullptr;  // per column of C; only rung 10's launchers read it
+  const float* bias = nullptr;  // per column of C; only rungs 10 and 12 read it (bfloat16 launchers)
 };
 using GemmArgs = GemmArgsOf<float>;
 using Bf16GemmArgs = GemmArgsOf<bfloat16>;
@@ -118,6 +121,10 @@ void bf16_mma_to_bf16(const Bf16OutGemmArgs&, cudaStream_t);  // ... and C store
 size_t bf16_mma_workspace_floats(int64_t M, int64_t N, int64_t K);
 void tf32_pipelined(const GemmArgs&, cudaStream_t);
 size_t tf32_pipelined_workspace_floats(int64_t M, int64_t N, int64_t K);
+void bf16_pipelined(const GemmArgs&, cudaStream_t);  // runs bf16_mma
+void bf16_pipelined_of_bf16(const Bf16GemmArgs&, cudaStream_t);
+void bf16_pipelined_to_bf16(const Bf16OutGemmArgs&, cudaStream_t);
+size_t bf16_pipelined_workspace_floats(int64_t M, int64_t N, int64_t K);
 
 // What a rung's arithmetic is: FP32 throughout, or TF32 operands (rounded
 // to 10 mantissa bits, nearest, ties away) or BF16 operands (7 mantissa
@@ -152,6 +159,8 @@ inline constexpr Rung kRungs[kGemmVariants] = {
     {"bf16 mma", bf16_mma, Math::kBf16, bf16_mma_workspace_floats, bf16_mma_of_bf16,
      bf16_mma_to_bf16},
     {"tf32 mma pipelined", tf32_pipelined, Math::kTf32, tf32_pipelined_workspace_floats},
+    {"bf16 mma ldmatrix", bf16_pipelined, Math::kBf16, bf16_pipelined_workspace_floats,
+     bf16_pipelined_of_bf16, bf16_pipelined_to_bf16},
 };
 static_assert(kRungs[kGemmFp32Variants - 1].math == Math::kFp32 &&
               kRungs[kGemmFp32Variants].math != Math::kFp32);
