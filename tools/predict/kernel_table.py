@@ -46,7 +46,7 @@ KERNELS = {
     "gemm_warp_tiled": ("gemm 6", 256),
     "gemm_double_buffered": ("gemm 7", 256),
     "gemm_split_k": ("gemm 8", 256),
-    "gemm_mma": ("gemm 9, 10, 11", None),  # by its tile: MMA_VARIANTS
+    "gemm_mma": ("gemm 9, 10, 11, 12", None),  # by its tile: MMA_VARIANTS
     "add_partials": ("split-K sum", 256),
     "add_partials_by_warp": ("split-K sum", 256),
     "forward_naive": ("conv 1", 256),
@@ -110,7 +110,9 @@ CLAIMS = {
 # rows "bf16 in memory", 8-byte). Every one also claims HMMA and
 # no FFMA in its main loop (checked below). The pipelined tile
 # (mma_pipeline.cuh, "tf32 ... pipelined") copies global to shared memory
-# with 16-byte cp.async (LDGSTS.128) instead.
+# with 16-byte cp.async (LDGSTS.128) instead, as does the ldmatrix tile
+# (mma_ldmatrix.cuh, "bf16 ... ldmatrix"), which also claims LDSM in its
+# main loop.
 MMA_CLAIMS = {"gemm_mma": {"ldg128"}, "forward_warp_tiled": {"ldg128"}}
 PIPELINED_CLAIMS = {"ldgsts128"}
 # What a kernel on a tensor-core tile is, by its tile's math (and pipeline):
@@ -119,6 +121,7 @@ PIPELINED_CLAIMS = {"ldgsts128"}
 CONV_WARP_TILED = ("forward_warp_tiled", "backward_data_warp_tiled", "backward_weight_warp_tiled")
 MMA_VARIANTS = {("gemm_mma", "tf32"): "gemm 9", ("gemm_mma", "bf16"): "gemm 10",
                 ("gemm_mma", "tf32 pipelined"): "gemm 11",
+                ("gemm_mma", "bf16 ldmatrix"): "gemm 12",
                 **{(base, "tf32"): "conv 6" for base in CONV_WARP_TILED},
                 **{(base, "bf16"): "conv 7" for base in CONV_WARP_TILED}}
 
@@ -139,7 +142,11 @@ def base_and_tile(demangled):
     shape = re.search(r"warp_tile::Shape<([\d, ]+)>", name)
     mma = re.search(r"mma_tile::Shape<[\w:]*mma_tile::(Tf32|Bf16), (\d+), (\d+), \d+>", name)
     pipelined = re.search(r"mma_pipeline::Shape<(\d+), (\d+), \d+, \d+>", name)
+    ldmatrix = re.search(r"mma_ldmatrix::Shape<(\d+), (\d+), \d+, \d+>", name)
     base = re.sub(r"<.*", "", name).split("::")[-1]
+    if ldmatrix:  # 64 x 64 per warp, bfloat16 operands only
+        wm, wn = int(ldmatrix.group(1)), int(ldmatrix.group(2))
+        return base, f"bf16 {64 * wm}x{64 * wn} ldmatrix", 32 * wm * wn
     if pipelined:  # 64 x 64 per warp
         wm, wn = int(pipelined.group(1)), int(pipelined.group(2))
         return base, f"tf32 {64 * wm}x{64 * wn} pipelined", 32 * wm * wn
@@ -216,8 +223,8 @@ def sass_facts(instrs):
         "loop_ffma": 0,
         "loop_len": 0,
         # The loop with the most HMMA, the shortest of those (a kernel with a
-        # fast path and a fallback loop: the fast one): (HMMA, FFMA, instructions).
-        "loop_hmma": (0, 0, 0),
+        # fast path and a fallback loop: the fast one): (HMMA, FFMA, instructions, LDSM).
+        "loop_hmma": (0, 0, 0, 0),
     }
     # Basic blocks: a block starts at a branch target and after a branch.
     targets = {int(t.group(1), 16) for _, op, args in instrs if op == "BRA"
@@ -249,7 +256,7 @@ def sass_facts(instrs):
         hmma = sum(o.startswith("HMMA") for o in body)
         best = facts["loop_hmma"]
         if hmma > best[0] or (hmma == best[0] and hmma > 0 and len(body) < best[2]):
-            facts["loop_hmma"] = (hmma, ffma, len(body))
+            facts["loop_hmma"] = (hmma, ffma, len(body), sum(o.startswith("LDSM") for o in body))
     return facts
 
 
@@ -281,7 +288,7 @@ def kernel_rows(folder):
             base, tile, shape_threads = base_and_tile(names.get(mangled, mangled))
             variant, threads = KERNELS.get(base, ("", 256))
             if tile.startswith(("tf32", "bf16")):
-                math_key = tile[:4] + (" pipelined" if tile.endswith("pipelined") else "")
+                math_key = tile[:4] + next((" " + w for w in ("pipelined", "ldmatrix") if tile.endswith(w)), "")
                 variant = MMA_VARIANTS.get((base, math_key), variant)
             threads = shape_threads or threads
             facts = sass_facts(sass.get(mangled, []))
@@ -320,7 +327,7 @@ def kernel_table(rows):
         claims = MMA_CLAIMS.get(base, set()) if mma else CLAIMS.get((base, tile), CLAIMS.get(base, set()))
         if tile.endswith("bf16 in memory"):  # a quad of bfloat16 is one 8-byte load
             claims = claims - {"ldg128"}
-        if tile.endswith("pipelined"):
+        if tile.endswith(("pipelined", "ldmatrix")):
             claims = PIPELINED_CLAIMS
         cells = []
         for what in ("ldg128", "lds128", "ldgsts128"):
@@ -340,10 +347,15 @@ def kernel_table(rows):
         loop = max(r["loop"], default=None)
         loop_cell = f"{loop[0]} / {loop[1]}" if loop else "-"
         if mma:  # main loop: the one with the HMMA; it must hold no FFMA
-            fewest = min(h for h, _, _ in r["hmma"])
-            worst_ffma = max(f for _, f, _ in r["hmma"])
-            longest = max(n for _, _, n in r["hmma"])
+            fewest = min(h for h, _, _, _ in r["hmma"])
+            worst_ffma = max(f for _, f, _, _ in r["hmma"])
+            longest = max(n for _, _, n, _ in r["hmma"])
+            ldsm = min(m for _, _, _, m in r["hmma"])
             loop_cell = f"HMMA {fewest}, FFMA {worst_ffma} / {longest}"
+            if tile.endswith("ldmatrix"):
+                loop_cell = f"HMMA {fewest}, LDSM {ldsm}, FFMA {worst_ffma} / {longest}"
+                if ldsm == 0:
+                    problems.append(f"{base} {tile}: no LDSM in its main loop ({loop_cell})")
             if fewest == 0 or worst_ffma > 0:
                 problems.append(f"{base} {tile}: main loop without HMMA or with FFMA ({loop_cell})")
         block = max(r["block"], default=None)
