@@ -95,7 +95,7 @@ struct GemmArgsOf {
   TC* C;
   int64_t ldc;
   float* workspace;  // rung 08's partials, sized by gemm_workspace_floats
-  const float* bias = nullptr;  // per column of C; only rungs 10 and 12 read it (bfloat16 launchers)
+  const float* bias = nullptr;  // per column of C; read by rungs 10 and 12 only
 };
 using GemmArgs = GemmArgsOf<float>;
 using Bf16GemmArgs = GemmArgsOf<bfloat16>;
