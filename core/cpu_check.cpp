@@ -62,9 +62,9 @@ bool cpu_matches_build() {
     if (missing.empty()) return true;
     std::fprintf(stderr,
                  "anvil: this build's CPU code uses instructions this CPU lacks (%s): it was "
-                 "compiled for another machine's CPU (-march=native). Configure a fresh build "
-                 "directory on this machine, or build with -DANVIL_NATIVE=OFF "
-                 "-DCMAKE_CXX_FLAGS=-march=x86-64-v3 for any AVX2 CPU.\n",
+                 "compiled for another CPU (-march). Configure a fresh build directory on "
+                 "this machine without -DANVIL_NATIVE=ON (the default, x86-64-v3, needs AVX2 "
+                 "and FMA).\n",
                  missing.c_str());
     std::_Exit(1);
   }();

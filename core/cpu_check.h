@@ -1,8 +1,8 @@
 // The CPU features the host code was compiled to use, checked against the
-// CPU it runs on. A `release` build is compiled with -march=native by
-// default: moved to a machine whose CPU lacks an instruction it uses (a
-// build directory kept across machines, say), it would die of SIGILL at the
-// first such instruction. Instead, loading libanvil checks every feature the
+// CPU it runs on. Host code is compiled for x86-64-v3 (AVX2 + FMA), or with
+// ANVIL_NATIVE=ON for the build machine's CPU: run on a CPU that lacks an
+// instruction it uses (a native build directory kept across machines, say),
+// it would die of SIGILL at the first such instruction. Instead, loading libanvil checks every feature the
 // compiler was allowed to use and, if one is missing, prints one error
 // naming them and how to rebuild, and exits with status 1.
 #pragma once
