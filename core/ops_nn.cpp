@@ -253,12 +253,13 @@ void check_logits_and_labels(const char* op, const Tensor& logits, const Tensor&
 
 }  // namespace
 
-// Float32, as autocast's policy: bfloat16 logits are cast first.
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, Reduction reduction,
+// Float32, as autocast's policy: the loss, the softmax kept for the
+// backward pass and their arithmetic, from float32 or bfloat16 logits, which
+// the kernels read as stored; dlogits has the logits' dtype.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduction,
                      double label_smoothing) {
-  check_same_device("cross_entropy", {&logits_in, &labels});
-  check_logits_and_labels("cross_entropy", logits_in, labels);
-  const Tensor logits = logits_in.to(DType::Float32);
+  check_same_device("cross_entropy", {&logits, &labels});
+  check_logits_and_labels("cross_entropy", logits, labels);
   if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))  // also rejects nan
     throw std::invalid_argument(fmt::format(
         "cross_entropy: label_smoothing must be in [0, 1], got {}", label_smoothing));
@@ -272,7 +273,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, Reduction re
           "cross_entropy: label {} out of range [0, {}) for {} classes", lo < 0 ? lo : hi, C, C));
   }
   Tensor loss = Tensor::empty({N}, DType::Float32, logits.device());
-  Tensor probs = like(logits);
+  Tensor probs = Tensor::empty(logits.shape(), DType::Float32, logits.device());
   be.softmax_cross_entropy_forward(logits, labels, smoothing, loss, probs);
   Tensor out = loss;
   // The mean's 1/N (nan for an empty batch, as in PyTorch) and its gradient
@@ -283,13 +284,14 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels, Reduction re
     be.sum(loss, scale, out);
   }
   if (any_requires_grad({&logits})) {
+    const DType dtype = logits.dtype();
     record(out, "CrossEntropyBackward", {&logits}, [=](const Tensor& g) {
       Tensor dloss = g;
       if (reduction != Reduction::None) {
         dloss = Tensor::empty({N}, DType::Float32, g.device());
         backend(g).broadcast_scalar(g, static_cast<float>(scale), dloss);
       }
-      Tensor dlogits = like(probs);
+      Tensor dlogits = Tensor::empty(probs.shape(), dtype, g.device());
       backend(g).softmax_cross_entropy_backward(probs, labels, smoothing, dloss, dlogits);
       return Grads{dlogits};
     });

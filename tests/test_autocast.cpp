@@ -325,6 +325,39 @@ TEST_CASE("pooling on bfloat16 activations: the float32 kernels' results, rounde
   }
 }
 
+TEST_CASE("cross_entropy on bfloat16 logits: the float32 kernels' results, dlogits rounded once",
+          "[autocast][bf16]") {
+  // The kernels read bfloat16 logits as stored, widening each element, and
+  // compute in float32 as for float32 logits holding the same values: the
+  // loss is the float32 path's bit for bit, and dlogits its result rounded
+  // to nearest even once. N = 37 rows: ragged for the CUDA kernel's 8 rows
+  // a block; C = 45 classes: more than a warp's 32 lanes.
+  const int64_t N = 37, C = 45;
+  std::vector<int64_t> label_values(N);
+  for (int64_t i = 0; i < N; ++i) label_values[size_t(i)] = (i * 7 + 3) % C;
+  for (Device d : devices()) {
+    for (double smoothing : {0.0, 0.1}) {
+      INFO(d.str() << ", label smoothing " << smoothing);
+      const Tensor xv = uniform({N, C}, 71).to(DType::BFloat16).to(DType::Float32).to(d);
+      const Tensor labels = Tensor::from_vector(label_values, {N}).to(d);
+      auto run = [&](DType dtype) {
+        Tensor x = scale(xv, 4.0).to(dtype).detach().set_requires_grad();
+        Tensor loss = cross_entropy(x, labels, Reduction::Mean, smoothing);
+        REQUIRE(loss.dtype() == DType::Float32);
+        loss.backward();
+        REQUIRE(x.grad().dtype() == dtype);
+        return std::pair{loss.to_vector(), x.grad().to_vector()};
+      };
+      const auto f = run(DType::Float32), b = run(DType::BFloat16);
+      CHECK(b.first == f.first);
+      Vec rounded(f.second.size());
+      for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = bfloat16(f.second[i]).to_float();
+      CHECK(b.second == rounded);
+      CHECK(b.second != f.second);  // the rounding is there to see
+    }
+  }
+}
+
 TEST_CASE("autocast: conv2d against FP64 of its bfloat16 operands, forward and backward",
           "[autocast]") {
   // Ragged: no dimension a multiple of a tile.

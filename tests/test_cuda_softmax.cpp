@@ -98,8 +98,8 @@ TEST_CASE("cuda softmax: arguments are checked", "[cuda][softmax]") {
   // N == 0 launches nothing.
   anvil::cuda::softmax_cross_entropy_forward(3, 0, 10, nullptr, nullptr, 0.0f, nullptr, nullptr,
                                              nullptr);
-  anvil::cuda::softmax_cross_entropy_backward(0, 10, nullptr, nullptr, 0.0f, nullptr, nullptr,
-                                              nullptr);
+  anvil::cuda::softmax_cross_entropy_backward(0, 10, nullptr, nullptr, 0.0f, nullptr,
+                                              static_cast<float*>(nullptr), nullptr);
 }
 
 TEST_CASE("cuda softmax: backward matches the CPU", "[cuda][softmax]") {

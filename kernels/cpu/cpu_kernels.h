@@ -91,14 +91,18 @@ float sum(int64_t n, const float* x);  // pairwise / blocked, accumulated in dou
 // the caller), against the smoothed target q[i] = (1 - e) onehot(label[i]) + e / C
 // (e = label_smoothing in [0, 1]; 0: plain cross-entropy):
 // loss[i] = logsumexp(logits[i]) - (1 - e) logits[i, label[i]] - (e / C) sum_j logits[i, j];
-// probs = softmax(logits).
-void softmax_cross_entropy_forward(int64_t N, int64_t C, const float* logits,
+// probs = softmax(logits). T: float or bfloat16 logits (autocast's), each
+// widened as it is read; loss and probs are float32 either way.
+template <class T>
+void softmax_cross_entropy_forward(int64_t N, int64_t C, const T* logits,
                                    const int64_t* labels, float label_smoothing, float* loss,
                                    float* probs);
-// dlogits[i] = (probs[i] - q[i]) * dloss[i]
+// dlogits[i] = (probs[i] - q[i]) * dloss[i], computed in float32 and stored as
+// T (float or bfloat16: rounded once, to nearest even).
+template <class T>
 void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
                                     const int64_t* labels, float label_smoothing,
-                                    const float* dloss, float* dlogits);
+                                    const float* dloss, T* dlogits);
 // The number of rows i of logits[N,C] whose prediction equals labels[i]; the
 // prediction is the column of the row's largest logit, the first one on a tie
 // (strict > from column 0, as cuda::count_correct). T: float or bfloat16.

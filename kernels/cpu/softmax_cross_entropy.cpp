@@ -11,7 +11,10 @@
 //   loss = log(total) + (1 - e) (max - x[label]) + (e / C) sum_j (max - x_j),
 // and its gradient p - q. e = 0 is the plain cross-entropy.
 // count_correct, beside them, scores a batch's predictions for the epoch's
-// accuracy.
+// accuracy. Each reads bfloat16 logits (autocast's) as stored, widening each
+// element as it is read, and computes in float32 as for float32 logits; the
+// backward stores a bfloat16 dlogits rounded once. So the loss stays a
+// float32 island (autocast's policy) without a conversion pass either way.
 #include <algorithm>
 #include <cmath>
 
@@ -22,33 +25,35 @@
 
 namespace anvil::cpu {
 
-void softmax_cross_entropy_forward(int64_t N, int64_t C, const float* logits,
+template <class T>
+void softmax_cross_entropy_forward(int64_t N, int64_t C, const T* logits,
                                    const int64_t* labels, float label_smoothing, float* loss,
                                    float* probs) {
   const double on_label = 1.0 - double(label_smoothing), per_class = double(label_smoothing) / C;
 #pragma omp parallel for schedule(static) if (N * C >= detail::kMinParallel)
   for (int64_t i = 0; i < N; ++i) {
-    const float* x = logits + i * C;
+    const T* x = logits + i * C;
     float* pr = probs + i * C;
-    float mx = x[0];
-    for (int64_t j = 1; j < C; ++j) mx = x[j] > mx ? x[j] : mx;
+    float mx = load(x[0]);
+    for (int64_t j = 1; j < C; ++j) mx = load(x[j]) > mx ? load(x[j]) : mx;
     double total = 0.0, gap_sum = 0.0;
     for (int64_t j = 0; j < C; ++j) {
-      const float e = std::exp(x[j] - mx);
+      const float e = std::exp(load(x[j]) - mx);
       pr[j] = e;
       total += e;
-      gap_sum += double(mx) - double(x[j]);
+      gap_sum += double(mx) - double(load(x[j]));
     }
     const float inv = static_cast<float>(1.0 / total);
     for (int64_t j = 0; j < C; ++j) pr[j] *= inv;
-    const double label_gap = double(mx) - double(x[labels[i]]);
+    const double label_gap = double(mx) - double(load(x[labels[i]]));
     loss[i] = static_cast<float>(std::log(total) + on_label * label_gap + per_class * gap_sum);
   }
 }
 
+template <class T>
 void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
                                     const int64_t* labels, float label_smoothing,
-                                    const float* dloss, float* dlogits) {
+                                    const float* dloss, T* dlogits) {
   // The label's target whole, as the CUDA kernel forms it: with one class it
   // is exactly 1 and the gradient exactly 0.
   const float per_class = label_smoothing / float(C),
@@ -57,11 +62,20 @@ void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
   for (int64_t i = 0; i < N; ++i) {
     const float g = dloss[i];
     const float* pr = probs + i * C;
-    float* d = dlogits + i * C;
-    for (int64_t j = 0; j < C; ++j) d[j] = (pr[j] - per_class) * g;
-    d[labels[i]] = (pr[labels[i]] - label_target) * g;
+    T* d = dlogits + i * C;
+    for (int64_t j = 0; j < C; ++j) d[j] = store<T>((pr[j] - per_class) * g);
+    d[labels[i]] = store<T>((pr[labels[i]] - label_target) * g);
   }
 }
+
+#define ANVIL_SOFTMAX_CE(T)                                                                    \
+  template void softmax_cross_entropy_forward(int64_t, int64_t, const T*, const int64_t*,      \
+                                              float, float*, float*);                          \
+  template void softmax_cross_entropy_backward(int64_t, int64_t, const float*, const int64_t*, \
+                                               float, const float*, T*);
+ANVIL_SOFTMAX_CE(float)
+ANVIL_SOFTMAX_CE(bfloat16)
+#undef ANVIL_SOFTMAX_CE
 
 template <class T>
 int64_t count_correct(int64_t N, int64_t C, const T* logits, const int64_t* labels) {
@@ -82,16 +96,22 @@ template int64_t count_correct(int64_t, int64_t, const bfloat16*, const int64_t*
 void CpuBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels,
                                                float label_smoothing, const Tensor& loss,
                                                const Tensor& probs) {
-  cpu::softmax_cross_entropy_forward(logits.size(0), logits.size(1), floats(logits),
-                                     int64s(labels), label_smoothing, floats(loss),
-                                     floats(probs));
+  visit_float_dtype(logits.dtype(), "softmax_cross_entropy_forward", [&](auto t) {
+    using T = decltype(t);
+    cpu::softmax_cross_entropy_forward(logits.size(0), logits.size(1), logits.data<T>(),
+                                       int64s(labels), label_smoothing, floats(loss),
+                                       floats(probs));
+  });
 }
 void CpuBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
                                                 float label_smoothing, const Tensor& dloss,
                                                 const Tensor& dlogits) {
-  cpu::softmax_cross_entropy_backward(probs.size(0), probs.size(1), floats(probs),
-                                      int64s(labels), label_smoothing, floats(dloss),
-                                      floats(dlogits));
+  visit_float_dtype(dlogits.dtype(), "softmax_cross_entropy_backward", [&](auto t) {
+    using T = decltype(t);
+    cpu::softmax_cross_entropy_backward(probs.size(0), probs.size(1), floats(probs),
+                                        int64s(labels), label_smoothing, floats(dloss),
+                                        dlogits.data<T>());
+  });
 }
 void CpuBackend::count_correct(const Tensor& logits, const Tensor& labels,
                                const Tensor& counter) {

@@ -38,12 +38,13 @@ kernels/cuda/conv/conv.cpp, kernels/cuda/gemm/gemm.cpp):
   bfloat16 (2 bytes an element), FP32 sums;
 - the conversions the op layer stages (float_to_bf16_kernel: 4 bytes read,
   2 written an element; bf16_to_float_kernel: 2 read, 4 written): the
-  images cast to bfloat16 before the first conv; the logits cast to float32
-  for cross-entropy (the trainer's count_correct reads them as bfloat16) and
-  the loss gradient cast back; in ResNet-18, global_avg_pool2d casts its input to
+  images cast to bfloat16 before the first conv; in ResNet-18, global_avg_pool2d casts its input to
   float32 (the pooling kernels run in float32 there) and its gradient back,
   and the linear layer casts its float32 input to bfloat16 and the input's
   bfloat16 gradient to float32;
+- cross-entropy reads the bfloat16 logits (forward_warp_per_row_bf16: 2
+  bytes an element; its softmax and loss float32) and writes dlogits as
+  bfloat16 (backward_bf16_kernel), as the trainer's count_correct reads them;
 - relu, add, avg pooling (LeNet's) and BatchNorm read and write bfloat16
   (2 bytes an element; BatchNorm's statistics and parameters float32);
 - SGD also writes the bfloat16 copy of each conv and linear weight (2 more
@@ -386,8 +387,6 @@ def loss_and_sgd(step, b, params):
     """Cross-entropy (core/ops_nn.cpp), the trainer's bookkeeping (nn/train.cpp)
     and one SGD launch per parameter tensor."""
     logits, labels = F * b * CLASSES, 8 * b
-    step.convert(b * CLASSES, False)  # amp: the bfloat16 logits cast to float32 for the loss
-    step.convert(b * CLASSES, True)  # amp: the loss gradient cast back
     for kernel, nbytes in (
             (RED + "label_min_max_kernel", labels), (SOFT + "forward_warp_per_row", 2 * logits + F * b + labels),
             (RED + "sum_partials", F * b), (RED + "sum_final", 8), (EW + "scale_kernel", 8),
@@ -399,6 +398,10 @@ def loss_and_sgd(step, b, params):
             kernel += "<float>"
         if step.amp and kernel == SOFT + "count_correct_kernel":  # reads the bfloat16 logits
             kernel, nbytes = step.native(kernel), nbytes - logits // 2
+        if step.amp and kernel == SOFT + "forward_warp_per_row":  # reads the bfloat16 logits
+            kernel, nbytes = kernel + "_bf16", nbytes - logits // 2
+        if step.amp and kernel == SOFT + "backward_kernel":  # writes a bfloat16 dlogits
+            kernel, nbytes = SOFT + "backward_bf16_kernel", nbytes - logits // 2
         step.add("both", kernel, 0, nbytes, row=row)
     for p, copy in params:  # amp: a conv or linear weight's bfloat16 copy, rewritten
         step.add("both", SGD, 0, F * 3 * p + (2 * p if step.amp and copy else 0))

@@ -43,17 +43,25 @@ void CudaBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tens
                                                 float label_smoothing, const Tensor& loss,
                                                 const Tensor& probs) {
   activate();
-  cuda::softmax_cross_entropy_forward(kBestSoftmax, logits.size(0), logits.size(1),
-                                      floats(logits), int64s(labels), label_smoothing,
-                                      floats(loss), floats(probs), stream_);
+  if (logits.dtype() == DType::BFloat16)
+    cuda::softmax_cross_entropy_forward(logits.size(0), logits.size(1), logits.data<bfloat16>(),
+                                        int64s(labels), label_smoothing, floats(loss),
+                                        floats(probs), stream_);
+  else
+    cuda::softmax_cross_entropy_forward(kBestSoftmax, logits.size(0), logits.size(1),
+                                        floats(logits), int64s(labels), label_smoothing,
+                                        floats(loss), floats(probs), stream_);
 }
 void CudaBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels,
                                                  float label_smoothing, const Tensor& dloss,
                                                  const Tensor& dlogits) {
   activate();
-  cuda::softmax_cross_entropy_backward(probs.size(0), probs.size(1), floats(probs),
-                                       int64s(labels), label_smoothing, floats(dloss),
-                                       floats(dlogits), stream_);
+  visit_float_dtype(dlogits.dtype(), "softmax_cross_entropy_backward", [&](auto t) {
+    using T = decltype(t);
+    cuda::softmax_cross_entropy_backward(probs.size(0), probs.size(1), floats(probs),
+                                         int64s(labels), label_smoothing, floats(dloss),
+                                         dlogits.data<T>(), stream_);
+  });
 }
 void CudaBackend::count_correct(const Tensor& logits, const Tensor& labels,
                                 const Tensor& counter) {

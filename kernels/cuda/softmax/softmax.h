@@ -40,9 +40,16 @@ constexpr int kBestSoftmax = 3;  // the one the backend uses
 void softmax_cross_entropy_forward(int variant, int64_t N, int64_t C, const float* logits,
                                    const int64_t* labels, float label_smoothing, float* loss,
                                    float* probs, cudaStream_t stream);
+// bfloat16 logits (autocast's) on the rung that ships, each widened as it is
+// read: the float32 rung's results on the same values.
+void softmax_cross_entropy_forward(int64_t N, int64_t C, const bfloat16* logits,
+                                   const int64_t* labels, float label_smoothing, float* loss,
+                                   float* probs, cudaStream_t stream);
+// T: float, or bfloat16 (rounded once as it is stored).
+template <class T>
 void softmax_cross_entropy_backward(int64_t N, int64_t C, const float* probs,
                                     const int64_t* labels, float label_smoothing,
-                                    const float* dloss, float* dlogits, cudaStream_t stream);
+                                    const float* dloss, T* dlogits, cudaStream_t stream);
 // counter[0] += the number of rows of logits[N, C] whose first largest logit
 // is at column labels[i], as cpu::count_correct (counter: one int64 of
 // device memory, not zeroed here, so batches add up on the device).
