@@ -365,8 +365,16 @@ void complete_ldmatrix(SimThread* lanes) {
     std::memcpy(rows[lane], ldmatrix_operands(lanes[lane]).row, sizeof rows[lane]);
   uint32_t d[32][4];
   mma::ldmatrix_compute(first.count, first.trans, rows, d);
-  for (unsigned lane = 0; lane < 32; ++lane)
-    std::memcpy(ldmatrix_operands(lanes[lane]).d, d[lane], sizeof(uint32_t) * first.count);
+  // Copies of constant sizes, which the compiler inlines: a memcpy call would
+  // reach TSan's interceptor as the host thread writing the fibers' stacks.
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    uint32_t* out = ldmatrix_operands(lanes[lane]).d;
+    switch (first.count) {
+      case 1: std::memcpy(out, d[lane], 4); break;
+      case 2: std::memcpy(out, d[lane], 8); break;
+      default: std::memcpy(out, d[lane], 16); break;
+    }
+  }
 }
 
 // Completes every pending warp collective of the block, or explains why one
