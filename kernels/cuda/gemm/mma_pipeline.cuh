@@ -158,15 +158,9 @@ __device__ __forceinline__ void load_pair(const uint32_t* p, uint32_t& r0, uint3
 #endif
 }
 
-// A block of WarpsM x WarpsN warps of 64 x 64, each 4 x 8 mma tiles of 16 x 8.
+// Warps of 64 x 64 (4 x 8 mma tiles of 16 x 8), with this file's main loop.
 template <int WarpsM, int WarpsN, int Stages, int MinBlocks>
-struct Shape {
-  static constexpr int kBK = mma_pipeline::kBK, kStages = Stages;
-  static constexpr int kWarpsM = WarpsM, kWarpsN = WarpsN, kThreads = 32 * WarpsM * WarpsN;
-  static constexpr int kWarpM = 64, kWarpN = 64;
-  static constexpr int kBM = kWarpsM * kWarpM, kBN = kWarpsN * kWarpN;
-  static constexpr int kTilesM = kWarpM / 16, kTilesN = kWarpN / 8;  // 4 x 8
-  static constexpr int kMinBlocks = MinBlocks;  // __launch_bounds__: resident blocks per SM
+struct Shape : mma_tile::Blocking<kBK, WarpsM, WarpsN, 64, Stages, MinBlocks> {
   template <class GetA, class GetB, class Put>
   __device__ __forceinline__ static void multiply(int M, int N, int K, const GetA& ga,
                                                   const GetB& gb, const Put& put);

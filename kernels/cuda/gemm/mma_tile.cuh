@@ -195,18 +195,24 @@ struct Bf16 {
   }
 };
 
-// A block of WarpsM x WarpsN warps, each warp a 64 x 32 sub-tile of C: 4 x 4
-// mma tiles of 16 x 8; Math is Tf32 or Bf16.
-template <class MathT, int WarpsM, int WarpsN, int MinBlocks>
-struct Shape {
-  using Math = MathT;
-  static constexpr int kBK = Math::kBK;
+// The blocking of every mma rung: a block of WarpsM x WarpsN warps, each
+// warp a 64 x WarpN sub-tile of C made of 4 x (WarpN / 8) mma tiles of
+// 16 x 8; BK along k per stage, Stages stages of shared memory. Each rung's
+// Shape adds its main loop, multiply(), for mma_rung.cuh's kernel.
+template <int BK, int WarpsM, int WarpsN, int WarpN, int Stages, int MinBlocks>
+struct Blocking {
+  static constexpr int kBK = BK, kStages = Stages;
   static constexpr int kWarpsM = WarpsM, kWarpsN = WarpsN, kThreads = 32 * WarpsM * WarpsN;
-  static constexpr int kWarpM = 64, kWarpN = 32;
+  static constexpr int kWarpM = 64, kWarpN = WarpN;
   static constexpr int kBM = kWarpsM * kWarpM, kBN = kWarpsN * kWarpN;
-  static constexpr int kTilesM = kWarpM / 16, kTilesN = kWarpN / 8;  // 4 x 4
+  static constexpr int kTilesM = kWarpM / 16, kTilesN = kWarpN / 8;
   static constexpr int kMinBlocks = MinBlocks;  // __launch_bounds__: resident blocks per SM
-  // multiply() below, for mma_rung.cuh's kernel.
+};
+
+// Warps of 64 x 32 (4 x 4 mma tiles), two stages; Math is Tf32 or Bf16.
+template <class MathT, int WarpsM, int WarpsN, int MinBlocks>
+struct Shape : Blocking<MathT::kBK, WarpsM, WarpsN, 32, 2, MinBlocks> {
+  using Math = MathT;
   template <class GetA, class GetB, class Put>
   __device__ __forceinline__ static void multiply(int M, int N, int K, const GetA& ga,
                                                   const GetB& gb, const Put& put);
