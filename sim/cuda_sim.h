@@ -82,7 +82,7 @@ namespace anvil::sim {
 
 // The warp collectives behind the intrinsics: the calling fiber records its
 // operation in its slot and waits until the scheduler completes the
-// collective for its whole mask (see scheduler.cpp). `value` holds the
+// collective for its whole mask (see warp_collectives.cpp). `value` holds the
 // lane's operand bits (a shuffle's value, a vote's predicate), `arg` the
 // source lane, delta or lane mask; the result is the bits the lane receives.
 // kMma (a tensor-core mma.sync, sim/mma_sim.h) passes the address of the

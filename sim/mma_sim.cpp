@@ -2,7 +2,7 @@
 // computation of one warp's D, ldmatrix's mapping and each lane's row read,
 // and the test-only mutations. The
 // collective's bookkeeping (every lane present, at one call site) is in
-// scheduler.cpp, which copies the lanes' registers in and D out, so that
+// warp_collectives.cpp, which copies the lanes' registers in and D out, so that
 // this file only touches the scheduler's own copies.
 #include "sim/mma_sim.h"
 

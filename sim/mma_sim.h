@@ -6,7 +6,7 @@
 //
 // One mma is a collective of the whole warp, like a shuffle with a full
 // mask: every one of the 32 lanes must reach it, at the same call site, with
-// the same shape. The scheduler (scheduler.cpp) then reads every lane's A, B
+// the same shape. The scheduler (warp_collectives.cpp) then reads every lane's A, B
 // and C registers, computes D and writes each lane's D registers before any
 // lane runs on. Anything else (a lane that has returned, waits elsewhere or
 // does not exist because the block ends inside the warp, or lanes at
