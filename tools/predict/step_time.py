@@ -171,39 +171,40 @@ TF32_TILES = {"64x128": "mma_tile::Shape<mma_tile::Tf32,1,4,3>",
 TF32_GEMM = "mma_pipeline::Shape<2,2,4,2>"
 
 
-def tf32_name(kernel):
-    m = re.match(r"(conv_kernels::\w+_warp_tiled)<(\d+x\d+)>$", kernel)
-    if m:
-        return f"{m.group(1)}<{TF32_TILES[m.group(2)]}>"
-    m = re.match(r"gemm_kernels::gemm_split_k<(\w+),(\w+)>$", kernel)
-    if m:
-        return f"gemm_kernels::gemm_mma<{TF32_GEMM},{m.group(1)},{m.group(2)}>"
-    raise ValueError(f"step_time: no TF32 rung for {kernel}")
-
-
 # The BF16 rungs' kernels (conv 07, GEMM 10): conv 05's tiles as
 # mma_tile::Shape<Bf16, ...>, GEMM 08's 128x128 as Shape<Bf16, 2, 4, 2>.
 BF16_TILES = {"64x128": "mma_tile::Shape<mma_tile::Bf16,1,4,3>",
               "128x128": "mma_tile::Shape<mma_tile::Bf16,2,4,2>"}
 
 
-def bf16_name(kernel):
-    """The kernel that runs a float32 kernel's work on bfloat16 data under
-    autocast (its name in the bf16 audit)."""
+def instance(kernel, math):
+    """The kernel that runs an FP32 kernel's work (named by its family, as
+    the model does: conv tiles as 64x128, no element type) in math "fp32",
+    "tf32" (conv 06, GEMM 11) or "bf16" (conv 07, GEMM 10, and the other
+    kernels' bfloat16 instances under autocast): its name in that audit.
+    The kernels templated on their element type take it as the last
+    parameter; only the conv and GEMM rungs change with tf32."""
+    elem = BF16 if math == "bf16" else "float"
     m = re.match(r"(conv_kernels::\w+_warp_tiled)<(\d+x\d+)>$", kernel)
     if m:
-        return f"{m.group(1)}<{BF16_TILES[m.group(2)]},{BF16}>"
+        tile = {"fp32": m.group(2), "tf32": TF32_TILES[m.group(2)], "bf16": BF16_TILES[m.group(2)]}[math]
+        return f"{m.group(1)}<{tile},{elem}>"
     m = re.match(r"gemm_kernels::gemm_split_k<(\w+),(\w+)>$", kernel)
     if m:
-        return f"gemm_kernels::gemm_mma<{BF16_TILES['128x128']},{m.group(1)},{m.group(2)},{BF16}>"
+        if math == "fp32":
+            return kernel
+        shape = TF32_GEMM if math == "tf32" else BF16_TILES["128x128"]
+        return f"gemm_kernels::gemm_mma<{shape},{m.group(1)},{m.group(2)},{elem}>"
+    if math == "tf32":
+        raise ValueError(f"step_time: no TF32 rung for {kernel}")
     m = re.match(r"(.*_split<\d,int)>$", kernel)  # BatchNorm's passes
     if m:
-        return f"{m.group(1)},{BF16}>"
+        return f"{m.group(1)},{elem}>"
     if kernel.endswith("<int>"):  # pooling
-        return kernel[:-1] + f",{BF16}>"
-    if "<" not in kernel:  # relu, add, BatchNorm's forward fold
-        return f"{kernel}<{BF16}>"
-    raise ValueError(f"step_time: no bfloat16 variant of {kernel}")
+        return kernel[:-1] + f",{elem}>"
+    if "<" not in kernel:  # relu, add, BatchNorm's forward fold, count_correct, scale
+        return f"{kernel}<{elem}>"
+    raise ValueError(f"step_time: no {math} instance of {kernel}")
 
 
 class Step:
@@ -228,12 +229,16 @@ class Step:
                 return
             era = "both" if era == "shipped" else era
         for e in (("baseline", "shipped") if era == "both" else (era,)):
-            self.launches[e].append(dict(kernel=kernel, row=row or kernel, flops=flops, bytes=nbytes,
+            # The frozen baseline audit names the kernels that both eras
+            # launch by their family, from before they took an element type.
+            name = row or kernel if era == "both" and e == "baseline" and not self.tf32 else kernel
+            self.launches[e].append(dict(kernel=name, row=row or kernel, flops=flops, bytes=nbytes,
                                          blocks=blocks, tensor_cores=False))
 
     def native(self, kernel):
-        """The kernel of a float32 kernel's work: its bfloat16 variant under amp."""
-        return bf16_name(kernel) if self.amp else kernel
+        """The kernel of a float32 kernel's work: its float32 instance, or
+        its bfloat16 one under amp."""
+        return instance(kernel, "bf16" if self.amp else "fp32")
 
     def convert(self, n, to_bf16, first_step=False):
         """An elementwise float32 <-> bfloat16 conversion of n elements (amp only)."""
@@ -255,15 +260,16 @@ class Step:
         nbytes = read + (F * splits * m * n if splits > 1 else out * m * n)
         blocks = tiles * splits
         if self.amp:  # the BF16 rungs: conv 05's and GEMM 08's tiles and split plans
-            self.launches["shipped"].append(dict(kernel=bf16_name(kernel), row=kernel, flops=flops,
+            self.launches["shipped"].append(dict(kernel=instance(kernel, "bf16"), row=kernel, flops=flops,
                                                  bytes=nbytes, blocks=blocks, tensor_cores="bf16"))
         elif self.tf32:  # the TF32 rungs: the FP32 rungs' tiles, split plans and sums
-            self.launches["baseline"].append(dict(kernel=kernel, row=kernel, flops=flops, bytes=nbytes,
+            self.launches["baseline"].append(dict(kernel=self.native(kernel), row=kernel, flops=flops,
+                                                  bytes=nbytes,
                                                   blocks=blocks, tensor_cores=False))
-            self.launches["shipped"].append(dict(kernel=tf32_name(kernel), row=kernel, flops=flops,
+            self.launches["shipped"].append(dict(kernel=instance(kernel, "tf32"), row=kernel, flops=flops,
                                                  bytes=nbytes, blocks=blocks, tensor_cores=True))
         else:
-            self.add("shipped", kernel, flops, nbytes, blocks=blocks)
+            self.add("shipped", self.native(kernel), flops, nbytes, row=kernel, blocks=blocks)
         if splits > 1:
             warp = splits >= 32
             self.add("shipped", GEMM + ("add_partials_by_warp" if warp else "add_partials"), 0,
@@ -299,9 +305,11 @@ class Step:
                     native = self.native(kernel) if kernel != f"{BN}backward_fold" else kernel
                     self.add("shipped", native, 0, nbytes, row=kernel, blocks=blocks)
                 continue
-            self.add("shipped", first, 0, F * (split_bytes[0] + 3 * c * s), blocks=c * s)
-            self.add("shipped", fold, 0, F * (3 * c * s + fold_c * c), blocks=math.ceil(c / 8))
-            self.add("shipped", second, 0, F * split_bytes[1], blocks=c * s)
+            self.add("shipped", self.native(first), 0, F * (split_bytes[0] + 3 * c * s), row=first,
+                     blocks=c * s)
+            self.add("shipped", self.native(fold) if d == "forward" else fold, 0,
+                     F * (3 * c * s + fold_c * c), row=fold, blocks=math.ceil(c / 8))
+            self.add("shipped", self.native(second), 0, F * split_bytes[1], row=second, blocks=c * s)
             self.add("baseline", BN + before, 0, F * (split_bytes[1] + 2 * c), row=first, blocks=c)
         self.add("both", EW + "add_scalar_kernel", 0, 16)  # num_batches_tracked += 1
 
@@ -375,7 +383,7 @@ def elementwise(step, relu=(), pool=(), adds=(), float_pool=False):
         for kernel in ("avg_pool_forward_kernel<int>", "avg_pool_backward_kernel<int>"):
             name = POOL + kernel
             if float_pool or not step.amp:
-                native, nbytes = (name[:-1] + ",float>" if step.amp else name), F * (x + y)
+                native, nbytes = instance(name, "fp32"), F * (x + y)
             else:
                 native, nbytes = step.native(name), e * (x + y)
             step.add("both", native, 0, nbytes, row=name)
@@ -394,10 +402,10 @@ def loss_and_sgd(step, b, params):
             (EW + "fill_kernel<float>", 4), (EW + "fill_kernel<float>", 4), (EW + "fill_kernel<long>", 8),
             (EW + "broadcast_scalar_kernel", F * (b + 1)), (SOFT + "backward_kernel", 2 * logits + F * b + labels)):
         row = kernel
-        if step.amp and kernel == EW + "scale_kernel":
-            kernel += "<float>"
-        if step.amp and kernel == SOFT + "count_correct_kernel":  # reads the bfloat16 logits
-            kernel, nbytes = step.native(kernel), nbytes - logits // 2
+        if kernel == EW + "scale_kernel":  # the loss, float32 either way
+            kernel = instance(kernel, "fp32")
+        if kernel == SOFT + "count_correct_kernel":  # amp: reads the bfloat16 logits
+            kernel, nbytes = step.native(kernel), nbytes - (logits // 2 if step.amp else 0)
         if step.amp and kernel == SOFT + "forward_warp_per_row":  # reads the bfloat16 logits
             kernel, nbytes = kernel + "_bf16", nbytes - logits // 2
         if step.amp and kernel == SOFT + "backward_kernel":  # writes a bfloat16 dlogits
