@@ -298,29 +298,83 @@ TEST_CASE("batch_norm on bfloat16 activations: the float32 kernels' results, rou
 
 TEST_CASE("pooling on bfloat16 activations: the float32 kernels' results, rounded once",
           "[autocast][bf16]") {
-  const Shape shape{2, 3, 9, 7};  // ragged, and windows that overlap (3, stride 2)
-  for (Device d : devices()) {
-    INFO(d.str());
-    const Tensor xv = uniform(shape, 61).to(DType::BFloat16).to(DType::Float32).to(d);
-    for (bool is_max : {true, false}) {
-      INFO((is_max ? "max_pool2d" : "avg_pool2d"));
-      auto run = [&](DType dtype, const Tensor& gv) {
+  // The kernels read bfloat16 as stored and sum in float32 as the float32
+  // kernels do on the same values: y and dx are the float32 path's results
+  // rounded once, bit for bit, and a maximum needs no rounding. Ragged
+  // planes (7x7, 9x7: 2x2 windows leave a row or a column out) under three
+  // geometries: 2x2 stride 2 (the CPU's 2x2 loops, AVX2 for float32 only),
+  // 3 stride 3 (disjoint: each dx written once) and 3 stride 2 padding 1
+  // (overlapping: dx sums up to four windows' gradients).
+  struct Window {
+    int64_t kernel, stride, padding;
+  };
+  for (const Shape& shape : {Shape{3, 5, 7, 7}, Shape{2, 3, 9, 7}}) {
+    for (const Window wd : {Window{2, 2, 0}, Window{3, 3, 0}, Window{3, 2, 1}}) {
+      for (Device d : devices()) {
+        INFO(d.str() << " " << shape_str(shape) << ", window " << wd.kernel << " stride "
+                     << wd.stride << " padding " << wd.padding);
+        const Tensor xv = uniform(shape, 61).to(DType::BFloat16).to(DType::Float32).to(d);
+        for (bool is_max : {true, false}) {
+          INFO((is_max ? "max_pool2d" : "avg_pool2d"));
+          auto pool = [&](const Tensor& x) {
+            return is_max ? max_pool2d(x, wd.kernel, wd.stride, wd.padding)
+                          : avg_pool2d(x, wd.kernel, wd.stride, wd.padding);
+          };
+          const Tensor gv = uniform(pool(xv).shape(), 62)
+                                .to(DType::BFloat16)
+                                .to(DType::Float32)
+                                .to(d);
+          auto run = [&](DType dtype) {
+            Tensor x = xv.to(dtype).detach().set_requires_grad();
+            Tensor y = pool(x);
+            REQUIRE(y.dtype() == dtype);
+            y.backward(gv.to(dtype));
+            REQUIRE(x.grad().dtype() == dtype);
+            return std::pair{y.to_vector(), x.grad().to_vector()};
+          };
+          const auto f = run(DType::Float32), b = run(DType::BFloat16);
+          Vec ry(f.first.size()), rdx(f.second.size());
+          for (size_t i = 0; i < ry.size(); ++i) ry[i] = bfloat16(f.first[i]).to_float();
+          for (size_t i = 0; i < rdx.size(); ++i) rdx[i] = bfloat16(f.second[i]).to_float();
+          CHECK(b.first == ry);
+          CHECK(b.second == rdx);
+          if (is_max) CHECK(b.first == f.first);  // a maximum of bfloat16 values
+          if (!is_max && wd.kernel == 3) {        // sums over 9: the rounding is there to see
+            CHECK(b.first != f.first);
+            CHECK(b.second != f.second);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("global_avg_pool2d on bfloat16 activations: the float32 path's y, dx rounded once",
+          "[autocast][bf16]") {
+  // The kernels read a bfloat16 x as stored into a float32 y (autocast's
+  // policy): the float32 path's y on the same values, bit for bit; the
+  // float32 gradient comes back as a bfloat16 dx, the float32 path's dx
+  // rounded once. 7x7 planes take the generic loops (49 terms), 2x2 the
+  // CPU's 2x2 ones; batch 3 and 5 channels are ragged for the GPU's blocks.
+  for (const Shape& shape : {Shape{3, 5, 7, 7}, Shape{3, 5, 2, 2}}) {
+    for (Device d : devices()) {
+      INFO(d.str() << " " << shape_str(shape));
+      const Tensor xv = uniform(shape, 81).to(DType::BFloat16).to(DType::Float32).to(d);
+      const Tensor gv = uniform({shape[0], shape[1], 1, 1}, 82, d);  // float32, as y
+      auto run = [&](DType dtype) {
         Tensor x = xv.to(dtype).detach().set_requires_grad();
-        Tensor y = is_max ? max_pool2d(x, 3, 2, 1) : avg_pool2d(x, 3, 2, 1);
-        REQUIRE(y.dtype() == dtype);
-        if (gv.defined()) y.backward(gv.to(dtype));
-        return std::pair{y.to_vector(), gv.defined() ? x.grad().to_vector() : Vec{}};
+        Tensor y = global_avg_pool2d(x);
+        REQUIRE(y.dtype() == DType::Float32);
+        y.backward(gv);
+        REQUIRE(x.grad().dtype() == dtype);
+        return std::pair{y.to_vector(), x.grad().to_vector()};
       };
-      const Vec y32 = run(DType::Float32, Tensor()).first;
-      const Tensor gv =
-          uniform({2, 3, 5, 4}, 62).to(DType::BFloat16).to(DType::Float32).to(d);
-      const auto f = run(DType::Float32, gv), b = run(DType::BFloat16, gv);
-      Vec ry(f.first.size()), rdx(f.second.size());
-      for (size_t i = 0; i < ry.size(); ++i) ry[i] = bfloat16(f.first[i]).to_float();
-      for (size_t i = 0; i < rdx.size(); ++i) rdx[i] = bfloat16(f.second[i]).to_float();
-      CHECK(b.first == ry);
-      CHECK(b.second == rdx);
-      if (is_max) CHECK(b.first == y32);  // a maximum of bfloat16 values needs no rounding
+      const auto f = run(DType::Float32), b = run(DType::BFloat16);
+      CHECK(b.first == f.first);
+      Vec rounded(f.second.size());
+      for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = bfloat16(f.second[i]).to_float();
+      CHECK(b.second == rounded);
+      CHECK(b.second != f.second);  // the rounding is there to see
     }
   }
 }
