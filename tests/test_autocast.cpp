@@ -52,6 +52,15 @@ std::vector<Device> devices() {
 
 Vec bf16_values(const Tensor& t) { return t.to(DType::BFloat16).to_vector(); }
 
+// bfloat16 values (as float32, on `d`) whose exponents spread over 2^-12 ..
+// 2^12, so that float32 sums of a few of them round: a sum taken in another
+// order or precision than the float32 kernels' shows in the bits.
+Tensor spread_bf16_values(const Shape& shape, uint64_t seed, Device d) {
+  Vec v = bf16_values(uniform(shape, seed));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(v[i], int(i * 7 % 25) - 12);
+  return Tensor::from_vector(v, shape).to(d);
+}
+
 // The largest |got - ref| / (rel |ref| + abs_per_term * mag), over elements.
 double worst(const Vec& got, const std::vector<double>& ref, const std::vector<double>& mag,
              double rel, double abs_per_mag) {
@@ -300,7 +309,8 @@ TEST_CASE("pooling on bfloat16 activations: the float32 kernels' results, rounde
           "[autocast][bf16]") {
   // The kernels read bfloat16 as stored and sum in float32 as the float32
   // kernels do on the same values: y and dx are the float32 path's results
-  // rounded once, bit for bit, and a maximum needs no rounding. Ragged
+  // rounded once, bit for bit, and a maximum needs no rounding (x and dy
+  // spread over 24 binades, so that the float32 sums round). Ragged
   // planes (7x7, 9x7: 2x2 windows leave a row or a column out) under three
   // geometries: 2x2 stride 2 (the CPU's 2x2 loops, AVX2 for float32 only),
   // 3 stride 3 (disjoint: each dx written once) and 3 stride 2 padding 1
@@ -313,17 +323,14 @@ TEST_CASE("pooling on bfloat16 activations: the float32 kernels' results, rounde
       for (Device d : devices()) {
         INFO(d.str() << " " << shape_str(shape) << ", window " << wd.kernel << " stride "
                      << wd.stride << " padding " << wd.padding);
-        const Tensor xv = uniform(shape, 61).to(DType::BFloat16).to(DType::Float32).to(d);
+        const Tensor xv = spread_bf16_values(shape, 61, d);
         for (bool is_max : {true, false}) {
           INFO((is_max ? "max_pool2d" : "avg_pool2d"));
           auto pool = [&](const Tensor& x) {
             return is_max ? max_pool2d(x, wd.kernel, wd.stride, wd.padding)
                           : avg_pool2d(x, wd.kernel, wd.stride, wd.padding);
           };
-          const Tensor gv = uniform(pool(xv).shape(), 62)
-                                .to(DType::BFloat16)
-                                .to(DType::Float32)
-                                .to(d);
+          const Tensor gv = spread_bf16_values(pool(xv).shape(), 62, d);
           auto run = [&](DType dtype) {
             Tensor x = xv.to(dtype).detach().set_requires_grad();
             Tensor y = pool(x);
@@ -354,12 +361,13 @@ TEST_CASE("global_avg_pool2d on bfloat16 activations: the float32 path's y, dx r
   // The kernels read a bfloat16 x as stored into a float32 y (autocast's
   // policy): the float32 path's y on the same values, bit for bit; the
   // float32 gradient comes back as a bfloat16 dx, the float32 path's dx
-  // rounded once. 7x7 planes take the generic loops (49 terms), 2x2 the
+  // rounded once (x spread over 24 binades, so that the float32 sums
+  // round). 7x7 planes take the generic loops (49 terms), 2x2 the
   // CPU's 2x2 ones; batch 3 and 5 channels are ragged for the GPU's blocks.
   for (const Shape& shape : {Shape{3, 5, 7, 7}, Shape{3, 5, 2, 2}}) {
     for (Device d : devices()) {
       INFO(d.str() << " " << shape_str(shape));
-      const Tensor xv = uniform(shape, 81).to(DType::BFloat16).to(DType::Float32).to(d);
+      const Tensor xv = spread_bf16_values(shape, 81, d);
       const Tensor gv = uniform({shape[0], shape[1], 1, 1}, 82, d);  // float32, as y
       auto run = [&](DType dtype) {
         Tensor x = xv.to(dtype).detach().set_requires_grad();
@@ -371,6 +379,16 @@ TEST_CASE("global_avg_pool2d on bfloat16 activations: the float32 path's y, dx r
       };
       const auto f = run(DType::Float32), b = run(DType::BFloat16);
       CHECK(b.first == f.first);
+      // The float32 sums of 49 terms do round: FP64 means differ from them.
+      const Vec xs = xv.to_vector();
+      const size_t plane = size_t(shape[2] * shape[3]);
+      bool rounded_sum = false;
+      for (size_t i = 0; i < f.first.size(); ++i) {
+        double sum = 0;
+        for (size_t j = 0; j < plane; ++j) sum += xs[i * plane + j];
+        rounded_sum |= float(sum / double(plane)) != f.first[i];
+      }
+      if (plane == 49) CHECK(rounded_sum);
       Vec rounded(f.second.size());
       for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = bfloat16(f.second[i]).to_float();
       CHECK(b.second == rounded);
