@@ -54,9 +54,9 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
 // Pooling. max pool records the flat input index (h*W+w within its plane) of
 // each output's maximum in argmax; padding counts as -inf. avg pool divides by
 // the full window including padding (PyTorch's count_include_pad=True).
-// T: float or bfloat16 (kernels/element.h), each element widened as it is
-// read; sums in float32, as for float32 data holding the same values, and a
-// bfloat16 result rounded once as it is stored. Average pooling also takes a
+// T: float or bfloat16 (kernels/element.h): a bfloat16 plane is widened as
+// it is read and computed on as float32 data holding the same values, and a
+// bfloat16 result is rounded once as it is stored. Average pooling also takes a
 // bfloat16 x into a float32 y and a float32 dy into a bfloat16 dx (global
 // average pooling under autocast).
 template <class T>
