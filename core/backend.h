@@ -54,7 +54,9 @@ class Backend {
 
   // relu, the pointwise ops, add, mul and scale take float32 or bfloat16
   // tensors (all of one dtype: kernels/element.h), and so do the pooling
-  // and BatchNorm methods' x, y, dy and dx; everything else is float32, but
+  // and BatchNorm methods' x, y, dy and dx (average pooling also reads a
+  // bfloat16 x into a float32 y and a float32 dy into a bfloat16 dx: global
+  // average pooling under autocast); everything else is float32, but
   // for copy, fill and convert (any dtype) and what gemm, the convolutions
   // and channel_sum say.
   virtual void relu_forward(const Tensor& x, const Tensor& y) = 0;

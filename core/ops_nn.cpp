@@ -129,8 +129,9 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
   return y;
 }
 
-static Tensor avg_pool(const char* op, const Tensor& x, const Pool2dShape& s) {
-  Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, x.dtype(), x.device());
+// y: of dtype y_dtype; dx: of x's.
+static Tensor avg_pool(const char* op, const Tensor& x, const Pool2dShape& s, DType y_dtype) {
+  Tensor y = Tensor::empty({s.N, s.C, s.P, s.Q}, y_dtype, x.device());
   backend(x).avg_pool2d_forward(s, x, y);  // float32 or bfloat16
   if (any_requires_grad({&x})) {
     Shape x_shape = x.shape();
@@ -145,17 +146,18 @@ static Tensor avg_pool(const char* op, const Tensor& x, const Pool2dShape& s) {
 }
 
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
-  return avg_pool("AvgPool2dBackward", x, pool_shape("avg_pool2d", x, kernel, stride, padding));
+  return avg_pool("AvgPool2dBackward", x, pool_shape("avg_pool2d", x, kernel, stride, padding),
+                  x.dtype());
 }
 
-// A reduction: float32 in and out, as autocast's policy (a bfloat16 input is
-// cast first).
-Tensor global_avg_pool2d(const Tensor& x_in) {
-  check_nchw("global_avg_pool2d", x_in);
-  const Tensor x = x_in.to(DType::Float32);
+// A reduction: float32 out, as autocast's policy. The kernels read a
+// bfloat16 input as stored and write its gradient as bfloat16 (the float32
+// result rounded once), so neither needs a conversion pass.
+Tensor global_avg_pool2d(const Tensor& x) {
+  check_nchw("global_avg_pool2d", x);
   Pool2dShape s{x.size(0), x.size(1), x.size(2), x.size(3), x.size(2), x.size(3),
                 x.size(2), x.size(3), 0,         0,         1,         1};
-  return avg_pool("GlobalAvgPool2dBackward", x, s);
+  return avg_pool("GlobalAvgPool2dBackward", x, s, DType::Float32);
 }
 
 // ---------------------------------------------------------------- batch norm

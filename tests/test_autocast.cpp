@@ -52,6 +52,15 @@ std::vector<Device> devices() {
 
 Vec bf16_values(const Tensor& t) { return t.to(DType::BFloat16).to_vector(); }
 
+// bfloat16 values (as float32, on `d`) whose exponents spread over 2^-12 ..
+// 2^12, so that float32 sums of a few of them round: a sum taken in another
+// order or precision than the float32 kernels' shows in the bits.
+Tensor spread_bf16_values(const Shape& shape, uint64_t seed, Device d) {
+  Vec v = bf16_values(uniform(shape, seed));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(v[i], int(i * 7 % 25) - 12);
+  return Tensor::from_vector(v, shape).to(d);
+}
+
 // The largest |got - ref| / (rel |ref| + abs_per_term * mag), over elements.
 double worst(const Vec& got, const std::vector<double>& ref, const std::vector<double>& mag,
              double rel, double abs_per_mag) {
@@ -298,29 +307,92 @@ TEST_CASE("batch_norm on bfloat16 activations: the float32 kernels' results, rou
 
 TEST_CASE("pooling on bfloat16 activations: the float32 kernels' results, rounded once",
           "[autocast][bf16]") {
-  const Shape shape{2, 3, 9, 7};  // ragged, and windows that overlap (3, stride 2)
-  for (Device d : devices()) {
-    INFO(d.str());
-    const Tensor xv = uniform(shape, 61).to(DType::BFloat16).to(DType::Float32).to(d);
-    for (bool is_max : {true, false}) {
-      INFO((is_max ? "max_pool2d" : "avg_pool2d"));
-      auto run = [&](DType dtype, const Tensor& gv) {
+  // The kernels read bfloat16 as stored and sum in float32 as the float32
+  // kernels do on the same values: y and dx are the float32 path's results
+  // rounded once, bit for bit, and a maximum needs no rounding (x and dy
+  // spread over 24 binades, so that the float32 sums round). Ragged
+  // planes (7x7, 9x7: 2x2 windows leave a row or a column out) under three
+  // geometries: 2x2 stride 2 (the CPU's 2x2 loops, AVX2 for float32 only),
+  // 3 stride 3 (disjoint: each dx written once) and 3 stride 2 padding 1
+  // (overlapping: dx sums up to four windows' gradients).
+  struct Window {
+    int64_t kernel, stride, padding;
+  };
+  for (const Shape& shape : {Shape{3, 5, 7, 7}, Shape{2, 3, 9, 7}}) {
+    for (const Window wd : {Window{2, 2, 0}, Window{3, 3, 0}, Window{3, 2, 1}}) {
+      for (Device d : devices()) {
+        INFO(d.str() << " " << shape_str(shape) << ", window " << wd.kernel << " stride "
+                     << wd.stride << " padding " << wd.padding);
+        const Tensor xv = spread_bf16_values(shape, 61, d);
+        for (bool is_max : {true, false}) {
+          INFO((is_max ? "max_pool2d" : "avg_pool2d"));
+          auto pool = [&](const Tensor& x) {
+            return is_max ? max_pool2d(x, wd.kernel, wd.stride, wd.padding)
+                          : avg_pool2d(x, wd.kernel, wd.stride, wd.padding);
+          };
+          const Tensor gv = spread_bf16_values(pool(xv).shape(), 62, d);
+          auto run = [&](DType dtype) {
+            Tensor x = xv.to(dtype).detach().set_requires_grad();
+            Tensor y = pool(x);
+            REQUIRE(y.dtype() == dtype);
+            y.backward(gv.to(dtype));
+            REQUIRE(x.grad().dtype() == dtype);
+            return std::pair{y.to_vector(), x.grad().to_vector()};
+          };
+          const auto f = run(DType::Float32), b = run(DType::BFloat16);
+          Vec ry(f.first.size()), rdx(f.second.size());
+          for (size_t i = 0; i < ry.size(); ++i) ry[i] = bfloat16(f.first[i]).to_float();
+          for (size_t i = 0; i < rdx.size(); ++i) rdx[i] = bfloat16(f.second[i]).to_float();
+          CHECK(b.first == ry);
+          CHECK(b.second == rdx);
+          if (is_max) CHECK(b.first == f.first);  // a maximum of bfloat16 values
+          if (!is_max && wd.kernel == 3) {        // sums over 9: the rounding is there to see
+            CHECK(b.first != f.first);
+            CHECK(b.second != f.second);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("global_avg_pool2d on bfloat16 activations: the float32 path's y, dx rounded once",
+          "[autocast][bf16]") {
+  // The kernels read a bfloat16 x as stored into a float32 y (autocast's
+  // policy): the float32 path's y on the same values, bit for bit; the
+  // float32 gradient comes back as a bfloat16 dx, the float32 path's dx
+  // rounded once (x spread over 24 binades, so that the float32 sums
+  // round). 7x7 planes take the generic loops (49 terms), 2x2 the
+  // CPU's 2x2 ones; batch 3 and 5 channels are ragged for the GPU's blocks.
+  for (const Shape& shape : {Shape{3, 5, 7, 7}, Shape{3, 5, 2, 2}}) {
+    for (Device d : devices()) {
+      INFO(d.str() << " " << shape_str(shape));
+      const Tensor xv = spread_bf16_values(shape, 81, d);
+      const Tensor gv = uniform({shape[0], shape[1], 1, 1}, 82, d);  // float32, as y
+      auto run = [&](DType dtype) {
         Tensor x = xv.to(dtype).detach().set_requires_grad();
-        Tensor y = is_max ? max_pool2d(x, 3, 2, 1) : avg_pool2d(x, 3, 2, 1);
-        REQUIRE(y.dtype() == dtype);
-        if (gv.defined()) y.backward(gv.to(dtype));
-        return std::pair{y.to_vector(), gv.defined() ? x.grad().to_vector() : Vec{}};
+        Tensor y = global_avg_pool2d(x);
+        REQUIRE(y.dtype() == DType::Float32);
+        y.backward(gv);
+        REQUIRE(x.grad().dtype() == dtype);
+        return std::pair{y.to_vector(), x.grad().to_vector()};
       };
-      const Vec y32 = run(DType::Float32, Tensor()).first;
-      const Tensor gv =
-          uniform({2, 3, 5, 4}, 62).to(DType::BFloat16).to(DType::Float32).to(d);
-      const auto f = run(DType::Float32, gv), b = run(DType::BFloat16, gv);
-      Vec ry(f.first.size()), rdx(f.second.size());
-      for (size_t i = 0; i < ry.size(); ++i) ry[i] = bfloat16(f.first[i]).to_float();
-      for (size_t i = 0; i < rdx.size(); ++i) rdx[i] = bfloat16(f.second[i]).to_float();
-      CHECK(b.first == ry);
-      CHECK(b.second == rdx);
-      if (is_max) CHECK(b.first == y32);  // a maximum of bfloat16 values needs no rounding
+      const auto f = run(DType::Float32), b = run(DType::BFloat16);
+      CHECK(b.first == f.first);
+      // The float32 sums of 49 terms do round: FP64 means differ from them.
+      const Vec xs = xv.to_vector();
+      const size_t plane = size_t(shape[2] * shape[3]);
+      bool rounded_sum = false;
+      for (size_t i = 0; i < f.first.size(); ++i) {
+        double sum = 0;
+        for (size_t j = 0; j < plane; ++j) sum += xs[i * plane + j];
+        rounded_sum |= float(sum / double(plane)) != f.first[i];
+      }
+      if (plane == 49) CHECK(rounded_sum);
+      Vec rounded(f.second.size());
+      for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = bfloat16(f.second[i]).to_float();
+      CHECK(b.second == rounded);
+      CHECK(b.second != f.second);  // the rounding is there to see
     }
   }
 }

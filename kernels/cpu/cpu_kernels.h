@@ -54,10 +54,19 @@ void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* d
 // Pooling. max pool records the flat input index (h*W+w within its plane) of
 // each output's maximum in argmax; padding counts as -inf. avg pool divides by
 // the full window including padding (PyTorch's count_include_pad=True).
-void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y, int64_t* argmax);
-void max_pool2d_backward(const Pool2dShape& s, const float* dy, const int64_t* argmax, float* dx);
-void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y);
-void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx);
+// T: float or bfloat16 (kernels/element.h): a bfloat16 plane is widened as
+// it is read and computed on as float32 data holding the same values, and a
+// bfloat16 result is rounded once as it is stored. Average pooling also takes a
+// bfloat16 x into a float32 y and a float32 dy into a bfloat16 dx (global
+// average pooling under autocast).
+template <class T>
+void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, int64_t* argmax);
+template <class T>
+void max_pool2d_backward(const Pool2dShape& s, const T* dy, const int64_t* argmax, T* dx);
+template <class Tx, class Ty>
+void avg_pool2d_forward(const Pool2dShape& s, const Tx* x, Ty* y);
+template <class Tdy, class Tdx>
+void avg_pool2d_backward(const Pool2dShape& s, const Tdy* dy, Tdx* dx);
 
 // Elementwise. Output may alias an input exactly (in place), never partially.
 // T: float or bfloat16 (kernels/element.h): loaded into float, computed in

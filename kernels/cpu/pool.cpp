@@ -12,6 +12,13 @@
 // (a NaN in the window is selected, as in PyTorch). A window lying entirely
 // in padding (only possible when pad >= kernel) yields -inf and argmax -1,
 // which the backward skips.
+// bfloat16 tensors (autocast's activations) are read as stored: each plane
+// is widened into per-thread float32 scratch that stays in cache, the
+// float32 code runs on it, and a bfloat16 result plane is rounded once into
+// the tensor. So the results are the float32 kernels' on the same values,
+// bit for bit, without float32 copies of whole tensors. Global average
+// pooling reads a bfloat16 x into a float32 y, and a float32 dy into a
+// bfloat16 dx.
 #include <algorithm>
 #include <vector>
 #ifdef __AVX2__
@@ -19,10 +26,12 @@
 #endif
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/element.h"
 
 namespace anvil::cpu {
 
@@ -177,70 +186,146 @@ void avg_pool_disjoint_backward_plane(const Pool2dShape& s, const int64_t* qmap,
   }
 }
 
+// Per-thread float32 scratch, `slot` apart for views alive at once.
+float* scratch(int slot, int64_t n) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& b = buffers[slot];
+  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+
+// n elements of T as float32: the data itself for float, else widened into
+// scratch `slot`.
+template <class T>
+const float* widened(const T* src, int64_t n, int slot) {
+  if constexpr (std::is_same_v<T, float>) {
+    return src;
+  } else {
+    float* f = scratch(slot, n);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) f[i] = load(src[i]);
+    return f;
+  }
+}
+
+// A float32 plane that finish() stores into n elements of T: the
+// destination itself for float, else scratch `slot`, rounded once.
+template <class T>
+class Narrowed {
+ public:
+  Narrowed(T* dst, int64_t n, int slot) : dst_(dst), n_(n) {
+    if constexpr (std::is_same_v<T, float>)
+      f_ = dst;
+    else
+      f_ = scratch(slot, n);
+  }
+  float* data() const { return f_; }
+  void finish() const {
+    if constexpr (!std::is_same_v<T, float>) {
+#pragma omp simd
+      for (int64_t i = 0; i < n_; ++i) dst_[i] = store<T>(f_[i]);
+    }
+  }
+
+ private:
+  T* dst_;
+  int64_t n_;
+  float* f_;
+};
+
+// One (n, c) plane of each pass, in float32.
+
+void max_pool_plane(const Pool2dShape& s, bool fast2x2, const float* xp, float* yp,
+                    int64_t* ap) {
+  if (fast2x2) return max_pool_2x2_plane(s, xp, yp, ap);
+  for (int64_t p = 0; p < s.P; ++p) {
+    for (int64_t q = 0; q < s.Q; ++q) {
+      float best;
+      int64_t arg;
+      max_in_window(xp, s.W, window(s, p, q), best, arg);
+      yp[p * s.Q + q] = best;
+      ap[p * s.Q + q] = arg;
+    }
+  }
+}
+
+void max_pool_backward_plane(const Pool2dShape& s, const float* dyp, const int64_t* ap,
+                             float* dxp) {
+  const int64_t PQ = s.P * s.Q;
+  std::fill(dxp, dxp + s.H * s.W, 0.0f);
+  for (int64_t j = 0; j < PQ; ++j)
+    if (ap[j] >= 0) dxp[ap[j]] += dyp[j];
+}
+
+void avg_pool_plane(const Pool2dShape& s, bool fast2x2, float inv, const float* xp, float* yp) {
+  if (fast2x2) return avg_pool_2x2_plane(s, xp, yp);
+  for (int64_t p = 0; p < s.P; ++p) {
+    for (int64_t q = 0; q < s.Q; ++q) {
+      const Window wd = window(s, p, q);
+      float acc = 0.0f;
+      for (int64_t h = wd.h0; h < wd.h1; ++h)
+        for (int64_t w = wd.w0; w < wd.w1; ++w) acc += xp[h * s.W + w];
+      yp[p * s.Q + q] = acc * inv;
+    }
+  }
+}
+
+// qmap: for windows that cannot overlap (disjoint), null otherwise.
+void avg_pool_backward_plane(const Pool2dShape& s, bool fast2x2, const int64_t* qmap, float inv,
+                             const float* dyp, float* dxp) {
+  if (fast2x2) return avg_pool_2x2_backward_plane(s, dyp, dxp);
+  if (qmap) return avg_pool_disjoint_backward_plane(s, qmap, dyp, inv, dxp);
+  std::fill(dxp, dxp + s.H * s.W, 0.0f);
+  for (int64_t p = 0; p < s.P; ++p) {
+    for (int64_t q = 0; q < s.Q; ++q) {
+      const Window wd = window(s, p, q);
+      const float g = dyp[p * s.Q + q] * inv;
+      for (int64_t h = wd.h0; h < wd.h1; ++h)
+        for (int64_t w = wd.w0; w < wd.w1; ++w) dxp[h * s.W + w] += g;
+    }
+  }
+}
+
 }  // namespace
 
-void max_pool2d_forward(const Pool2dShape& s, const float* x, float* y, int64_t* argmax) {
+template <class T>
+void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, int64_t* argmax) {
   const int64_t planes = s.N * s.C, HW = s.H * s.W, PQ = s.P * s.Q;
   const bool fast2x2 = is_2x2_s2(s);
 #pragma omp parallel for schedule(static) if (parallel_worth(s))
   for (int64_t i = 0; i < planes; ++i) {
-    const float* xp = x + i * HW;
-    float* yp = y + i * PQ;
-    int64_t* ap = argmax + i * PQ;
-    if (fast2x2) {
-      max_pool_2x2_plane(s, xp, yp, ap);
-      continue;
-    }
-    for (int64_t p = 0; p < s.P; ++p) {
-      for (int64_t q = 0; q < s.Q; ++q) {
-        float best;
-        int64_t arg;
-        max_in_window(xp, s.W, window(s, p, q), best, arg);
-        yp[p * s.Q + q] = best;
-        ap[p * s.Q + q] = arg;
-      }
-    }
+    const Narrowed<T> yp(y + i * PQ, PQ, 1);  // exact: each is one of x's values, or -inf
+    max_pool_plane(s, fast2x2, widened(x + i * HW, HW, 0), yp.data(), argmax + i * PQ);
+    yp.finish();
   }
 }
 
-void max_pool2d_backward(const Pool2dShape& s, const float* dy, const int64_t* argmax, float* dx) {
+template <class T>
+void max_pool2d_backward(const Pool2dShape& s, const T* dy, const int64_t* argmax, T* dx) {
   const int64_t planes = s.N * s.C, HW = s.H * s.W, PQ = s.P * s.Q;
 #pragma omp parallel for schedule(static) if (parallel_worth(s))
   for (int64_t i = 0; i < planes; ++i) {
-    float* dxp = dx + i * HW;
-    const float* dyp = dy + i * PQ;
-    const int64_t* ap = argmax + i * PQ;
-    std::fill(dxp, dxp + HW, 0.0f);
-    for (int64_t j = 0; j < PQ; ++j)
-      if (ap[j] >= 0) dxp[ap[j]] += dyp[j];
+    const Narrowed<T> dxp(dx + i * HW, HW, 1);
+    max_pool_backward_plane(s, widened(dy + i * PQ, PQ, 0), argmax + i * PQ, dxp.data());
+    dxp.finish();
   }
 }
 
-void avg_pool2d_forward(const Pool2dShape& s, const float* x, float* y) {
+template <class Tx, class Ty>
+void avg_pool2d_forward(const Pool2dShape& s, const Tx* x, Ty* y) {
   const int64_t planes = s.N * s.C, HW = s.H * s.W, PQ = s.P * s.Q;
   const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
   const bool fast2x2 = is_2x2_s2(s);
 #pragma omp parallel for schedule(static) if (parallel_worth(s))
   for (int64_t i = 0; i < planes; ++i) {
-    const float* xp = x + i * HW;
-    float* yp = y + i * PQ;
-    if (fast2x2) {
-      avg_pool_2x2_plane(s, xp, yp);
-      continue;
-    }
-    for (int64_t p = 0; p < s.P; ++p) {
-      for (int64_t q = 0; q < s.Q; ++q) {
-        const Window wd = window(s, p, q);
-        float acc = 0.0f;
-        for (int64_t h = wd.h0; h < wd.h1; ++h)
-          for (int64_t w = wd.w0; w < wd.w1; ++w) acc += xp[h * s.W + w];
-        yp[p * s.Q + q] = acc * inv;
-      }
-    }
+    const Narrowed<Ty> yp(y + i * PQ, PQ, 1);
+    avg_pool_plane(s, fast2x2, inv, widened(x + i * HW, HW, 0), yp.data());
+    yp.finish();
   }
 }
 
-void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx) {
+template <class Tdy, class Tdx>
+void avg_pool2d_backward(const Pool2dShape& s, const Tdy* dy, Tdx* dx) {
   const int64_t planes = s.N * s.C, HW = s.H * s.W, PQ = s.P * s.Q;
   const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
   const bool fast2x2 = is_2x2_s2(s);
@@ -254,70 +339,57 @@ void avg_pool2d_backward(const Pool2dShape& s, const float* dy, float* dx) {
       for (int64_t w = wd.w0; w < wd.w1; ++w) qmap_store[w] = q;
     }
   }
-  const int64_t* qmap = qmap_store.data();
+  const int64_t* qmap = disjoint ? qmap_store.data() : nullptr;
 #pragma omp parallel for schedule(static) if (parallel_worth(s))
   for (int64_t i = 0; i < planes; ++i) {
-    float* dxp = dx + i * HW;
-    const float* dyp = dy + i * PQ;
-    if (fast2x2) {
-      avg_pool_2x2_backward_plane(s, dyp, dxp);
-      continue;
-    }
-    if (disjoint) {
-      avg_pool_disjoint_backward_plane(s, qmap, dyp, inv, dxp);
-      continue;
-    }
-    std::fill(dxp, dxp + HW, 0.0f);
-    for (int64_t p = 0; p < s.P; ++p) {
-      for (int64_t q = 0; q < s.Q; ++q) {
-        const Window wd = window(s, p, q);
-        const float g = dyp[p * s.Q + q] * inv;
-        for (int64_t h = wd.h0; h < wd.h1; ++h)
-          for (int64_t w = wd.w0; w < wd.w1; ++w) dxp[h * s.W + w] += g;
-      }
-    }
+    const Narrowed<Tdx> dxp(dx + i * HW, HW, 1);
+    avg_pool_backward_plane(s, fast2x2, qmap, inv, widened(dy + i * PQ, PQ, 0), dxp.data());
+    dxp.finish();
   }
 }
+
+#define ANVIL_POOL(T)                                                                       \
+  template void max_pool2d_forward(const Pool2dShape&, const T*, T*, int64_t*);             \
+  template void max_pool2d_backward(const Pool2dShape&, const T*, const int64_t*, T*);      \
+  template void avg_pool2d_forward(const Pool2dShape&, const T*, T*);                       \
+  template void avg_pool2d_backward(const Pool2dShape&, const T*, T*);
+ANVIL_POOL(float)
+ANVIL_POOL(bfloat16)
+#undef ANVIL_POOL
+template void avg_pool2d_forward(const Pool2dShape&, const bfloat16*, float*);
+template void avg_pool2d_backward(const Pool2dShape&, const float*, bfloat16*);
 
 // ---- CpuBackend (cpu_backend.h) ----
 
-// A bfloat16 tensor goes through float32 copies: the CPU computes in float
-// either way, and its memory is not what bfloat16 saves.
-namespace {
-struct Staged {
-  Tensor f;
-  const Tensor& dst;
-  explicit Staged(const Tensor& t, bool copy_in) : dst(t) {
-    if (t.dtype() == DType::BFloat16) f = copy_in ? t.to(DType::Float32) : Tensor::empty(t.shape());
-  }
-  float* data() const { return f.defined() ? floats(f) : floats(dst); }
-  void finish() const {
-    if (f.defined()) float_to_bf16(f.numel(), floats(f), dst.data<bfloat16>());
-  }
-};
-}  // namespace
-
 void CpuBackend::max_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
                                     const Tensor& argmax) {
-  const Staged in(x, true), out(y, false);
-  cpu::max_pool2d_forward(s, in.data(), out.data(), argmax.data<int64_t>());
-  out.finish();
+  visit_float_dtype(x.dtype(), "max_pool2d_forward", [&](auto t) {
+    using T = decltype(t);
+    cpu::max_pool2d_forward(s, x.data<T>(), y.data<T>(), argmax.data<int64_t>());
+  });
 }
 void CpuBackend::max_pool2d_backward(const Pool2dShape& s, const Tensor& dy,
                                      const Tensor& argmax, const Tensor& dx) {
-  const Staged in(dy, true), out(dx, false);
-  cpu::max_pool2d_backward(s, in.data(), int64s(argmax), out.data());
-  out.finish();
+  visit_float_dtype(dy.dtype(), "max_pool2d_backward", [&](auto t) {
+    using T = decltype(t);
+    cpu::max_pool2d_backward(s, dy.data<T>(), int64s(argmax), dx.data<T>());
+  });
 }
 void CpuBackend::avg_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) {
-  const Staged in(x, true), out(y, false);
-  cpu::avg_pool2d_forward(s, in.data(), out.data());
-  out.finish();
+  if (x.dtype() == DType::BFloat16 && y.dtype() == DType::Float32)  // global average pooling
+    return cpu::avg_pool2d_forward(s, x.data<bfloat16>(), floats(y));
+  visit_float_dtype(x.dtype(), "avg_pool2d_forward", [&](auto t) {
+    using T = decltype(t);
+    cpu::avg_pool2d_forward(s, x.data<T>(), y.data<T>());
+  });
 }
 void CpuBackend::avg_pool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) {
-  const Staged in(dy, true), out(dx, false);
-  cpu::avg_pool2d_backward(s, in.data(), out.data());
-  out.finish();
+  if (dy.dtype() == DType::Float32 && dx.dtype() == DType::BFloat16)  // global average pooling
+    return cpu::avg_pool2d_backward(s, floats(dy), dx.data<bfloat16>());
+  visit_float_dtype(dy.dtype(), "avg_pool2d_backward", [&](auto t) {
+    using T = decltype(t);
+    cpu::avg_pool2d_backward(s, dy.data<T>(), dx.data<T>());
+  });
 }
 
 }  // namespace anvil::cpu

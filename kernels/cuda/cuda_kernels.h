@@ -34,16 +34,19 @@ namespace anvil::cuda {
 // Same contracts as cpu:: (argmax = flat h*W+w index within the plane,
 // padding counts as -inf for max and as zeros in the average).
 // T: float or bfloat16 (kernels/element.h): sums in float, stored rounded.
+// Average pooling also takes Tx = bfloat16 with Ty = float, and Tdy = float
+// with Tdx = bfloat16 (global average pooling under autocast), each pairing
+// a kernel of its own name.
 template <class T>
 void max_pool2d_forward(const Pool2dShape& s, const T* x, T* y, int64_t* argmax,
                         cudaStream_t stream);
 template <class T>
 void max_pool2d_backward(const Pool2dShape& s, const T* dy, const int64_t* argmax, T* dx,
                          cudaStream_t stream);
-template <class T>
-void avg_pool2d_forward(const Pool2dShape& s, const T* x, T* y, cudaStream_t stream);
-template <class T>
-void avg_pool2d_backward(const Pool2dShape& s, const T* dy, T* dx, cudaStream_t stream);
+template <class Tx, class Ty>
+void avg_pool2d_forward(const Pool2dShape& s, const Tx* x, Ty* y, cudaStream_t stream);
+template <class Tdy, class Tdx>
+void avg_pool2d_backward(const Pool2dShape& s, const Tdy* dy, Tdx* dx, cudaStream_t stream);
 
 // ---- elementwise (elementwise.cu) ----
 // Output may alias an input exactly (in place).

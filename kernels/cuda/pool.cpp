@@ -5,7 +5,8 @@
 
 namespace anvil::cuda {
 
-// x, y, dy, dx: float32 or bfloat16.
+// x, y, dy, dx: float32 or bfloat16; average pooling's also bfloat16 x with
+// float32 y, float32 dy with bfloat16 dx (global average pooling).
 void CudaBackend::max_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y,
                                      const Tensor& argmax) {
   activate();
@@ -25,6 +26,8 @@ void CudaBackend::max_pool2d_backward(const Pool2dShape& s, const Tensor& dy,
 }
 void CudaBackend::avg_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) {
   activate();
+  if (x.dtype() == DType::BFloat16 && y.dtype() == DType::Float32)  // global average pooling
+    return cuda::avg_pool2d_forward(s, x.data<bfloat16>(), floats(y), stream_);
   visit_float_dtype(x.dtype(), "avg_pool2d_forward", [&](auto t) {
     using T = decltype(t);
     cuda::avg_pool2d_forward(s, x.data<T>(), y.data<T>(), stream_);
@@ -32,6 +35,8 @@ void CudaBackend::avg_pool2d_forward(const Pool2dShape& s, const Tensor& x, cons
 }
 void CudaBackend::avg_pool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) {
   activate();
+  if (dy.dtype() == DType::Float32 && dx.dtype() == DType::BFloat16)  // global average pooling
+    return cuda::avg_pool2d_backward(s, floats(dy), dx.data<bfloat16>(), stream_);
   visit_float_dtype(dy.dtype(), "avg_pool2d_backward", [&](auto t) {
     using T = decltype(t);
     cuda::avg_pool2d_backward(s, dy.data<T>(), dx.data<T>(), stream_);

@@ -148,9 +148,14 @@ __global__ void __launch_bounds__(kBlock) max_pool_backward_kernel(I total, Shap
   }
 }
 
-template <typename I, typename T>
-__global__ void __launch_bounds__(kBlock) avg_pool_forward_kernel(I total, Shape<I> s, float inv,
-                                        const T* __restrict__ x, T* __restrict__ y) {
+// The average pooling bodies, on x, y, dy and dx of their own element types
+// (each loaded into a float, the sums float32, each result stored in its
+// type), so that global average pooling under autocast reads a bfloat16 x
+// into a float32 y, and a float32 dy into a bfloat16 dx, without conversion
+// passes. The __global__ wrappers below give each pairing a kernel name.
+template <typename I, typename Tx, typename Ty>
+__device__ __forceinline__ void avg_pool_forward(I total, Shape<I> s, float inv,
+                                                 const Tx* __restrict__ x, Ty* __restrict__ y) {
   for (I o = first_index<I>(); o < total; o += grid_stride<I>()) {
     const I q = o % s.Q;
     const I t = o / s.Q;
@@ -159,17 +164,18 @@ __global__ void __launch_bounds__(kBlock) avg_pool_forward_kernel(I total, Shape
     const I hs = p * s.sh - s.ph, ws = q * s.sw - s.pw;
     const I h0 = hs < 0 ? 0 : hs, h1 = hs + s.kh < s.H ? hs + s.kh : s.H;
     const I w0 = ws < 0 ? 0 : ws, w1 = ws + s.kw < s.W ? ws + s.kw : s.W;
-    const T* xp = x + static_cast<int64_t>(plane) * s.H * s.W;
+    const Tx* xp = x + static_cast<int64_t>(plane) * s.H * s.W;
     float acc = 0.0f;
     for (I h = h0; h < h1; ++h)
       for (I w = w0; w < w1; ++w) acc += load(xp[h * s.W + w]);
-    y[o] = store<T>(acc * inv);
+    y[o] = store<Ty>(acc * inv);
   }
 }
 
-template <typename I, typename T>
-__global__ void __launch_bounds__(kBlock) avg_pool_backward_kernel(I total, Shape<I> s, float inv,
-                                         const T* __restrict__ dy, T* __restrict__ dx) {
+template <typename I, typename Tdy, typename Tdx>
+__device__ __forceinline__ void avg_pool_backward(I total, Shape<I> s, float inv,
+                                                  const Tdy* __restrict__ dy,
+                                                  Tdx* __restrict__ dx) {
   for (I i = first_index<I>(); i < total; i += grid_stride<I>()) {
     const I w = i % s.W;
     const I t = i / s.W;
@@ -178,12 +184,59 @@ __global__ void __launch_bounds__(kBlock) avg_pool_backward_kernel(I total, Shap
     I p_lo, p_hi, q_lo, q_hi;
     covering<I>(h, s.kh, s.sh, s.ph, s.P, p_lo, p_hi);
     covering<I>(w, s.kw, s.sw, s.pw, s.Q, q_lo, q_hi);
-    const T* dyp = dy + static_cast<int64_t>(plane) * s.P * s.Q;
+    const Tdy* dyp = dy + static_cast<int64_t>(plane) * s.P * s.Q;
     float acc = 0.0f;
     for (I p = p_lo; p <= p_hi; ++p)
       for (I q = q_lo; q <= q_hi; ++q) acc += load(dyp[p * s.Q + q]) * inv;
-    dx[i] = store<T>(acc);
+    dx[i] = store<Tdx>(acc);
   }
+}
+
+template <typename I, typename T>
+__global__ void __launch_bounds__(kBlock) avg_pool_forward_kernel(I total, Shape<I> s, float inv,
+                                        const T* __restrict__ x, T* __restrict__ y) {
+  avg_pool_forward<I, T, T>(total, s, inv, x, y);
+}
+
+template <typename I, typename T>
+__global__ void __launch_bounds__(kBlock) avg_pool_backward_kernel(I total, Shape<I> s, float inv,
+                                         const T* __restrict__ dy, T* __restrict__ dx) {
+  avg_pool_backward<I, T, T>(total, s, inv, dy, dx);
+}
+
+// Global average pooling under autocast: a bfloat16 x into a float32 y.
+template <typename I>
+__global__ void __launch_bounds__(kBlock)
+    avg_pool_forward_bf16_to_float_kernel(I total, Shape<I> s, float inv,
+                                          const bfloat16* __restrict__ x, float* __restrict__ y) {
+  avg_pool_forward<I, bfloat16, float>(total, s, inv, x, y);
+}
+
+// Its backward: a float32 dy into a bfloat16 dx, rounded once.
+template <typename I>
+__global__ void __launch_bounds__(kBlock)
+    avg_pool_backward_float_to_bf16_kernel(I total, Shape<I> s, float inv,
+                                           const float* __restrict__ dy,
+                                           bfloat16* __restrict__ dx) {
+  avg_pool_backward<I, float, bfloat16>(total, s, inv, dy, dx);
+}
+
+// The kernel for each pairing of element types the entry points take.
+template <typename I, typename T>
+auto avg_forward_for(const T*, T*) {
+  return avg_pool_forward_kernel<I, T>;
+}
+template <typename I>
+auto avg_forward_for(const bfloat16*, float*) {
+  return avg_pool_forward_bf16_to_float_kernel<I>;
+}
+template <typename I, typename T>
+auto avg_backward_for(const T*, T*) {
+  return avg_pool_backward_kernel<I, T>;
+}
+template <typename I>
+auto avg_backward_for(const float*, bfloat16*) {
+  return avg_pool_backward_float_to_bf16_kernel<I>;
 }
 
 void check_shape(const Pool2dShape& s, const char* who) {
@@ -249,28 +302,28 @@ void max_pool2d_backward(const Pool2dShape& s, const T* dy, const int64_t* argma
   });
 }
 
-template <class T>
-void avg_pool2d_forward(const Pool2dShape& s, const T* x, T* y, cudaStream_t stream) {
+template <class Tx, class Ty>
+void avg_pool2d_forward(const Pool2dShape& s, const Tx* x, Ty* y, cudaStream_t stream) {
   check_shape(s, "avg_pool2d_forward");
   const int64_t total = s.N * s.C * s.P * s.Q;
   if (total == 0) return;
   const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
   with_index_type(s, [&](auto index) {
     using I = decltype(index);
-    launch(avg_pool_forward_kernel<I, T>, grid_for(total), dim3(kBlock), 0, stream,
+    launch(avg_forward_for<I>(x, y), grid_for(total), dim3(kBlock), 0, stream,
            static_cast<I>(total), narrow<I>(s), inv, x, y);
   });
 }
 
-template <class T>
-void avg_pool2d_backward(const Pool2dShape& s, const T* dy, T* dx, cudaStream_t stream) {
+template <class Tdy, class Tdx>
+void avg_pool2d_backward(const Pool2dShape& s, const Tdy* dy, Tdx* dx, cudaStream_t stream) {
   check_shape(s, "avg_pool2d_backward");
   const int64_t total = s.N * s.C * s.H * s.W;
   if (total == 0) return;
   const float inv = 1.0f / static_cast<float>(s.kernel_h * s.kernel_w);
   with_index_type(s, [&](auto index) {
     using I = decltype(index);
-    launch(avg_pool_backward_kernel<I, T>, grid_for(total), dim3(kBlock), 0, stream,
+    launch(avg_backward_for<I>(dy, dx), grid_for(total), dim3(kBlock), 0, stream,
            static_cast<I>(total), narrow<I>(s), inv, dy, dx);
   });
 }
@@ -279,10 +332,14 @@ void avg_pool2d_backward(const Pool2dShape& s, const T* dy, T* dx, cudaStream_t 
   template void max_pool2d_forward<T>(const Pool2dShape&, const T*, T*, int64_t*, cudaStream_t); \
   template void max_pool2d_backward<T>(const Pool2dShape&, const T*, const int64_t*, T*,         \
                                        cudaStream_t);                                            \
-  template void avg_pool2d_forward<T>(const Pool2dShape&, const T*, T*, cudaStream_t);           \
-  template void avg_pool2d_backward<T>(const Pool2dShape&, const T*, T*, cudaStream_t);
+  template void avg_pool2d_forward<T, T>(const Pool2dShape&, const T*, T*, cudaStream_t);        \
+  template void avg_pool2d_backward<T, T>(const Pool2dShape&, const T*, T*, cudaStream_t);
 ANVIL_POOL(float)
 ANVIL_POOL(bfloat16)
 #undef ANVIL_POOL
+template void avg_pool2d_forward<bfloat16, float>(const Pool2dShape&, const bfloat16*, float*,
+                                                  cudaStream_t);
+template void avg_pool2d_backward<float, bfloat16>(const Pool2dShape&, const float*, bfloat16*,
+                                                   cudaStream_t);
 
 }  // namespace anvil::cuda

@@ -38,10 +38,12 @@ kernels/cuda/conv/conv.cpp, kernels/cuda/gemm/gemm.cpp):
   bfloat16 (2 bytes an element), FP32 sums;
 - the conversions the op layer stages (float_to_bf16_kernel: 4 bytes read,
   2 written an element; bf16_to_float_kernel: 2 read, 4 written): the
-  images cast to bfloat16 before the first conv; in ResNet-18, global_avg_pool2d casts its input to
-  float32 (the pooling kernels run in float32 there) and its gradient back,
-  and the linear layer casts its float32 input to bfloat16 and the input's
-  bfloat16 gradient to float32;
+  images cast to bfloat16 before the first conv; in ResNet-18, the linear
+  layer casts its float32 input to bfloat16 and the input's bfloat16
+  gradient to float32;
+- ResNet-18's global_avg_pool2d reads its bfloat16 input into a float32
+  output (avg_pool_forward_bf16_to_float_kernel) and writes its gradient as
+  bfloat16 from the float32 one (avg_pool_backward_float_to_bf16_kernel);
 - cross-entropy reads the bfloat16 logits (forward_warp_per_row_bf16: 2
   bytes an element; its softmax and loss float32) and writes dlogits as
   bfloat16 (backward_bf16_kernel), as the trainer's count_correct reads them;
@@ -369,21 +371,26 @@ def linear(step, b, fin, fout, float_input=False):
     step.channel_sum(b, fout, 1, RED + "channel_sum_kernel")
 
 
+# Global average pooling under amp: the kernel of each direction, reading a
+# bfloat16 x into a float32 y, and a float32 dy into a bfloat16 dx.
+FLOAT_POOL_BF16 = {"avg_pool_forward_kernel<int>": "avg_pool_forward_bf16_to_float_kernel<int>",
+                   "avg_pool_backward_kernel<int>": "avg_pool_backward_float_to_bf16_kernel<int>"}
+
+
 def elementwise(step, relu=(), pool=(), adds=(), float_pool=False):
-    """float_pool: global_avg_pool2d, float32 from either dtype (amp: its
-    input cast to float32, its gradient back to bfloat16)."""
+    """float_pool: global_avg_pool2d, float32 out from either dtype (amp:
+    x and dx bfloat16, y and dy float32)."""
     e = step.e
     for n in relu:
         for kernel, nbytes in (("relu_forward_kernel", 2 * n), ("relu_backward_kernel", 3 * n)):
             step.add("both", step.native(EW + kernel), 0, e * nbytes, row=EW + kernel)
     for x, y in pool:
-        if float_pool:
-            step.convert(x, False)
-            step.convert(x, True)
         for kernel in ("avg_pool_forward_kernel<int>", "avg_pool_backward_kernel<int>"):
             name = POOL + kernel
-            if float_pool or not step.amp:
+            if not step.amp:
                 native, nbytes = instance(name, "fp32"), F * (x + y)
+            elif float_pool:
+                native, nbytes = POOL + FLOAT_POOL_BF16[kernel], e * x + F * y
             else:
                 native, nbytes = step.native(name), e * (x + y)
             step.add("both", native, 0, nbytes, row=name)
@@ -646,7 +653,8 @@ def report(p, a):
               "the same tiles and split plan (conv 07, GEMM 10: `mma_tile::Shape<Bf16, ...>`, bfloat16 "
               "operands, bfloat16 y and dx from the epilogue or `add_partials`, float32 weight "
               "gradients; the linear bias in the epilogue, so no `add_channel_bias_kernel`); relu, add, BatchNorm and LeNet's pooling → their bfloat16 "
-              "variants (`<anvil::bfloat16>`), ResNet's global pooling → its float32 variant; "
+              "variants (`<anvil::bfloat16>`), ResNet's global pooling → its kernels reading bfloat16 x "
+              "into float32 y and float32 dy into bfloat16 dx; "
               "`float_to_bf16_kernel` and `bf16_to_float_kernel` are the BF16 step's alone; every other "
               "kernel is the same in both.\n")
     elif p["tf32"]:
