@@ -185,9 +185,12 @@ __device__ __forceinline__ void avg_pool_backward(I total, Shape<I> s, float inv
     covering<I>(h, s.kh, s.sh, s.ph, s.P, p_lo, p_hi);
     covering<I>(w, s.kw, s.sw, s.pw, s.Q, q_lo, q_hi);
     const Tdy* dyp = dy + static_cast<int64_t>(plane) * s.P * s.Q;
+    // fmaf, as nvcc contracts a * b + c on the GPU: written out, every
+    // instance computes the same bits in the simulator too, whatever g++
+    // contracts for the -march it targets.
     float acc = 0.0f;
     for (I p = p_lo; p <= p_hi; ++p)
-      for (I q = q_lo; q <= q_hi; ++q) acc += load(dyp[p * s.Q + q]) * inv;
+      for (I q = q_lo; q <= q_hi; ++q) acc = fmaf(load(dyp[p * s.Q + q]), inv, acc);
     dx[i] = store<Tdx>(acc);
   }
 }
