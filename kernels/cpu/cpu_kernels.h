@@ -83,8 +83,11 @@ void round_to_tf32(int64_t n, const float* x, float* y);
 // y[outer, C, inner] = x + bias[C]
 void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, const float* bias,
                       float* y);
-// db[C] = sum over outer and inner of dy[outer, C, inner]  (overwrites db)
-void channel_sum(int64_t outer, int64_t C, int64_t inner, const float* dy, float* db);
+// db[C] = sum over outer and inner of dy[outer, C, inner]  (overwrites db);
+// T: float or bfloat16, each element widened as it is read (the same bits
+// as the sum of a float32 copy).
+template <class T>
+void channel_sum(int64_t outer, int64_t C, int64_t inner, const T* dy, float* db);
 float sum(int64_t n, const float* x);  // pairwise / blocked, accumulated in double
 
 // Fused softmax + cross-entropy over logits[N,C], labels in [0,C) (checked by
