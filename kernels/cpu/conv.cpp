@@ -259,8 +259,8 @@ Split split_batch(const Conv2dShape& s) {
 void product(ConvAlgo algo, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
              int64_t ldc) {
-  (algo == ConvAlgo::kBf16 ? gemm_bf16 : gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                                               ldc);
+  if (algo == ConvAlgo::kBf16) gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // y for images [n0, n0+cnt): im2col, one GEMM into a staging buffer, then

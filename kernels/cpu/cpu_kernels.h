@@ -22,14 +22,18 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc);
 
-// The same product when every element of A and B is a bfloat16 value held in
-// a float (rounded_operand's copies, bfloat16 tensors widened): FP32 sums of
+// The same product when every element of A and B is a bfloat16 value, held
+// in a float (rounded_operand's copies) or stored as bfloat16: FP32 sums of
 // the exact products, on AVX-512 BF16's dot-product instructions where the
 // CPU has them (checked at run time) and ANVIL_CPU_BF16 is not "off", else
-// gemm() above (gemm_bf16.cpp).
+// gemm() above on the same values (gemm_bf16.cpp). Both overloads give the
+// same bits for the same values.
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta,
+               float* C, int64_t ldc);
 // Whether gemm_bf16 runs on the BF16 instructions on this machine, and how
 // a run's header says so: "AVX-512 BF16" or "emulated".
 bool bf16_dot_enabled();

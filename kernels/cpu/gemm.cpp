@@ -97,9 +97,12 @@ void CpuBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tens
   const Tensor y = beta == 0.0f ? io.out(y_out) : io.inout(y_out);
   const Fp32Math m = operand_math(fp32_math(OpFamily::kMatmul, DeviceType::CPU), a, b);
   if (rounds_operands(m)) {
-    (m == Fp32Math::kBf16 ? cpu::gemm_bf16 : cpu::gemm)(
-        ta, tb, M, N, K, alpha, rounded_operand(a, 0, m), a.size(1), rounded_operand(b, 1, m),
-        b.size(1), beta, floats(y), N);
+    const float* A = rounded_operand(a, 0, m);
+    const float* B = rounded_operand(b, 1, m);
+    if (m == Fp32Math::kBf16)
+      cpu::gemm_bf16(ta, tb, M, N, K, alpha, A, a.size(1), B, b.size(1), beta, floats(y), N);
+    else
+      cpu::gemm(ta, tb, M, N, K, alpha, A, a.size(1), B, b.size(1), beta, floats(y), N);
   } else {
     cpu::gemm(ta, tb, M, N, K, alpha, floats(a), a.size(1), floats(b), b.size(1), beta, floats(y),
               N);
