@@ -54,6 +54,19 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
 // dw (and dbias when not null) overwritten with the gradient summed over the batch.
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
                             float* dbias, ConvAlgo algo = ConvAlgo::kFastest);
+// kBf16 on bfloat16 operands as stored (autocast's): im2col, the gathering
+// of dy and the GEMM's packing read bfloat16, with no float32 copy. y and dx
+// are float32 or bfloat16: the FP32 sum (plus the bias) rounded once. The
+// same bits as the float overloads with kBf16 on the widened operands, for
+// every shape but the direct kernels' (conv_direct_suits), which the caller
+// sends there.
+template <class Y>
+void conv2d_forward_bf16(const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
+                         const float* bias, Y* y);
+template <class Y>
+void conv2d_backward_data_bf16(const Conv2dShape& s, const bfloat16* dy, const bfloat16* w, Y* dx);
+void conv2d_backward_weight_bf16(const Conv2dShape& s, const bfloat16* x, const bfloat16* dy,
+                                 float* dw, float* dbias);
 
 // Pooling. max pool records the flat input index (h*W+w within its plane) of
 // each output's maximum in argmax; padding counts as -inf. avg pool divides by
