@@ -448,6 +448,23 @@ void backward_weight_im2col(const Conv2dShape& s, const T* x, const T* dy, float
   }
 }
 
+// The shapes without products, for either element type: true when dx (or
+// dw and dbias) has been written.
+template <class Y>
+bool backward_data_trivial(const Conv2dShape& s, Y* dx) {
+  const int64_t HW = s.H * s.W;
+  if (s.N <= 0 || s.C * HW <= 0) return true;
+  if (s.P * s.Q > 0 && s.K > 0) return false;
+  std::fill(dx, dx + s.N * s.C * HW, Y{});
+  return true;
+}
+bool backward_weight_trivial(const Conv2dShape& s, float* dw, float* dbias) {
+  if (s.N > 0 && s.P * s.Q > 0) return false;
+  std::fill(dw, dw + s.K * s.C * s.R * s.S, 0.0f);
+  if (dbias) std::fill(dbias, dbias + s.K, 0.0f);
+  return true;
+}
+
 }  // namespace
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
@@ -468,12 +485,7 @@ void conv2d_forward_bf16(const Conv2dShape& s, const bfloat16* x, const bfloat16
 
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
                           ConvAlgo algo) {
-  const int64_t PQ = s.P * s.Q, HW = s.H * s.W;
-  if (s.N <= 0 || s.C * HW <= 0) return;
-  if (PQ <= 0 || s.K <= 0) {
-    std::fill(dx, dx + s.N * s.C * HW, 0.0f);
-    return;
-  }
+  if (backward_data_trivial(s, dx)) return;
   if (algo == ConvAlgo::kFastest && use_winograd(s))
     return detail::conv2d_backward_data_winograd(s, dy, w, dx);
   backward_data_im2col(s, dy, w, dx, algo);
@@ -482,13 +494,7 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
 template <class Y>
 void conv2d_backward_data_bf16(const Conv2dShape& s, const bfloat16* dy, const bfloat16* w,
                                Y* dx) {
-  const int64_t PQ = s.P * s.Q, HW = s.H * s.W;
-  if (s.N <= 0 || s.C * HW <= 0) return;
-  if (PQ <= 0 || s.K <= 0) {
-    std::fill(dx, dx + s.N * s.C * HW, Y{});
-    return;
-  }
-  backward_data_im2col(s, dy, w, dx, ConvAlgo::kBf16);
+  if (!backward_data_trivial(s, dx)) backward_data_im2col(s, dy, w, dx, ConvAlgo::kBf16);
 }
 
 template void conv2d_forward_bf16<float>(const Conv2dShape&, const bfloat16*, const bfloat16*,
@@ -502,29 +508,19 @@ template void conv2d_backward_data_bf16<bfloat16>(const Conv2dShape&, const bflo
 
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
                             float* dbias, ConvAlgo algo) {
-  const int64_t PQ = s.P * s.Q, KCRS = s.K * s.C * s.R * s.S;
-  if (s.N <= 0 || PQ <= 0) {
-    std::fill(dw, dw + KCRS, 0.0f);
-    if (dbias) std::fill(dbias, dbias + s.K, 0.0f);
-    return;
-  }
+  if (backward_weight_trivial(s, dw, dbias)) return;
   if (detail::conv_direct_suits(s)) detail::conv2d_backward_weight_direct(s, x, dy, dw);
   else if (algo == ConvAlgo::kFastest && use_winograd(s))
     detail::conv2d_backward_weight_winograd(s, x, dy, dw);
   else backward_weight_im2col(s, x, dy, dw, algo);
-  if (dbias) channel_sum(s.N, s.K, PQ, dy, dbias);
+  if (dbias) channel_sum(s.N, s.K, s.P * s.Q, dy, dbias);
 }
 
 void conv2d_backward_weight_bf16(const Conv2dShape& s, const bfloat16* x, const bfloat16* dy,
                                  float* dw, float* dbias) {
-  const int64_t PQ = s.P * s.Q, KCRS = s.K * s.C * s.R * s.S;
-  if (s.N <= 0 || PQ <= 0) {
-    std::fill(dw, dw + KCRS, 0.0f);
-    if (dbias) std::fill(dbias, dbias + s.K, 0.0f);
-    return;
-  }
+  if (backward_weight_trivial(s, dw, dbias)) return;
   backward_weight_im2col(s, x, dy, dw, ConvAlgo::kBf16);
-  if (dbias) channel_sum(s.N, s.K, PQ, dy, dbias);
+  if (dbias) channel_sum(s.N, s.K, s.P * s.Q, dy, dbias);
 }
 
 // ---- CpuBackend (cpu_backend.h): the algorithm by core/precision.h ----

@@ -10,7 +10,6 @@
 #include <immintrin.h>
 #endif
 
-#include "core/ops_util.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
 #include "kernels/cpu/cpu_backend.h"
