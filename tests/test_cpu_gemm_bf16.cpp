@@ -99,3 +99,28 @@ TEST_CASE("cpu gemm_bf16: beta = 0 ignores C, alpha = 0 and K = 0 scale it", "[c
   cpu::gemm_bf16(false, false, 2, 2, 0, 1.0f, A.data(), 1, B.data(), 2, 0.5f, D.data(), 2);
   CHECK(D == std::vector<float>{0.5f, 1.0f, 1.5f, 2.0f});
 }
+
+TEST_CASE("cpu gemm_bf16 on bfloat16 storage gives the float overload's bits", "[cpu][gemm][bf16]") {
+  const Case cases[] = {{67, 133, 45}, {9, 150, 389}, {1, 1, 1}, {8, 48, 3}};
+  for (const Case& c : cases) {
+    for (int combo = 0; combo < 4; ++combo) {
+      const bool ta = combo & 1, tb = combo & 2;
+      INFO(c.M << "x" << c.N << "x" << c.K << " trans_a=" << ta << " trans_b=" << tb);
+      const int lda = (ta ? c.M : c.K) + 3, ldb = (tb ? c.K : c.N) + 5, ldc = c.N + 2;
+      const auto A = bf16_values(size_t(ta ? c.K : c.M) * lda, 21 + combo);
+      const auto B = bf16_values(size_t(tb ? c.N : c.K) * ldb, 27 + combo);
+      std::vector<bfloat16> A16, B16;
+      for (float v : A) A16.push_back(bfloat16(v));
+      for (float v : B) B16.push_back(bfloat16(v));
+      auto C32 = bf16_values(size_t(c.M) * ldc, 33 + combo), C16 = C32;
+      cpu::gemm_bf16(ta, tb, c.M, c.N, c.K, 0.75f, A.data(), lda, B.data(), ldb, -0.5f,
+                     C32.data(), ldc);
+      cpu::gemm_bf16(ta, tb, c.M, c.N, c.K, 0.75f, A16.data(), lda, B16.data(), ldb, -0.5f,
+                     C16.data(), ldc);
+      for (size_t i = 0; i < C32.size(); ++i) {
+        INFO("element " << i);
+        REQUIRE(float_bits(C16[i]) == float_bits(C32[i]));
+      }
+    }
+  }
+}

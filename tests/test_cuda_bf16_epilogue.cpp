@@ -6,6 +6,7 @@
 // channel_sum of a bfloat16 dy is bitwise channel_sum of its float32 copy.
 // Then the backends (CPU, cuda:0) through core/backend.h: the same identity
 // for gemm with a bias and the convolutions, whatever the device.
+#if defined(ANVIL_CUDA_BACKEND)
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -261,3 +262,4 @@ TEST_CASE("backends bfloat16 outputs: gemm with a bias and the convolutions writ
     CHECK(db16.to_vector() == db32.to_vector());
   }
 }
+#endif  // ANVIL_CUDA_BACKEND

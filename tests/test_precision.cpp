@@ -18,9 +18,9 @@
 #include "core/tf32.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/shapes.h"
+#include "tests/tensor_util.h"
 #if defined(ANVIL_CUDA_BACKEND)
 #include "tests/cuda_test_util.h"
-#include "tests/tensor_util.h"
 #endif
 
 using namespace anvil;

@@ -31,12 +31,17 @@
 // core/precision.h) turns that off for a call; ANVIL_CPU_CONV=im2col in the
 // environment for the whole process (read once). ConvAlgo::kBf16 (operands
 // holding bfloat16 values: BF16 autocast and its emulation) takes im2col
-// with gemm_bf16, on the CPU's BF16 dot-product instructions where present.
+// with gemm_bf16, on the CPU's BF16 dot-product instructions where present;
+// on bfloat16 tensors (autocast's) the same code runs on bfloat16 elements:
+// the columns and the gathered dy are bfloat16, packed for the GEMM as they
+// are, and a bfloat16 y or dx is the FP32 result rounded once as it is
+// stored.
 // Scratch slots used: 0 (columns), 1 (GEMM output / gathered dy), 2 (in the
-// direct kernels, padded image, per thread) and 3 (backward-weight's
-// partial sums, on the calling thread).
+// direct kernels, padded image, per thread; a bfloat16 dx's FP32 sums) and 3
+// (backward-weight's partial sums, on the calling thread).
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 #include <omp.h>
 #ifdef __AVX2__
@@ -51,6 +56,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/element.h"
 #include "core/precision.h"
 
 namespace anvil::cpu {
@@ -66,31 +72,54 @@ using detail::floor_div;
 #endif
 constexpr int64_t kChunkFloats = ANVIL_CONV_CHUNK_FLOATS;
 
-// Short-row copy / accumulate (rows of Q floats, 9 for LeNet's conv2):
+// Short-row copy / accumulate (rows of Q elements, 9 for LeNet's conv2):
 // inline code instead of memcpy, whose call overhead dominates such rows.
 // GCC's loop distribution turns any copy loop (even of intrinsics) back into
 // a memmove call, so it is switched off where copy_row's loops land. With
-// AVX2 the tail is one overlapping 8- (or 4-) wide copy of the row's last
-// elements (the same values, so rewriting a few is harmless).
+// AVX2 the row is copied 32 (16, 8) bytes at a time and the tail is one
+// overlapping copy of the row's last bytes (the same values, so rewriting a
+// few is harmless). T: float or bfloat16.
 #define ANVIL_NO_MEMCPY_IDIOM __attribute__((optimize("no-tree-loop-distribute-patterns")))
 
-ANVIL_NO_MEMCPY_IDIOM inline void copy_row(float* __restrict d, const float* __restrict s,
-                                           int64_t n) {
+template <class T>
+ANVIL_NO_MEMCPY_IDIOM inline void copy_row(T* __restrict d, const T* __restrict s, int64_t n) {
 #ifdef __AVX2__
-  if (n >= 8) {
+  const int64_t bytes = n * int64_t{sizeof(T)};
+  char* dc = reinterpret_cast<char*>(d);
+  const char* sc = reinterpret_cast<const char*>(s);
+  if (bytes >= 32) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_loadu_ps(s + i));
-    if (i < n) _mm256_storeu_ps(d + n - 8, _mm256_loadu_ps(s + n - 8));
+    for (; i + 32 <= bytes; i += 32)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dc + i),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + i)));
+    if (i < bytes)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dc + bytes - 32),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + bytes - 32)));
     return;
   }
-  if (n >= 4) {
-    _mm_storeu_ps(d, _mm_loadu_ps(s));
-    _mm_storeu_ps(d + n - 4, _mm_loadu_ps(s + n - 4));
+  if (bytes >= 16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dc),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dc + bytes - 16),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + bytes - 16)));
+    return;
+  }
+  if (bytes >= 8) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dc),
+                     _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dc + bytes - 8),
+                     _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + bytes - 8)));
     return;
   }
 #endif
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) d[i] = s[i];
+}
+
+// Scratch slot `slot` as n elements of T.
+template <class T>
+T* scratch_of(int64_t n, int slot) {
+  return reinterpret_cast<T*>(scratch(static_cast<size_t>((n * int64_t{sizeof(T)} + 3) / 4), slot));
 }
 
 inline void add_row(float* __restrict d, const float* __restrict s, int64_t n) {
@@ -134,39 +163,42 @@ struct TapRanges {
 
 // One column-matrix row (c, r, t) for images [n0, n0+cnt): dst[cnt*P*Q] is
 // written sequentially (friendly to the store path and prefetchers).
-ANVIL_NO_MEMCPY_IDIOM void im2col_row(const Conv2dShape& s, const Range& pr, const Range& qr, const float* x,
-                int64_t n0, int64_t cnt, int64_t c, int64_t r, int64_t t, float* dst) {
+template <class T>
+ANVIL_NO_MEMCPY_IDIOM void im2col_row(const Conv2dShape& s, const Range& pr, const Range& qr,
+                                      const T* x, int64_t n0, int64_t cnt, int64_t c, int64_t r,
+                                      int64_t t, T* dst) {
   const int64_t P = s.P, Q = s.Q, W = s.W, HW = s.H * W, CHW = s.C * HW;
   const int64_t off = t - s.pad_w;
   const int64_t nq = qr.hi - qr.lo, step = s.stride_h * W;
   const bool full_q = qr.lo == 0 && qr.hi == Q;  // then off >= 0
   for (int64_t n = 0; n < cnt; ++n, dst += P * Q) {
-    if (pr.lo > 0) std::fill(dst, dst + pr.lo * Q, 0.0f);
-    if (pr.hi < P) std::fill(dst + pr.hi * Q, dst + P * Q, 0.0f);
+    if (pr.lo > 0) std::fill(dst, dst + pr.lo * Q, T{});
+    if (pr.hi < P) std::fill(dst + pr.hi * Q, dst + P * Q, T{});
     if (pr.lo >= pr.hi) continue;
     // First input row used; column q reads xp[q * stride_w + off].
-    const float* xp = x + (n0 + n) * CHW + c * HW + (pr.lo * s.stride_h - s.pad_h + r) * W;
-    float* d = dst + pr.lo * Q;
+    const T* xp = x + (n0 + n) * CHW + c * HW + (pr.lo * s.stride_h - s.pad_h + r) * W;
+    T* d = dst + pr.lo * Q;
     if (s.stride_w == 1 && full_q) {  // the common case: plain row copies
       for (int64_t p = pr.lo; p < pr.hi; ++p, d += Q, xp += step) copy_row(d, xp + off, Q);
       continue;
     }
     for (int64_t p = pr.lo; p < pr.hi; ++p, d += Q, xp += step) {
-      std::fill(d, d + qr.lo, 0.0f);
+      std::fill(d, d + qr.lo, T{});
       if (s.stride_w == 1) {
         copy_row(d + qr.lo, xp + qr.lo + off, nq);
       } else {
         for (int64_t q = qr.lo; q < qr.hi; ++q) d[q] = xp[q * s.stride_w + off];
       }
-      std::fill(d + qr.hi, d + Q, 0.0f);
+      std::fill(d + qr.hi, d + Q, T{});
     }
   }
 }
 
 // im2col for images [n0, n0+cnt): col is [C*R*S, cnt*P*Q]. When `threaded`,
 // threads split the C*R*S rows, each written front to back.
-void im2col_chunk(const Conv2dShape& s, const TapRanges& tr, const float* x, int64_t n0,
-                  int64_t cnt, float* col, bool threaded) {
+template <class T>
+void im2col_chunk(const Conv2dShape& s, const TapRanges& tr, const T* x, int64_t n0, int64_t cnt,
+                  T* col, bool threaded) {
   const int64_t RS = s.R * s.S, rows = s.C * RS, cols = cnt * s.P * s.Q;
 #pragma omp parallel for schedule(static) if (threaded && rows * cols >= detail::kMinParallel)
   for (int64_t i = 0; i < rows; ++i) {
@@ -175,19 +207,19 @@ void im2col_chunk(const Conv2dShape& s, const TapRanges& tr, const float* x, int
   }
 }
 
-// Inverse of im2col_chunk: overwrites dx for images [n0, n0+cnt) with the
-// sum of every column entry that maps onto each pixel. When `threaded`,
-// threads split the channels (disjoint dx planes, no atomics); within a
-// channel each column row is read front to back while the cnt small dx
-// planes stay in cache.
-void col2im_chunk(const Conv2dShape& s, const TapRanges& tr, const float* col, int64_t n0,
-                  int64_t cnt, float* dx, bool threaded) {
+// Inverse of im2col_chunk: overwrites the cnt images at dx (the chunk's
+// first) with the sum of every column entry that maps onto each pixel. When
+// `threaded`, threads split the channels (disjoint dx planes, no atomics);
+// within a channel each column row is read front to back while the cnt
+// small dx planes stay in cache.
+void col2im_chunk(const Conv2dShape& s, const TapRanges& tr, const float* col, int64_t cnt,
+                  float* dx, bool threaded) {
   const int64_t P = s.P, Q = s.Q, W = s.W, HW = s.H * W, CHW = s.C * HW, PQ = P * Q;
   const int64_t RS = s.R * s.S, cols = cnt * PQ;
 #pragma omp parallel for schedule(static) if (threaded && s.C * RS * cols >= detail::kMinParallel)
   for (int64_t c = 0; c < s.C; ++c) {
     for (int64_t n = 0; n < cnt; ++n) {
-      float* dxp = dx + (n0 + n) * CHW + c * HW;
+      float* dxp = dx + n * CHW + c * HW;
       std::fill(dxp, dxp + HW, 0.0f);
     }
     for (int64_t r = 0; r < s.R; ++r) {
@@ -199,7 +231,7 @@ void col2im_chunk(const Conv2dShape& s, const TapRanges& tr, const float* col, i
         const float* src = col + ((c * s.R + r) * s.S + t) * cols + pr.lo * Q;
         for (int64_t n = 0; n < cnt; ++n, src += PQ) {
           // First dx row touched; column q lands on row[q * stride_w + off].
-          float* row = dx + (n0 + n) * CHW + c * HW + (pr.lo * s.stride_h - s.pad_h + r) * W;
+          float* row = dx + n * CHW + c * HW + (pr.lo * s.stride_h - s.pad_h + r) * W;
           const float* sp = src;
           for (int64_t p = pr.lo; p < pr.hi; ++p, row += step, sp += Q) {
             if (s.stride_w == 1) {
@@ -215,13 +247,13 @@ void col2im_chunk(const Conv2dShape& s, const TapRanges& tr, const float* col, i
 }
 
 // Copies dy for images [n0, n0+cnt) from NCHW into [K, cnt*P*Q].
-void gather_dy(const Conv2dShape& s, const float* dy, int64_t n0, int64_t cnt, float* out,
-               bool threaded) {
+template <class T>
+void gather_dy(const Conv2dShape& s, const T* dy, int64_t n0, int64_t cnt, T* out, bool threaded) {
   const int64_t PQ = s.P * s.Q, cols = cnt * PQ, rows = cnt * s.K;
 #pragma omp parallel for schedule(static) if (threaded && rows * PQ >= detail::kMinParallel)
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t n = i / s.K, k = i % s.K;
-    std::memcpy(out + k * cols + n * PQ, dy + ((n0 + n) * s.K + k) * PQ, PQ * sizeof(float));
+    std::memcpy(out + k * cols + n * PQ, dy + ((n0 + n) * s.K + k) * PQ, PQ * sizeof(T));
   }
 }
 
@@ -255,69 +287,89 @@ Split split_batch(const Conv2dShape& s) {
   return {nb, chunks, threads > 1 && chunks >= threads, threads};
 }
 
-// A chunk's GEMM: on the BF16 dot-product instructions for kBf16's operands.
+// A chunk's GEMM: on the BF16 dot-product instructions for kBf16's operands
+// (bfloat16 elements are kBf16's by definition).
 void product(ConvAlgo algo, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
              int64_t ldc) {
-  (algo == ConvAlgo::kBf16 ? gemm_bf16 : gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                                               ldc);
+  if (algo == ConvAlgo::kBf16) gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void product(ConvAlgo, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+             const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
+             int64_t ldc) {
+  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // y for images [n0, n0+cnt): im2col, one GEMM into a staging buffer, then
-// the scatter to NCHW with the bias.
-void forward_chunk(const Conv2dShape& s, const TapRanges& taps, const float* x, const float* w,
-                   const float* bias, float* y, int64_t n0, int64_t cnt, bool threaded,
+// the scatter to NCHW with the bias, each output rounded once to Y.
+template <class T, class Y>
+void forward_chunk(const Conv2dShape& s, const TapRanges& taps, const T* x, const T* w,
+                   const float* bias, Y* y, int64_t n0, int64_t cnt, bool threaded,
                    ConvAlgo algo) {
   const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, KPQ = s.K * PQ, cols = cnt * PQ;
-  float* col = scratch(static_cast<size_t>(CRS * cols), 0);
+  T* col = scratch_of<T>(CRS * cols, 0);
   im2col_chunk(s, taps, x, n0, cnt, col, threaded);
-  // A single image's GEMM result is already in NCHW order: write it in place.
-  float* out = cnt == 1 ? y + n0 * KPQ : scratch(static_cast<size_t>(s.K * cols), 1);
+  // A single image's float32 GEMM result is already in NCHW order: written in place.
+  float* out = nullptr;
+  if constexpr (std::is_same_v<Y, float>) out = cnt == 1 ? y + n0 * KPQ : nullptr;
+  if (out == nullptr) out = scratch(static_cast<size_t>(s.K * cols), 1);
   product(algo, false, false, s.K, cols, CRS, 1.0f, w, CRS, col, cols, 0.0f, out, cols);
   const int64_t rows = cnt * s.K;
 #pragma omp parallel for schedule(static) if (threaded && rows * PQ >= detail::kMinParallel)
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t n = i / s.K, k = i % s.K;
     const float b = bias ? bias[k] : 0.0f;
-    const float* src = out + k * cols + n * PQ;
-    float* dst = y + ((n0 + n) * s.K + k) * PQ;
-    if (src == dst) {
+    float* src = out + k * cols + n * PQ;
+    Y* dst = y + ((n0 + n) * s.K + k) * PQ;
+    if (static_cast<void*>(src) == static_cast<void*>(dst)) {
       if (bias)
 #pragma omp simd
-        for (int64_t j = 0; j < PQ; ++j) dst[j] += b;
+        for (int64_t j = 0; j < PQ; ++j) src[j] += b;
     } else {
 #pragma omp simd
-      for (int64_t j = 0; j < PQ; ++j) dst[j] = src[j] + b;
+      for (int64_t j = 0; j < PQ; ++j) dst[j] = store<Y>(src[j] + b);
     }
   }
 }
 
-// dx for images [n0, n0+cnt): dcol = W^T * dy, then col2im.
-void backward_data_chunk(const Conv2dShape& s, const TapRanges& taps, const float* dy,
-                         const float* w, float* dx, int64_t n0, int64_t cnt, bool threaded,
-                         ConvAlgo algo) {
+// dx for images [n0, n0+cnt): dcol = W^T * dy, then col2im, into dx itself
+// (float32) or into FP32 sums rounded once as they are stored (bfloat16).
+template <class T, class Y>
+void backward_data_chunk(const Conv2dShape& s, const TapRanges& taps, const T* dy, const T* w,
+                         Y* dx, int64_t n0, int64_t cnt, bool threaded, ConvAlgo algo) {
   const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, cols = cnt * PQ;
+  const int64_t CHW = s.C * s.H * s.W, n = cnt * CHW;
   float* dcol = scratch(static_cast<size_t>(CRS * cols), 0);
-  const float* g = dy + n0 * s.K * PQ;
+  const T* g = dy + n0 * s.K * PQ;
   if (cnt > 1) {
-    float* dyc = scratch(static_cast<size_t>(s.K * cols), 1);
+    T* dyc = scratch_of<T>(s.K * cols, 1);
     gather_dy(s, dy, n0, cnt, dyc, threaded);
     g = dyc;
   }
   product(algo, true, false, CRS, cols, s.K, 1.0f, w, CRS, g, cols, 0.0f, dcol, cols);
-  col2im_chunk(s, taps, dcol, n0, cnt, dx, threaded);
+  if constexpr (std::is_same_v<Y, float>) {
+    col2im_chunk(s, taps, dcol, cnt, dx + n0 * CHW, threaded);
+  } else {
+    float* sums = scratch(static_cast<size_t>(n), 2);
+    col2im_chunk(s, taps, dcol, cnt, sums, threaded);
+    Y* d = dx + n0 * CHW;
+#pragma omp parallel for simd schedule(static) if (threaded && n >= detail::kMinParallel)
+    for (int64_t i = 0; i < n; ++i) d[i] = store<Y>(sums[i]);
+  }
 }
 
 // acc (+)= dy * col^T for images [n0, n0+cnt); overwrites acc when !accumulate.
-void backward_weight_chunk(const Conv2dShape& s, const TapRanges& taps, const float* x,
-                           const float* dy, float* acc, int64_t n0, int64_t cnt, bool accumulate,
-                           bool threaded, ConvAlgo algo) {
+template <class T>
+void backward_weight_chunk(const Conv2dShape& s, const TapRanges& taps, const T* x, const T* dy,
+                           float* acc, int64_t n0, int64_t cnt, bool accumulate, bool threaded,
+                           ConvAlgo algo) {
   const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, cols = cnt * PQ;
-  float* col = scratch(static_cast<size_t>(CRS * cols), 0);
+  T* col = scratch_of<T>(CRS * cols, 0);
   im2col_chunk(s, taps, x, n0, cnt, col, threaded);
-  const float* g = dy + n0 * s.K * PQ;
+  const T* g = dy + n0 * s.K * PQ;
   if (cnt > 1) {
-    float* dyc = scratch(static_cast<size_t>(s.K * cols), 1);
+    T* dyc = scratch_of<T>(s.K * cols, 1);
     gather_dy(s, dy, n0, cnt, dyc, threaded);
     g = dyc;
   }
@@ -325,14 +377,10 @@ void backward_weight_chunk(const Conv2dShape& s, const TapRanges& taps, const fl
           acc, CRS);
 }
 
-}  // namespace
-
-void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                    float* y, ConvAlgo algo) {
-  if (s.N <= 0 || s.K * s.P * s.Q <= 0) return;
-  if (detail::conv_direct_suits(s)) return detail::conv2d_forward_direct(s, x, w, bias, y);
-  if (algo == ConvAlgo::kFastest && use_winograd(s))
-    return detail::conv2d_forward_winograd(s, x, w, bias, y);
+// im2col + GEMM over the batch's chunks (split_batch), in each direction.
+template <class T, class Y>
+void forward_im2col(const Conv2dShape& s, const T* x, const T* w, const float* bias, Y* y,
+                    ConvAlgo algo) {
   const Split sp = split_batch(s);
   const TapRanges taps(s);
   if (sp.by_image) {
@@ -346,16 +394,8 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
     forward_chunk(s, taps, x, w, bias, y, n0, std::min(sp.nb, s.N - n0), true, algo);
 }
 
-void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
-                          ConvAlgo algo) {
-  const int64_t PQ = s.P * s.Q, HW = s.H * s.W;
-  if (s.N <= 0 || s.C * HW <= 0) return;
-  if (PQ <= 0 || s.K <= 0) {
-    std::fill(dx, dx + s.N * s.C * HW, 0.0f);
-    return;
-  }
-  if (algo == ConvAlgo::kFastest && use_winograd(s))
-    return detail::conv2d_backward_data_winograd(s, dy, w, dx);
+template <class T, class Y>
+void backward_data_im2col(const Conv2dShape& s, const T* dy, const T* w, Y* dx, ConvAlgo algo) {
   const Split sp = split_batch(s);
   const TapRanges taps(s);
   if (sp.by_image) {
@@ -369,58 +409,118 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
     backward_data_chunk(s, taps, dy, w, dx, n0, std::min(sp.nb, s.N - n0), true, algo);
 }
 
-void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
-                            float* dbias, ConvAlgo algo) {
-  const int64_t PQ = s.P * s.Q, CRS = s.C * s.R * s.S, KCRS = s.K * CRS;
-  if (s.N <= 0 || PQ <= 0) {
-    std::fill(dw, dw + KCRS, 0.0f);
-    if (dbias) std::fill(dbias, dbias + s.K, 0.0f);
-    return;
-  }
-  if (detail::conv_direct_suits(s)) {
-    detail::conv2d_backward_weight_direct(s, x, dy, dw);
-    if (dbias) channel_sum(s.N, s.K, PQ, dy, dbias);
-    return;
-  }
-  if (algo == ConvAlgo::kFastest && use_winograd(s)) {
-    detail::conv2d_backward_weight_winograd(s, x, dy, dw);
-    if (dbias) channel_sum(s.N, s.K, PQ, dy, dbias);
-    return;
-  }
+template <class T>
+void backward_weight_im2col(const Conv2dShape& s, const T* x, const T* dy, float* dw,
+                            ConvAlgo algo) {
+  const int64_t KCRS = s.K * s.C * s.R * s.S;
   const Split sp = split_batch(s);
   const TapRanges taps(s);
   if (!sp.by_image) {
     for (int64_t n0 = 0; n0 < s.N; n0 += sp.nb)
       backward_weight_chunk(s, taps, x, dy, dw, n0, std::min(sp.nb, s.N - n0), n0 > 0, true,
                             algo);
-  } else {
-    // Group g owns chunks g, g + groups, ...; group 0 accumulates straight
-    // into dw, the others into partials that are then added in group order.
-    const int64_t groups = std::min<int64_t>(sp.chunks, 2 * int64_t{sp.threads});
-    float* partial = scratch(static_cast<size_t>((groups - 1) * KCRS), 3);
+    return;
+  }
+  // Group g owns chunks g, g + groups, ...; group 0 accumulates straight
+  // into dw, the others into partials that are then added in group order.
+  const int64_t groups = std::min<int64_t>(sp.chunks, 2 * int64_t{sp.threads});
+  float* partial = scratch(static_cast<size_t>((groups - 1) * KCRS), 3);
 #pragma omp parallel
-    {
+  {
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t g = 0; g < groups; ++g) {
-        float* acc = g == 0 ? dw : partial + (g - 1) * KCRS;
-        for (int64_t c = g; c < sp.chunks; c += groups)
-          backward_weight_chunk(s, taps, x, dy, acc, c * sp.nb, std::min(sp.nb, s.N - c * sp.nb),
-                                c != g, false, algo);
-      }
-      // Row blocks of dw, each summed over the partials in group order.
-      constexpr int64_t kBlock = 4096;
+    for (int64_t g = 0; g < groups; ++g) {
+      float* acc = g == 0 ? dw : partial + (g - 1) * KCRS;
+      for (int64_t c = g; c < sp.chunks; c += groups)
+        backward_weight_chunk(s, taps, x, dy, acc, c * sp.nb, std::min(sp.nb, s.N - c * sp.nb),
+                              c != g, false, algo);
+    }
+    // Row blocks of dw, each summed over the partials in group order.
+    constexpr int64_t kBlock = 4096;
 #pragma omp for schedule(static)
-      for (int64_t b = 0; b < ceil_div(KCRS, kBlock); ++b) {
-        const int64_t lo = b * kBlock, hi = std::min(KCRS, lo + kBlock);
-        for (int64_t g = 1; g < groups; ++g) {
-          const float* src = partial + (g - 1) * KCRS;
+    for (int64_t b = 0; b < ceil_div(KCRS, kBlock); ++b) {
+      const int64_t lo = b * kBlock, hi = std::min(KCRS, lo + kBlock);
+      for (int64_t g = 1; g < groups; ++g) {
+        const float* src = partial + (g - 1) * KCRS;
 #pragma omp simd
-          for (int64_t i = lo; i < hi; ++i) dw[i] += src[i];
-        }
+        for (int64_t i = lo; i < hi; ++i) dw[i] += src[i];
       }
     }
   }
-  if (dbias) channel_sum(s.N, s.K, PQ, dy, dbias);
+}
+
+// The shapes without products, for either element type: true when dx (or
+// dw and dbias) has been written.
+template <class Y>
+bool backward_data_trivial(const Conv2dShape& s, Y* dx) {
+  const int64_t HW = s.H * s.W;
+  if (s.N <= 0 || s.C * HW <= 0) return true;
+  if (s.P * s.Q > 0 && s.K > 0) return false;
+  std::fill(dx, dx + s.N * s.C * HW, Y{});
+  return true;
+}
+bool backward_weight_trivial(const Conv2dShape& s, float* dw, float* dbias) {
+  if (s.N > 0 && s.P * s.Q > 0) return false;
+  std::fill(dw, dw + s.K * s.C * s.R * s.S, 0.0f);
+  if (dbias) std::fill(dbias, dbias + s.K, 0.0f);
+  return true;
+}
+
+}  // namespace
+
+void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                    float* y, ConvAlgo algo) {
+  if (s.N <= 0 || s.K * s.P * s.Q <= 0) return;
+  if (detail::conv_direct_suits(s)) return detail::conv2d_forward_direct(s, x, w, bias, y);
+  if (algo == ConvAlgo::kFastest && use_winograd(s))
+    return detail::conv2d_forward_winograd(s, x, w, bias, y);
+  forward_im2col(s, x, w, bias, y, algo);
+}
+
+template <class Y>
+void conv2d_forward_bf16(const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
+                         const float* bias, Y* y) {
+  if (s.N <= 0 || s.K * s.P * s.Q <= 0) return;
+  forward_im2col(s, x, w, bias, y, ConvAlgo::kBf16);
+}
+
+void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w, float* dx,
+                          ConvAlgo algo) {
+  if (backward_data_trivial(s, dx)) return;
+  if (algo == ConvAlgo::kFastest && use_winograd(s))
+    return detail::conv2d_backward_data_winograd(s, dy, w, dx);
+  backward_data_im2col(s, dy, w, dx, algo);
+}
+
+template <class Y>
+void conv2d_backward_data_bf16(const Conv2dShape& s, const bfloat16* dy, const bfloat16* w,
+                               Y* dx) {
+  if (!backward_data_trivial(s, dx)) backward_data_im2col(s, dy, w, dx, ConvAlgo::kBf16);
+}
+
+template void conv2d_forward_bf16<float>(const Conv2dShape&, const bfloat16*, const bfloat16*,
+                                         const float*, float*);
+template void conv2d_forward_bf16<bfloat16>(const Conv2dShape&, const bfloat16*, const bfloat16*,
+                                            const float*, bfloat16*);
+template void conv2d_backward_data_bf16<float>(const Conv2dShape&, const bfloat16*,
+                                               const bfloat16*, float*);
+template void conv2d_backward_data_bf16<bfloat16>(const Conv2dShape&, const bfloat16*,
+                                                  const bfloat16*, bfloat16*);
+
+void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                            float* dbias, ConvAlgo algo) {
+  if (backward_weight_trivial(s, dw, dbias)) return;
+  if (detail::conv_direct_suits(s)) detail::conv2d_backward_weight_direct(s, x, dy, dw);
+  else if (algo == ConvAlgo::kFastest && use_winograd(s))
+    detail::conv2d_backward_weight_winograd(s, x, dy, dw);
+  else backward_weight_im2col(s, x, dy, dw, algo);
+  if (dbias) channel_sum(s.N, s.K, s.P * s.Q, dy, dbias);
+}
+
+void conv2d_backward_weight_bf16(const Conv2dShape& s, const bfloat16* x, const bfloat16* dy,
+                                 float* dw, float* dbias) {
+  if (backward_weight_trivial(s, dw, dbias)) return;
+  backward_weight_im2col(s, x, dy, dw, ConvAlgo::kBf16);
+  if (dbias) channel_sum(s.N, s.K, s.P * s.Q, dy, dbias);
 }
 
 // ---- CpuBackend (cpu_backend.h): the algorithm by core/precision.h ----
@@ -433,9 +533,26 @@ ConvAlgo conv_algo(Fp32Math m) {
 }
 }  // namespace
 
-// A bfloat16 y or dx is staged in float32 and rounded once (Float32Io).
+// Both operands bfloat16 (autocast's): the bfloat16 kernels read them as
+// stored and write a bfloat16 y or dx directly. Otherwise the operands are
+// float32 copies (rounded_operand) and a bfloat16 output is staged in
+// float32 and rounded once (Float32Io): the same bits. The direct kernels'
+// shapes (LeNet's conv1) take the float32 copies too.
+namespace {
+bool both_bf16(const Tensor& a, const Tensor& b) {
+  return a.dtype() == DType::BFloat16 && b.dtype() == DType::BFloat16;
+}
+}  // namespace
+
 void CpuBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                 const Tensor& bias, const Tensor& y_out) {
+  if (both_bf16(x, w) && !detail::conv_direct_suits(s)) {
+    return visit_float_dtype(y_out.dtype(), "conv2d_forward", [&](auto t) {
+      using Y = decltype(t);
+      cpu::conv2d_forward_bf16(s, x.data<bfloat16>(), w.data<bfloat16>(), floats(bias),
+                               y_out.data<Y>());
+    });
+  }
   ops_detail::Float32Io io;
   const Tensor y = io.out(y_out);
   const Fp32Math m = operand_math(conv_math(), x, w);
@@ -449,6 +566,13 @@ void CpuBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Ten
 
 void CpuBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w,
                                       const Tensor& dx_out) {
+  if (both_bf16(dy, w)) {
+    return visit_float_dtype(dx_out.dtype(), "conv2d_backward_data", [&](auto t) {
+      using Y = decltype(t);
+      cpu::conv2d_backward_data_bf16(s, dy.data<bfloat16>(), w.data<bfloat16>(),
+                                     dx_out.data<Y>());
+    });
+  }
   ops_detail::Float32Io io;
   const Tensor dx = io.out(dx_out);
   const Fp32Math m = operand_math(conv_math(), dy, w);
@@ -460,18 +584,18 @@ void CpuBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, co
   io.finish();
 }
 
-// The bias gradient sums dy unrounded (FP32, as on the GPU): a bfloat16
-// dy's values are those of its float32 copy in buffer 1.
+// The bias gradient sums dy unrounded (FP32, as on the GPU), a bfloat16 dy
+// as stored.
 void CpuBackend::conv2d_backward_weight(const Conv2dShape& s, const Tensor& x, const Tensor& dy,
                                         const Tensor& dw, const Tensor& dbias) {
+  if (both_bf16(x, dy) && !detail::conv_direct_suits(s))
+    return cpu::conv2d_backward_weight_bf16(s, x.data<bfloat16>(), dy.data<bfloat16>(),
+                                            floats(dw), floats(dbias));
   const Fp32Math m = operand_math(conv_math(), x, dy);
   if (rounds_operands(m)) {
-    const float* dy_rounded = rounded_operand(dy, 1, m);
-    cpu::conv2d_backward_weight(s, rounded_operand(x, 0, m), dy_rounded, floats(dw), nullptr,
-                                conv_algo(m));
-    if (dbias.defined())
-      cpu::channel_sum(s.N, s.K, s.P * s.Q,
-                       dy.dtype() == DType::BFloat16 ? dy_rounded : floats(dy), floats(dbias));
+    cpu::conv2d_backward_weight(s, rounded_operand(x, 0, m), rounded_operand(dy, 1, m),
+                                floats(dw), nullptr, conv_algo(m));
+    if (dbias.defined()) channel_sum(s.N, s.K, s.P * s.Q, dy, dbias);
     return;
   }
   cpu::conv2d_backward_weight(s, floats(x), floats(dy), floats(dw), floats(dbias), conv_algo(m));

@@ -22,14 +22,18 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc);
 
-// The same product when every element of A and B is a bfloat16 value held in
-// a float (rounded_operand's copies, bfloat16 tensors widened): FP32 sums of
+// The same product when every element of A and B is a bfloat16 value, held
+// in a float (rounded_operand's copies) or stored as bfloat16: FP32 sums of
 // the exact products, on AVX-512 BF16's dot-product instructions where the
 // CPU has them (checked at run time) and ANVIL_CPU_BF16 is not "off", else
-// gemm() above (gemm_bf16.cpp).
+// gemm() above on the same values (gemm_bf16.cpp). Both overloads give the
+// same bits for the same values.
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta,
+               float* C, int64_t ldc);
 // Whether gemm_bf16 runs on the BF16 instructions on this machine, and how
 // a run's header says so: "AVX-512 BF16" or "emulated".
 bool bf16_dot_enabled();
@@ -50,6 +54,19 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* w,
 // dw (and dbias when not null) overwritten with the gradient summed over the batch.
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw,
                             float* dbias, ConvAlgo algo = ConvAlgo::kFastest);
+// kBf16 on bfloat16 operands as stored (autocast's): im2col, the gathering
+// of dy and the GEMM's packing read bfloat16, with no float32 copy. y and dx
+// are float32 or bfloat16: the FP32 sum (plus the bias) rounded once. The
+// same bits as the float overloads with kBf16 on the widened operands, for
+// every shape but the direct kernels' (conv_direct_suits), which the caller
+// sends there.
+template <class Y>
+void conv2d_forward_bf16(const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
+                         const float* bias, Y* y);
+template <class Y>
+void conv2d_backward_data_bf16(const Conv2dShape& s, const bfloat16* dy, const bfloat16* w, Y* dx);
+void conv2d_backward_weight_bf16(const Conv2dShape& s, const bfloat16* x, const bfloat16* dy,
+                                 float* dw, float* dbias);
 
 // Pooling. max pool records the flat input index (h*W+w within its plane) of
 // each output's maximum in argmax; padding counts as -inf. avg pool divides by
@@ -92,8 +109,11 @@ void round_to_tf32(int64_t n, const float* x, float* y);
 // y[outer, C, inner] = x + bias[C]
 void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, const float* bias,
                       float* y);
-// db[C] = sum over outer and inner of dy[outer, C, inner]  (overwrites db)
-void channel_sum(int64_t outer, int64_t C, int64_t inner, const float* dy, float* db);
+// db[C] = sum over outer and inner of dy[outer, C, inner]  (overwrites db);
+// T: float or bfloat16, each element widened as it is read (the same bits
+// as the sum of a float32 copy).
+template <class T>
+void channel_sum(int64_t outer, int64_t C, int64_t inner, const T* dy, float* db);
 float sum(int64_t n, const float* x);  // pairwise / blocked, accumulated in double
 
 // Fused softmax + cross-entropy over logits[N,C], labels in [0,C) (checked by

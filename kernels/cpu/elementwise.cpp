@@ -10,7 +10,6 @@
 #include <immintrin.h>
 #endif
 
-#include "core/ops_util.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -24,16 +23,26 @@ namespace {
 
 constexpr int64_t kSumBlock = 4096;
 
+#ifdef __AVX2__
+// Eight elements widened to float (a bfloat16's bits are a float's upper half).
+inline __m256 load8(const float* x) { return _mm256_loadu_ps(x); }
+inline __m256 load8(const bfloat16* x) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+#endif
+
 // Four independent 4-double accumulators: a single vector accumulator is
 // bound by vaddpd latency (~1.3 floats/cycle), which made channel sums
-// slower than reading their input.
-double block_sum(const float* x, int64_t n) {
+// slower than reading their input. T: float or bfloat16, summed as floats.
+template <class T>
+double block_sum(const T* x, int64_t n) {
   int64_t i = 0;
   double acc = 0.0;
 #ifdef __AVX2__
   __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
   for (; i + 16 <= n; i += 16) {
-    const __m256 u = _mm256_loadu_ps(x + i), v = _mm256_loadu_ps(x + i + 8);
+    const __m256 u = load8(x + i), v = load8(x + i + 8);
     a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(u)));
     a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(u, 1)));
     a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
@@ -44,7 +53,7 @@ double block_sum(const float* x, int64_t n) {
   acc = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
 #endif
 #pragma omp simd reduction(+ : acc)
-  for (int64_t j = i; j < n; ++j) acc += static_cast<double>(x[j]);
+  for (int64_t j = i; j < n; ++j) acc += static_cast<double>(load(x[j]));
   return acc;
 }
 
@@ -63,10 +72,15 @@ void relu_forward(int64_t n, const T* x, T* y) {
   }
 }
 
+// dy is loaded whether or not it is kept: a conditional load keeps GCC from
+// vectorising the bfloat16 loop.
 template <class T>
 void relu_backward(int64_t n, const T* y, const T* dy, T* dx) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-  for (int64_t i = 0; i < n; ++i) dx[i] = store<T>(load(y[i]) > 0.0f ? load(dy[i]) : 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = load(dy[i]);
+    dx[i] = store<T>(load(y[i]) > 0.0f ? g : 0.0f);
+  }
 }
 
 namespace {
@@ -155,7 +169,8 @@ void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, c
   }
 }
 
-void channel_sum(int64_t outer, int64_t C, int64_t inner, const float* dy, float* db) {
+template <class T>
+void channel_sum(int64_t outer, int64_t C, int64_t inner, const T* dy, float* db) {
   const bool par = outer * C * inner >= kMinParallel;
   if (inner == 1) {
     // [outer, C] matrix, column sums: walk rows contiguously, each thread
@@ -167,9 +182,9 @@ void channel_sum(int64_t outer, int64_t C, int64_t inner, const float* dy, float
       const int64_t c0 = b * kBand, c1 = std::min(C, c0 + kBand);
       double acc[kBand] = {};
       for (int64_t o = 0; o < outer; ++o) {
-        const float* row = dy + o * C;
+        const T* row = dy + o * C;
 #pragma omp simd
-        for (int64_t c = c0; c < c1; ++c) acc[c - c0] += static_cast<double>(row[c]);
+        for (int64_t c = c0; c < c1; ++c) acc[c - c0] += static_cast<double>(load(row[c]));
       }
       for (int64_t c = c0; c < c1; ++c) db[c] = static_cast<float>(acc[c - c0]);
     }
@@ -179,13 +194,15 @@ void channel_sum(int64_t outer, int64_t C, int64_t inner, const float* dy, float
   for (int64_t c = 0; c < C; ++c) {
     double acc = 0.0;
     for (int64_t o = 0; o < outer; ++o) {
-      const float* seg = dy + (o * C + c) * inner;
+      const T* seg = dy + (o * C + c) * inner;
       for (int64_t i0 = 0; i0 < inner; i0 += kSumBlock)
         acc += block_sum(seg + i0, std::min(kSumBlock, inner - i0));
     }
     db[c] = static_cast<float>(acc);
   }
 }
+template void channel_sum<float>(int64_t, int64_t, int64_t, const float*, float*);
+template void channel_sum<bfloat16>(int64_t, int64_t, int64_t, const bfloat16*, float*);
 
 float sum(int64_t n, const float* x) {
   if (n <= 0) return 0.0f;
@@ -277,11 +294,13 @@ void CpuBackend::add_channel_bias(int64_t outer, int64_t C, int64_t inner, const
                                   const Tensor& bias, const Tensor& y) {
   cpu::add_channel_bias(outer, C, inner, floats(x), floats(bias), floats(y));
 }
-// A bfloat16 dy is summed from its float32 copy (exact).
+// dy float32 or bfloat16 (read as stored); db float32.
 void CpuBackend::channel_sum(int64_t outer, int64_t C, int64_t inner, const Tensor& dy,
                              const Tensor& db) {
-  ops_detail::Float32Io io;
-  cpu::channel_sum(outer, C, inner, floats(io.in(dy)), floats(db));
+  visit_float_dtype(dy.dtype(), "channel_sum", [&](auto t) {
+    using T = decltype(t);
+    cpu::channel_sum(outer, C, inner, dy.data<T>(), floats(db));
+  });
 }
 void CpuBackend::sum(const Tensor& x, double scale, const Tensor& out) {
   floats(out)[0] = static_cast<float>(double(cpu::sum(x.numel(), floats(x))) * scale);

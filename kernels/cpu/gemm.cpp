@@ -88,7 +88,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 // ---- CpuBackend (cpu_backend.h) ----
 
 // A bfloat16 y is staged in float32 (its values first, for beta != 0) and
-// rounded once, after the bias.
+// rounded once, after the bias. Two bfloat16 operands are read as stored.
 void CpuBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tensor& b,
                       float beta, const Tensor& y_out, const Tensor& bias) {
   int64_t M = y_out.size(0), N = y_out.size(1);
@@ -96,10 +96,16 @@ void CpuBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Tens
   ops_detail::Float32Io io;
   const Tensor y = beta == 0.0f ? io.out(y_out) : io.inout(y_out);
   const Fp32Math m = operand_math(fp32_math(OpFamily::kMatmul, DeviceType::CPU), a, b);
-  if (rounds_operands(m)) {
-    (m == Fp32Math::kBf16 ? cpu::gemm_bf16 : cpu::gemm)(
-        ta, tb, M, N, K, alpha, rounded_operand(a, 0, m), a.size(1), rounded_operand(b, 1, m),
-        b.size(1), beta, floats(y), N);
+  if (a.dtype() == DType::BFloat16 && b.dtype() == DType::BFloat16) {
+    cpu::gemm_bf16(ta, tb, M, N, K, alpha, a.data<bfloat16>(), a.size(1), b.data<bfloat16>(),
+                   b.size(1), beta, floats(y), N);
+  } else if (rounds_operands(m)) {
+    const float* A = rounded_operand(a, 0, m);
+    const float* B = rounded_operand(b, 1, m);
+    if (m == Fp32Math::kBf16)
+      cpu::gemm_bf16(ta, tb, M, N, K, alpha, A, a.size(1), B, b.size(1), beta, floats(y), N);
+    else
+      cpu::gemm(ta, tb, M, N, K, alpha, A, a.size(1), B, b.size(1), beta, floats(y), N);
   } else {
     cpu::gemm(ta, tb, M, N, K, alpha, floats(a), a.size(1), floats(b), b.size(1), beta, floats(y),
               N);

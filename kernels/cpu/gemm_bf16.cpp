@@ -1,11 +1,12 @@
 // GEMM on bfloat16 operands with FP32 sums: C = alpha * op(A) * op(B) + beta * C,
-// where every element of A and B is a bfloat16 value held in a float (as
-// rounded_operand leaves them). On a CPU with AVX-512 BF16 (chosen at run
-// time, never at build time) it runs on VDPBF16PS, which multiplies 32
-// bfloat16 pairs and adds them into 16 FP32 sums per instruction: twice the
-// products of an FP32 FMA. Elsewhere, and with ANVIL_CPU_BF16=off in the
-// environment (read once), it is cpu::gemm (OpenBLAS SGEMM) on the same
-// values. Both compute every output as a sum of exact products in FP32; they
+// where every element of A and B is a bfloat16 value, held in a float (as
+// rounded_operand leaves them) or stored as bfloat16 (autocast's tensors,
+// packed as they are, without a float32 copy). On a CPU with AVX-512 BF16
+// (chosen at run time, never at build time) it runs on VDPBF16PS, which
+// multiplies 32 bfloat16 pairs and adds them into 16 FP32 sums per
+// instruction: twice the products of an FP32 FMA. Elsewhere, and with
+// ANVIL_CPU_BF16=off in the environment (read once), it is cpu::gemm
+// (OpenBLAS SGEMM) on the same values (bfloat16 operands widened first). Both compute every output as a sum of exact products in FP32; they
 // differ only in the order of the sums, and VDPBF16PS treats denormal inputs
 // and results as zero.
 //
@@ -31,6 +32,7 @@
 #include <immintrin.h>
 #include <new>
 #include <string_view>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -41,14 +43,19 @@ namespace {
 constexpr int64_t kMR = 8, kNR = 48, kKC = 192, kMC = 96, kNC = 48 * 64;
 static_assert(kKC % 2 == 0 && kMC % kMR == 0 && kNC % kNR == 0);
 
-// A float holding a bfloat16 value, as its 16 upper bits (exact by the
-// precondition; no rounding, so NaN and Inf keep their bits).
+// An operand element's bfloat16 bits: a float's 16 upper bits (exact by the
+// precondition; no rounding, so NaN and Inf keep their bits), or a stored
+// bfloat16's bits. T{} is zero either way.
 inline uint32_t hi16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u >> 16;
 }
-inline uint32_t pair(float lo, float hi) { return hi16(lo) | (hi16(hi) << 16); }
+inline uint32_t hi16(bfloat16 v) { return v.bits; }
+template <class T>
+inline uint32_t pair(T lo, T hi) {
+  return hi16(lo) | (hi16(hi) << 16);
+}
 
 // One thread's packing buffers (grow-only, 64-byte aligned).
 struct PackBuffers {
@@ -71,31 +78,39 @@ struct PackBuffers {
   }
 };
 
+// The calling thread's buffers.
+PackBuffers& pack_buffers() {
+  thread_local PackBuffers buf;
+  return buf;
+}
+
+template <class T>
 struct Operands {
   bool ta, tb;
-  const float* A;
+  const T* A;
   int64_t lda;
-  const float* B;
+  const T* B;
   int64_t ldb;
 };
 
 // B[k0 : k0+kc, n0 : n0+nc] into panels of kNR columns: panel p, pair j,
 // column c at dst[(p * kp + j) * kNR + c], kp = ceil(kc / 2); beyond the
 // matrix, zeros. Each loop order reads B along its rows.
-void pack_b(const Operands& op, int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint32_t* dst) {
+template <class T>
+void pack_b(const Operands<T>& op, int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint32_t* dst) {
   const int64_t kp = (kc + 1) / 2, pairs = kc / 2;  // pairs: the ones with both depths
   for (int64_t p = 0; p * kNR < nc; ++p) {
     const int64_t cols = std::min(kNR, nc - p * kNR), n = n0 + p * kNR;
     uint32_t* panel = dst + p * kp * kNR;
     if (!op.tb) {
       for (int64_t j = 0; j < kp; ++j) {
-        const float* r0 = op.B + (k0 + 2 * j) * op.ldb + n;
+        const T* r0 = op.B + (k0 + 2 * j) * op.ldb + n;
         uint32_t* out = panel + j * kNR;
         if (j < pairs) {
-          const float* r1 = r0 + op.ldb;
+          const T* r1 = r0 + op.ldb;
           for (int64_t c = 0; c < cols; ++c) out[c] = pair(r0[c], r1[c]);
         } else {
-          for (int64_t c = 0; c < cols; ++c) out[c] = pair(r0[c], 0.0f);
+          for (int64_t c = 0; c < cols; ++c) out[c] = pair(r0[c], T{});
         }
         for (int64_t c = cols; c < kNR; ++c) out[c] = 0;
       }
@@ -105,9 +120,9 @@ void pack_b(const Operands& op, int64_t k0, int64_t kc, int64_t n0, int64_t nc, 
           for (int64_t j = 0; j < kp; ++j) panel[j * kNR + c] = 0;
           continue;
         }
-        const float* e = op.B + (n + c) * op.ldb + k0;
+        const T* e = op.B + (n + c) * op.ldb + k0;
         for (int64_t j = 0; j < pairs; ++j) panel[j * kNR + c] = pair(e[2 * j], e[2 * j + 1]);
-        if (kp > pairs) panel[pairs * kNR + c] = pair(e[2 * pairs], 0.0f);
+        if (kp > pairs) panel[pairs * kNR + c] = pair(e[2 * pairs], T{});
       }
     }
   }
@@ -116,24 +131,24 @@ void pack_b(const Operands& op, int64_t k0, int64_t kc, int64_t n0, int64_t nc, 
 // A[m0 : m0+mc, k0 : k0+kc] into panels of kMR rows: panel p, pair j, row r
 // at dst[(p * kp + j) * kMR + r]; beyond the matrix, zeros. As pack_b, each
 // loop order reads A along its rows.
-void pack_a(const Operands& op, int64_t m0, int64_t mc, int64_t k0, int64_t kc, uint32_t* dst) {
+template <class T>
+void pack_a(const Operands<T>& op, int64_t m0, int64_t mc, int64_t k0, int64_t kc, uint32_t* dst) {
   const int64_t kp = (kc + 1) / 2, pairs = kc / 2;
   for (int64_t p = 0; p * kMR < mc; ++p) {
     const int64_t rows = std::min(kMR, mc - p * kMR), m = m0 + p * kMR;
     uint32_t* panel = dst + p * kp * kMR;
     if (op.ta) {  // A is [K, M]: rows k and k+1 give a pair for each m
       for (int64_t j = 0; j < kp; ++j) {
-        const float* r0 = op.A + (k0 + 2 * j) * op.lda + m;
-        const float* r1 = j < pairs ? r0 + op.lda : nullptr;
+        const T* r0 = op.A + (k0 + 2 * j) * op.lda + m;
+        const T* r1 = j < pairs ? r0 + op.lda : nullptr;
         for (int64_t r = 0; r < kMR; ++r)
-          panel[j * kMR + r] = r >= rows ? 0u : pair(r0[r], r1 ? r1[r] : 0.0f);
+          panel[j * kMR + r] = r >= rows ? 0u : pair(r0[r], r1 ? r1[r] : T{});
       }
     } else {
       for (int64_t r = 0; r < kMR; ++r) {
-        const float* e = op.A + (m + r) * op.lda + k0;
+        const T* e = op.A + (m + r) * op.lda + k0;
         for (int64_t j = 0; j < kp; ++j)
-          panel[j * kMR + r] =
-              r >= rows ? 0u : pair(e[2 * j], j < pairs ? e[2 * j + 1] : 0.0f);
+          panel[j * kMR + r] = r >= rows ? 0u : pair(e[2 * j], j < pairs ? e[2 * j + 1] : T{});
       }
     }
   }
@@ -187,10 +202,11 @@ ANVIL_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* a, const uint32_
 
 // The whole product for rows [m_lo, m_hi) and columns [n_lo, n_hi), on the
 // calling thread.
-ANVIL_BF16_TARGET void gemm_block(const Operands& op, int64_t m_lo, int64_t m_hi, int64_t n_lo,
+template <class T>
+ANVIL_BF16_TARGET void gemm_block(const Operands<T>& op, int64_t m_lo, int64_t m_hi, int64_t n_lo,
                                   int64_t n_hi, int64_t K, float alpha, float beta, float* C,
                                   int64_t ldc) {
-  thread_local PackBuffers buf;
+  PackBuffers& buf = pack_buffers();
   for (int64_t n0 = n_lo; n0 < n_hi; n0 += kNC) {
     const int64_t nc = std::min(kNC, n_hi - n0);
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
@@ -227,12 +243,31 @@ bool bf16_dot_enabled() {
   return enabled;
 }
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-               int64_t ldc) {
-  if (!bf16_dot_enabled() || M <= 0 || N <= 0 || K <= 0 || alpha == 0.0f)
-    return gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  const Operands op{trans_a, trans_b, A, lda, B, ldb};
+namespace {
+
+// An operand for SGEMM: a float one as it is; a bfloat16 one (rows x cols,
+// leading dimension ld) widened exactly into the calling thread's buffer
+// `slot` (0 or 1).
+const float* widened(const float* p, int64_t, int64_t, int64_t, int) { return p; }
+const float* widened(const bfloat16* p, int64_t rows, int64_t cols, int64_t ld, int slot) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& out = buffers[slot];
+  const int64_t n = (rows - 1) * ld + cols;
+  if (out.size() < static_cast<size_t>(n)) out.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[i] = p[i].to_float();
+  return out.data();
+}
+
+template <class T>
+void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const T* A,
+         int64_t lda, const T* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0 || K <= 0 || alpha == 0.0f)  // C = beta * C only
+    return gemm(trans_a, trans_b, M, N, K, alpha, nullptr, lda, nullptr, ldb, beta, C, ldc);
+  if (!bf16_dot_enabled())
+    return gemm(trans_a, trans_b, M, N, K, alpha,
+                widened(A, trans_a ? K : M, trans_a ? M : K, lda, 0), lda,
+                widened(B, trans_b ? N : K, trans_b ? K : N, ldb, 1), ldb, beta, C, ldc);
+  const Operands<T> op{trans_a, trans_b, A, lda, B, ldb};
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   // Below ~1 MFLOP a second thread costs more than it saves.
   if (threads == 1 || M * N * K < (int64_t{1} << 20))
@@ -251,6 +286,20 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
       else gemm_block(op, lo, hi, 0, N, K, alpha, beta, C, ldc);
     }
   }
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta,
+               float* C, int64_t ldc) {
+  run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace anvil::cpu
