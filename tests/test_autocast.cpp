@@ -52,6 +52,13 @@ std::vector<Device> devices() {
 
 Vec bf16_values(const Tensor& t) { return t.to(DType::BFloat16).to_vector(); }
 
+// Each float32 value rounded once to bfloat16 (to nearest even), as float32.
+Vec rounded_once(const Vec& v) {
+  Vec r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = bfloat16(v[i]).to_float();
+  return r;
+}
+
 // bfloat16 values (as float32, on `d`) whose exponents spread over 2^-12 ..
 // 2^12, so that float32 sums of a few of them round: a sum taken in another
 // order or precision than the float32 kernels' shows in the bits.
@@ -285,13 +292,8 @@ TEST_CASE("batch_norm on bfloat16 activations: the float32 kernels' results, rou
                       beta.grad().to_vector(), rm.to_vector(),       rv.to_vector()};
       };
       const Result f = run(DType::Float32), b = run(DType::BFloat16);
-      auto rounded = [](const Vec& v) {
-        Vec r(v.size());
-        for (size_t i = 0; i < v.size(); ++i) r[i] = bfloat16(v[i]).to_float();
-        return r;
-      };
-      CHECK(b.y == rounded(f.y));
-      CHECK(b.dx == rounded(f.dx));
+      CHECK(b.y == rounded_once(f.y));
+      CHECK(b.dx == rounded_once(f.dx));
       CHECK(b.dgamma == f.dgamma);
       CHECK(b.dbeta == f.dbeta);
       CHECK(b.rm == f.rm);
@@ -300,7 +302,7 @@ TEST_CASE("batch_norm on bfloat16 activations: the float32 kernels' results, rou
       Tensor rm = uniform({C}, 55, d), rv = add(uniform({C}, 56, d), Tensor::full({}, 2.0).to(d));
       Tensor gamma = uniform({C}, 53, d), beta = uniform({C}, 54, d);
       CHECK(batch_norm(xv.to(DType::BFloat16), gamma, beta, rm, rv, false).to_vector() ==
-            rounded(batch_norm(xv, gamma, beta, rm, rv, false).to_vector()));
+            rounded_once(batch_norm(xv, gamma, beta, rm, rv, false).to_vector()));
     }
   }
 }
@@ -340,11 +342,8 @@ TEST_CASE("pooling on bfloat16 activations: the float32 kernels' results, rounde
             return std::pair{y.to_vector(), x.grad().to_vector()};
           };
           const auto f = run(DType::Float32), b = run(DType::BFloat16);
-          Vec ry(f.first.size()), rdx(f.second.size());
-          for (size_t i = 0; i < ry.size(); ++i) ry[i] = bfloat16(f.first[i]).to_float();
-          for (size_t i = 0; i < rdx.size(); ++i) rdx[i] = bfloat16(f.second[i]).to_float();
-          CHECK(b.first == ry);
-          CHECK(b.second == rdx);
+          CHECK(b.first == rounded_once(f.first));
+          CHECK(b.second == rounded_once(f.second));
           if (is_max) CHECK(b.first == f.first);  // a maximum of bfloat16 values
           if (!is_max && wd.kernel == 3) {        // sums over 9: the rounding is there to see
             CHECK(b.first != f.first);
@@ -389,9 +388,7 @@ TEST_CASE("global_avg_pool2d on bfloat16 activations: the float32 path's y, dx r
         rounded_sum |= float(sum / double(plane)) != f.first[i];
       }
       if (plane == 49) CHECK(rounded_sum);
-      Vec rounded(f.second.size());
-      for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = bfloat16(f.second[i]).to_float();
-      CHECK(b.second == rounded);
+      CHECK(b.second == rounded_once(f.second));
       CHECK(b.second != f.second);  // the rounding is there to see
     }
   }
@@ -422,9 +419,7 @@ TEST_CASE("cross_entropy on bfloat16 logits: the float32 kernels' results, dlogi
       };
       const auto f = run(DType::Float32), b = run(DType::BFloat16);
       CHECK(b.first == f.first);
-      Vec rounded(f.second.size());
-      for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = bfloat16(f.second[i]).to_float();
-      CHECK(b.second == rounded);
+      CHECK(b.second == rounded_once(f.second));
       CHECK(b.second != f.second);  // the rounding is there to see
     }
   }
