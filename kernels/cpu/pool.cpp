@@ -186,22 +186,15 @@ void avg_pool_disjoint_backward_plane(const Pool2dShape& s, const int64_t* qmap,
   }
 }
 
-// Per-thread float32 scratch, `slot` apart for views alive at once.
-float* scratch(int slot, int64_t n) {
-  thread_local std::vector<float> buffers[2];
-  std::vector<float>& b = buffers[slot];
-  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
-  return b.data();
-}
-
 // n elements of T as float32: the data itself for float, else widened into
-// scratch `slot`.
+// the calling thread's scratch `slot` (cpu::scratch; slots 0 and 1, one
+// per view alive at once).
 template <class T>
 const float* widened(const T* src, int64_t n, int slot) {
   if constexpr (std::is_same_v<T, float>) {
     return src;
   } else {
-    float* f = scratch(slot, n);
+    float* f = scratch(static_cast<size_t>(n), slot);
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) f[i] = load(src[i]);
     return f;
@@ -217,7 +210,7 @@ class Narrowed {
     if constexpr (std::is_same_v<T, float>)
       f_ = dst;
     else
-      f_ = scratch(slot, n);
+      f_ = scratch(static_cast<size_t>(n), slot);
   }
   float* data() const { return f_; }
   void finish() const {
