@@ -6,9 +6,10 @@
 // multiplies 32 bfloat16 pairs and adds them into 16 FP32 sums per
 // instruction: twice the products of an FP32 FMA. Elsewhere, and with
 // ANVIL_CPU_BF16=off in the environment (read once), it is cpu::gemm
-// (OpenBLAS SGEMM) on the same values (bfloat16 operands widened first). Both compute every output as a sum of exact products in FP32; they
-// differ only in the order of the sums, and VDPBF16PS treats denormal inputs
-// and results as zero.
+// (OpenBLAS SGEMM) on the same values (bfloat16 operands widened first).
+// Both compute every output as a sum of exact products in FP32; they differ
+// only in the order of the sums, and VDPBF16PS treats denormal inputs and
+// results as zero.
 //
 // Blocking (BLIS's loop nest): for each block of NC columns and KC depth, B
 // is packed into bfloat16 pairs (k, k+1) for NR = 48 columns at a time, so
