@@ -155,6 +155,11 @@ void pack_a(const Operands<T>& op, int64_t m0, int64_t mc, int64_t k0, int64_t k
   }
 }
 
+// The functions built for AVX-512 BF16, called only after cpu_has_bf16_dot():
+// an isa_ namespace, which tools/gpu/isa_check.py reads as "chosen at run
+// time" (any other AVX-512 instruction in a binary is refused there).
+namespace isa_avx512bf16 {
+
 #define ANVIL_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 // C[0:rows, 0:cols] = alpha * (packed A panel x packed B panel) + beta * C,
@@ -227,6 +232,8 @@ ANVIL_BF16_TARGET void gemm_block(const Operands<T>& op, int64_t m_lo, int64_t m
   }
 }
 
+}  // namespace isa_avx512bf16
+
 bool cpu_has_bf16_dot() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -272,7 +279,7 @@ void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alph
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   // Below ~1 MFLOP a second thread costs more than it saves.
   if (threads == 1 || M * N * K < (int64_t{1} << 20))
-    return gemm_block(op, 0, M, 0, N, K, alpha, beta, C, ldc);
+    return isa_avx512bf16::gemm_block(op, 0, M, 0, N, K, alpha, beta, C, ldc);
   // Whole microkernel tiles per thread, along the longer side.
   const bool by_cols = N >= M;
   const int64_t unit = by_cols ? kNR : kMR, extent = by_cols ? N : M;
@@ -283,8 +290,8 @@ void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alph
     const int64_t lo = std::min(extent, tiles * t / nt * unit);
     const int64_t hi = std::min(extent, tiles * (t + 1) / nt * unit);
     if (lo < hi) {
-      if (by_cols) gemm_block(op, 0, M, lo, hi, K, alpha, beta, C, ldc);
-      else gemm_block(op, lo, hi, 0, N, K, alpha, beta, C, ldc);
+      if (by_cols) isa_avx512bf16::gemm_block(op, 0, M, lo, hi, K, alpha, beta, C, ldc);
+      else isa_avx512bf16::gemm_block(op, lo, hi, 0, N, K, alpha, beta, C, ldc);
     }
   }
 }
