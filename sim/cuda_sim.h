@@ -226,6 +226,7 @@ enum cudaError_t {
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevicePointer = 17,
   cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorInvalidDeviceFunction = 98,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
@@ -259,6 +260,7 @@ struct cudaDeviceProp {
   char name[256];
   size_t totalGlobalMem;
   size_t sharedMemPerBlock;
+  size_t sharedMemPerBlockOptin;  // the most a kernel may opt in to (cudaFuncSetAttribute)
   int maxThreadsPerBlock;
   int maxThreadsDim[3];
   int maxGridSize[3];
@@ -318,6 +320,21 @@ cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+
+// Per-kernel attributes (the CUDA Runtime API's cudaFuncSetAttribute). Only
+// cudaFuncAttributeMaxDynamicSharedMemorySize is emulated: a launch may ask
+// for at most that many bytes of dynamic shared memory (48 KB until it is
+// set), and it can be set up to sharedMemPerBlockOptin (cudaErrorInvalidValue
+// beyond). The carveout is a hint, accepted and ignored.
+enum cudaFuncAttribute {
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+  cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+};
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value);
+template <class T>
+cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
+  return cudaFuncSetAttribute(reinterpret_cast<const void*>(entry), attr, value);
+}
 
 }  // namespace anvil_sim_rt
 
@@ -396,6 +413,13 @@ uint64_t sample_blocks();
 
 // Limits the launch enforces (a compute-capability 8.x/9.x device's).
 constexpr unsigned kMaxThreadsPerBlock = 1024;
+// Dynamic shared memory a kernel may have without opting in; the most it may
+// opt in to: compute capability 8.0's 163 KB (the simulated device's; 9.0
+// allows 227 KB).
 constexpr size_t kMaxDynamicShared = 48 * 1024;
+constexpr size_t kMaxDynamicSharedOptin = 163 * 1024;
+// The dynamic shared memory a launch of `kernel` may ask for: what
+// cudaFuncSetAttribute set, else kMaxDynamicShared.
+size_t max_dynamic_shared(const void* kernel);
 
 }  // namespace anvil::sim

@@ -14,6 +14,17 @@
 
 namespace {
 
+// cudaFuncAttributeMaxDynamicSharedMemorySize per kernel (its address), for
+// the whole process, as the attribute of a function is.
+struct DynamicSharedLimits {
+  std::mutex mutex;
+  std::map<const void*, size_t> bytes;
+};
+DynamicSharedLimits& dynamic_shared_limits() {
+  static auto* limits = new DynamicSharedLimits;  // leaked, as Registry
+  return *limits;
+}
+
 struct Allocation {
   size_t bytes;
   int device;
@@ -114,6 +125,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
     case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
@@ -131,6 +143,7 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
@@ -273,6 +286,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   std::strncpy(prop->name, "anvil simulated GPU", sizeof prop->name - 1);
   prop->totalGlobalMem = device_memory();
   prop->sharedMemPerBlock = anvil::sim::kMaxDynamicShared;
+  prop->sharedMemPerBlockOptin = anvil::sim::kMaxDynamicSharedOptin;
   prop->maxThreadsPerBlock = static_cast<int>(anvil::sim::kMaxThreadsPerBlock);
   prop->maxThreadsDim[0] = 1024;
   prop->maxThreadsDim[1] = 1024;
@@ -287,11 +301,39 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   return cudaSuccess;
 }
 
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  if (func == nullptr)
+    return fail(cudaErrorInvalidDeviceFunction, "cudaFuncSetAttribute: null function");
+  if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) {
+    if (value < -1 || value > 100)
+      return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: carveout " +
+                                             std::to_string(value) + " is not -1 or 0..100");
+    return cudaSuccess;  // a hint
+  }
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize)
+    return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: attribute " +
+                                           std::to_string(int(attr)) + " is not emulated");
+  if (value < 0 || size_t(value) > anvil::sim::kMaxDynamicSharedOptin)
+    return fail(cudaErrorInvalidValue,
+                "cudaFuncSetAttribute: cudaFuncAttributeMaxDynamicSharedMemorySize " +
+                    std::to_string(value) + " is outside [0, sharedMemPerBlockOptin = " +
+                    std::to_string(anvil::sim::kMaxDynamicSharedOptin) + "]");
+  std::lock_guard lock(dynamic_shared_limits().mutex);
+  dynamic_shared_limits().bytes[func] = size_t(value);
+  return cudaSuccess;
+}
+
 }  // namespace anvil_sim_rt
 
 namespace anvil::sim {
 
 std::string last_error_detail() { return t_last_detail; }
+
+size_t max_dynamic_shared(const void* kernel) {
+  std::lock_guard lock(dynamic_shared_limits().mutex);
+  const auto it = dynamic_shared_limits().bytes.find(kernel);
+  return it == dynamic_shared_limits().bytes.end() ? kMaxDynamicShared : it->second;
+}
 
 cudaError_t detail::fail(cudaError_t err, std::string detail) {
   t_last_error = err;

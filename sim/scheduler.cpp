@@ -212,7 +212,7 @@ std::string detail::launch_site(const std::source_location& where) {
   return std::string("kernel launch at ") + where.file_name() + ":" + std::to_string(where.line());
 }
 
-void detail::check_launch_config(dim3 grid, dim3 block, size_t shared_bytes,
+void detail::check_launch_config(dim3 grid, dim3 block, size_t shared_bytes, const void* kernel,
                                  const std::source_location& where) {
   auto refuse = [&](const std::string& why) {
     throw std::runtime_error(detail::launch_site(where) + ": invalid configuration: " + why);
@@ -227,9 +227,13 @@ void detail::check_launch_config(dim3 grid, dim3 block, size_t shared_bytes,
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) refuse("grid " + dims_text(grid) + " is empty");
   if (grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
     refuse("grid " + dims_text(grid) + " exceeds the limits (2^31-1,65535,65535)");
-  if (shared_bytes > kMaxDynamicShared)
-    refuse(std::to_string(shared_bytes) + " bytes of dynamic shared memory, the limit is " +
-           std::to_string(kMaxDynamicShared));
+  if (const size_t limit = max_dynamic_shared(kernel); shared_bytes > limit)
+    refuse(std::to_string(shared_bytes) + " bytes of dynamic shared memory, the kernel's limit is " +
+           std::to_string(limit) +
+           (limit == kMaxDynamicShared
+                ? " (more needs cudaFuncSetAttribute(kernel, "
+                  "cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) first)"
+                : ""));
 }
 
 namespace {

@@ -29,7 +29,9 @@ std::string launch_site(const std::source_location& where);
 
 // Throws std::runtime_error naming the launch site if the configuration is
 // one a GPU refuses (the launch itself then fails, before anything is queued).
-void check_launch_config(dim3 grid, dim3 block, size_t shared_bytes,
+// `kernel` (null: unknown) is the kernel's address, whose opt-in to more
+// dynamic shared memory the check honours.
+void check_launch_config(dim3 grid, dim3 block, size_t shared_bytes, const void* kernel,
                          const std::source_location& where);
 
 // Runs every block of the launch on the worker threads (the calling thread is

@@ -423,7 +423,8 @@ namespace anvil::sim {
 
 void launch_kernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                    std::source_location where, std::unique_ptr<KernelCall> call) {
-  detail::check_launch_config(grid, block, shared_bytes, where);
+  detail::check_launch_config(grid, block, shared_bytes, call ? call->kernel_address() : nullptr,
+                              where);
   Work w;
   w.kind = WorkKind::kKernel;
   w.kernel = std::make_unique<detail::KernelLaunch>(

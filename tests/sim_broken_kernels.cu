@@ -30,6 +30,19 @@ __global__ void reverse_through_shared(const float* in, float* out, int n) {
   if (static_cast<int>(threadIdx.x) < count) out[base + count - 1 - threadIdx.x] = smem[threadIdx.x];
 }
 
+// Correct: the block fills n floats of dynamic shared memory with ones and
+// thread 0 writes their sum (n, if all n are there).
+__global__ void sum_dynamic_shared(float* out, int n) {
+  float* smem = anvil::cuda::dynamic_shared<float>();
+  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) smem[i] = 1.0f;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int i = 0; i < n; ++i) sum += smem[i];
+    out[0] = sum;
+  }
+}
+
 // Correct: every thread of a 3D grid of 3D blocks counts itself.
 __global__ void count_threads(int* counter, float* sum) {
   atomicAdd(counter, 1);

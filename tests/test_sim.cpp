@@ -81,6 +81,50 @@ TEST_CASE("sim: launches with a bad configuration are refused", "[sim]") {
   }
 }
 
+// The CUDA Programming Guide (compute capabilities, shared memory): a block
+// may have more than 48 KB of shared memory only as dynamic shared memory,
+// after its kernel opts in with cudaFuncSetAttribute(kernel,
+// cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), up to the device's
+// sharedMemPerBlockOptin (163 KB at compute capability 8.0, the simulated
+// device's; 227 KB at 9.0); the Runtime API: a value beyond it is
+// cudaErrorInvalidValue, and a launch may ask for at most the kernel's value.
+TEST_CASE("sim: more than 48 KB of dynamic shared memory needs the kernel's opt-in", "[sim]") {
+  cudaDeviceProp prop;
+  REQUIRE(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
+  REQUIRE(prop.sharedMemPerBlock == 48 * 1024);
+  REQUIRE(prop.sharedMemPerBlockOptin == 163 * 1024);
+  DeviceBuffer out(1);
+  const auto kernel = sim_test_kernels::sum_dynamic_shared;
+  const int big = 64 * 1024, floats = big / 4;
+  // 48 KB without opting in; one float more is refused, naming the way out.
+  anvil::cuda::launch(kernel, 1, dim3(64), 48 * 1024, nullptr, out.ptr, 12 * 1024);
+  REQUIRE(out.to_host()[0] == 12 * 1024.0f);
+  REQUIRE_THROWS_WITH(anvil::cuda::launch(kernel, 1, dim3(64), 48 * 1024 + 4, nullptr, out.ptr, 1),
+                      Catch::Contains("the kernel's limit is 49152") &&
+                          Catch::Contains("cudaFuncAttributeMaxDynamicSharedMemorySize"));
+  // Beyond the device's opt-in limit: refused, the kernel's limit unchanged.
+  REQUIRE(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(prop.sharedMemPerBlockOptin) + 1) == cudaErrorInvalidValue);
+  REQUIRE(cudaGetLastError() == cudaErrorInvalidValue);
+  REQUIRE_THROWS(anvil::cuda::launch(kernel, 1, dim3(64), big, nullptr, out.ptr, floats));
+  // Opted in to 64 KB: all of it is there, and no byte more.
+  REQUIRE(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, big) ==
+          cudaSuccess);
+  anvil::cuda::launch(kernel, 1, dim3(64), big, nullptr, out.ptr, floats);
+  REQUIRE(out.to_host()[0] == float(floats));
+  REQUIRE_THROWS_WITH(anvil::cuda::launch(kernel, 1, dim3(64), big + 4, nullptr, out.ptr, 1),
+                      Catch::Contains("the kernel's limit is 65536"));
+  // The opt-in is the kernel's: another kernel still has 48 KB.
+  REQUIRE_THROWS(anvil::cuda::launch(sim_test_kernels::read_uninitialised_shared, 1, dim3(1), big,
+                                     nullptr, out.ptr));
+  // Up to the device's limit exactly.
+  REQUIRE(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(prop.sharedMemPerBlockOptin)) == cudaSuccess);
+  anvil::cuda::launch(kernel, 1, dim3(64), prop.sharedMemPerBlockOptin, nullptr, out.ptr,
+                      int(prop.sharedMemPerBlockOptin / 4));
+  REQUIRE(out.to_host()[0] == float(prop.sharedMemPerBlockOptin / 4));
+}
+
 TEST_CASE("sim: a __syncthreads reached by part of a block is reported, not a hang", "[sim]") {
   DeviceBuffer out(64);
   const cuda_test::SyncLaunches no_sync(false);  // (ANVIL_CUDA_SYNC=1 would report it at once)
