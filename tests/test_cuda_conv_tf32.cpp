@@ -1,6 +1,7 @@
-// kernels/cuda convolution on tensor cores, rungs 06 (TF32, 06_tf32_mma.cu)
-// and 07 (BF16, 07_bf16_mma.cu): forward, backward-data and backward-weight
-// against an FP64 reference,
+// kernels/cuda convolution on tensor cores, rungs 06 (TF32, 06_tf32_mma.cu),
+// 07 (BF16, 07_bf16_mma.cu) and 08 (BF16, its forward on channels-last
+// operands and the multistage mainloop, 08_bf16_multistage.cu): forward,
+// backward-data and backward-weight against an FP64 reference,
 // element by element, on LeNet-like and ragged small shapes (strides, pads,
 // a non-square window, more than 64 channels for the 128-row tile, a
 // backward-weight that splits K); a control that shows the operands are
@@ -9,7 +10,10 @@
 // also reads bfloat16 x, w and dy: within the bounds of FP64 of those
 // operands, and bitwise the same as from float32 holding the same values
 // (the same words staged, the same order of k); so do the CPU and CUDA
-// backends given bfloat16 tensors.
+// backends given bfloat16 tensors. Rung 08's forward also over strides,
+// windows, pads, channel counts that leave its last channel block partial
+// and output channels that leave its tiles ragged, and bitwise the same at
+// every pipeline depth.
 //
 // The bounds are GEMM rungs 09's and 10's (tests/test_cuda_gemm_mma.cpp
 // derives them), each direction a GEMM with reduction length R: C*R*S
@@ -67,7 +71,8 @@ struct Rung {
 double tf32(float x) { return double(std::bit_cast<float>(anvil::float_to_tf32_bits(x))); }
 double bf16(float x) { return double(anvil::bf16_bits_to_float(anvil::float_to_bf16_bits(x))); }
 constexpr Rung kTf32{6, 0x1p-11, tf32, cu::gemm_rungs::Math::kTf32},
-    kBf16{7, 0x1p-8, bf16, cu::gemm_rungs::Math::kBf16};
+    kBf16{7, 0x1p-8, bf16, cu::gemm_rungs::Math::kBf16},
+    kBf16Multistage{8, 0x1p-8, bf16, cu::gemm_rungs::Math::kBf16};
 
 Conv2dShape make_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t R,
                        int64_t S, int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
@@ -239,12 +244,12 @@ void require_within(const Ratios& r, const char* direction) {
 
 }  // namespace
 
-TEST_CASE("cuda conv mma: rungs 6 (TF32) and 7 (BF16) are within their bounds of FP64 in every "
-          "direction",
+TEST_CASE("cuda conv mma: rungs 6 (TF32), 7 and 8 (BF16) are within their bounds of FP64 in "
+          "every direction",
           "[cuda][conv][tf32]") {
   if (!cuda_test::have_device()) return;
   const std::vector<Conv2dShape> shapes = test_shapes();
-  for (const Rung& rung : {kTf32, kBf16}) {
+  for (const Rung& rung : {kTf32, kBf16, kBf16Multistage}) {
     REQUIRE(cu::conv_rungs::rung(rung.variant).math == rung.math);
     REQUIRE(cu::conv2d_workspace_floats(rung.variant, shapes[0]) >= 2 * 6 * 25);  // a split
     uint32_t seed = 40;
@@ -272,21 +277,22 @@ void require_within_bf16(const Result& r) {
   }
 }
 
-TEST_CASE("cuda conv mma: rung 7 reads bfloat16 x, w and dy, bitwise as float32 of the same "
-          "values",
+TEST_CASE("cuda conv mma: rungs 7 and 8 read bfloat16 x, w and dy, bitwise as float32 of the "
+          "same values",
           "[cuda][conv][bf16]") {
   if (!cuda_test::have_device()) return;
   uint32_t seed = 70;
-  for (const Conv2dShape& s : test_shapes()) {
-    INFO(describe(s));
-    const Result b = run_shape(kBf16, s, seed += 5, Operands::kBf16);
-    require_within_bf16(b);
-    // The same bf16 words in shared memory, the same order of k: the same bits.
-    const Result f = run_shape(kBf16, s, seed, Operands::kBf16Values);
-    CHECK(same_bits(b.y, f.y));
-    CHECK(same_bits(b.dx, f.dx));
-    CHECK(same_bits(b.dw, f.dw));
-  }
+  for (const Rung& rung : {kBf16, kBf16Multistage})
+    for (const Conv2dShape& s : test_shapes()) {
+      INFO("rung " << rung.variant << ", " << describe(s));
+      const Result b = run_shape(rung, s, seed += 5, Operands::kBf16);
+      require_within_bf16(b);
+      // The same bf16 words in shared memory, the same order of k: the same bits.
+      const Result f = run_shape(rung, s, seed, Operands::kBf16Values);
+      CHECK(same_bits(b.y, f.y));
+      CHECK(same_bits(b.dx, f.dx));
+      CHECK(same_bits(b.dw, f.dw));
+    }
   // The rungs that read float32 only refuse bfloat16, by name.
   const Conv2dShape s = test_shapes()[2];
   const anvil::bfloat16* none = nullptr;
@@ -298,6 +304,50 @@ TEST_CASE("cuda conv mma: rung 7 reads bfloat16 x, w and dy, bitwise as float32 
                       Catch::Contains("cuda::conv2d_backward_data: variant 5"));
   REQUIRE_THROWS_WITH(cu::conv2d_backward_weight(1, s, none, none, nullptr, nullptr, nullptr),
                       Catch::Contains("cuda::conv2d_backward_weight: variant 1"));
+}
+
+// Rung 08's forward (the directions it adds) on shapes that exercise its
+// iterators: C of 1, 13 and 40 (padded to 8, 16, 40 channels: a channel
+// block of 32 partly or mostly outside), K of 6, 24, 33, 64, 70 and 128
+// (the 256 x 64 tile up to 64, the 128 x 128 one above, ragged), windows
+// 1x1, 3x3 and 5x5, strides 1 and 2 (mixed), pads 0, 1 and 2, batches 1 to
+// 7; ResNet-18's stride-2 transition and 1x1 shortcut, LeNet's conv1
+// (d2l's pad 2). And at 2, 3 and 4 pipeline stages, the same bits: the
+// depth changes when a stage lands, never what is summed or in what order.
+TEST_CASE("cuda conv mma: rung 8's forward on channels-last operands within its bounds, the same "
+          "bits at every pipeline depth",
+          "[cuda][conv][bf16]") {
+  if (!cuda_test::have_device()) return;
+  const Conv2dShape shapes[] = {
+      make_shape(1, 13, 7, 9, 70, 3, 3, 2, 2, 1, 1),  make_shape(7, 40, 5, 5, 24, 1, 1, 1, 1, 0, 0),
+      make_shape(2, 8, 11, 10, 33, 5, 5, 1, 2, 2, 2), make_shape(1, 64, 14, 14, 128, 3, 3, 2, 2, 1, 1),
+      make_shape(1, 64, 7, 7, 64, 3, 3, 1, 1, 1, 1),  make_shape(3, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2),
+      make_shape(1, 64, 8, 8, 128, 1, 1, 2, 2, 0, 0)};
+  uint32_t seed = 120;
+  for (const Conv2dShape& s : shapes) {
+    INFO(describe(s));
+    const Inputs in = draw(s, seed += 5, false);
+    const DeviceBuffer<float> x(in.x), w(in.w), bias(in.bias);
+    DeviceBuffer<float> ws(Vec(cu::conv2d_workspace_floats(8, s), kNaN)), y(Vec(in.dy.size(), kNaN));
+    cu::conv2d_forward(8, s, x.ptr, w.ptr, bias.ptr, y.ptr, ws.ptr, nullptr);
+    const Vec rung_y = y.to_host();
+    const Result r = compare(kBf16Multistage, s, in, rung_y, Vec(in.x.size()), Vec(in.w.size()));
+    require_within(r.forward, "forward");
+    for (int stages : {2, 3, 4}) {
+      INFO(stages << " stages");
+      DeviceBuffer<float> y_at(Vec(in.dy.size(), kNaN));
+      cu::conv_rungs::bf16_multistage_forward(stages, s, x.ptr, w.ptr, bias.ptr, y_at.ptr, ws.ptr,
+                                              nullptr);
+      const Vec got = y_at.to_host();
+      CHECK(same_bits(got, rung_y));
+      const Result at = compare(kBf16Multistage, s, in, got, Vec(in.x.size()), Vec(in.w.size()));
+      require_within(at.forward, "forward");
+    }
+  }
+  const Conv2dShape s = shapes[0];
+  CHECK_THROWS_WITH(cu::conv_rungs::bf16_multistage_forward(5, s, nullptr, nullptr, nullptr,
+                                                            nullptr, nullptr, nullptr),
+                    "conv rung 08: 5 stages (2, 3 or 4 are built)");
 }
 
 TEST_CASE("conv backends: bfloat16 operands on the CPU and cuda:0 against FP64, and bitwise as "
@@ -356,12 +406,12 @@ TEST_CASE("conv backends: bfloat16 operands on the CPU and cuda:0 against FP64, 
 }
 
 #if defined(ANVIL_CUDA_SIM)
-TEST_CASE("cuda conv mma: a swapped fragment register in the emulated tensor core breaks rungs 6 "
-          "and 7",
+TEST_CASE("cuda conv mma: a swapped fragment register in the emulated tensor core breaks rungs 6, "
+          "7 and 8",
           "[cuda][conv][tf32][sim]") {
   namespace mma = anvil::sim::mma;
   const Conv2dShape s = make_shape(2, 3, 9, 8, 5, 3, 2, 2, 1, 1, 0);
-  for (const Rung& rung : {kTf32, kBf16}) {
+  for (const Rung& rung : {kTf32, kBf16, kBf16Multistage}) {
     INFO("rung " << rung.variant);
     mma::set_register_swap(mma::Operand::kA, 1, 2);
     Result broken;

@@ -32,7 +32,8 @@
 
 namespace anvil::cuda {
 
-const conv_rungs::Rung conv_rungs::kBf16Mma =
+// constinit: rung 08 copies this rung during its dynamic initialisation.
+constinit const conv_rungs::Rung conv_rungs::kBf16Mma =
     conv_kernels::MmaRung<mma_tile::Bf16>::rung("bf16 mma", gemm_rungs::Math::kBf16);
 
 }  // namespace anvil::cuda

@@ -19,7 +19,7 @@ namespace {
 constexpr const conv_rungs::Rung* kRungs[kConvVariants] = {
     &conv_rungs::kDirect, &conv_rungs::kIm2col, &conv_rungs::kImplicitGemm,
     &conv_rungs::kImplicitWarpTile, &conv_rungs::kSplitK, &conv_rungs::kTf32Mma,
-    &conv_rungs::kBf16Mma};
+    &conv_rungs::kBf16Mma, &conv_rungs::kBf16Multistage};
 
 [[noreturn]] void bad_shape(const char* fn, const std::string& what) {
   throw std::invalid_argument(std::string("cuda::") + fn + ": " + what);

@@ -21,6 +21,10 @@
 //                            arithmetic of BF16 mixed precision; reads x, w
 //                            and dy as bfloat16 when given them, stores y
 //                            and dx as bfloat16 when asked
+//   08_bf16_multistage.cu    07's numerics; the forward an implicit GEMM on
+//                            channels-last operands on the multistage
+//                            mainloop (cp.async, ldmatrix, 4 stages),
+//                            backward-data and backward-weight 07's
 // Run one rung alone (checked against the CPU, then timed):
 //   build/sim/bench_cuda_kernels conv 3
 #pragma once
@@ -34,7 +38,7 @@
 
 namespace anvil::cuda {
 
-constexpr int kConvVariants = 7;
+constexpr int kConvVariants = 8;
 constexpr int kBestConv = 5;  // the one the backend uses in FP32
 constexpr int kTf32Conv = 6;  // ... and in TF32 (core/precision.h)
 constexpr int kBf16Conv = 7;  // ... and in BF16 (autocast)
@@ -106,7 +110,12 @@ struct Rung {
                                  bfloat16* dx, float* workspace, cudaStream_t) = nullptr;
 };
 extern const Rung kDirect, kIm2col, kImplicitGemm, kImplicitWarpTile, kSplitK, kTf32Mma,
-    kBf16Mma;
+    kBf16Mma, kBf16Multistage;
+// Rung 08's forward with `stages` (2, 3 or 4) pipeline stages on its 128 x
+// 128 tile (the rung runs 4): every depth gives the same bits, which the
+// tests check. std::invalid_argument for another depth.
+void bf16_multistage_forward(int stages, const Conv2dShape& s, const float* x, const float* w,
+                             const float* bias, float* y, float* workspace, cudaStream_t stream);
 // Rung `variant` (1 to kConvVariants; std::invalid_argument otherwise).
 const Rung& rung(int variant);
 }  // namespace conv_rungs

@@ -1,0 +1,220 @@
+// The forward convolution as an implicit GEMM on channels-last operands, on
+// the multistage mainloop (gemm/mma_multistage.cuh): convolution rung 08
+// (08_bf16_multistage.cu explains the rung).
+//
+//   y[(n,p,q), k] = sum over (r, s, c) of x[n, p*sh - ph + r, q*sw - pw + s, c] * w[k, r, s, c]
+//
+// x is NHWC and w KRSC, bfloat16, with C padded with zeros to Cp, a
+// multiple of 8: then 8 consecutive channels of one pixel (or one tap of
+// one filter) are one whole, 16-byte aligned chunk, what a cp.async moves.
+// The GEMM: M = N*P*Q rows (A: the activations), N = K columns (B: the
+// filters), reduction over the taps (r, s) and, within each tap, channel
+// blocks of 32 (one stage): k-step t = (r * S + s) * Cb + cb, Cb = ceil(Cp /
+// 32). Channels past Cp in the last block are zeros on both sides.
+//
+// A chunk outside the operand (padding, rows or channels past the end) is
+// a cp.async of src-size 0: it writes zeros and reads nothing, so its
+// address, which may lie outside the tensor, is never dereferenced.
+//
+// Both operands are contiguous along the reduction (the Layout's rows are
+// their rows j, 4 chunks of 8 channels each), so unit e of a stage is row
+// j = e / 4, chunk e % 4: with Threads a multiple of 32, thread t always
+// copies chunk t % 4 (channels cb*32 + 8*(t % 4) ..) of rows
+// t / 4 + u * Threads / 4, u = 0 .. kUnits - 1.
+#pragma once
+#include <climits>
+#include <cstdint>
+
+#include "core/bfloat16.h"
+#include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/cuda_compat.h"
+#include "kernels/cuda/gemm/mma_multistage.cuh"
+#include "kernels/element.h"
+
+namespace anvil::cuda::conv_kernels {
+
+// The shape, as the kernels see it (checked to fit int on the host).
+struct NhwcGeo {
+  int N, H, W, Cp, K, R, S, sh, sw, ph, pw, P, Q;
+  int Cb;  // channel blocks of 32 per tap
+  __device__ __forceinline__ int steps() const { return R * S * Cb; }
+};
+
+// The rows a thread copies, and where their chunks go in a stage.
+template <int Threads, int BJ>
+struct ChunkRows {
+  using L = multistage::Layout<false, BJ>;
+  static constexpr int kUnits = L::kChunks / Threads;
+  static_assert(kUnits * Threads == L::kChunks && Threads % 32 == 0);
+  __device__ __forceinline__ static int chunk() { return int(threadIdx.x) % 4; }
+  __device__ __forceinline__ static int row(int u) { return int(threadIdx.x) / 4 + u * (Threads / 4); }
+  // Unit u's chunk in a stage: unit 0's plus u * kUnitStride (the Layout
+  // says why).
+  static constexpr int kUnitStride = L::template kUnitStride<Threads>;
+  static_assert(L::template kStridesEvenly<Threads>);
+  __device__ __forceinline__ static int first() { return L::chunk(row(0), 8 * chunk()); }
+};
+
+// A: the activations, row j = output position m0 + j. Precomputed per row:
+// the address of its top-left tap's pixel (which may lie in the padding,
+// outside x: it is read only where the tap is inside) and that pixel's
+// (h, w), h = INT_MIN / 2 past M so that no tap is inside. Stepped: the tap (r, s), the channel
+// block, and the one offset all rows share, (r * W + s) * Cp + 32 cb. Per
+// chunk and step: two adds, two unsigned compares, a 64-bit add.
+template <int Threads, int BJ>
+struct ActivationIterator {
+  using Rows = ChunkRows<Threads, BJ>;
+  using L = typename Rows::L;
+  static constexpr bool kAlongJ = false;
+  static constexpr int kUnits = Rows::kUnits;
+  const bfloat16* x;
+  const bfloat16* pixel[kUnits];  // x + (n, h0, w0, this thread's chunk)
+  int h0[kUnits], w0[kUnits];
+  int H, W, S, Cp, Cb;
+  int r = 0, s = 0, cb = 0;
+  int c;            // this thread's first channel of the step
+  int first;        // unit 0's chunk in a stage
+  int64_t offset;   // (r * W + s) * Cp + 32 cb
+  int64_t next_tap, next_row;  // what the offset gains when cb, then s, wrap
+
+  __device__ __forceinline__ ActivationIterator(const NhwcGeo& g, const bfloat16* x_, int m0)
+      : x(x_), H(g.H), W(g.W), S(g.S), Cp(g.Cp), Cb(g.Cb) {
+    const int M = g.N * g.P * g.Q, PQ = g.P * g.Q;
+    #pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const int m = m0 + Rows::row(u);
+      const int n = m / PQ, pq = m % PQ;
+      h0[u] = m < M ? pq / g.Q * g.sh - g.ph : INT_MIN / 2;
+      w0[u] = pq % g.Q * g.sw - g.pw;
+      c = 8 * Rows::chunk();
+      pixel[u] = x + ((int64_t(n) * g.H + h0[u]) * g.W + w0[u]) * g.Cp + c;
+    }
+    first = Rows::first();
+    offset = 0;
+    next_tap = int64_t(Cp) - 32 * Cb;
+    next_row = int64_t(W - S) * Cp;
+  }
+  __device__ __forceinline__ void copy(uint16_t* stage) const {
+    #pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const int h = h0[u] + r, w = w0[u] + s;
+      const bool inside = c < Cp && unsigned(h) < unsigned(H) && unsigned(w) < unsigned(W);
+      cp_async::copy_cg(stage + first + u * Rows::kUnitStride, pixel[u] + offset, inside ? 16 : 0);
+    }
+  }
+  __device__ __forceinline__ void advance() {
+    c += 32;
+    offset += 32;
+    if (++cb == Cb) {
+      cb = 0;
+      c -= 32 * Cb;
+      offset += next_tap;
+      if (++s == S) {
+        s = 0;
+        ++r;
+        offset += next_row;
+      }
+    }
+  }
+};
+
+// B: the filters, row j = output channel n0 + j. Precomputed per row: its
+// filter's address, and whether it exists; stepped: the channel block and
+// the offset (taps are consecutive in KRSC: a tap's wrap adds Cp - 32 Cb).
+template <int Threads, int BJ>
+struct FilterIterator {
+  using Rows = ChunkRows<Threads, BJ>;
+  using L = typename Rows::L;
+  static constexpr bool kAlongJ = false;
+  static constexpr int kUnits = Rows::kUnits;
+  const bfloat16* w;
+  const bfloat16* filter[kUnits];  // w + (k, this thread's chunk)
+  bool exists[kUnits];
+  int Cp, Cb, cb = 0, c;
+  int first;
+  int64_t offset;  // (r * S + s) * Cp + 32 cb
+
+  __device__ __forceinline__ FilterIterator(const NhwcGeo& g, const bfloat16* w_, int n0)
+      : w(w_), Cp(g.Cp), Cb(g.Cb) {
+    #pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const int k = n0 + Rows::row(u);
+      c = 8 * Rows::chunk();
+      exists[u] = k < g.K;
+      filter[u] = w + int64_t(k) * g.R * g.S * g.Cp + c;
+    }
+    first = Rows::first();
+    offset = 0;
+  }
+  __device__ __forceinline__ void copy(uint16_t* stage) const {
+    #pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const bool inside = exists[u] && c < Cp;
+      cp_async::copy_cg(stage + first + u * Rows::kUnitStride, filter[u] + offset, inside ? 16 : 0);
+    }
+  }
+  __device__ __forceinline__ void advance() {
+    c += 32;
+    offset += 32;
+    if (++cb == Cb) {
+      cb = 0;
+      c -= 32 * Cb;
+      offset += Cp - 32 * Cb;
+    }
+  }
+};
+
+// y (NCHW, float32 or bfloat16) of tile (blockIdx.x: rows of N*P*Q,
+// blockIdx.y: columns of K): the FP32 sum plus the bias, rounded once.
+template <class S, class TY>
+__device__ __forceinline__ void forward_nhwc_tile(const NhwcGeo& g, const bfloat16* __restrict__ x,
+                                                  const bfloat16* __restrict__ w,
+                                                  const float* __restrict__ bias,
+                                                  TY* __restrict__ y) {
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const int wm = warp / S::kWarpsN * S::kWarpM, wn = warp % S::kWarpsN * S::kWarpN;
+  const int m0 = int(blockIdx.x) * S::kBM, n0 = int(blockIdx.y) * S::kBN;
+  ActivationIterator<S::kThreads, S::kBM> ia(g, x, m0);
+  FilterIterator<S::kThreads, S::kBN> ib(g, w, n0);
+  float acc[S::kTilesM][S::kTilesN][4] = {};
+  multistage::mainloop<S>(g.steps(), ia, ib, dynamic_shared<uint16_t>(), wm, wn, lane, acc);
+  const int PQ = g.P * g.Q;
+  mma_tile::put_warp_tile(g.N * PQ, g.K, m0 + wm, n0 + wn, lane / 4, lane % 4, acc,
+                          [&](int m, int k, const float4& v, int valid) {
+                            const int n = m / PQ, pq = m % PQ;
+                            TY* out = y + (int64_t(n) * g.K + k) * PQ + pq;
+                            out[0] = anvil::store<TY>(v.x + (bias ? bias[k] : 0.0f));
+                            if (valid > 1) out[PQ] = anvil::store<TY>(v.y + (bias ? bias[k + 1] : 0.0f));
+                          });
+}
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    forward_nhwc(NhwcGeo g, const bfloat16* __restrict__ x, const bfloat16* __restrict__ w,
+                 const float* __restrict__ bias, float* __restrict__ y) {
+  forward_nhwc_tile<S>(g, x, w, bias, y);
+}
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    forward_nhwc(NhwcGeo g, const bfloat16* __restrict__ x, const bfloat16* __restrict__ w,
+                 const float* __restrict__ bias, bfloat16* __restrict__ y) {
+  forward_nhwc_tile<S>(g, x, w, bias, y);
+}
+
+// out[n, h, w, c] (c < Cp) = in[n, c, h, w] as bfloat16 (float32 rounded
+// to nearest even, as rung 07 stages it), zeros for c >= C: x into NHWC, or
+// w [K, C, R, S] into KRSC (n = k, (h, w) = (r, s)). One thread per output
+// element, consecutive threads along c: stores coalesce, loads stride by
+// H*W (a pass over memory before the GEMM; a tiled transpose would coalesce
+// both sides).
+template <class T>
+__global__ void to_channels_last(int N, int C, int H, int W, int Cp, const T* __restrict__ in,
+                                 bfloat16* __restrict__ out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(N) * H * W * Cp) return;
+  const int c = int(i % Cp);
+  const int64_t pixel = i / Cp;
+  const int64_t n = pixel / (int64_t(H) * W), hw = pixel % (int64_t(H) * W);
+  out[i] = c < C ? bfloat16(anvil::load(in[(n * C + c) * H * W + hw])) : bfloat16(0.0f);
+}
+
+}  // namespace anvil::cuda::conv_kernels
