@@ -122,6 +122,7 @@ CONV_WARP_TILED = ("forward_warp_tiled", "backward_data_warp_tiled", "backward_w
 MMA_VARIANTS = {("gemm_mma", "tf32"): "gemm 9", ("gemm_mma", "bf16"): "gemm 10",
                 ("gemm_mma", "tf32 pipelined"): "gemm 11",
                 ("gemm_mma", "bf16 ldmatrix"): "gemm 12",
+                ("forward_nhwc", "bf16 multistage"): "conv 8",
                 **{(base, "tf32"): "conv 6" for base in CONV_WARP_TILED},
                 **{(base, "bf16"): "conv 7" for base in CONV_WARP_TILED}}
 
@@ -143,7 +144,11 @@ def base_and_tile(demangled):
     mma = re.search(r"mma_tile::Shape<[\w:]*mma_tile::(Tf32|Bf16), (\d+), (\d+), \d+>", name)
     pipelined = re.search(r"mma_pipeline::Shape<(\d+), (\d+), \d+, \d+>", name)
     ldmatrix = re.search(r"mma_ldmatrix::Shape<(\d+), (\d+), \d+, \d+>", name)
+    multistage = re.search(r"multistage::Shape<(\d+), (\d+), (\d+), \d+>", name)
     base = re.sub(r"<.*", "", name).split("::")[-1]
+    if multistage:  # 64 x 64 per warp, dynamic shared memory (multistage_shared_bytes)
+        wm, wn, stages = (int(multistage.group(i)) for i in (1, 2, 3))
+        return base, f"bf16 {64 * wm}x{64 * wn} multistage {stages}", 32 * wm * wn
     if ldmatrix:  # 64 x 64 per warp, bfloat16 operands only
         wm, wn = int(ldmatrix.group(1)), int(ldmatrix.group(2))
         return base, f"bf16 {64 * wm}x{64 * wn} ldmatrix", 32 * wm * wn
@@ -164,6 +169,14 @@ def base_and_tile(demangled):
     bm = wm * sub_m * lanes_m * 4
     bn = wn * sub_n * (32 // lanes_m) * 4
     return base, f"{bm}x{bn}", 32 * wm * wn
+
+
+def multistage_shared_bytes(tile):
+    """The dynamic shared memory a multistage kernel is launched with
+    (mma_multistage.cuh's Shape::kSharedBytes: stages x (BM + BN) x 32 of k x
+    2 bytes); 0 for another tile."""
+    m = re.match(r"bf16 (\d+)x(\d+) multistage (\d+)$", tile)
+    return int(m.group(3)) * (int(m.group(1)) + int(m.group(2))) * 32 * 2 if m else 0
 
 
 def source_file(stem):
@@ -288,7 +301,8 @@ def kernel_rows(folder):
             base, tile, shape_threads = base_and_tile(names.get(mangled, mangled))
             variant, threads = KERNELS.get(base, ("", 256))
             if tile.startswith(("tf32", "bf16")):
-                math_key = tile[:4] + next((" " + w for w in ("pipelined", "ldmatrix") if tile.endswith(w)), "")
+                math_key = tile[:4] + next((" " + w for w in ("pipelined", "ldmatrix", "multistage")
+                                            if w in tile), "")
                 variant = MMA_VARIANTS.get((base, math_key), variant)
             threads = shape_threads or threads
             facts = sass_facts(sass.get(mangled, []))
@@ -299,7 +313,7 @@ def kernel_rows(folder):
                                         "local": 0, "loop": [], "block": [], "hmma": []})
             row["count"] += 1
             row["regs"].append(r["regs"])
-            row["smem"] = max(row["smem"], r["smem"])
+            row["smem"] = max(row["smem"], r["smem"] + multistage_shared_bytes(tile))
             row["stack"] = max(row["stack"], r["stack"])
             row["spill"] = max(row["spill"], r["spill"])
             row["ldg128"].append(facts["ldg128"])
@@ -315,7 +329,7 @@ def kernel_rows(folder):
 
 
 def kernel_table(rows):
-    out = ["| file | kernel | variant | inst. | threads | registers | spills | stack | static smem | "
+    out = ["| file | kernel | variant | inst. | threads | registers | spills | stack | smem | "
            "blocks/SM (limit) | occupancy | LDG.128 | LDS.128 | LDGSTS.128 | local mem | FFMA, densest block | "
            "FFMA / instr., main loop |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -327,7 +341,7 @@ def kernel_table(rows):
         claims = MMA_CLAIMS.get(base, set()) if mma else CLAIMS.get((base, tile), CLAIMS.get(base, set()))
         if tile.endswith("bf16 in memory"):  # a quad of bfloat16 is one 8-byte load
             claims = claims - {"ldg128"}
-        if tile.endswith(("pipelined", "ldmatrix")):
+        if tile.endswith(("pipelined", "ldmatrix")) or "multistage" in tile:
             claims = PIPELINED_CLAIMS
         cells = []
         for what in ("ldg128", "lds128", "ldgsts128"):
@@ -351,11 +365,18 @@ def kernel_table(rows):
             worst_ffma = max(f for _, f, _, _ in r["hmma"])
             longest = max(n for _, _, n, _ in r["hmma"])
             ldsm = min(m for _, _, _, m in r["hmma"])
-            loop_cell = f"HMMA {fewest}, FFMA {worst_ffma} / {longest}"
-            if tile.endswith("ldmatrix"):
-                loop_cell = f"HMMA {fewest}, LDSM {ldsm}, FFMA {worst_ffma} / {longest}"
+            per_hmma = longest / fewest if fewest else float("inf")
+            loop_cell = f"HMMA {fewest}, FFMA {worst_ffma} / {longest} ({per_hmma:.2f} per HMMA)"
+            if tile.endswith("ldmatrix") or "multistage" in tile:
+                loop_cell = (f"HMMA {fewest}, LDSM {ldsm}, FFMA {worst_ffma} / {longest} "
+                             f"(**{per_hmma:.2f}** per HMMA)")
                 if ldsm == 0:
                     problems.append(f"{base} {tile}: no LDSM in its main loop ({loop_cell})")
+                # The multistage mainloop's bound: an SM issues 4 instructions a
+                # clock and finishes about one HMMA a clock (docs/kernels.md).
+                if per_hmma > 4:
+                    problems.append(f"{base} {tile}: {per_hmma:.2f} instructions per HMMA in its "
+                                    "main loop, over the 4 an SM issues per HMMA")
             if fewest == 0 or worst_ffma > 0:
                 problems.append(f"{base} {tile}: main loop without HMMA or with FFMA ({loop_cell})")
         block = max(r["block"], default=None)
