@@ -1,7 +1,7 @@
 // The shared parts of bench_cuda_kernels (bench/bench_cuda_kernels.cpp says
 // what it measures and how): its options, the vendor-library checks, device
 // buffers, the CPU comparison's tolerances, the timer, and the Bench that
-// each family's file (gemm_conv.cpp, memory_bound.cpp) adds its method to.
+// each family's file (gemm.cpp, conv.cpp, memory_bound.cpp) adds its method to.
 #pragma once
 #include <algorithm>
 #include <cmath>
