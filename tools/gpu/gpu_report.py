@@ -77,8 +77,9 @@ def catch_summary(text):
 
 # A benchmark row: op, shape, impl, ms, GFLOP/s, % vendor, and (since the
 # baselines name themselves) the baseline the percentage is of.
-IMPL = (r"v\d+ .+?|cuBLAS (?:SGEMM|TF32|BF16)|cuDNN (?:FP32|TF32|BF16) (?:NCHW|NHWC) algo \d+"
-        r"|cuDNN (?:TF32 )?algo \d+")
+IMPL = (r"v\d+ .+?|cuBLAS (?:FP32|TF32|BF16) heuristic \d+ \(algo -?\d+\)"
+        r"|cuDNN (?:FP32|TF32|BF16) (?:NCHW|NHWC) algo \d+"
+        r"|cuBLAS (?:SGEMM|TF32|BF16)|cuDNN (?:TF32 )?algo \d+")  # the last two: earlier logs
 ROW = re.compile(r"^(gemm|fwd|bwdD|bwdW)\s+(.+?)\s+(" + IMPL + r")\s+"
                  r"([\d.]+)\s+(\S+)\s+(\S+)(?:\s+(\S+))?\s*$")
 
@@ -294,8 +295,10 @@ def main():
                               f"{c['best']} at {c['pct_cudnn']:.1f}% of cuDNN {label}'s best "
                               f"layout (goal 70%).")
     if missing:
+        unmatched = sum(1 for r in rows if r["impl"].startswith("v") and r["pct_vendor"] is None)
         md.append(f"- **{len(missing)} vendor baseline(s) missing: no algorithm passed the check** "
-                  f"(listed under Kernels).")
+                  f"(one arithmetic and layout each; listed under Kernels); {unmatched} anvil "
+                  f"row(s) have no baseline in any layout.")
     if rejected:
         md.append(f"- {len(rejected)} vendor algorithm(s) failed the check and the next was taken "
                   f"(listed under Kernels).")
