@@ -46,7 +46,7 @@ def run_report(runs, bench="", torch_runs=None, part=3):
 
 # Rows as bench_cuda_kernels prints them (op, shape, impl, ms, GFLOP/s, % vendor, vendor).
 BENCH = """\
-gemm  4096x4096x4096 (MxNxK)                       cuBLAS BF16                        0.2000   687194.8    100.0  -
+gemm  4096x4096x4096 (MxNxK)                       cuBLAS BF16 heuristic 2 (algo 66)  0.2000   687194.8    100.0  -
 gemm  4096x4096x4096 (MxNxK)                       v8 split-K                         3.0000    45812.9     40.0  cuBLAS-FP32
 gemm  4096x4096x4096 (MxNxK)                       v12 bf16 mma ldmatrix, bf16 in memory     0.4000   343597.4     50.0  cuBLAS-BF16
 REJECTED: fwd cuDNN FP32 NCHW algo 5 on resnet b1.conv N256 64->64 3x3/1 @28x28: relative error 0.01 > tolerance 0.0003; the next is tried
@@ -67,6 +67,7 @@ class Baselines(unittest.TestCase):
         self.assertEqual(rows[2]["impl"], "v12 bf16 mma ldmatrix, bf16 in memory")
         self.assertEqual(rows[2]["vendor"], "cuBLAS-BF16")
         self.assertIsNone(rows[0]["vendor"])
+        self.assertEqual(rows[0]["impl"], "cuBLAS BF16 heuristic 2 (algo 66)")
         self.assertEqual(rows[3]["impl"], "cuDNN FP32 NCHW algo 1")
         self.assertEqual(len(figures["missing_baselines"]), 1)
         self.assertEqual(len(figures["rejected_algorithms"]), 1)
