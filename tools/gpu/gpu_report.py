@@ -106,9 +106,20 @@ def bench_rows(text):
     return rows, fails, missing, rejected
 
 
-def math_of(impl):
-    """A rung's arithmetic, from its name ("tf32 mma", "bf16 mma ldmatrix", ...)."""
-    return "bf16" if "bf16" in impl else "tf32" if "tf32" in impl else "fp32"
+def math_of(row):
+    """A rung's arithmetic: its baseline's ("cuBLAS-TF32", "cuDNN-BF16-NHWC"),
+    which the benchmark picks by the rung's own; in logs without that column,
+    from its name (the tensor-core rungs, and they alone, have "mma" in it:
+    kernels/cuda/gemm/gemm.h holds the table to that; "tf32 mma", "bf16 mma
+    ldmatrix", ...)."""
+    vendor = row.get("vendor") or ""
+    for math in ("FP32", "TF32", "BF16"):
+        if f"-{math}" in vendor:
+            return math.lower()
+    impl = row["impl"]
+    if "mma" not in impl:
+        return "fp32"
+    return "bf16" if "bf16" in impl else "tf32"
 
 
 # Headline keys: FP32 rungs bare, the tensor-core rungs by arithmetic.
@@ -123,7 +134,7 @@ def headline(rows):
     h = {}
     for math, suffix in MATHS:
         gemm = [r for r in rows if r["op"] == "gemm" and r["shape"].startswith("4096x4096x4096")
-                and r["impl"].startswith("v") and math_of(r["impl"]) == math
+                and r["impl"].startswith("v") and math_of(r) == math
                 and r["pct_vendor"] is not None]
         if gemm:
             best = max(gemm, key=lambda r: r["pct_vendor"])
@@ -138,7 +149,7 @@ def headline(rows):
 
 def conv_headline(rows, op, math, prefix, h, key):
     conv = [r for r in rows if r["op"] == op and r["shape"].startswith(prefix)
-            and r["impl"].startswith("v") and math_of(r["impl"]) == math
+            and r["impl"].startswith("v") and math_of(r) == math
             and r["pct_vendor"] is not None]
     if not conv:
         return
