@@ -9,33 +9,38 @@
 //   bench_cuda_kernels gemm 3                  # one rung of one ladder (gemm.h, conv.h)
 //   bench_cuda_kernels conv                    # every rung of one family
 //   bench_cuda_kernels --gemm-sizes 512,1024 --repeats 50 --no-conv
+//   bench_cuda_kernels conv --conv-set training  # the training runs' layers only
+//   bench_cuda_kernels gemm --rungs 8,12         # some rungs of one family
 //   bench_cuda_kernels --smoke                 # tiny shapes: correctness only
 // Families: gemm, conv, sum, softmax (softmax cross-entropy forward), csum
 // (channel_sum), bn (BatchNorm training).
 //
-// For each shape: the vendor baseline first (cuBLAS SGEMM; cuDNN forward,
-// backward-data and backward-filter with the fastest algorithm that
-// cudnnFind*AlgorithmEx reports), then anvil::cuda variants 1..kGemmVariants
-// and 1..kConvVariants. Every result (the vendor's too) is first compared with
-// the CPU kernel (anvil::cpu::gemm / conv2d_*); a wrong variant is reported by
-// name, is not timed, and makes the exit status 1. Timing: --warmup calls,
-// then --repeats calls each between two CUDA events on one stream (3 calls,
-// after one warm-up, for a variant whose first call takes over 100 ms); the
-// median is reported as ms, GFLOP/s (2*M*N*K; 2*N*K*C*R*S*P*Q for every conv
-// direction) and as a percentage of the vendor's time (vendor ms / ours ms).
+// For each shape: the vendor baselines first, then anvil::cuda variants
+// 1..kGemmVariants and 1..kConvVariants. Every result (the vendor's too) is
+// first compared with the CPU kernel (anvil::cpu::gemm / conv2d_*); a wrong
+// variant is reported by name (a FAIL line), is not timed, and makes the
+// exit status 1. Timing: --warmup calls, then --repeats calls each between
+// two CUDA events on one stream (3 calls, after one warm-up, for a variant
+// whose first call takes over 100 ms); the median is reported as ms,
+// GFLOP/s (2*M*N*K; 2*N*K*C*R*S*P*Q for every conv direction) and as a
+// percentage of the vendor's time in the same arithmetic (vendor ms / ours
+// ms), with the baseline it was taken from named in the last column.
 //
-// Each rung against the vendor in the same arithmetic: the FP32 rungs against
-// cuBLAS SGEMM (CUBLAS_DEFAULT_MATH, no TF32) and cuDNN in CUDNN_FMA_MATH; the
-// tensor-core rungs against cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_TF32 or
-// _FAST_16BF and cuDNN in CUDNN_TENSOR_OP_MATH (TF32). Our forward
-// and backward-weight are timed without bias / bias gradient, as cuDNN's calls
-// compute neither (both are checked with them).
+// The baselines, each in one arithmetic (gemm.cpp and conv.cpp say more):
+// cuBLAS in FP32 (no TF32), TF32 on float32 operands and BF16 on bfloat16
+// operands (cuBLASLt); cuDNN forward, backward-data and
+// backward-filter in FP32 (CUDNN_FMA_MATH), TF32 (CUDNN_TENSOR_OP_MATH) and
+// BF16 (bfloat16 tensors), NCHW and NHWC. Each is the fastest algorithm
+// that passes the same check: an algorithm that fails it is named on a
+// REJECTED line and the next one is taken; a baseline none passes is a
+// MISSING line with every reason. Our forward and backward-weight are timed
+// without bias / bias gradient, as cuDNN's calls compute neither (both are
+// checked with them).
 //
-// Conv shapes (stride 1, no dilation): LeNet's two convolutions at batch 256
-// (1->20 3x3 on 28x28; 20->50 5x5 on 13x13, unpadded) and the 3x3 padded
-// convolutions of the four stages of d2l's ResNet-18 for Fashion-MNIST
-// resized to 96x96, at batch 128: after the 7x7/2 stem and the 3x3/2 pool
-// the stages run at 64ch@24x24, 128@12x12, 256@6x6 and 512@3x3.
+// Conv shapes (--conv-set): the training runs' own convolutions, every
+// distinct one of ResNet-18 at 28x28 (stride 2 and the 1x1 shortcuts
+// included) and LeNet's two, at batch 256; and the 3x3 stages of ResNet-18
+// on 96x96 inputs at batch 128 (bench/cuda_kernels/conv.cpp lists them).
 //
 // Baselines exist only in a real CUDA build (ANVIL_BENCH_CUBLAS / _CUDNN, set
 // by CMake when it finds the libraries). A simulator build (or --smoke) runs
@@ -98,10 +103,12 @@ int run(Options opt) {
     fmt::print("--smoke: tiny shapes, correctness first; times are too short to mean much\n");
   fmt::print("timing: {} warm-up + median of {} calls, CUDA events\n", opt.warmup, opt.repeats);
 #if BENCH_CUBLAS
-  check_cublas(cublasCreate(&b.cublas), "cublasCreate");
-  check_cublas(cublasSetStream(b.cublas, b.stream), "cublasSetStream");
-  check_cublas(cublasSetMathMode(b.cublas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-  fmt::print("GEMM baselines: cuBLAS SGEMM (FP32, no TF32); cublasGemmEx TF32 and BF16 compute\n");
+  check_cublas(cublasLtCreate(&b.cublas_lt), "cublasLtCreate");
+  fmt::print("GEMM baselines: cuBLAS {}, the fastest of cuBLASLt's heuristic candidates that "
+             "passes the check: FP32 (CUBLAS_COMPUTE_32F on float32), TF32 "
+             "(CUBLAS_COMPUTE_32F_FAST_TF32 on float32), BF16 (CUBLAS_COMPUTE_32F on "
+             "bfloat16 A, B); C float32\n",
+             cublasLtGetVersion());
 #elif !defined(ANVIL_CUDA_SIM)
   fmt::print("GEMM baseline: none (cuBLAS not linked)\n");
 #endif
@@ -110,7 +117,10 @@ int run(Options opt) {
   check_cudnn(cudnnSetStream(b.cudnn, b.stream), "cudnnSetStream");
   DeviceBuffer cudnn_ws(size_t{256} << 20);  // 1 GiB of workspace for cudnnFind*Ex
   b.cudnn_ws = &cudnn_ws;
-  fmt::print("conv baselines: cuDNN {}, fastest of cudnnFind*AlgorithmEx, FP32 (CUDNN_FMA_MATH) and TF32 (CUDNN_TENSOR_OP_MATH)\n",
+  fmt::print("conv baselines: cuDNN {}, the fastest algorithm of cudnnFind*AlgorithmEx that "
+             "passes the check, FP32 (CUDNN_FMA_MATH), TF32 (CUDNN_TENSOR_OP_MATH) and BF16 "
+             "(bfloat16 tensors, float32 accumulation), NCHW and NHWC; a rung's baseline is the "
+             "faster layout\n",
              cudnnGetVersion());
 #elif !defined(ANVIL_CUDA_SIM)
   fmt::print("conv baseline: none (cuDNN not found at build time)\n");
@@ -138,12 +148,7 @@ int run(Options opt) {
       b.conv("tiny s2", conv_shape(2, 5, 9, 9, 8, 3, 2, 1));
       b.conv("tiny split-K", conv_shape(4, 3, 12, 12, 8, 3, 1, 1));  // variant 5 splits dW
     } else {
-      b.conv("lenet c1", conv_shape(256, 1, 28, 28, 20, 3, 1, 0));
-      b.conv("lenet c2", conv_shape(256, 20, 13, 13, 50, 5, 1, 0));
-      b.conv("resnet s1", conv_shape(128, 64, 24, 24, 64, 3, 1, 1));
-      b.conv("resnet s2", conv_shape(128, 128, 12, 12, 128, 3, 1, 1));
-      b.conv("resnet s3", conv_shape(128, 256, 6, 6, 256, 3, 1, 1));
-      b.conv("resnet s4", conv_shape(128, 512, 3, 3, 512, 3, 1, 1));
+      b.conv_table();
     }
   }
 
@@ -191,7 +196,7 @@ int run(Options opt) {
   check_cudnn(cudnnDestroy(b.cudnn), "cudnnDestroy");
 #endif
 #if BENCH_CUBLAS
-  check_cublas(cublasDestroy(b.cublas), "cublasDestroy");
+  check_cublas(cublasLtDestroy(b.cublas_lt), "cublasLtDestroy");
 #endif
   cu::check(cudaStreamDestroy(b.stream), "cudaStreamDestroy");
   if (b.failures > 0) {
@@ -219,6 +224,11 @@ int main(int argc, char** argv) {
   app.add_flag("--no-gemm", opt.no_gemm, "skip the GEMM shapes");
   app.add_flag("--no-conv", opt.no_conv, "skip the conv shapes");
   app.add_flag("--no-norm", opt.no_norm, "skip the sum, softmax, channel-sum and BatchNorm shapes");
+  app.add_option("--conv-set", opt.conv_set,
+                 "conv shapes: training (the training runs' layers), resnet18-96, or all")
+      ->check(CLI::IsMember({"training", "resnet18-96", "all"}));
+  app.add_option("--rungs", opt.rungs, "these rungs of the named family only, e.g. 8,9,10,11,12")
+      ->delimiter(',');
   app.add_option("family", opt.family, "run one family only: gemm, conv, sum, softmax, csum, bn");
   app.add_option("rung", opt.rung, "run one rung of the family only (1 = the first)");
   CLI11_PARSE(app, argc, argv);
@@ -232,11 +242,21 @@ int main(int argc, char** argv) {
                    opt.family.c_str());
       return 2;
     }
-    if (opt.rung < 0 || opt.rung > f->rungs) {
+    auto refuse = [&](int r) {
       std::fprintf(stderr, "bench_cuda_kernels: %s has rungs 1 to %d, not %d\n", f->name,
-                   f->rungs, opt.rung);
+                   f->rungs, r);
+      return 2;
+    };
+    if (opt.rung < 0 || opt.rung > f->rungs) return refuse(opt.rung);
+    for (int r : opt.rungs)
+      if (r < 1 || r > f->rungs) return refuse(r);
+    if (opt.rung > 0 && !opt.rungs.empty()) {
+      std::fprintf(stderr, "bench_cuda_kernels: name one rung or --rungs, not both\n");
       return 2;
     }
+  } else if (!opt.rungs.empty()) {
+    std::fprintf(stderr, "bench_cuda_kernels: --rungs needs a family (gemm, conv, ...)\n");
+    return 2;
   }
 #endif
 #if defined(ANVIL_CUDA_BACKEND)

@@ -13,19 +13,31 @@ ratios (tools/gpu/gpu-check.sh): the same model, init, batch, rate and epochs as
 both with plain SGD at the seed recipe's rate and batch (apps/recipes.json) on
 pixels / 255, the training set reshuffled every epoch
 (the last, short batch kept), cross-entropy, evaluated on the 10,000 test
-images in eval mode after each epoch. --fp32-precision ieee (the default
-here): FP32 throughout, TF32 turned off for matrix products and cuDNN
-convolutions, as `anvil-train --fp32-precision ieee` and the kernel
-benchmark's FP32 baselines; --fp32-precision default: PyTorch's own defaults
-(cuDNN convolutions in TF32, matmuls in FP32), as `anvil-train`'s default.
-cudnn.benchmark picks the fastest algorithm per shape (its search falls in
-the first epoch).
+images in eval mode after each epoch. Three settings:
 
-The data is moved to the device once; each step slices a shuffled batch on the
-device, so an epoch's seconds are the training steps (synchronised at the
-epoch's end), as anvil-train's epoch_seconds are. Prints one JSON line per
+  --fp32-precision ieee (the default here)  FP32 throughout: TF32 off for
+      matrix products and cuDNN convolutions, cudnn.benchmark on, as
+      `anvil-train --fp32-precision ieee` and the kernel benchmark's FP32
+      baselines
+  --fp32-precision default  PyTorch as shipped, nothing set: cuDNN
+      convolutions in TF32, matmuls in FP32, cudnn.benchmark off; beside
+      `anvil-train`'s default (TF32 convolutions)
+  --best  PyTorch at its fastest for this model: autocast to bfloat16
+      (AMP), channels_last, cudnn.benchmark on, TF32 for what stays
+      float32; beside `anvil-train --amp bf16`
+
+An epoch's seconds are what anvil-train's epoch_seconds are: the training
+steps and the loader that feeds them (from the first batch's request to
+the last step, synchronised at the epoch's end; the test pass after it is
+not in them). --loader host (the default), as anvil's DataLoader and
+DevicePrefetcher: the images kept as bytes on the host, each batch
+gathered from a shuffled order, converted to float32 / 255 there, and
+copied to the device from pinned memory without blocking, so that the next
+batch is prepared while the GPU runs this one. --loader device: the whole
+set moved to the device once and each batch sliced there (no loader in
+the time, which anvil's figure always has). Prints one JSON line per
 epoch: epoch, train_loss, train_acc, test_loss, test_acc, epoch_seconds,
-images_per_second, device, model, torch.
+images_per_second, device, model, torch, setting, loader.
 
     python3 scripts/torch_gpu_recipes.py --model lenet --epochs 10 \\
         --data-dir .gpu/data/fashion-mnist --device cuda:0
@@ -52,13 +64,40 @@ MODELS = {"lenet": (lenet, True), "resnet18": (lambda: resnet18(10), False)}
 
 
 def read_split(data_dir, train, limit):
+    """The images as uint8 [n, 1, 28, 28] and the labels as int64, on the host."""
     stem = "train" if train else "t10k"
     images = read_idx(data_dir, f"{stem}-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
     labels = read_idx(data_dir, f"{stem}-labels-idx1-ubyte.gz", 8)
     if limit:
         images, labels = images[:limit], labels[:limit]
-    return (torch.from_numpy(images.astype(np.float32) / 255.0),
-            torch.from_numpy(labels.astype(np.int64)))
+    return torch.from_numpy(np.ascontiguousarray(images)), torch.from_numpy(labels.astype(np.int64))
+
+
+def to_float(images):
+    return images.float().div_(255.0)
+
+
+def host_batches(images, labels, batch_size, device, memory_format):
+    """One epoch's batches as anvil's loader hands them over: gathered on the
+    host in a fresh shuffled order, converted there, copied from pinned memory
+    without blocking (the copy and the next gather overlap the GPU's work)."""
+    order = torch.randperm(len(images))
+    pin = device.type == "cuda"
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        x, y = to_float(images[idx]), labels[idx]
+        if pin:
+            x, y = x.pin_memory(), y.pin_memory()
+        yield (x.to(device, non_blocking=True).contiguous(memory_format=memory_format),
+               y.to(device, non_blocking=True))
+
+
+def device_batches(images, labels, batch_size, device, memory_format):
+    """One epoch's batches sliced on the device from the whole set (moved once)."""
+    order = torch.randperm(len(images), device=device)
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        yield images[idx].contiguous(memory_format=memory_format), labels[idx]
 
 
 def main():
@@ -70,18 +109,37 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit-train", type=int, default=0, help="first N training images (0: all)")
     ap.add_argument("--limit-test", type=int, default=0, help="first N test images (0: all)")
-    ap.add_argument("--fp32-precision", choices=["ieee", "default"], default="ieee",
-                    help="ieee: no TF32 anywhere; default: PyTorch's (TF32 convolutions)")
+    ap.add_argument("--fp32-precision", choices=["ieee", "default"], default=None,
+                    help="ieee (the default): no TF32 anywhere; default: PyTorch as shipped "
+                         "(TF32 convolutions)")
+    ap.add_argument("--best", action="store_true",
+                    help="AMP bf16 + channels_last + cudnn.benchmark (+ TF32 for float32)")
+    ap.add_argument("--loader", choices=["host", "device"], default="host",
+                    help="host: batches prepared on the host and copied, as anvil's loader; "
+                         "device: the set on the device, sliced there")
     args = ap.parse_args()
     if args.epochs < 1:
         sys.exit(f"--epochs: {args.epochs}: must be >= 1")
+    if args.best and args.fp32_precision is not None:
+        sys.exit("--best sets its own precision (bf16 autocast, TF32 for what stays float32): "
+                 "leave out --fp32-precision")
+    if not args.best and args.fp32_precision is None:
+        args.fp32_precision = "ieee"
 
     device = torch.device(args.device)
+    setting = "best" if args.best else "defaults" if args.fp32_precision == "default" else "ieee"
     if device.type == "cuda":
-        if args.fp32_precision == "ieee":
+        if setting == "ieee":
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cudnn.benchmark = True
+            torch.backends.cudnn.benchmark = True
+        elif setting == "best":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+            torch.backends.cudnn.benchmark = True
+        # "defaults": nothing set.
+    memory_format = torch.channels_last if args.best else torch.contiguous_format
+    amp = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.best)
     torch.manual_seed(args.seed)
     make, zero_biases = MODELS[args.model]
     seed_recipe = recipe("seed", args.model)
@@ -91,9 +149,16 @@ def main():
             nn.init.normal_(m.weight, std=0.01)
             if zero_biases and m.bias is not None:
                 nn.init.zeros_(m.bias)
-    net.to(device)
-    train_x, train_y = (t.to(device) for t in read_split(args.data_dir, True, args.limit_train))
-    test_x, test_y = (t.to(device) for t in read_split(args.data_dir, False, args.limit_test))
+    net.to(device, memory_format=memory_format)
+    train_x, train_y = read_split(args.data_dir, True, args.limit_train)
+    test_x, test_y = read_split(args.data_dir, False, args.limit_test)
+    test_x = to_float(test_x).to(device).contiguous(memory_format=memory_format)
+    test_y = test_y.to(device)
+    if args.loader == "device":
+        train_x, train_y = to_float(train_x).to(device), train_y.to(device)
+        batches = device_batches
+    else:
+        batches = host_batches
     trainer = torch.optim.SGD(net.parameters(), lr=seed_recipe["lr"])
     loss_fn = nn.CrossEntropyLoss()
     batch_size = seed_recipe["batch-size"]
@@ -104,31 +169,32 @@ def main():
 
     for epoch in range(1, args.epochs + 1):
         net.train()
-        order = torch.randperm(len(train_x), device=device)
         loss_sum = torch.zeros((), device=device)
         correct = torch.zeros((), dtype=torch.int64, device=device)
         sync()
         start = time.perf_counter()
-        for s in range(0, len(order), batch_size):
-            idx = order[s:s + batch_size]
-            x, y = train_x[idx], train_y[idx]
+        for x, y in batches(train_x, train_y, batch_size, device, memory_format):
             trainer.zero_grad(set_to_none=True)
-            logits = net(x)
-            loss = loss_fn(logits, y)
+            with amp:
+                logits = net(x)
+                loss = loss_fn(logits, y)
             loss.backward()
             trainer.step()
-            loss_sum += loss.detach() * len(idx)
+            loss_sum += loss.detach().float() * len(y)
             correct += (logits.argmax(1) == y).sum()
         sync()
         seconds = time.perf_counter() - start
-        test_loss, test_acc = evaluate(net, test_x, test_y, batch_size)
+        with amp:
+            test_loss, test_acc = evaluate(net, test_x, test_y, batch_size)
         print(json.dumps({
             "epoch": epoch, "train_loss": round(loss_sum.item() / len(train_x), 4),
             "train_acc": round(correct.item() / len(train_x), 4),
             "test_loss": round(test_loss, 4), "test_acc": test_acc,
             "epoch_seconds": round(seconds, 3), "images_per_second": round(len(train_x) / seconds, 1),
             "device": str(device), "model": args.model, "torch": torch.__version__,
-            "fp32_precision": args.fp32_precision,
+            "setting": setting, "loader": args.loader,
+            "fp32_precision": args.fp32_precision or "tf32", "amp": "bf16" if args.best else None,
+            "channels_last": args.best, "cudnn_benchmark": torch.backends.cudnn.benchmark,
             "tf32": {"cudnn": torch.backends.cudnn.allow_tf32,
                      "matmul": torch.backends.cuda.matmul.allow_tf32}}), flush=True)
 

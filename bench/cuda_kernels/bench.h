@@ -1,7 +1,7 @@
 // The shared parts of bench_cuda_kernels (bench/bench_cuda_kernels.cpp says
 // what it measures and how): its options, the vendor-library checks, device
 // buffers, the CPU comparison's tolerances, the timer, and the Bench that
-// each family's file (gemm_conv.cpp, memory_bound.cpp) adds its method to.
+// each family's file (gemm.cpp, conv.cpp, memory_bound.cpp) adds its method to.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -18,6 +18,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #if defined(ANVIL_CUDA_BACKEND)
 #include "kernels/cpu/cpu_kernels.h"
@@ -28,6 +29,7 @@
 #if defined(ANVIL_CUDA_BACKEND) && !defined(ANVIL_CUDA_SIM) && defined(ANVIL_BENCH_CUBLAS) && \
     ANVIL_BENCH_CUBLAS
 #define BENCH_CUBLAS 1
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #else
 #define BENCH_CUBLAS 0
@@ -52,8 +54,10 @@ struct Options {
   bool no_conv = false;
   bool no_norm = false;
   uint64_t seed = 0;
+  std::string conv_set = "all";  // training, resnet18-96 or all
   std::string family;  // empty: every family
   int rung = 0;        // 0: every rung of the family
+  std::vector<int> rungs;  // --rungs: these rungs of the family (empty: every one)
 };
 
 #if defined(ANVIL_CUDA_BACKEND)
@@ -143,12 +147,41 @@ inline double tolerance(int64_t reduction) { return 1e-5 * (1.0 + std::sqrt(doub
 // itself does for these random operands, so relative to the largest |ref|
 // it stays near u (its largest element a few times its spread, as the
 // largest |ref| is): 2u covers it with a margin, on top of the FP32 term.
-// (tests/test_cuda_gemm_mma.cpp holds the kernels to a per-element bound.)
-constexpr double kTf32Rounding = 0x1p-10, kBf16Rounding = 0x1p-7;
+// (The worst case, every error of one sign, would be 2u * reduction times
+// the largest |a_k b_k| over |ref|: not what uniform random operands give,
+// and tests/test_cuda_gemm_mma.cpp holds the kernels to a per-element bound.)
+// A result stored as bfloat16 rounds once more, by at most 2^-9 of itself:
+// kBf16Output (2^-8) covers it.
+constexpr double kTf32Rounding = 0x1p-10, kBf16Rounding = 0x1p-7, kBf16Output = 0x1p-8;
 inline double gemm_rounding(cu::gemm_rungs::Math math) {
   using cu::gemm_rungs::Math;
   return math == Math::kTf32 ? kTf32Rounding : math == Math::kBf16 ? kBf16Rounding : 0.0;
 }
+inline const char* math_name(cu::gemm_rungs::Math math) {
+  using cu::gemm_rungs::Math;
+  return math == Math::kFp32 ? "FP32" : math == Math::kTf32 ? "TF32" : "BF16";
+}
+
+// bfloat16 on the device, in a DeviceBuffer of floats' room: the values
+// rounded to nearest even, and read back as floats.
+inline void upload_bf16(DeviceBuffer& d, const std::vector<float>& h) {
+  std::vector<anvil::bfloat16> b(h.size());
+  for (size_t i = 0; i < h.size(); ++i) b[i] = anvil::bfloat16(h[i]);
+  if (d.bytes() < b.size() * sizeof(anvil::bfloat16))
+    throw std::logic_error("upload_bf16: the buffer is too small");
+  cu::check(cudaMemcpy(d.get(), b.data(), b.size() * sizeof(anvil::bfloat16),
+                       cudaMemcpyHostToDevice),
+            "cudaMemcpy to device");
+}
+inline std::vector<float> download_bf16(const DeviceBuffer& d, size_t n) {
+  std::vector<anvil::bfloat16> b(n);
+  cu::check(cudaMemcpy(b.data(), d.get(), n * sizeof(anvil::bfloat16), cudaMemcpyDeviceToHost),
+            "cudaMemcpy to host");
+  std::vector<float> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = float(b[i]);
+  return h;
+}
+inline size_t bf16_room(size_t n) { return (n + 1) / 2; }  // floats that hold n bfloat16
 
 // Times a call on `stream`: warm-up calls, then one pair of events per call.
 class Timer {
@@ -213,7 +246,7 @@ struct Bench {
   Timer* timer = nullptr;
   int failures = 0;
 #if BENCH_CUBLAS
-  cublasHandle_t cublas{};
+  cublasLtHandle_t cublas_lt{};
 #endif
 #if BENCH_CUDNN
   cudnnHandle_t cudnn{};
@@ -221,32 +254,50 @@ struct Bench {
 #endif
 
   void header() const {
-    fmt::print("{:<5} {:<34} {:<24} {:>10} {:>10} {:>8}\n", "op", "shape", "impl",
-               kSim ? "sim ms" : "ms", "GFLOP/s", "% vendor");
+    fmt::print("{:<5} {:<46} {:<38} {:>10} {:>10} {:>8}  {}\n", "op", "shape", "impl",
+               kSim ? "sim ms" : "ms", "GFLOP/s", "% vendor", "vendor");
   }
+  // One timed result. `% vendor` is the baseline's time over this one's (its
+  // speed as a share of the baseline's, in the same run and arithmetic);
+  // `vendor` names that baseline ("-" on the baseline's own rows, or none).
   void row(const char* op, const std::string& shape, const std::string& impl, double ms,
-           double flop, double vendor_ms) const {
+           double flop, double vendor_ms, const std::string& vendor = "-") const {
     const std::string gflops = kSim ? "-" : fmt::format("{:.1f}", flop / (ms * 1e6));
     const std::string pct =
         kSim || vendor_ms <= 0 ? "-" : fmt::format("{:.1f}", 100.0 * vendor_ms / ms);
-    fmt::print("{:<5} {:<34} {:<24} {:>10.4f} {:>10} {:>8}\n", op, shape, impl, ms, gflops, pct);
+    fmt::print("{:<5} {:<46} {:<38} {:>10.4f} {:>10} {:>8}  {}\n", op, shape, impl, ms, gflops,
+               pct, vendor_ms <= 0 ? "-" : vendor);
     std::fflush(stdout);
+  }
+  // Why `got` is not `ref` within tolerance, or "" when it is.
+  static std::string mismatch(const std::vector<float>& got, const std::vector<float>& ref,
+                              int64_t reduction, double rounding) {
+    const double err = relative_error(got, ref), tol = rounding + tolerance(reduction);
+    if (err <= tol) return "";
+    return fmt::format("relative error {:.3g} > tolerance {:.3g}", err, tol);
   }
   // Compares and reports; true when within tolerance.
   bool verify(const char* op, const std::string& shape, const std::string& impl,
               const std::vector<float>& got, const std::vector<float>& ref, int64_t reduction,
               double rounding = 0.0) {  // the operands' rounding (tensor cores), else 0
-    const double err = relative_error(got, ref), tol = rounding + tolerance(reduction);
-    if (err <= tol) return true;
-    fmt::print("FAIL: {} {} on {}: relative error {:.3g} > tolerance {:.3g}\n", op, impl, shape,
-               err, tol);
+    const std::string why = mismatch(got, ref, reduction, rounding);
+    if (why.empty()) return true;
+    fmt::print("FAIL: {} {} on {}: {}\n", op, impl, shape, why);
     std::fflush(stdout);
     ++failures;
     return false;
   }
+  // A vendor baseline that could not be had: named, with every reason.
+  void missing(const char* op, const std::string& shape, const std::string& vendor,
+               const std::vector<std::string>& reasons) const {
+    fmt::print("MISSING: {} {} on {}: none passed verification ({})\n", op, vendor, shape,
+               reasons.empty() ? "no algorithm ran" : fmt::format("{}", fmt::join(reasons, "; ")));
+    std::fflush(stdout);
+  }
 
   void gemm(int64_t M, int64_t N, int64_t K);
   void conv(const char* name, const Conv2dShape& s);
+  void conv_table();
   void channel_sum(const char* name, int64_t outer, int64_t C, int64_t inner);
   void softmax(const char* name, int64_t N, int64_t C);
   void sum(const char* name, int64_t n);
@@ -256,6 +307,7 @@ struct Bench {
 // The rungs of a family with `count` this run checks and times.
 inline std::vector<int> rungs_of(const Options& opt, int count) {
   if (opt.rung > 0) return {opt.rung};
+  if (!opt.rungs.empty()) return opt.rungs;  // main() held them to 1..count
   std::vector<int> all(static_cast<size_t>(count));
   for (int v = 1; v <= count; ++v) all[size_t(v - 1)] = v;
   return all;

@@ -9,6 +9,7 @@
 #   bash tools/gpu/gpu-check.sh "$OUT" --part 3   # the data-parallel path on one GPU
 #   bash tools/gpu/gpu-check.sh "$OUT" --part 4   # ResNet-18 in each framework's defaults (TF32 convs)
 #   bash tools/gpu/gpu-check.sh "$OUT" --part 5   # accuracy in TF32: LeNet 3 seeds, ResNet-18 best
+#   bash tools/gpu/gpu-check.sh "$OUT" --part 6   # the baselines run, <= 8 min (docs/gpu.md)
 #   bash tools/gpu/gpu-check.sh "$OUT" --part sanitizers   # part 2's sanitizer steps alone
 #
 # writes OUTDIR/report.md and OUTDIR/figures.json, plus the logs behind them
@@ -24,6 +25,12 @@
 # in "all": it would not fit): the overhead of the data-parallel path, 3
 # LeNet epochs and 1 ResNet-18 epoch each with --gpus 1 (one replica, its
 # own thread and streams, buckets and all-reduce) against --device cuda:0.
+# Part 6 (not in "all"), the baselines run, one command of at most 8
+# minutes: the GEMM and conv rungs that matter against cuBLAS and cuDNN in
+# FP32, TF32 and BF16 on the training's own shapes, ResNet-18 2 epochs by
+# anvil (TF32; --amp bf16; with --profile where anvil-train has it) and by
+# PyTorch (its defaults; its best), and racecheck over the tensor-core
+# rungs' tests alone.
 #
 # Without a GPU (here) it runs what it can from the bundle alone, with the
 # same environment: the library check, the whole test suite (CUDA tests skip),
@@ -37,11 +44,11 @@
 # expression (CI's short rehearsal: "[gemm]"), not the whole suite.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-usage="usage: bash tools/gpu/gpu-check.sh OUTDIR [--part 1|2|3|4|5|all|sanitizers]"
+usage="usage: bash tools/gpu/gpu-check.sh OUTDIR [--part 1|2|3|4|5|6|all|sanitizers]"
 out=${1:?$usage}
 part=all
 if [[ $# -ge 3 && "$2" == "--part" ]]; then part=$3; fi
-[[ "$part" =~ ^(1|2|3|4|5|all|sanitizers)$ ]] || { echo "$usage" >&2; exit 2; }
+[[ "$part" =~ ^(1|2|3|4|5|6|all|sanitizers)$ ]] || { echo "$usage" >&2; exit 2; }
 pack=${ANVIL_GPU_PACK:-.gpu}  # where gpu-pack.sh put the bundle
 start=$SECONDS
 # bin/ and lib/ come packed (bundle.tar.xz, unpacked into $pack/unpacked for
@@ -109,7 +116,8 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU
   # this run cannot pass by running nothing (tests/cuda_test_util.h).
   export ANVIL_REQUIRE_CUDA=1
 fi
-deadline=${ANVIL_GPU_CHECK_SECONDS:-$((gpu ? 570 : 7200))}
+# Part 6 is planned as one command of at most 8 minutes: 470 s of steps.
+deadline=${ANVIL_GPU_CHECK_SECONDS:-$((gpu ? (part == 6 ? 470 : 570) : 7200))}
 # The tests read Fashion-MNIST from the Debian package's folder; give them the
 # bundle's copy there if it is missing and the folder can be made (root).
 system_data=/usr/share/datasets/fashion-mnist
@@ -215,7 +223,7 @@ tests_both() {  # the GPU's tests and the rest, side by side
   done
   return $rc
 }
-sanitizer() {  # sanitizer TOOL: compute-sanitizer over the CUDA tests
+sanitizer() {  # sanitizer TOOL [TESTS]: compute-sanitizer over the CUDA tests (or TESTS, a Catch2 spec)
   # Kernel errors only: the tests' own checks see every CUDA API error, and
   # some tests cause them on purpose (an allocation too large, an injected
   # failure). racecheck slows a test tens of times, so the test cases run in
@@ -225,7 +233,7 @@ sanitizer() {  # sanitizer TOOL: compute-sanitizer over the CUDA tests
        /opt/nvidia/*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
   [[ -n "$cs" ]] || { echo "compute-sanitizer not found"; return 3; }
   # Each name a test spec: its commas, brackets and the like escaped.
-  "$files/bin/anvil-tests" "[cuda]" --list-test-names-only | grep '[^[:space:]]' |
+  "$files/bin/anvil-tests" "${2:-[cuda]}" --list-test-names-only | grep '[^[:space:]]' |
     sed 's/[],[\\"~*]/\\&/g' | awk -v n="$shards" -v dir="$work" '{ print > (dir "/shard-" (NR - 1) % n) }'
   local pids=()
   for ((i = 0; i < shards; ++i)); do
@@ -338,6 +346,61 @@ if [[ "$part" == 5 ]]; then
       train.log 300 tf32_accuracy "$data"
   else
     skip "anvil: TF32 accuracy runs" "no GPU (nvidia-smi lists none)"
+  fi
+fi
+
+if [[ "$part" == 6 ]]; then
+  # The baselines run, one command of at most 8 minutes (docs/gpu.md):
+  # anvil's kernels against true cuBLAS BF16 / TF32 and cuDNN FP32 / TF32 /
+  # BF16 on the training's own convolutions; ResNet-18 trained 2 epochs by
+  # anvil (TF32, its default; --amp bf16) and by PyTorch (its defaults; its
+  # best: AMP bf16 + channels_last + cudnn.benchmark), both timing their
+  # loader and not their test pass, compared after the first epoch;
+  # racecheck over the tensor-core rungs' tests alone.
+  bench=("$files/bin/bench_cuda_kernels" --repeats 10)
+  train=("$files/bin/anvil-train" --model resnet18 --recipe seed --epochs 2 --data-dir "$data"
+         --device cuda:0)
+  torch_run=("$python" scripts/torch_gpu_recipes.py --model resnet18 --epochs 2 --data-dir "$data"
+             --device cuda:0)
+  # anvil-train --profile prints where an epoch's time goes; a build without
+  # the flag trains without it, and the report says --profile did not run.
+  profile=()
+  if "$files/bin/anvil-train" --help 2>/dev/null | grep -q -- '--profile'; then profile=(--profile); fi
+  racecheck_tests=${ANVIL_GPU_RACECHECK_TESTS:-cuda gemm mma:*,cuda conv mma:*}
+  # From the best FP32 rung (GEMM 8, conv 5, the shipped one) to the
+  # ladder's last, however many there are now (the benchmark names its
+  # range when asked for a rung it lacks).
+  top() {  # top FAMILY DEFAULT
+    local n
+    n=$("$files/bin/bench_cuda_kernels" "$1" 999 2>&1 | sed -n 's/.* has rungs 1 to \([0-9]*\),.*/\1/p')
+    [[ -n "$n" ]] || { n=$2; echo "part 6: bench_cuda_kernels named no $1 range; rungs up to $2" >>"$work/notes"; }
+    echo "$n"
+  }
+  gemm_rungs=$(seq -s, 8 "$(top gemm 12)")
+  conv_rungs=$(seq -s, 5 "$(top conv 7)")
+  if ((gpu)); then
+    step "bench_cuda_kernels gemm: rungs $gemm_rungs at 2048 and 4096 vs cuBLAS FP32, TF32, BF16" \
+      bench.log 60 "${bench[@]}" gemm --rungs "$gemm_rungs" --gemm-sizes 2048,4096
+    step "bench_cuda_kernels conv: rungs $conv_rungs, the training's convolutions vs cuDNN FP32, TF32, BF16" \
+      bench.log 150 "${bench[@]}" conv --rungs "$conv_rungs" --conv-set training
+    ((${#profile[@]})) || skip "anvil-train --profile" "not run: this anvil-train has no --profile flag"
+    step "anvil: ResNet-18, seed recipe, 2 epochs on cuda:0, TF32 (its default)${profile[*]:+, ${profile[*]}}" train.log 70 \
+      "${train[@]}" "${profile[@]}" --metrics "$work/anvil-resnet18-tf32.jsonl"
+    step "anvil: ResNet-18, seed recipe, 2 epochs on cuda:0, --amp bf16${profile[*]:+, ${profile[*]}}" train.log 70 \
+      "${train[@]}" --amp bf16 "${profile[@]}" --metrics "$work/anvil-resnet18-bf16.jsonl"
+    if [[ -n "$python" ]]; then
+      step "pytorch: ResNet-18, seed recipe, 2 epochs on cuda:0, its defaults" train.log 70 bash -c \
+        '"$@" > "'"$work"'/torch-resnet18-defaults.jsonl"' _ "${torch_run[@]}" --fp32-precision default
+      step "pytorch: ResNet-18, seed recipe, 2 epochs on cuda:0, its best (AMP bf16, channels_last, cudnn.benchmark)" \
+        train.log 70 bash -c '"$@" > "'"$work"'/torch-resnet18-best.jsonl"' _ "${torch_run[@]}" --best
+    else
+      skip "pytorch: ResNet-18 at its defaults and at its best" "no python3 with torch found"
+    fi
+    step "compute-sanitizer racecheck over the tensor-core rungs' tests ($racecheck_tests)" \
+      sanitizer.log 90 sanitizer racecheck "$racecheck_tests"
+  else
+    skip "the baselines run (kernels vs cuBLAS/cuDNN, ResNet-18 vs PyTorch, racecheck)" \
+      "no GPU (nvidia-smi lists none)"
   fi
 fi
 

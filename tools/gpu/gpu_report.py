@@ -75,62 +75,96 @@ def catch_summary(text):
     return r
 
 
-ROW = re.compile(r"^(gemm|fwd|bwdD|bwdW)\s+(.+?)\s+(v\d+ .+?|cuBLAS (?:SGEMM|TF32|BF16)|cuDNN (?:TF32 )?algo \d+)\s+"
-                 r"([\d.]+)\s+(\S+)\s+(\S+)\s*$")
+# A benchmark row: op, shape, impl, ms, GFLOP/s, % vendor, and (since the
+# baselines name themselves) the baseline the percentage is of.
+IMPL = (r"v\d+ .+?|cuBLAS (?:FP32|TF32|BF16) heuristic \d+ \(algo -?\d+\)"
+        r"|cuDNN (?:FP32|TF32|BF16) (?:NCHW|NHWC) algo \d+"
+        r"|cuBLAS (?:SGEMM|TF32|BF16)|cuDNN (?:TF32 )?algo \d+")  # the last two: earlier logs
+ROW = re.compile(r"^(gemm|fwd|bwdD|bwdW)\s+(.+?)\s+(" + IMPL + r")\s+"
+                 r"([\d.]+)\s+(\S+)\s+(\S+)(?:\s+(\S+))?\s*$")
 
 
 def bench_rows(text):
-    rows, fails = [], []
+    """The rows, the FAIL lines (a wrong result), the MISSING lines (a
+    baseline none of whose algorithms passed the check) and the REJECTED
+    lines (an algorithm that failed it, the next one taken)."""
+    rows, fails, missing, rejected = [], [], [], []
     for line in text.splitlines():
-        if line.startswith("FAIL:"):
-            fails.append(line)
-            continue
-        m = ROW.match(line)
-        if not m:
-            continue
-        num = lambda s: None if s == "-" else float(s)  # noqa: E731
-        rows.append({"op": m.group(1), "shape": m.group(2), "impl": m.group(3),
-                     "ms": float(m.group(4)), "gflops": num(m.group(5)), "pct_vendor": num(m.group(6))})
-    return rows, fails
+        for prefix, bucket in (("FAIL:", fails), ("MISSING:", missing), ("REJECTED:", rejected)):
+            if line.startswith(prefix):
+                bucket.append(line)
+                break
+        else:
+            m = ROW.match(line)
+            if not m:
+                continue
+            num = lambda s: None if s == "-" else float(s)  # noqa: E731
+            rows.append({"op": m.group(1), "shape": m.group(2), "impl": m.group(3),
+                         "ms": float(m.group(4)), "gflops": num(m.group(5)),
+                         "pct_vendor": num(m.group(6)),
+                         "vendor": None if m.group(7) in (None, "-") else m.group(7)})
+    return rows, fails, missing, rejected
+
+
+def math_of(row):
+    """A rung's arithmetic: its baseline's ("cuBLAS-TF32", "cuDNN-BF16-NHWC"),
+    which the benchmark picks by the rung's own; in logs without that column,
+    from its name (the tensor-core rungs, and they alone, have "mma" in it:
+    kernels/cuda/gemm/gemm.h holds the table to that; "tf32 mma", "bf16 mma
+    ldmatrix", ...)."""
+    vendor = row.get("vendor") or ""
+    for math in ("FP32", "TF32", "BF16"):
+        if f"-{math}" in vendor:
+            return math.lower()
+    impl = row["impl"]
+    if "mma" not in impl:
+        return "fp32"
+    return "bf16" if "bf16" in impl else "tf32"
+
+
+# Headline keys: FP32 rungs bare, the tensor-core rungs by arithmetic.
+MATHS = (("fp32", ""), ("tf32", "_tf32"), ("bf16", "_bf16"))
 
 
 def headline(rows):
-    """Best anvil variant against the vendor: GEMM at 4096^3 (goal 85%), and on
-    the ResNet-18 3x3 layers per direction (goal 70%)."""
+    """Best anvil variant against the vendor in the same arithmetic: GEMM at
+    4096^3 (goal 85%), and per conv direction over ResNet-18's convolutions
+    as training runs them (28x28, batch 256; goal 70%) and over its 3x3
+    stages on 96x96 inputs."""
     h = {}
-    # FP32 rungs against the vendor's FP32; the tensor-core rungs ("mma" in
-    # their names: "tf32 mma", "bf16 mma", "tf32 mma pipelined") against the
-    # vendor in the same arithmetic (TF32, BF16).
-    for suffix, tc in (("", False), ("_tensor_cores", True)):
+    for math, suffix in MATHS:
         gemm = [r for r in rows if r["op"] == "gemm" and r["shape"].startswith("4096x4096x4096")
-                and r["impl"].startswith("v") and ("mma" in r["impl"]) == tc
+                and r["impl"].startswith("v") and math_of(r) == math
                 and r["pct_vendor"] is not None]
         if gemm:
             best = max(gemm, key=lambda r: r["pct_vendor"])
             h["gemm_4096" + suffix] = {"best": best["impl"], "pct_cublas": best["pct_vendor"],
-                                       "goal": 85,
+                                       "vendor": best.get("vendor"), "goal": 85,
                                        "by_variant": {r["impl"]: r["pct_vendor"] for r in gemm}}
         for op in ("fwd", "bwdD", "bwdW"):
-            conv_headline(rows, op, tc, h, f"conv_resnet_3x3_{op}" + suffix)
+            conv_headline(rows, op, math, "resnet ", h, f"conv_resnet18_{op}" + suffix)
+            conv_headline(rows, op, math, "r96 ", h, f"conv_r96_3x3_{op}" + suffix)
     return h
 
 
-def conv_headline(rows, op, tc, h, key):
-    conv = [r for r in rows if r["op"] == op and r["shape"].startswith("resnet")
-            and r["impl"].startswith("v") and ("mma" in r["impl"]) == tc
+def conv_headline(rows, op, math, prefix, h, key):
+    conv = [r for r in rows if r["op"] == op and r["shape"].startswith(prefix)
+            and r["impl"].startswith("v") and math_of(r) == math
             and r["pct_vendor"] is not None]
     if not conv:
         return
-    # A variant's figure: its time over all four stages against cuDNN's.
+    # A variant's figure: its time over all the layers against the baselines'.
     total = {}
     for r in conv:
         vendor_ms = r["ms"] * r["pct_vendor"] / 100
-        t = total.setdefault(r["impl"], [0.0, 0.0])
+        t = total.setdefault(r["impl"], [0.0, 0.0, 0])
         t[0] += r["ms"]
         t[1] += vendor_ms
-    pct = {impl: 100 * v / ms for impl, (ms, v) in total.items()}
+        t[2] += 1
+    pct = {impl: 100 * v / ms for impl, (ms, v, _) in total.items()}
     best = max(pct, key=pct.get)
     h[key] = {"best": best, "pct_cudnn": round(pct[best], 1), "goal": 70,
+              "layers": total[best][2],
               "by_variant": {k: round(v, 1) for k, v in pct.items()}}
 
 
@@ -158,6 +192,21 @@ def runs(work, prefix):
     return out
 
 
+# Part 6's comparisons: (anvil run, PyTorch run), from anvil-NAME.jsonl and
+# torch-NAME.jsonl.
+STEADY_PAIRS = (("resnet18-tf32", "resnet18-defaults"), ("resnet18-tf32", "resnet18-best"),
+                ("resnet18-bf16", "resnet18-defaults"), ("resnet18-bf16", "resnet18-best"))
+
+
+def ratio(a, t):
+    """anvil's time over PyTorch's, per epoch after the first (the first, if
+    only one ran), with both test accuracies."""
+    return {"anvil_over_pytorch_seconds_per_epoch":
+            round(a["seconds_per_epoch_after_first"] / t["seconds_per_epoch_after_first"], 2),
+            "steady": a["epochs"] > 1 and t["epochs"] > 1,
+            "test_acc_anvil": a["test_acc"], "test_acc_pytorch": t["test_acc"]}
+
+
 def sanitizer_summary(text):
     out = {}
     for tool, body in re.findall(r"== compute-sanitizer (\w+)[^\n]*\n(.*?)(?=\n== |\Z)", text, re.S):
@@ -183,16 +232,18 @@ def main():
     commit = re.search(r"^commit: (.+)$", manifest, re.M)
     part = re.search(r"part=(\S+)", notes)
     tests = {half: catch_summary(read(work / f"tests-{half}.log")) for half in ("cuda", "nccl", "other")}
-    rows, fails = bench_rows(read(work / "bench.log"))
+    rows, fails, missing, rejected = bench_rows(read(work / "bench.log"))
     head = headline(rows)
     anvil, torch = runs(work, "anvil"), runs(work, "torch")
     ratios = {}
     for model in anvil:
         if model in torch and gpu["present"]:
-            a, t = anvil[model], torch[model]
-            ratios[model] = {"anvil_over_pytorch_seconds_per_epoch":
-                             round(a["seconds_per_epoch_after_first"] / t["seconds_per_epoch_after_first"], 2),
-                             "test_acc_anvil": a["test_acc"], "test_acc_pytorch": t["test_acc"]}
+            ratios[model] = ratio(anvil[model], torch[model])
+    # Part 6: anvil in TF32 (its default) and with --amp bf16, against
+    # PyTorch at its defaults and at its best, each pair by name.
+    for a_name, t_name in STEADY_PAIRS:
+        if a_name in anvil and t_name in torch and gpu["present"]:
+            ratios[f"anvil {a_name} / pytorch {t_name}"] = ratio(anvil[a_name], torch[t_name])
     # Part 3: the data-parallel path with one replica (--gpus 1) against the
     # plain one (--device cuda:0), the same run through each.
     overhead = {}
@@ -208,7 +259,8 @@ def main():
                "part": part.group(1) if part else None,
                "bundle_commit": commit.group(1) if commit else None,
                "gpu": {k: v for k, v in gpu.items() if k != "nvidia_smi"},
-               "steps": st, "tests": tests, "kernel_failures": fails, "headline": head,
+               "steps": st, "tests": tests, "kernel_failures": fails,
+               "missing_baselines": missing, "rejected_algorithms": rejected, "headline": head,
                "kernels": rows, "training": {"anvil": anvil, "pytorch": torch, "ratios": ratios,
                             "data_parallel_overhead": overhead},
                "sanitizer": san}
@@ -239,16 +291,28 @@ def main():
     if "ANVIL_REQUIRE_CUDA=1" in notes:
         md.append("- ANVIL_REQUIRE_CUDA=1 (nvidia-smi lists a GPU): a CUDA test without a usable "
                   "device fails instead of skipping.")
-    for suffix, blas, dnn in (("", "cuBLAS SGEMM", "cuDNN FP32"),
-                              ("_tensor_cores", "cuBLAS in the same math", "cuDNN TF32")):
+    for math, suffix in MATHS:
+        label = math.upper()
         if "gemm_4096" + suffix in head:
             g = head["gemm_4096" + suffix]
-            md.append(f"- GEMM 4096^3: best {g['best']} at {g['pct_cublas']:.1f}% of {blas} (goal 85%).")
+            md.append(f"- GEMM 4096^3, {label}: best {g['best']} at {g['pct_cublas']:.1f}% of "
+                      f"{g['vendor'] or 'cuBLAS'} (goal 85%).")
         for op in ("fwd", "bwdD", "bwdW"):
-            c = head.get(f"conv_resnet_3x3_{op}" + suffix)
-            if c:
-                md.append(f"- conv {op}, ResNet-18 3x3 layers: best {c['best']} at "
-                          f"{c['pct_cudnn']:.1f}% of {dnn} (goal 70%).")
+            for key, where in ((f"conv_resnet18_{op}", "ResNet-18's convolutions at 28x28, batch 256"),
+                               (f"conv_r96_3x3_{op}", "ResNet-18's 3x3 stages at 96x96, batch 128")):
+                c = head.get(key + suffix)
+                if c:
+                    md.append(f"- conv {op}, {label}, {where} ({c['layers']} layers): best "
+                              f"{c['best']} at {c['pct_cudnn']:.1f}% of cuDNN {label}'s best "
+                              f"layout (goal 70%).")
+    if missing:
+        unmatched = sum(1 for r in rows if r["impl"].startswith("v") and r["pct_vendor"] is None)
+        md.append(f"- **{len(missing)} vendor baseline(s) missing: no algorithm passed the check** "
+                  f"(one arithmetic and layout each; listed under Kernels); {unmatched} anvil "
+                  f"row(s) have no baseline in any layout.")
+    if rejected:
+        md.append(f"- {len(rejected)} vendor algorithm(s) failed the check and the next was taken "
+                  f"(listed under Kernels).")
     if fails:
         md.append(f"- **{len(fails)} kernel result(s) differ from the CPU** (bench.log).")
     for model, r in anvil.items():
@@ -261,6 +325,11 @@ def main():
         if model in ratios:
             line += f"; anvil/PyTorch time {ratios[model]['anvil_over_pytorch_seconds_per_epoch']}x"
         md.append(line + ".")
+    for name, r in ratios.items():
+        if name.startswith("anvil "):
+            md.append(f"- {name}: {r['anvil_over_pytorch_seconds_per_epoch']}x the time per epoch "
+                      f"({'after the first' if r['steady'] else 'a single first epoch: not steady'}; "
+                      f"test acc {r['test_acc_anvil']:.4f} against {r['test_acc_pytorch']:.4f}).")
     for model, o in overhead.items():
         md.append(f"- {model}: --gpus 1 takes {o['gpus1_over_device_seconds_per_epoch']}x the time of "
                   f"--device cuda:0 (test acc {o['test_acc_gpus1']:.4f} against {o['test_acc_device']:.4f}).")
@@ -274,10 +343,10 @@ def main():
     md += ["", "## nvidia-smi", "", "```", gpu["nvidia_smi"] or "(not run)", "```"]
     if rows:
         md += ["", "## Kernels (bench_cuda_kernels)", "",
-               "| op | shape | impl | ms | GFLOP/s | % vendor |", "|---|---|---|---|---|---|"]
+               "| op | shape | impl | ms | GFLOP/s | % vendor | vendor |", "|---|---|---|---|---|---|---|"]
         md += [f"| {r['op']} | {r['shape']} | {r['impl']} | {r['ms']:.4f} | {fmt(r['gflops'], '.1f')} | "
-               f"{fmt(r['pct_vendor'], '.1f')} |" for r in rows]
-        md += [f"- {f}" for f in fails]
+               f"{fmt(r['pct_vendor'], '.1f')} | {r['vendor'] or '-'} |" for r in rows]
+        md += [f"- {f}" for f in fails + missing + rejected]
     if anvil or torch:
         md += ["", "## Training", "", "| framework | model | device | epochs | test acc | s/epoch | "
                "s/epoch after the first | img/s (last) |", "|---|---|---|---|---|---|---|---|"]
