@@ -306,7 +306,8 @@ TEST_CASE("cuda conv mma: rungs 7 and 8 read bfloat16 x, w and dy, bitwise as fl
                       Catch::Contains("cuda::conv2d_backward_weight: variant 1"));
 }
 
-// Rung 08's forward (the directions it adds) on shapes that exercise its
+// Rung 08's forward and backward-data (the directions it adds; at stride 2
+// backward-data is rung 07's) on shapes that exercise its
 // iterators: C of 1, 13 and 40 (padded to 8, 16, 40 channels: a channel
 // block of 32 partly or mostly outside), K of 6, 24, 33, 64, 70 and 128
 // (the 256 x 64 tile up to 64, the 128 x 128 one above, ragged), windows
@@ -314,8 +315,8 @@ TEST_CASE("cuda conv mma: rungs 7 and 8 read bfloat16 x, w and dy, bitwise as fl
 // 7; ResNet-18's stride-2 transition and 1x1 shortcut, LeNet's conv1
 // (d2l's pad 2). And at 2, 3 and 4 pipeline stages, the same bits: the
 // depth changes when a stage lands, never what is summed or in what order.
-TEST_CASE("cuda conv mma: rung 8's forward on channels-last operands within its bounds, the same "
-          "bits at every pipeline depth",
+TEST_CASE("cuda conv mma: rung 8's forward and backward-data on channels-last operands within "
+          "their bounds, the same bits at every pipeline depth",
           "[cuda][conv][bf16]") {
   if (!cuda_test::have_device()) return;
   const Conv2dShape shapes[] = {
@@ -327,12 +328,15 @@ TEST_CASE("cuda conv mma: rung 8's forward on channels-last operands within its 
   for (const Conv2dShape& s : shapes) {
     INFO(describe(s));
     const Inputs in = draw(s, seed += 5, false);
-    const DeviceBuffer<float> x(in.x), w(in.w), bias(in.bias);
-    DeviceBuffer<float> ws(Vec(cu::conv2d_workspace_floats(8, s), kNaN)), y(Vec(in.dy.size(), kNaN));
+    const DeviceBuffer<float> x(in.x), w(in.w), bias(in.bias), dy(in.dy);
+    DeviceBuffer<float> ws(Vec(cu::conv2d_workspace_floats(8, s), kNaN)), y(Vec(in.dy.size(), kNaN)),
+        dx(Vec(in.x.size(), kNaN));
     cu::conv2d_forward(8, s, x.ptr, w.ptr, bias.ptr, y.ptr, ws.ptr, nullptr);
+    cu::conv2d_backward_data(8, s, dy.ptr, w.ptr, dx.ptr, ws.ptr, nullptr);
     const Vec rung_y = y.to_host();
-    const Result r = compare(kBf16Multistage, s, in, rung_y, Vec(in.x.size()), Vec(in.w.size()));
+    const Result r = compare(kBf16Multistage, s, in, rung_y, dx.to_host(), Vec(in.w.size()));
     require_within(r.forward, "forward");
+    require_within(r.backward_data, "backward-data");
     for (int stages : {2, 3, 4}) {
       INFO(stages << " stages");
       DeviceBuffer<float> y_at(Vec(in.dy.size(), kNaN));

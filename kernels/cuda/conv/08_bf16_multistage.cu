@@ -35,13 +35,19 @@
 // What reaches the kernel. The backend's tensors are NCHW, so x and w are
 // first converted into the workspace (to_channels_last: bfloat16, C padded);
 // y is written NCHW by the epilogue (bias added in FP32, rounded once to
-// bfloat16 for a bfloat16 y). Backward-data and backward-weight are rung
-// 07's.
+// bfloat16 for a bfloat16 y).
+//
+// Backward-data at stride 1 (ResNet-18's 3x3 layers but the three that
+// halve the image, LeNet's) is the same kernel: the forward convolution of
+// dy with the filters flipped and C and K swapped (backward_data_as_forward
+// below), so it multiplies no structural zeros; at stride 2 it is rung 07's,
+// zeros included. Backward-weight is rung 07's.
 //   build/sim/bench_cuda_kernels conv 8
 #include <atomic>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/conv/conv.h"
 #include "kernels/cuda/conv/implicit_nhwc.cuh"
@@ -63,8 +69,25 @@ size_t forward_workspace(const Conv2dShape& s) {
   return size_t((x_elems(s) + w_elems(s) + 7) / 8 * 8 / 2);  // bfloat16 pairs as floats
 }
 
+// Backward-data at stride 1 is the forward convolution of dy (K channels,
+// P x Q) with each filter flipped in r and s and C and K swapped, padded
+// R-1-ph and S-1-pw: dx[n,c,h,w] = sum over (k, r', s') of
+// dy[n, k, h - (R-1-ph) + r', w - (S-1-pw) + s'] * w[k, c, R-1-r', S-1-s'],
+// every term a real tap (rung 07's GEMM over K*R*S multiplies the zeros of
+// the taps outside dy too). Needs ph < R and pw < S (a padding of at least
+// 0); other shapes, and strides above 1, take rung 07.
+bool backward_data_as_forward(const Conv2dShape& s) {
+  return s.stride_h == 1 && s.stride_w == 1 && s.pad_h < s.R && s.pad_w < s.S;
+}
+Conv2dShape as_forward(const Conv2dShape& s) {
+  return Conv2dShape{s.N, s.K, s.P, s.Q, s.C, s.R, s.S, 1, 1, s.R - 1 - s.pad_h, s.S - 1 - s.pad_w,
+                     s.H, s.W};
+}
+
 size_t workspace(const Conv2dShape& s) {
-  return std::max(forward_workspace(s), conv_rungs::kBf16Mma.workspace(s));
+  size_t most = std::max(forward_workspace(s), conv_rungs::kBf16Mma.workspace(s));
+  if (backward_data_as_forward(s)) most = std::max(most, forward_workspace(as_forward(s)));
+  return most;
 }
 
 NhwcGeo nhwc_geo(const Conv2dShape& s) {
@@ -129,6 +152,39 @@ void forward(const Conv2dShape& s, const T* x, const T* w, const float* bias, TY
     forward_on<Wide>(s, x, w, bias, y, ws, stream);
 }
 
+// dy into NHWC and the flipped filters into ws, then the forward GEMM of
+// as_forward(s), whose output channels are x's.
+template <class S, class T, class TY>
+void backward_data_on(const Conv2dShape& s, const T* dy, const T* w, TY* dx, float* ws,
+                      cudaStream_t stream) {
+  const Conv2dShape f = as_forward(s);
+  const int64_t Kp = padded_channels(f);
+  bfloat16* dyh = reinterpret_cast<bfloat16*>(ws);
+  bfloat16* wh = dyh + (x_elems(f) + 7) / 8 * 8;
+  to_channels_last(s.N, s.K, s.P, s.Q, Kp, dy, dyh, stream);
+  conv_kernels::launch_1d(conv_kernels::flipped_to_channels_last<T>, s.C * s.R * s.S * Kp, stream,
+                          int(s.K), int(s.C), int(s.R), int(s.S), int(Kp), w, wh);
+  launch_forward<S>(nhwc_geo(f), dyh, wh, nullptr, dx, stream);
+}
+
+template <class T, class TY>
+void backward_data(const Conv2dShape& s, const T* dy, const T* w, TY* dx, float* ws,
+                   cudaStream_t stream) {
+  if (!backward_data_as_forward(s)) {
+    const conv_rungs::Rung& r07 = conv_rungs::kBf16Mma;
+    if constexpr (std::is_same_v<T, float>)
+      return r07.backward_data(s, dy, w, dx, ws, stream);
+    else if constexpr (std::is_same_v<TY, float>)
+      return r07.backward_data_bf16(s, dy, w, dx, ws, stream);
+    else
+      return r07.backward_data_bf16_out(s, dy, w, dx, ws, stream);
+  }
+  if (s.C <= Narrow::kBN)
+    backward_data_on<Narrow>(s, dy, w, dx, ws, stream);
+  else
+    backward_data_on<Wide>(s, dy, w, dx, ws, stream);
+}
+
 }  // namespace
 
 void conv_rungs::bf16_multistage_forward(int stages, const Conv2dShape& s, const float* x,
@@ -152,6 +208,9 @@ const conv_rungs::Rung conv_rungs::kBf16Multistage = [] {
   r.forward = forward<float, float>;
   r.forward_bf16 = forward<bfloat16, float>;
   r.forward_bf16_out = forward<bfloat16, bfloat16>;
+  r.backward_data = backward_data<float, float>;
+  r.backward_data_bf16 = backward_data<bfloat16, float>;
+  r.backward_data_bf16_out = backward_data<bfloat16, bfloat16>;
   return r;
 }();
 

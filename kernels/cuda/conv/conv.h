@@ -23,8 +23,10 @@
 //                            and dx as bfloat16 when asked
 //   08_bf16_multistage.cu    07's numerics; the forward an implicit GEMM on
 //                            channels-last operands on the multistage
-//                            mainloop (cp.async, ldmatrix, 4 stages),
-//                            backward-data and backward-weight 07's
+//                            mainloop (cp.async, ldmatrix, 4 stages), and
+//                            backward-data at stride 1 the same kernel on
+//                            dy and the flipped filters (no zero taps);
+//                            strided backward-data and backward-weight 07's
 // Run one rung alone (checked against the CPU, then timed):
 //   build/sim/bench_cuda_kernels conv 3
 #pragma once

@@ -217,4 +217,20 @@ __global__ void to_channels_last(int N, int C, int H, int W, int Cp, const T* __
   out[i] = c < C ? bfloat16(anvil::load(in[(n * C + c) * H * W + hw])) : bfloat16(0.0f);
 }
 
+// out[c, r, s, k] (k < Kp) = w[k, c, R-1-r, S-1-s] as bfloat16, zeros for
+// k >= K: the filter of backward-data as a forward convolution (each
+// filter flipped in r and s, input and output channels swapped), KRSC with
+// the roles of K and C exchanged. One thread per output element.
+template <class T>
+__global__ void flipped_to_channels_last(int K, int C, int R, int S, int Kp,
+                                         const T* __restrict__ w, bfloat16* __restrict__ out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(C) * R * S * Kp) return;
+  const int k = int(i % Kp);
+  const int64_t t = i / Kp;
+  const int s = int(t % S), r = int(t / S % R), c = int(t / S / R);
+  out[i] = k < K ? bfloat16(anvil::load(w[((int64_t(k) * C + c) * R + (R - 1 - r)) * S + (S - 1 - s)]))
+                 : bfloat16(0.0f);
+}
+
 }  // namespace anvil::cuda::conv_kernels
