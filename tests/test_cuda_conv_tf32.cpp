@@ -319,18 +319,20 @@ TEST_CASE("cuda conv mma: rung 8's forward and backward-data on channels-last op
           "their bounds, the same bits at every pipeline depth",
           "[cuda][conv][bf16]") {
   if (!cuda_test::have_device()) return;
-  const Conv2dShape shapes[] = {
-      make_shape(1, 13, 7, 9, 70, 3, 3, 2, 2, 1, 1),  make_shape(7, 40, 5, 5, 24, 1, 1, 1, 1, 0, 0),
-      make_shape(2, 8, 11, 10, 33, 5, 5, 1, 2, 2, 2), make_shape(1, 64, 14, 14, 128, 3, 3, 2, 2, 1, 1),
-      make_shape(1, 64, 7, 7, 64, 3, 3, 1, 1, 1, 1),  make_shape(3, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2),
-      make_shape(1, 64, 8, 8, 128, 1, 1, 2, 2, 0, 0)};
+  const Conv2dShape shapes[] = {make_shape(1, 13, 7, 9, 70, 3, 3, 2, 2, 1, 1),
+                                make_shape(7, 40, 5, 5, 24, 1, 1, 1, 1, 0, 0),
+                                make_shape(2, 8, 11, 10, 33, 5, 5, 1, 2, 2, 2),
+                                make_shape(1, 64, 14, 14, 128, 3, 3, 2, 2, 1, 1),
+                                make_shape(1, 64, 7, 7, 64, 3, 3, 1, 1, 1, 1),
+                                make_shape(3, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2),
+                                make_shape(1, 64, 8, 8, 128, 1, 1, 2, 2, 0, 0)};
   uint32_t seed = 120;
   for (const Conv2dShape& s : shapes) {
     INFO(describe(s));
     const Inputs in = draw(s, seed += 5, false);
     const DeviceBuffer<float> x(in.x), w(in.w), bias(in.bias), dy(in.dy);
-    DeviceBuffer<float> ws(Vec(cu::conv2d_workspace_floats(8, s), kNaN)), y(Vec(in.dy.size(), kNaN)),
-        dx(Vec(in.x.size(), kNaN));
+    DeviceBuffer<float> ws(Vec(cu::conv2d_workspace_floats(8, s), kNaN));
+    DeviceBuffer<float> y(Vec(in.dy.size(), kNaN)), dx(Vec(in.x.size(), kNaN));
     cu::conv2d_forward(8, s, x.ptr, w.ptr, bias.ptr, y.ptr, ws.ptr, nullptr);
     cu::conv2d_backward_data(8, s, dy.ptr, w.ptr, dx.ptr, ws.ptr, nullptr);
     const Vec rung_y = y.to_host();
@@ -406,6 +408,36 @@ TEST_CASE("conv backends: bfloat16 operands on the CPU and cuda:0 against FP64, 
       CHECK(same_bits(b.dw, f.dw));
       CHECK(same_bits(db, db_f));
     }
+  }
+}
+
+// Run by ctest with ANVIL_CONV_BF16_RUNG=8 (tests/CMakeLists.txt): the
+// backend's BF16 convolutions then give rung 8's bits exactly.
+TEST_CASE("cuda conv: ANVIL_CONV_BF16_RUNG=8 puts the backend's BF16 convolutions on rung 8",
+          "[.][conv-bf16-rung]") {
+  if (!cuda_test::have_device("ANVIL_CONV_BF16_RUNG test")) return;
+  REQUIRE(cu::bf16_conv_rung() == 8);
+  using anvil::DType;
+  using anvil::Tensor;
+  const anvil::Device d = anvil::Device::cuda(0);
+  uint32_t seed = 150;
+  for (const Conv2dShape& s : test_shapes()) {
+    INFO(describe(s));
+    const Inputs in = draw(s, seed += 5, true);
+    auto tensor = [&](const Vec& v, const anvil::Shape& shape) {
+      return Tensor::from_vector(v, shape).to(DType::BFloat16).to(d);
+    };
+    const Tensor x = tensor(in.x, {s.N, s.C, s.H, s.W}), w = tensor(in.w, {s.K, s.C, s.R, s.S});
+    const Tensor dy = tensor(in.dy, {s.N, s.K, s.P, s.Q});
+    const Tensor bias = Tensor::from_vector(in.bias, {s.K}).to(d);
+    const Tensor y = Tensor::empty(dy.shape(), DType::Float32, d);
+    const Tensor dx = Tensor::empty(x.shape(), DType::Float32, d);
+    anvil::Backend& be = anvil::backend_for(d);
+    be.conv2d_forward(s, x, w, bias, y);
+    be.conv2d_backward_data(s, dy, w, dx);
+    const Result direct = run_shape(kBf16Multistage, s, seed, Operands::kBf16);
+    CHECK(same_bits(y.to_vector(), direct.y));
+    CHECK(same_bits(dx.to_vector(), direct.dx));
   }
 }
 

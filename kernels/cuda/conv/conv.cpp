@@ -2,6 +2,7 @@
 // gradient, then the rung's launcher (conv.h lists the rungs; each file says
 // how its threads map to the three GEMMs).
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -200,6 +201,18 @@ void conv2d_backward_weight(int variant, const Conv2dShape& s, const bfloat16* x
   backward_weight(variant, s, x, dy, dw, nullptr, workspace, stream);
 }
 
+int bf16_conv_rung() {
+  static const int rung = [] {
+    const char* v = std::getenv("ANVIL_CONV_BF16_RUNG");
+    if (v == nullptr || *v == '\0') return kBf16Conv;
+    const std::string text(v);
+    if (text == "7" || text == "8") return std::stoi(text);
+    throw std::invalid_argument("ANVIL_CONV_BF16_RUNG=" + text +
+                                ": the BF16 convolution rungs are 7 and 8");
+  }();
+  return rung;
+}
+
 // ---- CudaBackend (cuda_backend.h) ----
 
 namespace {
@@ -208,27 +221,29 @@ namespace {
 int backend_rung() {
   switch (fp32_math(OpFamily::kConv, DeviceType::CUDA)) {
     case Fp32Math::kTf32: return kTf32Conv;
-    case Fp32Math::kBf16: return kBf16Conv;
+    case Fp32Math::kBf16: return bf16_conv_rung();
     default: return kBestConv;
   }
 }
 }  // namespace
 
-// bfloat16 operands go to rung 07, which reads them as they are, whatever
-// the precision setting (bf16_operands, cuda_backend.h), and stores y and
-// dx as float32 or bfloat16, the bias added before the rounding.
+// bfloat16 operands go to the BF16 rung (07, or bf16_conv_rung()), which
+// reads them as they are, whatever the precision setting (bf16_operands,
+// cuda_backend.h), and stores y and dx as float32 or bfloat16, the bias
+// added before the rounding.
 void CudaBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                                  const Tensor& bias, const Tensor& y) {
   activate();
   if (bf16_operands("conv2d_forward", x, w, y)) {
     const Tensor x16 = bf16_operand(x), w16 = bf16_operand(w);
-    Tensor ws = workspace(conv2d_workspace_floats(kBf16Conv, s));
+    const int rung = bf16_conv_rung();
+    Tensor ws = workspace(conv2d_workspace_floats(rung, s));
     if (y.dtype() == DType::BFloat16)
-      cuda::conv2d_forward(kBf16Conv, s, bf16s(x16), bf16s(w16), floats(bias),
-                           y.data<bfloat16>(), floats(ws), stream_);
-    else
-      cuda::conv2d_forward(kBf16Conv, s, bf16s(x16), bf16s(w16), floats(bias), floats(y),
+      cuda::conv2d_forward(rung, s, bf16s(x16), bf16s(w16), floats(bias), y.data<bfloat16>(),
                            floats(ws), stream_);
+    else
+      cuda::conv2d_forward(rung, s, bf16s(x16), bf16s(w16), floats(bias), floats(y), floats(ws),
+                           stream_);
     return;
   }
   const int rung = backend_rung();
@@ -241,12 +256,13 @@ void CudaBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, c
   activate();
   if (bf16_operands("conv2d_backward_data", dy, w, dx)) {
     const Tensor dy16 = bf16_operand(dy), w16 = bf16_operand(w);
-    Tensor ws = workspace(conv2d_workspace_floats(kBf16Conv, s));
+    const int rung = bf16_conv_rung();
+    Tensor ws = workspace(conv2d_workspace_floats(rung, s));
     if (dx.dtype() == DType::BFloat16)
-      cuda::conv2d_backward_data(kBf16Conv, s, bf16s(dy16), bf16s(w16), dx.data<bfloat16>(),
+      cuda::conv2d_backward_data(rung, s, bf16s(dy16), bf16s(w16), dx.data<bfloat16>(),
                                  floats(ws), stream_);
     else
-      cuda::conv2d_backward_data(kBf16Conv, s, bf16s(dy16), bf16s(w16), floats(dx), floats(ws),
+      cuda::conv2d_backward_data(rung, s, bf16s(dy16), bf16s(w16), floats(dx), floats(ws),
                                  stream_);
     return;
   }
@@ -265,11 +281,12 @@ void CudaBackend::conv2d_backward_weight(const Conv2dShape& s, const Tensor& x,
                                 std::string(dtype_name(dw.dtype())));
   if (bf16_operands("conv2d_backward_weight", x, dy, dw)) {
     const Tensor x16 = bf16_operand(x), dy16 = bf16_operand(dy);
-    Tensor ws = workspace(conv2d_workspace_floats(kBf16Conv, s));
+    const int rung = bf16_conv_rung();
+    Tensor ws = workspace(conv2d_workspace_floats(rung, s));
     if (dbias.defined())
       cuda::channel_sum(kBestChannelSum, s.N, s.K, s.P * s.Q, bf16s(dy16), floats(dbias),
                         floats(ws), stream_);
-    cuda::conv2d_backward_weight(kBf16Conv, s, bf16s(x16), bf16s(dy16), floats(dw), floats(ws),
+    cuda::conv2d_backward_weight(rung, s, bf16s(x16), bf16s(dy16), floats(dw), floats(ws),
                                  stream_);
     return;
   }

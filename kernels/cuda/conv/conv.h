@@ -44,6 +44,10 @@ constexpr int kConvVariants = 8;
 constexpr int kBestConv = 5;  // the one the backend uses in FP32
 constexpr int kTf32Conv = 6;  // ... and in TF32 (core/precision.h)
 constexpr int kBf16Conv = 7;  // ... and in BF16 (autocast)
+// The BF16 rung the backend runs: kBf16Conv, or ANVIL_CONV_BF16_RUNG (7 or
+// 8; read once, std::invalid_argument naming it otherwise) until a table
+// measured on a GPU picks per layer shape.
+int bf16_conv_rung();
 // Rungs 1..kConvFp32Variants compute in FP32; the rungs after them on
 // tensor cores with FP32 accumulation, operands rounded to TF32 (06: 10
 // mantissa bits, nearest, ties away) or BF16 (07: 7 bits, nearest even).

@@ -47,7 +47,9 @@ struct ChunkRows {
   static constexpr int kUnits = L::kChunks / Threads;
   static_assert(kUnits * Threads == L::kChunks && Threads % 32 == 0);
   __device__ __forceinline__ static int chunk() { return int(threadIdx.x) % 4; }
-  __device__ __forceinline__ static int row(int u) { return int(threadIdx.x) / 4 + u * (Threads / 4); }
+  __device__ __forceinline__ static int row(int u) {
+    return int(threadIdx.x) / 4 + u * (Threads / 4);
+  }
   // Unit u's chunk in a stage: unit 0's plus u * kUnitStride (the Layout
   // says why).
   static constexpr int kUnitStride = L::template kUnitStride<Threads>;
@@ -184,7 +186,8 @@ __device__ __forceinline__ void forward_nhwc_tile(const NhwcGeo& g, const bfloat
                             const int n = m / PQ, pq = m % PQ;
                             TY* out = y + (int64_t(n) * g.K + k) * PQ + pq;
                             out[0] = anvil::store<TY>(v.x + (bias ? bias[k] : 0.0f));
-                            if (valid > 1) out[PQ] = anvil::store<TY>(v.y + (bias ? bias[k + 1] : 0.0f));
+                            if (valid > 1)
+                              out[PQ] = anvil::store<TY>(v.y + (bias ? bias[k + 1] : 0.0f));
                           });
 }
 template <class S>
@@ -229,8 +232,8 @@ __global__ void flipped_to_channels_last(int K, int C, int R, int S, int Kp,
   const int k = int(i % Kp);
   const int64_t t = i / Kp;
   const int s = int(t % S), r = int(t / S % R), c = int(t / S / R);
-  out[i] = k < K ? bfloat16(anvil::load(w[((int64_t(k) * C + c) * R + (R - 1 - r)) * S + (S - 1 - s)]))
-                 : bfloat16(0.0f);
+  const int64_t from = ((int64_t(k) * C + c) * R + (R - 1 - r)) * S + (S - 1 - s);
+  out[i] = k < K ? bfloat16(anvil::load(w[from])) : bfloat16(0.0f);
 }
 
 }  // namespace anvil::cuda::conv_kernels
