@@ -396,6 +396,11 @@ if [[ "$part" == 6 ]]; then
     else
       skip "pytorch: ResNet-18 at its defaults and at its best" "no python3 with torch found"
     fi
+    # The same bf16 run with the backend's BF16 convolutions on conv rung 8
+    # (the multistage mainloop; kernels/cuda/conv/conv.h: bf16_conv_rung).
+    step "anvil: ResNet-18, seed recipe, 2 epochs on cuda:0, --amp bf16, conv rung 8 (ANVIL_CONV_BF16_RUNG=8)" \
+      train.log 60 env ANVIL_CONV_BF16_RUNG=8 "${train[@]}" --amp bf16 \
+      --metrics "$work/anvil-resnet18-bf16-conv8.jsonl"
     step "compute-sanitizer racecheck over the tensor-core rungs' tests ($racecheck_tests)" \
       sanitizer.log 90 sanitizer racecheck "$racecheck_tests"
   else
