@@ -339,6 +339,7 @@ TEST_CASE("cuda conv mma: rung 8's forward and backward-data on channels-last op
     const Result r = compare(kBf16Multistage, s, in, rung_y, dx.to_host(), Vec(in.w.size()));
     require_within(r.forward, "forward");
     require_within(r.backward_data, "backward-data");
+    if (s.C != 64 && s.C != 13) continue;  // the depth sweep: 9 and 18 k-steps, both tiles' rows
     for (int stages : {2, 3, 4}) {
       INFO(stages << " stages");
       DeviceBuffer<float> y_at(Vec(in.dy.size(), kNaN));
