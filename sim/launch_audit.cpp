@@ -28,7 +28,6 @@
 // work differs (edge tiles, uneven splits) or the host took time from some
 // blocks (a launch of 1040 equal blocks in 1056 slots fills 0.985 of its wave,
 // and has been timed at 0.66 to 0.985 on this 2-core virtual machine).
-#include <cxxabi.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
@@ -53,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "core/symbol_name.h"
 #include "sim/sim_internal.h"
 
 #if !defined(ANVIL_SIM_KERNEL_RESOURCES)
@@ -255,27 +255,10 @@ std::string mangled_name_of(const void* address) {
   return at == s.start || at < s.start + s.size ? s.name : std::string();
 }
 
-// "conv_kernels::forward_warp_tiled<warp_tile::Shape<8, 2, ...> >" from the
-// demangled "void anvil::cuda::conv_kernels::forward_warp_tiled<...>(...)":
-// the template arguments name the variant; the parameters add nothing.
+// "conv_kernels::forward_warp_tiled<warp_tile::Shape<8, 2, ...> >" for a
+// kernel's mangled symbol (core/symbol_name.h).
 std::string readable_name(const std::string& mangled) {
-  int status = 0;
-  char* raw = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
-  std::string name = status == 0 && raw ? raw : mangled;
-  std::free(raw);
-  if (!name.empty() && name.back() == ')') {  // cut the parameter list
-    int depth = 0;
-    for (size_t i = name.size(); i-- > 0;) {
-      depth += name[i] == ')' ? 1 : name[i] == '(' ? -1 : 0;
-      if (depth == 0) {
-        name.resize(i);
-        break;
-      }
-    }
-  }
-  if (name.starts_with("void ")) name.erase(0, 5);
-  for (size_t at; (at = name.find("anvil::cuda::")) != std::string::npos;) name.erase(at, 13);
-  return name;
+  return short_kernel_name(demangle(mangled.c_str()));
 }
 
 // ---- what the audit keeps ----

@@ -1,14 +1,12 @@
 // The out-of-line half of anvil::cuda::launch (cuda_compat.h): the
 // ANVIL_CUDA_SYNC switch and the text of a failed launch.
-#include <cxxabi.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 
+#include "core/symbol_name.h"
 #include "kernels/cuda/runtime.h"
 
 namespace anvil::cuda {
@@ -22,13 +20,6 @@ std::atomic<bool>& sync_flag() {
   return flag;
 }
 
-std::string demangle(const char* symbol) {
-  int status = 0;
-  std::unique_ptr<char, decltype(&std::free)> text(
-      abi::__cxa_demangle(symbol, nullptr, nullptr, &status), &std::free);
-  return status == 0 && text ? std::string(text.get()) : std::string(symbol);
-}
-
 }  // namespace
 
 bool sync_launches() { return sync_flag().load(std::memory_order_relaxed); }
@@ -40,9 +31,7 @@ std::string kernel_name(const void* kernel) {
   if (cudaFuncGetName(&name, kernel) == cudaSuccess && name != nullptr) return demangle(name);
   (void)cudaGetLastError();
 #endif
-  Dl_info info{};
-  if (dladdr(kernel, &info) != 0 && info.dli_sname != nullptr) return demangle(info.dli_sname);
-  return fmt::format("kernel at {}", kernel);
+  return kernel_name_at(kernel);
 }
 
 void throw_launch_error(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
