@@ -11,9 +11,14 @@ namespace anvil {
 // does not demangle.
 std::string demangle(const char* mangled);
 
+// The mangled name of the function at `address`, from the symbol table of
+// the file it was loaded from (.symtab, else .dynsym; each file read once),
+// or "" when no symbol covers it (a stripped binary).
+std::string mangled_name_at(const void* address);
+
 // "namespace::kernel(argument types)" for the function at `address`, from
-// the dynamic symbol table, or "kernel at 0x..." where no symbol covers it
-// (a binary linked without its symbols exported).
+// the dynamic symbol table, else the file's own, or "kernel at 0x..." where
+// no symbol covers it (a stripped binary).
 std::string kernel_name_at(const void* address);
 
 // The short form of a demangled kernel name: "conv_kernels::forward_warp_tiled<...>"
