@@ -155,6 +155,7 @@ void clear() {
   for (auto& t : r.threads) {
     t->data.steps.clear();
     t->data.records.clear();
+    t->next_step = 0;
   }
 }
 

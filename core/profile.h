@@ -109,7 +109,8 @@ void add(Family family, uint32_t name, int stream, double start_us, double end_u
 // records: 1, 2, ... in the order first seen, named "stream 1", ...
 int stream_index(const void* stream);
 
-// Every thread's records so far (copies), by rank; and forgets them.
+// Every thread's records so far (copies), by rank. clear() forgets them
+// and starts the step count again (while no thread records).
 std::vector<Thread> collected();
 void clear();
 
