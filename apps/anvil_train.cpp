@@ -99,6 +99,8 @@ int main(int argc, char** argv) {
   app.add_option("--grad-dtype", o.grad_dtype, "The dtype gradients are all-reduced in: float32, or bf16 (half the bytes on the wire; each rank's gradient rounded to bfloat16, summed in float32 arithmetic with one rounding per ring step, widened back into the float32 gradients)")->capture_default_str()->check(CLI::IsMember({"float32", "bf16"}));
   app.add_flag("--sync-bn", o.sync_bn, "BatchNorm normalises with the statistics of the whole global batch, every rank's part together (SyncBatchNorm)");
   app.add_option("--comm-timeout", o.comm_timeout, "Seconds any wait on another rank may last (default: ANVIL_COMM_TIMEOUT or 300)")->check(number_at_least(0, false));
+  app.add_flag("--profile", o.profile, "After the run, print a table of the steady training steps (the first is left out as warm-up) by op family: calls, ms and % per step; CPU ops by the wall clock, CUDA kernels by CUDA events (docs/profiling.md)");
+  app.add_option("--profile-trace", o.profile_trace, "Write the same steps as a Chrome trace-event JSON file (Perfetto, chrome://tracing): a process per rank, a track per stream, a slice per op or kernel");
   bool list_devices = false;
   app.add_flag("--list-devices", list_devices, "Print the CUDA devices present and exit");
   try {

@@ -57,7 +57,8 @@ bool same_file_path(const std::string& a, const std::string& b) {
 // would leave a weights-only file where the resumable run was.
 void check_distinct_outputs(const Options& o) {
   std::vector<std::pair<const char*, std::string>> outputs = {
-      {"--save", o.save}, {"--metrics", o.metrics}, {"--checkpoint", o.checkpoint}};
+      {"--save", o.save}, {"--metrics", o.metrics}, {"--checkpoint", o.checkpoint},
+      {"--profile-trace", o.profile_trace}};
   for (size_t i = 0; i < outputs.size(); ++i)
     for (size_t j = i + 1; j < outputs.size(); ++j) {
       auto& [flag_a, a] = outputs[i];
@@ -173,6 +174,7 @@ void check_files(const Options& o) {
   check_writable("--save", o.save);
   check_writable("--metrics", o.metrics);
   check_writable("--checkpoint", o.checkpoint);
+  check_writable("--profile-trace", o.profile_trace);
   check_distinct_outputs(o);
 }
 

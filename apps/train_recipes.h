@@ -75,6 +75,10 @@ struct Options {
   // in bfloat16, float32 master weights, optimizer and loss).
   std::string amp = "off";
   bool amp_bf16() const { return amp == "bf16"; }
+  // The profiler (apps/train_profile.h): the table after the run, and the
+  // Chrome trace of the same steps written to this file.
+  bool profile = false;
+  std::string profile_trace;
 };
 
 // Bad input from the user: exit status 2.

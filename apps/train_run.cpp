@@ -26,8 +26,10 @@
 #include "apps/train_checks.h"
 #include "apps/train_epoch.h"
 #include "apps/train_report.h"
+#include "apps/train_profile.h"
 #include "apps/train_setup.h"
 #include "core/precision.h"
+#include "core/profile.h"
 #include "nn/safetensors.h"
 #include "parallel/communicator.h"
 
@@ -35,6 +37,7 @@ namespace anvil::app {
 namespace {
 
 int run_replica(const Options& o, const Replica& r) {
+  profile::set_thread_rank(r.rank());
   std::unique_ptr<Run> run = setup_run(o, r);
   Report report(*run);
   report.header();
@@ -238,9 +241,16 @@ int run_training(const Options& o) {
   app::parse_init(o.init);
   app::check_settings(o);
   parallel::parse_algorithm(o.allreduce);  // (a CLI validator names the flag first)
-  if (o.distributed) return run_mpi_rank(o);
-  if (o.gpus > 0 || !o.devices.empty()) return run_gpu_threads(o);
-  return run_one_device(o);
+  const bool profiled = o.profile || !o.profile_trace.empty();
+  profile::set_enabled(profiled);
+  const int rc = o.distributed                         ? run_mpi_rank(o)
+                 : o.gpus > 0 || !o.devices.empty() ? run_gpu_threads(o)
+                                                     : run_one_device(o);
+  if (profiled) {
+    profile::set_enabled(false);
+    report_profile(o.profile, o.profile_trace, devices_are_simulated());
+  }
+  return rc;
 }
 
 }  // namespace anvil::app

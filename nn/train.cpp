@@ -12,6 +12,7 @@
 #include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "core/profile.h"
 #include "data/device_prefetcher.h"
 #include "nn/layers.h"
 #include "nn/safetensors.h"
@@ -107,7 +108,20 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
   AutocastGuard autocast(device.type, options.amp, DType::BFloat16, &optimizer.cast_cache());
   int64_t done = 0;
   data::DeviceBatch b;
-  while (batches.next(b)) {
+  // With the profiler on (core/profile.h) a step spans the wait for its
+  // batch to the end of the optimizer's step, its device work included.
+  const bool profiled = profile::enabled();
+  for (;;) {
+    if (profiled) profile::begin_step(device);
+    bool more = false;
+    {
+      profile::Scope wait(profile::Family::DataWait, "next batch", true);
+      more = batches.next(b);
+    }
+    if (!more) {
+      if (profiled) profile::cancel_step();
+      break;
+    }
     const data::Batch& batch = b.host;
     const Tensor& x = b.images;
     const Tensor& y = b.labels;
@@ -133,6 +147,7 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
       replicas.after_backward();
     }
     optimizer.step();
+    if (profiled) profile::end_step(device);
     ++done;
     if (options.progress)
       options.progress({.done = done,

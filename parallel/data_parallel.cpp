@@ -7,6 +7,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "core/profile.h"
 #include "parallel/sync_batch_norm.h"
 
 namespace anvil::parallel {
@@ -247,6 +248,7 @@ void DataParallel::on_gradient(size_t param) {
 
 void DataParallel::launch(Bucket& b) {
   NoGradGuard no_grad;
+  profile::Scope scope(profile::Family::AllReduce, "all-reduce: bucket", true);
   Backend& backend = backend_for(b.flat.device());
   Tensor counts = b.flat.narrow(b.counts, int64_t(b.params.size()));
   backend.fill(counts, 1.0);
@@ -273,6 +275,8 @@ void DataParallel::after_backward() {
     return;
   }
   NoGradGuard no_grad;
+  // The wait for the reductions, as the profiler's all-reduce (core/profile.h).
+  profile::Scope scope(profile::Family::AllReduce, "all-reduce: wait", true);
   // The rest, in order: all of them without overlap or on a rank with no
   // example; from the first with a gradient that never came otherwise.
   while (next_bucket_ < buckets_.size()) launch(*buckets_[next_bucket_++]);

@@ -33,7 +33,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cuda/runtime.h"
+#include "core/symbol_name.h"
 #include "sim/sim_internal.h"
 #include "sim/sim_thread.h"
 
@@ -333,7 +333,7 @@ void run_block(const KernelCall& call, const std::source_location& where) {
       if (!why.empty()) {
         const void* kernel = call.kernel_address();
         abandon(detail::launch_site(where) + ": " +
-                (kernel ? "kernel " + anvil::cuda::kernel_name(kernel) + ": " : std::string()) +
+                (kernel ? "kernel " + anvil::kernel_name_at(kernel) + ": " : std::string()) +
                 why);
       }
       continue;

@@ -50,6 +50,8 @@ void launch(void (*kernel)(KArgs...), GridArg grid, dim3 block, size_t shared_by
             cudaStream_t stream, Args&&... args) {
   static_assert(sizeof...(KArgs) == sizeof...(Args), "kernel argument count mismatch");
   const void* kernel_ptr = reinterpret_cast<const void*>(kernel);
+  const bool profiled = profiling();
+  if (profiled) profile_launch_begin(kernel_ptr, stream);
 #if defined(__CUDACC__)
   kernel<<<grid.dims, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess)
@@ -71,6 +73,7 @@ void launch(void (*kernel)(KArgs...), GridArg grid, dim3 block, size_t shared_by
       grid.dims, block, shared_bytes, stream, grid.where,
       std::make_unique<Call>(kernel, std::tuple<KArgs...>(std::forward<Args>(args)...)));
 #endif
+  if (profiled) profile_launch_end(stream);
   if (sync_launches()) {
     if (cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess)
       throw_launch_error(kernel_ptr, grid.dims, block, shared_bytes, grid.where,

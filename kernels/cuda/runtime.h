@@ -35,6 +35,13 @@ inline void check(cudaError_t err, const char* what,
 bool sync_launches();
 void set_sync_launches(bool on);
 
+// The profiler (core/profile.h) at every launch: while profiling() is true,
+// launch() calls profile_launch_begin before the kernel is queued and
+// profile_launch_end after, which record a CUDA event on `stream` each.
+bool profiling();
+void profile_launch_begin(const void* kernel, cudaStream_t stream);
+void profile_launch_end(cudaStream_t stream);
+
 // "namespace::kernel(argument types)" for a kernel's host-side pointer, or
 // "kernel at 0x..." where no symbol is found (the simulator build finds
 // symbols only in a binary linked with its symbols exported).

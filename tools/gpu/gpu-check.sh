@@ -422,6 +422,14 @@ if [[ "$part" == 3 ]]; then
       step "anvil: ResNet-18, seed recipe, 1 epoch, ${how[*]}" train.log 150 \
         "${train[@]}" --model resnet18 --epochs 1 "${how[@]}" --metrics "$work/anvil-resnet18-dp-$path.jsonl"
     done
+    # The profile of the steady steps by op family (docs/profiling.md), and
+    # its Chrome trace beside the report.
+    step "anvil: --profile, LeNet, 8192 images on cuda:0" train.log 90 \
+      "${train[@]}" --model lenet --epochs 1 --limit-train 8192 --limit-test 512 --device cuda:0 \
+      --profile --profile-trace "$out/profile-lenet.json"
+    step "anvil: --profile, ResNet-18, 2048 images on cuda:0" train.log 120 \
+      "${train[@]}" --model resnet18 --epochs 1 --limit-train 2048 --limit-test 256 --device cuda:0 \
+      --profile --profile-trace "$out/profile-resnet18.json"
   else
     skip "anvil: --gpus 1 against --device cuda:0 (LeNet, ResNet-18)" "no GPU (nvidia-smi lists none)"
   fi
