@@ -57,30 +57,53 @@ struct ChunkRows {
   __device__ __forceinline__ static int first() { return L::chunk(row(0), 8 * chunk()); }
 };
 
+// The channel blocks of the k-steps, as both iterators step them: this
+// thread's first channel c of the step (its chunk's) and the offset into a
+// row's data, 32 channels a step; past a tap's last block, channel block 0
+// of the next tap, Cp further on from the tap's start (taps are Cp apart in
+// NHWC pixels and in KRSC filters alike).
+struct ChannelBlocks {
+  int Cp, Cb, cb = 0, c;
+  int64_t offset = 0;
+  __device__ __forceinline__ ChannelBlocks(const NhwcGeo& g, int chunk)
+      : Cp(g.Cp), Cb(g.Cb), c(8 * chunk) {}
+  __device__ __forceinline__ bool inside() const { return c < Cp; }
+  // On to the next step; true when it starts the next tap.
+  __device__ __forceinline__ bool next() {
+    c += 32;
+    offset += 32;
+    if (++cb < Cb) return false;
+    cb = 0;
+    c -= 32 * Cb;
+    offset += Cp - 32 * Cb;
+    return true;
+  }
+};
+
 // A: the activations, row j = output position m0 + j. Precomputed per row:
 // the address of its top-left tap's pixel (which may lie in the padding,
 // outside x: it is read only where the tap is inside) and that pixel's
-// (h, w), h = INT_MIN / 2 past M so that no tap is inside. Stepped: the tap (r, s), the channel
-// block, and the one offset all rows share, (r * W + s) * Cp + 32 cb. Per
-// chunk and step: two adds, two unsigned compares, a 64-bit add.
+// (h, w), h = INT_MIN / 2 past M so that no tap is inside. Stepped: the
+// channel block, the tap (r, s), and the one offset all rows share,
+// (r * W + s) * Cp + 32 cb. Per chunk and step: two adds, two unsigned
+// compares, a 64-bit add.
 template <int Threads, int BJ>
 struct ActivationIterator {
   using Rows = ChunkRows<Threads, BJ>;
   using L = typename Rows::L;
   static constexpr bool kAlongJ = false;
   static constexpr int kUnits = Rows::kUnits;
-  const bfloat16* x;
   const bfloat16* pixel[kUnits];  // x + (n, h0, w0, this thread's chunk)
   int h0[kUnits], w0[kUnits];
-  int H, W, S, Cp, Cb;
-  int r = 0, s = 0, cb = 0;
-  int c;            // this thread's first channel of the step
-  int first;        // unit 0's chunk in a stage
-  int64_t offset;   // (r * W + s) * Cp + 32 cb
-  int64_t next_tap, next_row;  // what the offset gains when cb, then s, wrap
+  int H, W, S;
+  int r = 0, s = 0;
+  int first;                // unit 0's chunk in a stage
+  ChannelBlocks blocks;
+  int64_t next_row;         // what the offset gains when s wraps
 
-  __device__ __forceinline__ ActivationIterator(const NhwcGeo& g, const bfloat16* x_, int m0)
-      : x(x_), H(g.H), W(g.W), S(g.S), Cp(g.Cp), Cb(g.Cb) {
+  __device__ __forceinline__ ActivationIterator(const NhwcGeo& g, const bfloat16* x, int m0)
+      : H(g.H), W(g.W), S(g.S), first(Rows::first()), blocks(g, Rows::chunk()),
+        next_row(int64_t(g.W - g.S) * g.Cp) {
     const int M = g.N * g.P * g.Q, PQ = g.P * g.Q;
     #pragma unroll
     for (int u = 0; u < kUnits; ++u) {
@@ -88,82 +111,59 @@ struct ActivationIterator {
       const int n = m / PQ, pq = m % PQ;
       h0[u] = m < M ? pq / g.Q * g.sh - g.ph : INT_MIN / 2;
       w0[u] = pq % g.Q * g.sw - g.pw;
-      c = 8 * Rows::chunk();
-      pixel[u] = x + ((int64_t(n) * g.H + h0[u]) * g.W + w0[u]) * g.Cp + c;
+      pixel[u] = x + ((int64_t(n) * g.H + h0[u]) * g.W + w0[u]) * g.Cp + blocks.c;
     }
-    first = Rows::first();
-    offset = 0;
-    next_tap = int64_t(Cp) - 32 * Cb;
-    next_row = int64_t(W - S) * Cp;
   }
   __device__ __forceinline__ void copy(uint16_t* stage) const {
     #pragma unroll
     for (int u = 0; u < kUnits; ++u) {
       const int h = h0[u] + r, w = w0[u] + s;
-      const bool inside = c < Cp && unsigned(h) < unsigned(H) && unsigned(w) < unsigned(W);
-      cp_async::copy_cg(stage + first + u * Rows::kUnitStride, pixel[u] + offset, inside ? 16 : 0);
+      const bool inside = blocks.inside() && unsigned(h) < unsigned(H) && unsigned(w) < unsigned(W);
+      cp_async::copy_cg(stage + first + u * Rows::kUnitStride, pixel[u] + blocks.offset,
+                        inside ? 16 : 0);
     }
   }
   __device__ __forceinline__ void advance() {
-    c += 32;
-    offset += 32;
-    if (++cb == Cb) {
-      cb = 0;
-      c -= 32 * Cb;
-      offset += next_tap;
-      if (++s == S) {
-        s = 0;
-        ++r;
-        offset += next_row;
-      }
+    if (blocks.next() && ++s == S) {
+      s = 0;
+      ++r;
+      blocks.offset += next_row;
     }
   }
 };
 
 // B: the filters, row j = output channel n0 + j. Precomputed per row: its
-// filter's address, and whether it exists; stepped: the channel block and
-// the offset (taps are consecutive in KRSC: a tap's wrap adds Cp - 32 Cb).
+// filter's address, and whether it exists; stepped: the channel block (in
+// KRSC a filter's taps follow each other, so that is all).
 template <int Threads, int BJ>
 struct FilterIterator {
   using Rows = ChunkRows<Threads, BJ>;
   using L = typename Rows::L;
   static constexpr bool kAlongJ = false;
   static constexpr int kUnits = Rows::kUnits;
-  const bfloat16* w;
   const bfloat16* filter[kUnits];  // w + (k, this thread's chunk)
   bool exists[kUnits];
-  int Cp, Cb, cb = 0, c;
   int first;
-  int64_t offset;  // (r * S + s) * Cp + 32 cb
+  ChannelBlocks blocks;
 
-  __device__ __forceinline__ FilterIterator(const NhwcGeo& g, const bfloat16* w_, int n0)
-      : w(w_), Cp(g.Cp), Cb(g.Cb) {
+  __device__ __forceinline__ FilterIterator(const NhwcGeo& g, const bfloat16* w, int n0)
+      : first(Rows::first()), blocks(g, Rows::chunk()) {
     #pragma unroll
     for (int u = 0; u < kUnits; ++u) {
       const int k = n0 + Rows::row(u);
-      c = 8 * Rows::chunk();
       exists[u] = k < g.K;
-      filter[u] = w + int64_t(k) * g.R * g.S * g.Cp + c;
+      filter[u] = w + int64_t(k) * g.R * g.S * g.Cp + blocks.c;
     }
-    first = Rows::first();
-    offset = 0;
   }
   __device__ __forceinline__ void copy(uint16_t* stage) const {
     #pragma unroll
     for (int u = 0; u < kUnits; ++u) {
-      const bool inside = exists[u] && c < Cp;
-      cp_async::copy_cg(stage + first + u * Rows::kUnitStride, filter[u] + offset, inside ? 16 : 0);
+      const bool inside = exists[u] && blocks.inside();
+      cp_async::copy_cg(stage + first + u * Rows::kUnitStride, filter[u] + blocks.offset,
+                        inside ? 16 : 0);
     }
   }
-  __device__ __forceinline__ void advance() {
-    c += 32;
-    offset += 32;
-    if (++cb == Cb) {
-      cb = 0;
-      c -= 32 * Cb;
-      offset += Cp - 32 * Cb;
-    }
-  }
+  __device__ __forceinline__ void advance() { blocks.next(); }
 };
 
 // y (NCHW, float32 or bfloat16) of tile (blockIdx.x: rows of N*P*Q,
