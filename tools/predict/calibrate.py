@@ -4,14 +4,15 @@ time that docs/results.md ("GPU runs", 2026-11-26) records for anvil's own
 kernels, with the model's prediction without and with the issue bound
 (tools/predict/step_time.py) and measured / predicted.
 
-    python3 tools/predict/calibrate.py        # the table in docs/kernels.md, "Calibration"
+    python3 tools/predict/calibrate.py          # the table in docs/kernels.md, "Calibration"
+    python3 tools/predict/calibrate.py --check  # exit 1 unless docs/kernels.md holds it
 
 The measured figures are copied here from docs/results.md (each row says
 where); nothing is measured by this script. The model is the H100 SXM5's
 (132 SMs, the datasheet's peaks, HBM3 3.35 TB/s). The H200 has the same
 SMs and clocks and faster HBM3e (4.8 TB/s); the predictions keep the
 H100's bandwidth, so where a launch is memory-bound they overstate the
-H200's time (none of the rows below is). A single kernel is predicted as
+H200's time (of the kernel rows, only LeNet conv1's is). A single kernel is predicted as
 the step model predicts a launch: max(FLOPs / peak, minimum bytes / HBM,
 issue bound) / the wave fill of its blocks (kernel_table.fill, with the
 resident blocks of the kernel table and its split plan, kernel_table.split_k),
@@ -140,14 +141,25 @@ def step_rows():
 
 
 def main():
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
-    print("| what the H200 measured | measured | from docs/results.md, \"GPU runs\" | predicted, no issue bound "
-          "| with it | measured / predicted, no issue bound | with it |")
-    print("|---|---|---|---|---|---|---|")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 unless docs/kernels.md holds this table as printed")
+    a = ap.parse_args()
+    lines = table()
+    print("\n".join(lines))
+    if a.check and "\n".join(lines) not in (st.ROOT / "docs" / "kernels.md").read_text():
+        sys.exit("calibrate: docs/kernels.md's calibration table is not what the model gives; "
+                 "paste python3 tools/predict/calibrate.py's table into it")
+
+
+def table():
+    out = ["| what the H200 measured | measured | from docs/results.md, \"GPU runs\" | predicted, no issue bound "
+           "| with it | measured / predicted, no issue bound | with it |", "|---|---|---|---|---|---|---|"]
     for what, measured, unit, src, before, after in gemm_rows() + conv_rows() + step_rows():
         fmt = "{:.1f}" if unit == "µs" else "{:.2f}"
-        print(f"| {what} | {fmt.format(measured)} {unit} | {src} | {fmt.format(before)} {unit} | "
-              f"{fmt.format(after)} {unit} | {measured / before:.2f} | {measured / after:.2f} |")
+        out.append(f"| {what} | {fmt.format(measured)} {unit} | {src} | {fmt.format(before)} {unit} | "
+                   f"{fmt.format(after)} {unit} | {measured / before:.2f} | {measured / after:.2f} |")
+    return out
 
 
 if __name__ == "__main__":
