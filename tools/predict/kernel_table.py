@@ -5,7 +5,8 @@ Called by tools/predict/kernel-table.sh with the folder holding, for every
 kernels/cuda/NAME.cu (a family folder's FAMILY/FILE.cu as FAMILY__FILE), NAME.ptxas (nvcc -Xptxas -v), NAME.sass (cuobjdump
 --dump-sass) and NAME.names (the mangled kernel names, demangled, one
 "mangled<TAB>demangled" per line). Prints the table's Markdown, and writes FOLDER/kernel-resources.json (each kernel's
-registers and static shared memory, for the simulator's launch audit).
+registers and static shared memory, for the simulator's launch audit, and a
+tensor-core kernel's main loop, for tools/predict/step_time.py's issue bound).
 Standard library only.
 
 Occupancy uses the documented limits of one H100 SM (compute capability 9.0,
