@@ -124,6 +124,7 @@ import argparse
 import math
 import contextlib
 import io
+import json
 import re
 import sys
 from collections import defaultdict
@@ -193,7 +194,6 @@ def main_loops(path=None):
     """kernel key -> the most instructions per HMMA in the main loop of any
     of its instantiations (kernel_table.py's loop_hmma, from the SASS), for
     the kernels that have one."""
-    import json
     out = {}
     for k in json.loads((path or RESOURCES).read_text())["kernels"].values():
         if "main_loop" in k:
