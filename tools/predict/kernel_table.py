@@ -5,7 +5,8 @@ Called by tools/predict/kernel-table.sh with the folder holding, for every
 kernels/cuda/NAME.cu (a family folder's FAMILY/FILE.cu as FAMILY__FILE), NAME.ptxas (nvcc -Xptxas -v), NAME.sass (cuobjdump
 --dump-sass) and NAME.names (the mangled kernel names, demangled, one
 "mangled<TAB>demangled" per line). Prints the table's Markdown, and writes FOLDER/kernel-resources.json (each kernel's
-registers and static shared memory, for the simulator's launch audit).
+registers and static shared memory, for the simulator's launch audit, and a
+tensor-core kernel's main loop, for tools/predict/step_time.py's issue bound).
 Standard library only.
 
 Occupancy uses the documented limits of one H100 SM (compute capability 9.0,
@@ -539,14 +540,21 @@ def write_resources(folder, compiler):
     """FOLDER/kernel-resources.json: every kernel instantiation's registers
     and static shared memory for sm_90, by mangled name (g++ mangles the
     simulator build's kernels alike), for the simulator's launch audit
-    (sim/launch_audit.cpp)."""
+    (sim/launch_audit.cpp); and, for a kernel whose SASS has a loop with
+    HMMA, that main loop's HMMA and instructions (sass_facts' loop_hmma,
+    static counts), for the step model's issue bound
+    (tools/predict/step_time.py)."""
     kernels = {}
     for ptxas in sorted(folder.glob("*.ptxas")):
         names = dict(line.split("\t", 1) for line in (folder / f"{ptxas.stem}.names").read_text().splitlines()
                      if "\t" in line)
+        sass = parse_sass((folder / f"{ptxas.stem}.sass").read_text())
         for mangled, r in parse_ptxas(ptxas.read_text()).items():
             kernels[mangled] = {"name": names.get(mangled, mangled), "file": source_file(ptxas.stem),
                                 "registers": r["regs"], "static_shared_bytes": r["smem"]}
+            hmma, _, instructions, _ = sass_facts(sass.get(mangled, []))["loop_hmma"]
+            if hmma > 0:
+                kernels[mangled]["main_loop"] = {"hmma": hmma, "instructions": instructions}
     doc = {"source": f"ptxas -v of nvcc -O3 -arch=sm_90 ({compiler}), by tools/predict/kernel-table.sh",
            "kernels": dict(sorted(kernels.items()))}
     (folder / "kernel-resources.json").write_text(json.dumps(doc, indent=1) + "\n")

@@ -12,6 +12,7 @@ block per channel for bias gradients and BatchNorm variant 1).
     tools/predict/step_time.py --fp32-precision tf32        # FP32 kernels -> the TF32 rungs
     tools/predict/step_time.py --fp32-precision tf32 --tc-efficiency 0.5
     tools/predict/step_time.py --amp bf16                   # TF32 -> bfloat16 autocast
+    tools/predict/step_time.py --fp32-precision tf32 --no-issue-bound   # the roofline alone
 
 With --fp32-precision tf32 the two configurations are the shipped FP32
 kernels and the same step with conv 06 and GEMM 11 (the TF32 rungs, which
@@ -90,14 +91,23 @@ The model, and every assumption in it:
 - Roofline of a launch: max(FLOPs / 66.9 TFLOP/s, bytes / 3.35 TB/s), the
   H100 SXM5 datasheet's FP32 (no tensor cores) and HBM3 figures
   (kernel_table.py's FP32_PEAK, HBM_BW).
-- Predicted time of a launch: roofline / predicted_sm_utilisation of its
+- Issue bound of a tensor-core launch (conv 06/07, GEMM 10/11): an SM
+  issues 4 warp instructions a clock and its tensor cores finish about one
+  HMMA a clock at the dense peak, so a launch whose kernel's main loop
+  issues I instructions per HMMA takes at least FLOPs / dense peak x I / 4.
+  I is the main loop's static count from the SASS (kernel_table.py's
+  loop_hmma, stored in docs/kernel-resources.json's "main_loop"), the most
+  over the kernel's instantiations; its time is max(roofline, issue bound).
+  --no-issue-bound leaves it out (the pages as they were before it).
+- Predicted time of a launch: max(roofline, issue bound) / predicted_sm_utilisation of its
   kernel in the audit (sim/launch_audit.cpp; shipped: build/launch-audit/
   MODEL-BATCH.jsonl, read at run time, else docs/generated/launch-audit.md;
   baseline: docs/generated/launch-audit-baseline.md). Utilisation only stretches the
   roofline: it is the share of the GPU's block slots a launch keeps busy, so
-  a fully used GPU is assumed to run at the roofline. Nothing here models how
-  close a kernel comes to peak inside an SM (step_model.py assumes 35% of
-  FP32 peak), so these are lower bounds on a GPU's time. A kernel's figure
+  a fully used GPU is assumed to run at the roofline (or the issue bound).
+  Beyond the issue bound nothing here models how close a kernel comes to
+  peak inside an SM (latency, stalls; step_model.py assumes 35% of FP32
+  peak), so these are lower bounds on a GPU's time. A kernel's figure
   (the time-weighted mean over its launches) is applied to each of its
   launches.
 - Per-launch floor: no launch takes less than --launch-us (default 4 us, the
@@ -114,6 +124,7 @@ import argparse
 import math
 import contextlib
 import io
+import json
 import re
 import sys
 from collections import defaultdict
@@ -133,6 +144,14 @@ TF32_PEAK = 494.7e12
 # H100 SXM5's dense BF16 tensor-core peak (the datasheet's 1979 TFLOP/s with
 # sparsity, half of it dense); --tc-efficiency scales it.
 BF16_PEAK = 989.4e12
+# An SM issues 4 warp instructions a clock (one per scheduler), and its
+# tensor cores finish about one HMMA a clock at the dense peaks above (one
+# m16n8k8 TF32 or m16n8k16 BF16: 132 SMs x 1.83 GHz x 2048 or 4096 FLOPs).
+# A tensor-core kernel whose main loop issues I instructions per HMMA can
+# therefore reach at most peak x min(1, 4 / I): the issue bound.
+ISSUE_PER_CLOCK = 4
+RESOURCES = ROOT / "docs" / "kernel-resources.json"
+RESOURCES_NAME = "docs/kernel-resources.json"
 ERAS = {"ieee": ("baseline", "shipped"), "tf32": ("FP32", "TF32"), "bf16": ("TF32", "BF16")}  # the columns' names
 BF16 = "anvil::bfloat16"
 CLASSES = 10
@@ -157,6 +176,30 @@ WHY = [("warp_tiled", "conv 3's 64x64 implicit GEMM, unsplit -> conv 5 (conv 4's
 def norm(name):
     """An audit kernel name as a key: tiles as 64x128, no spaces."""
     return la.short_name(name).replace(" ", "")
+
+
+def resource_key(demangled):
+    """kernel-resources.json's demangled name as the model's key: no return
+    type, no parameter list, no anvil::cuda:: qualifiers."""
+    name, depth = demangled.removeprefix("void "), 0
+    for i, ch in enumerate(name):
+        depth += {"<": 1, ">": -1}.get(ch, 0)
+        if ch == "(" and depth == 0:
+            name = name[:i]
+            break
+    return norm(name.replace("anvil::cuda::", ""))
+
+
+def main_loops(path=None):
+    """kernel key -> the most instructions per HMMA in the main loop of any
+    of its instantiations (kernel_table.py's loop_hmma, from the SASS), for
+    the kernels that have one."""
+    out = {}
+    for k in json.loads((path or RESOURCES).read_text())["kernels"].values():
+        if "main_loop" in k:
+            key, loop = resource_key(k["name"]), k["main_loop"]
+            out[key] = max(out.get(key, 0.0), loop["instructions"] / loop["hmma"])
+    return out
 
 
 def show(key):
@@ -523,6 +566,8 @@ def predict(model, batch, a):
     mode = "bf16" if amp else "tf32" if tf32 else "ieee"
     step, (audit, source) = build(model, batch, tf32, amp), audits(model, batch, a.docs, tf32, amp)
     peaks = {False: kt.FP32_PEAK, True: TF32_PEAK * a.tc_efficiency, "bf16": BF16_PEAK * a.tc_efficiency}
+    hmma_rate = {True: TF32_PEAK, "bf16": BF16_PEAK}  # one HMMA a clock an SM, as FLOP/s
+    loops = main_loops() if a.issue_bound else {}
     rows = defaultdict(lambda: {e: defaultdict(float, kernels=set()) for e in ("baseline", "shipped")})
     checks, totals = [], {}
     for era, launches in step.launches.items():
@@ -541,22 +586,35 @@ def predict(model, batch, a):
                 checks.append(f"{era}: `{show(kernel)}` blocks {min(blocks)}-{max(blocks)} in the model, "
                               f"{au['blocks'][0]}-{au['blocks'][1]} in the audit")
         checks += [f"{era}: `{show(k)}` is not in the audit (utilisation 1)" for k in seen if k not in audit[era]]
+        tc_kernels = {x["kernel"] for x in launches if x["tensor_cores"]}
+        checks += [f"{era}: `{show(k)}` has no main loop in {RESOURCES_NAME} (no issue bound)"
+                   for k in sorted(tc_kernels) if a.issue_bound and k not in loops]
         t = totals[era] = defaultdict(float)
         for x in launches:
             util = audit[era].get(x["kernel"], {"util": 1.0})["util"]
-            roof = max(x["flops"] / peaks[x["tensor_cores"]], x["bytes"] / kt.HBM_BW)
-            x["floored"] = max(roof / util, a.launch_us * 1e-6)
+            compute, memory = x["flops"] / peaks[x["tensor_cores"]], x["bytes"] / kt.HBM_BW
+            roof = max(compute, memory)
+            # The issue bound: the launch's HMMA (its FLOPs at one HMMA a clock
+            # an SM) x the main loop's instructions per HMMA / 4 a clock.
+            per_hmma = loops.get(x["kernel"], 0.0) if x["tensor_cores"] else 0.0
+            issue = x["flops"] / hmma_rate[x["tensor_cores"]] * per_hmma / ISSUE_PER_CLOCK if per_hmma else 0.0
+            bound = max(roof, issue)
+            binds = ("issue" if issue > roof else "HBM" if memory >= compute else
+                     "TC" if x["tensor_cores"] else "FP32")
+            x["floored"] = max(bound / util, a.launch_us * 1e-6)
             r = rows[x["row"]][era]
             r["kernels"].add(x["kernel"])
             for key, v in (("launches", 1), ("flops", x["flops"]), ("bytes", x["bytes"]), ("roof", roof),
-                           ("pred", roof / util), ("floored", max(roof / util, a.launch_us * 1e-6))):
+                           ("issue", issue), ("bound", bound), ("bind:" + binds, bound),
+                           ("pred", bound / util), ("floored", max(bound / util, a.launch_us * 1e-6))):
                 r[key] += v
                 t[key] += v
     reference = 3 * batch * (sm.lenet_forward_flops() if model == "lenet" else sm.resnet18_forward_flops())
     first = dict(launches=len(step.first_step), floored=sum(x["floored"] for x in step.first_step),
                  bytes=sum(x["bytes"] for x in step.first_step))
     return dict(model=model, batch=batch, rows=rows, totals=totals, audit=audit, source=source,
-                checks=checks, reference=reference, tf32=tf32, mode=mode, first_step=first)
+                checks=checks, reference=reference, tf32=tf32, mode=mode, first_step=first,
+                issue_bound=a.issue_bound)
 
 
 def pair(b, a, fmt):
@@ -568,7 +626,7 @@ def util_cell(r, audit):
         return "-"
     if len(r["kernels"]) == 1:
         return f"{audit[next(iter(r['kernels']))]['util']:.3f}" if next(iter(r["kernels"])) in audit else "1*"
-    return f"{r['roof'] / r['pred']:.3f}*"
+    return f"{r['bound'] / r['pred']:.3f}*"
 
 
 def fold(p, share):
@@ -590,24 +648,43 @@ def fold(p, share):
     return rows
 
 
-def line(label, b, a, util_b, util_a, gflop="{:.3f}"):
+def binds(r, shares=False):
+    """What binds a row's launches (FP32, TC: the tensor cores' peak, HBM,
+    issue: the issue bound), the most time first; shares: with each one's %."""
+    kinds = sorted((k for k in r if k.startswith("bind:")), key=lambda k: -r[k])
+    if not kinds:
+        return "-"
+    if shares:
+        return ", ".join(f"{k[5:]} {100 * r[k] / r['bound']:.0f}%" for k in kinds)
+    return ", ".join(k[5:] for k in kinds)
+
+
+def line(label, b, a, util_b, util_a, gflop="{:.3f}", issue=False, shares=False):
+    cells = ""
+    if issue:  # the issue bound's µs and what binds, by era
+        sides = [f"{r['issue'] * 1e6:.1f}" if r["issue"] else "-" for r in (b, a)]
+        issue_cell = sides[1] if sides[0] == sides[1] else " → ".join(sides)
+        bb, ba = binds(b, shares), binds(a, shares)
+        cells = f"{issue_cell} | {ba if bb == ba else f'{bb} → {ba}'} | "
     return (f"| {label} | {pair(b['launches'], a['launches'], '{:.0f}')} | "
             f"{pair(b['flops'] / 1e9, a['flops'] / 1e9, gflop)} | {pair(b['bytes'] / 1e6, a['bytes'] / 1e6, '{:.2f}')} | "
-            f"{pair(b['roof'] * 1e6, a['roof'] * 1e6, '{:.1f}')} | {util_b} | {util_a} | "
+            f"{pair(b['roof'] * 1e6, a['roof'] * 1e6, '{:.1f}')} | {cells}{util_b} | {util_a} | "
             f"{b['pred'] * 1e6:.1f} | {a['pred'] * 1e6:.1f} |")
 
 
 def table(p, share=0.0):
-    rows, audit = fold(p, share) if share else p["rows"], p["audit"]
+    rows, audit, issue = fold(p, share) if share else p["rows"], p["audit"], p["issue_bound"]
     b, a = ERAS[p["mode"]]
-    out = [f"| family (shipped kernels) | launches | GFLOP | MB | roofline µs | utilisation {b} | {a} | "
-           f"predicted µs {b} | {a} |", "|---|---|---|---|---|---|---|---|---|"]
+    extra = "issue bound µs | binds | " if issue else ""
+    out = [f"| family (shipped kernels) | launches | GFLOP | MB | roofline µs | {extra}utilisation {b} | {a} | "
+           f"predicted µs {b} | {a} |", "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if issue else "")]
     for key in sorted(rows, key=lambda k: ("::" not in k, -max(rows[k][e]["pred"] for e in ("baseline", "shipped")))):
         b, a = rows[key]["baseline"], rows[key]["shipped"]
         out.append(line(f"`{show(key)}`" if "::" in key else key, b, a, util_cell(b, audit["baseline"]),
-                        util_cell(a, audit["shipped"])))
+                        util_cell(a, audit["shipped"]), issue=issue))
     tb, ta = p["totals"]["baseline"], p["totals"]["shipped"]
-    out.append(line("**total**", tb, ta, f"{tb['roof'] / tb['pred']:.3f}*", f"{ta['roof'] / ta['pred']:.3f}*"))
+    out.append(line("**total**", tb, ta, f"{tb['bound'] / tb['pred']:.3f}*", f"{ta['bound'] / ta['pred']:.3f}*",
+                    issue=issue, shares=True))
     return out
 
 
@@ -626,11 +703,13 @@ def mapping(p):
 
 def summary(p, launch_us):
     tb, ta, b = p["totals"]["baseline"], p["totals"]["shipped"], p["batch"]
+    issue = (f"; with the issue bound {pair(tb['bound'] * 1e3, ta['bound'] * 1e3, '{:.3f}')} ms before "
+             f"utilisation" if p["issue_bound"] else "")
     return (f"step {tb['floored'] * 1e3:.3f} → {ta['floored'] * 1e3:.3f} ms with the {launch_us:g} µs floor "
             f"({b / tb['floored']:,.0f} → {b / ta['floored']:,.0f} images/s); without it "
             f"{tb['pred'] * 1e3:.3f} → {ta['pred'] * 1e3:.3f} ms ({b / tb['pred']:,.0f} → "
             f"{b / ta['pred']:,.0f} images/s); roofline alone {ta['roof'] * 1e3:.3f} ms; "
-            f"{ta['launches']:.0f} launches x {launch_us:g} µs = {ta['launches'] * launch_us / 1e3:.3f} ms")
+            f"{ta['launches']:.0f} launches x {launch_us:g} µs = {ta['launches'] * launch_us / 1e3:.3f} ms{issue}")
 
 
 def report(p, a):
@@ -647,7 +726,8 @@ def report(p, a):
               f"in the BF16 column; later steps' SGD rewrites the copies, so the steady-state step is "
               f"{steady * 1e3:.3f} ms ({b / steady:,.0f} images/s) with the floor.\n")
     print("\n".join(table(p, 0.01 if a.markdown else 0.0)))
-    print("\n\\* effective: roofline / predicted over the row's kernels (several kernels, or the total).\n")
+    print("\n\\* effective: roofline / predicted over the row's kernels (several kernels, or the total)"
+          + (", the roofline with the issue bound" if p["issue_bound"] else "") + ".\n")
     if p["mode"] == "bf16":
         print("Mapping (TF32 → BF16): each row's conv 06 or GEMM 11 kernel → the BF16 rung's kernel with "
               "the same tiles and split plan (conv 07, GEMM 10: `mma_tile::Shape<Bf16, ...>`, bfloat16 "
@@ -686,6 +766,9 @@ def main():
     ap.add_argument("--tc-efficiency", type=float, default=1.0,
                     help="with tf32 or bf16: the share of the tensor cores' peak the TF32 rungs reach "
                          "inside a full SM (default 1: a lower bound)")
+    ap.add_argument("--no-issue-bound", dest="issue_bound", action="store_false",
+                    help="leave out the issue bound (a tensor-core launch's main-loop instructions per "
+                         "HMMA / 4 a clock): the roofline and utilisation alone, as before it")
     ap.add_argument("--markdown", action="store_true",
                     help="print what goes into docs/generated/step-time.md (kernels under 1%% folded)")
     ap.add_argument("--write", action="store_true",
@@ -699,9 +782,10 @@ def main():
     a = ap.parse_args()
     runs = [(m, b) for m in ("lenet", "resnet18") for b in (256, 128)
             if (a.model in (None, m)) and (a.batch in (None, b))]
-    if a.write and (a.model or a.batch or not a.docs):
-        ap.error("--write writes all four steps from the docs' tables: --docs, no --model or --batch")
-    page = a.write or (a.check and a.docs and not (a.model or a.batch))
+    if a.write and (a.model or a.batch or not a.docs or not a.issue_bound):
+        ap.error("--write writes all four steps from the docs' tables: --docs, no --model, --batch "
+                 "or --no-issue-bound")
+    page = a.write or (a.check and a.docs and not (a.model or a.batch) and a.issue_bound)
     a.markdown = a.markdown or a.write
     preds = [predict(m, b, a) for m, b in runs]
     render(preds, a)
@@ -740,14 +824,23 @@ def render(preds, a):
         print(f"TF32: H100 SXM5 dense TF32 {TF32_PEAK / 1e12:.1f} TFLOP/s x --tc-efficiency "
               f"{a.tc_efficiency:g} for the conv and GEMM launches of the TF32 step.")
     print(f"Assumptions: H100 SXM5 FP32 {kt.FP32_PEAK / 1e12:.1f} TFLOP/s, HBM {kt.HBM_BW / 1e12:.2f} TB/s; "
-          f"minimum bytes (each tensor once); predicted = roofline / the audit's predicted SM utilisation; "
+          f"minimum bytes (each tensor once); predicted = "
+          f"{'max(roofline, issue bound)' if a.issue_bound else 'roofline'} / the audit's predicted SM utilisation; "
           f"floor {a.launch_us:g} µs per launch (see the docstring).\n")
-    print("| step | launches | roofline ms | predicted ms, no floor | with the floor | images/s |")
-    print("|---|---|---|---|---|---|")
+    if a.issue_bound:
+        print(f"Issue bound: each tensor-core launch takes at least its FLOPs at one HMMA a clock an SM "
+              f"(the dense peak) x the main loop's instructions per HMMA / {ISSUE_PER_CLOCK} issued a clock "
+              f"({RESOURCES_NAME}, from the SASS; the worst instantiation); "
+              f"--no-issue-bound leaves it out.\n")
+    issue = a.issue_bound
+    print("| step | launches | roofline ms | " + ("with the issue bound ms | " if issue else "")
+          + "predicted ms, no floor | with the floor | images/s |")
+    print("|---|---|---|---|---|---|" + ("---|" if issue else ""))
     for p in preds:
         tb, ta, b = p["totals"]["baseline"], p["totals"]["shipped"], p["batch"]
+        bound = f"{pair(tb['bound'] * 1e3, ta['bound'] * 1e3, '{:.3f}')} | " if issue else ""
         print(f"| {p['model']} {b} | {tb['launches']:.0f} → {ta['launches']:.0f} | "
-              f"{pair(tb['roof'] * 1e3, ta['roof'] * 1e3, '{:.3f}')} | {tb['pred'] * 1e3:.3f} → "
+              f"{pair(tb['roof'] * 1e3, ta['roof'] * 1e3, '{:.3f}')} | {bound}{tb['pred'] * 1e3:.3f} → "
               f"{ta['pred'] * 1e3:.3f} | {tb['floored'] * 1e3:.3f} → {ta['floored'] * 1e3:.3f} | "
               f"{b / tb['floored']:,.0f} → {b / ta['floored']:,.0f} |")
     print()
