@@ -307,7 +307,8 @@ TEST_CASE("cuda conv mma: rungs 7 and 8 read bfloat16 x, w and dy, bitwise as fl
 }
 
 // Rung 08's forward and backward-data (the directions it adds; at stride 2
-// backward-data is rung 07's) on shapes that exercise its
+// backward-data runs one convolution per residue class) on shapes that
+// exercise its
 // iterators: C of 1, 13 and 40 (padded to 8, 16, 40 channels: a channel
 // block of 32 partly or mostly outside), K of 6, 24, 33, 64, 70 and 128
 // (the 256 x 64 tile up to 64, the 128 x 128 one above, ragged), windows

@@ -37,17 +37,19 @@
 // y is written NCHW by the epilogue (bias added in FP32, rounded once to
 // bfloat16 for a bfloat16 y).
 //
-// Backward-data at stride 1 (ResNet-18's 3x3 layers but the three that
-// halve the image, LeNet's) is the same kernel: the forward convolution of
-// dy with the filters flipped and C and K swapped (backward_data_as_forward
-// below), so it multiplies no structural zeros; at stride 2 it is rung 07's,
-// zeros included. Backward-weight is rung 07's.
+// Backward-data is the same kernel, without structural zeros: at stride 1
+// the forward convolution of dy with the filters flipped and C and K
+// swapped; at stride 2 one such convolution per residue class of the
+// stride, over that class's taps only, written to its pixels of dx
+// (dgrad_classes below; CUTLASS calls it strided dgrad). Backward-weight
+// is rung 07's.
 //   build/sim/bench_cuda_kernels conv 8
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
+#include <vector>
 
 #include "kernels/cuda/conv/conv.h"
 #include "kernels/cuda/conv/implicit_nhwc.cuh"
@@ -56,6 +58,7 @@
 namespace anvil::cuda {
 namespace {
 
+using conv_kernels::ClassTaps;
 using conv_kernels::NhwcGeo;
 using Wide = multistage::Shape<2, 2, 4, 2>;    // 128 x 128, K > 64
 using Narrow = multistage::Shape<4, 1, 4, 2>;  // 256 x 64, K <= 64
@@ -69,32 +72,53 @@ size_t forward_workspace(const Conv2dShape& s) {
   return size_t((x_elems(s) + w_elems(s) + 7) / 8 * 8 / 2);  // bfloat16 pairs as floats
 }
 
-// Backward-data at stride 1 is the forward convolution of dy (K channels,
-// P x Q) with each filter flipped in r and s and C and K swapped, padded
-// R-1-ph and S-1-pw: dx[n,c,h,w] = sum over (k, r', s') of
-// dy[n, k, h - (R-1-ph) + r', w - (S-1-pw) + s'] * w[k, c, R-1-r', S-1-s'],
-// every term a real tap (rung 07's GEMM over K*R*S multiplies the zeros of
-// the taps outside dy too). Needs ph < R and pw < S (a padding of at least
-// 0); other shapes, and strides above 1, take rung 07.
-bool backward_data_as_forward(const Conv2dShape& s) {
-  return s.stride_h == 1 && s.stride_w == 1 && s.pad_h < s.R && s.pad_w < s.S;
-}
-Conv2dShape as_forward(const Conv2dShape& s) {
-  return Conv2dShape{s.N, s.K, s.P, s.Q, s.C, s.R, s.S, 1, 1, s.R - 1 - s.pad_h, s.S - 1 - s.pad_w,
-                     s.H, s.W};
+// Backward-data as forward convolutions, one per residue class (a, b) of
+// the stride: the pixels h = a + sh i, w = b + sw j of dx read dy only
+// through the filter rows r = r0 + sh t with r0 = (a + ph) % sh (and the
+// columns likewise), at p = base + i - t, base = (a + ph - r0) / sh. With
+// the taps flipped (t' = T-1-t) that is a stride-1 convolution of dy (K
+// channels, P x Q) with T x U taps, padded T-1-base (any sign) and
+// U-1-base', written to dx's class: every term a real tap (rung 07's GEMM
+// over K*R*S multiplies the zero taps too: three quarters of them at
+// stride 2). At stride 1 there is one class, the whole of dx: dy
+// convolved with the flipped filters, padded R-1-ph. A class without taps
+// (a 1x1 filter at stride 2 reaches one pixel in four) is zeros.
+struct DgradClass {
+  NhwcGeo geo;  // the class's forward convolution, stored into dx's class
+  ClassTaps taps;
+};
+std::vector<DgradClass> dgrad_classes(const Conv2dShape& s) {
+  const int sh = int(s.stride_h), sw = int(s.stride_w), Kp = int((s.K + 7) / 8 * 8);
+  std::vector<DgradClass> classes;
+  for (int a = 0; a < sh && a < s.H; ++a)
+    for (int b = 0; b < sw && b < s.W; ++b) {
+      const int r0 = int((a + s.pad_h) % sh), s0 = int((b + s.pad_w) % sw);
+      const int T = r0 < s.R ? int((s.R - r0 + sh - 1) / sh) : 0;
+      const int U = s0 < s.S ? int((s.S - s0 + sw - 1) / sw) : 0;
+      const int rows = int((s.H - a + sh - 1) / sh), cols = int((s.W - b + sw - 1) / sw);
+      const int base_h = int((a + s.pad_h - r0) / sh), base_w = int((b + s.pad_w - s0) / sw);
+      NhwcGeo g{int(s.N), int(s.P), int(s.Q), Kp, int(s.C), T, U, 1, 1, T - 1 - base_h,
+                U - 1 - base_w, rows, cols, (Kp + 31) / 32, int(s.H), int(s.W), a, b, sh, sw};
+      classes.push_back({g, ClassTaps{int(s.K), int(s.C), int(s.R), int(s.S), r0, s0, sh, sw, T,
+                                      U, Kp}});
+    }
+  return classes;
 }
 
 size_t workspace(const Conv2dShape& s) {
-  size_t most = std::max(forward_workspace(s), conv_rungs::kBf16Mma.workspace(s));
-  if (backward_data_as_forward(s)) most = std::max(most, forward_workspace(as_forward(s)));
-  return most;
+  const int64_t Kp = (s.K + 7) / 8 * 8;
+  int64_t taps = 0;  // the largest class's flipped filters
+  for (const DgradClass& c : dgrad_classes(s)) taps = std::max<int64_t>(taps, c.taps.T * c.taps.U);
+  const int64_t dgrad = (s.N * s.P * s.Q * Kp + 7) / 8 * 8 + s.C * taps * Kp;
+  return std::max({forward_workspace(s), size_t((dgrad + 7) / 8 * 8 / 2),
+                   conv_rungs::kBf16Mma.workspace(s)});
 }
 
 NhwcGeo nhwc_geo(const Conv2dShape& s) {
-  const int Cp = int(padded_channels(s));
-  return NhwcGeo{int(s.N),        int(s.H),        int(s.W),     Cp,           int(s.K),
-                 int(s.R),        int(s.S),        int(s.stride_h), int(s.stride_w),
-                 int(s.pad_h),    int(s.pad_w),    int(s.P),     int(s.Q),     (Cp + 31) / 32};
+  const int Cp = int(padded_channels(s)), P = int(s.P), Q = int(s.Q);
+  return NhwcGeo{int(s.N),     int(s.H),     int(s.W), Cp, int(s.K), int(s.R),      int(s.S),
+                 int(s.stride_h), int(s.stride_w), int(s.pad_h), int(s.pad_w), P, Q,
+                 (Cp + 31) / 32, P, Q, 0, 0, 1, 1};
 }
 
 template <class T>
@@ -152,37 +176,31 @@ void forward(const Conv2dShape& s, const T* x, const T* w, const float* bias, TY
     forward_on<Wide>(s, x, w, bias, y, ws, stream);
 }
 
-// dy into NHWC and the flipped filters into ws, then the forward GEMM of
-// as_forward(s), whose output channels are x's.
-template <class S, class T, class TY>
-void backward_data_on(const Conv2dShape& s, const T* dy, const T* w, TY* dx, float* ws,
-                      cudaStream_t stream) {
-  const Conv2dShape f = as_forward(s);
-  const int64_t Kp = padded_channels(f);
-  bfloat16* dyh = reinterpret_cast<bfloat16*>(ws);
-  bfloat16* wh = dyh + (x_elems(f) + 7) / 8 * 8;
-  to_channels_last(s.N, s.K, s.P, s.Q, Kp, dy, dyh, stream);
-  conv_kernels::launch_1d(conv_kernels::flipped_to_channels_last<T>, s.C * s.R * s.S * Kp, stream,
-                          int(s.K), int(s.C), int(s.R), int(s.S), int(Kp), w, wh);
-  launch_forward<S>(nhwc_geo(f), dyh, wh, nullptr, dx, stream);
-}
-
+// dy into NHWC in ws, then per residue class its flipped filters after it
+// and the class's forward GEMM (the classes run in order on the stream, so
+// they share the filters' space).
 template <class T, class TY>
 void backward_data(const Conv2dShape& s, const T* dy, const T* w, TY* dx, float* ws,
                    cudaStream_t stream) {
-  if (!backward_data_as_forward(s)) {
-    const conv_rungs::Rung& r07 = conv_rungs::kBf16Mma;
-    if constexpr (std::is_same_v<T, float>)
-      return r07.backward_data(s, dy, w, dx, ws, stream);
-    else if constexpr (std::is_same_v<TY, float>)
-      return r07.backward_data_bf16(s, dy, w, dx, ws, stream);
+  const std::vector<DgradClass> classes = dgrad_classes(s);
+  const int64_t Kp = (s.K + 7) / 8 * 8;
+  bfloat16* dyh = reinterpret_cast<bfloat16*>(ws);
+  bfloat16* wh = dyh + (s.N * s.P * s.Q * Kp + 7) / 8 * 8;
+  bool empty_class = false;
+  for (const DgradClass& c : classes) empty_class |= c.taps.T == 0 || c.taps.U == 0;
+  if (empty_class)  // zeros where no tap reaches (+0 in float32 and bfloat16 alike)
+    check(cudaMemsetAsync(dx, 0, size_t(s.N * s.C * s.H * s.W) * sizeof(TY), stream),
+          "cudaMemsetAsync(conv rung 08 backward-data dx)");
+  to_channels_last(s.N, s.K, s.P, s.Q, Kp, dy, dyh, stream);
+  for (const DgradClass& c : classes) {
+    if (c.taps.T == 0 || c.taps.U == 0) continue;
+    conv_kernels::launch_1d(conv_kernels::flipped_to_channels_last<T>,
+                            s.C * c.taps.T * c.taps.U * Kp, stream, c.taps, w, wh);
+    if (s.C <= Narrow::kBN)
+      launch_forward<Narrow>(c.geo, dyh, wh, nullptr, dx, stream);
     else
-      return r07.backward_data_bf16_out(s, dy, w, dx, ws, stream);
+      launch_forward<Wide>(c.geo, dyh, wh, nullptr, dx, stream);
   }
-  if (s.C <= Narrow::kBN)
-    backward_data_on<Narrow>(s, dy, w, dx, ws, stream);
-  else
-    backward_data_on<Wide>(s, dy, w, dx, ws, stream);
 }
 
 }  // namespace

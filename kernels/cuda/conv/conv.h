@@ -24,9 +24,10 @@
 //   08_bf16_multistage.cu    07's numerics; the forward an implicit GEMM on
 //                            channels-last operands on the multistage
 //                            mainloop (cp.async, ldmatrix, 4 stages), and
-//                            backward-data at stride 1 the same kernel on
-//                            dy and the flipped filters (no zero taps);
-//                            strided backward-data and backward-weight 07's
+//                            backward-data the same kernel on dy and the
+//                            flipped filters, one launch per residue class
+//                            of the stride (no zero taps); backward-weight
+//                            07's
 // Run one rung alone (checked against the CPU, then timed):
 //   build/sim/bench_cuda_kernels conv 3
 #pragma once

@@ -34,9 +34,13 @@
 namespace anvil::cuda::conv_kernels {
 
 // The shape, as the kernels see it (checked to fit int on the host).
+// Where output (n, k, p, q) is stored: y[n, k, oh0 + osh * p, ow0 + osw * q]
+// of an NCHW tensor of OH x OW images: the forward's own (OH, OW = P, Q;
+// offsets 0, steps 1), or one residue class of a strided backward-data's dx.
 struct NhwcGeo {
   int N, H, W, Cp, K, R, S, sh, sw, ph, pw, P, Q;
   int Cb;  // channel blocks of 32 per tap
+  int OH, OW, oh0, ow0, osh, osw;
   __device__ __forceinline__ int steps() const { return R * S * Cb; }
 };
 
@@ -180,14 +184,15 @@ __device__ __forceinline__ void forward_nhwc_tile(const NhwcGeo& g, const bfloat
   FilterIterator<S::kThreads, S::kBN> ib(g, w, n0);
   float acc[S::kTilesM][S::kTilesN][4] = {};
   multistage::mainloop<S>(g.steps(), ia, ib, dynamic_shared<uint16_t>(), wm, wn, lane, acc);
-  const int PQ = g.P * g.Q;
+  const int PQ = g.P * g.Q, plane = g.OH * g.OW;
   mma_tile::put_warp_tile(g.N * PQ, g.K, m0 + wm, n0 + wn, lane / 4, lane % 4, acc,
                           [&](int m, int k, const float4& v, int valid) {
-                            const int n = m / PQ, pq = m % PQ;
-                            TY* out = y + (int64_t(n) * g.K + k) * PQ + pq;
+                            const int n = m / PQ, p = m % PQ / g.Q, q = m % g.Q;
+                            TY* out = y + (int64_t(n) * g.K + k) * plane +
+                                      (g.oh0 + g.osh * p) * g.OW + g.ow0 + g.osw * q;
                             out[0] = anvil::store<TY>(v.x + (bias ? bias[k] : 0.0f));
                             if (valid > 1)
-                              out[PQ] = anvil::store<TY>(v.y + (bias ? bias[k + 1] : 0.0f));
+                              out[plane] = anvil::store<TY>(v.y + (bias ? bias[k + 1] : 0.0f));
                           });
 }
 template <class S>
@@ -220,20 +225,27 @@ __global__ void to_channels_last(int N, int C, int H, int W, int Cp, const T* __
   out[i] = c < C ? bfloat16(anvil::load(in[(n * C + c) * H * W + hw])) : bfloat16(0.0f);
 }
 
-// out[c, r, s, k] (k < Kp) = w[k, c, R-1-r, S-1-s] as bfloat16, zeros for
-// k >= K: the filter of backward-data as a forward convolution (each
-// filter flipped in r and s, input and output channels swapped), KRSC with
-// the roles of K and C exchanged. One thread per output element.
+// The taps of one residue class of backward-data: filter rows r0, r0 + sh,
+// ... (T of them) and columns s0, s0 + sw, ... (U), of w [K, C, R, S].
+struct ClassTaps {
+  int K, C, R, S, r0, s0, sh, sw, T, U, Kp;
+};
+// out[c, t, u, k] (k < Kp) = w[k, c, r0 + sh (T-1-t), s0 + sw (U-1-u)] as
+// bfloat16, zeros for k >= K: the filter of a backward-data class as a
+// forward convolution (its taps flipped, input and output channels
+// swapped), KRSC with the roles of K and C exchanged. One thread per
+// output element.
 template <class T>
-__global__ void flipped_to_channels_last(int K, int C, int R, int S, int Kp,
-                                         const T* __restrict__ w, bfloat16* __restrict__ out) {
+__global__ void flipped_to_channels_last(ClassTaps f, const T* __restrict__ w,
+                                         bfloat16* __restrict__ out) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= int64_t(C) * R * S * Kp) return;
-  const int k = int(i % Kp);
-  const int64_t t = i / Kp;
-  const int s = int(t % S), r = int(t / S % R), c = int(t / S / R);
-  const int64_t from = ((int64_t(k) * C + c) * R + (R - 1 - r)) * S + (S - 1 - s);
-  out[i] = k < K ? bfloat16(anvil::load(w[from])) : bfloat16(0.0f);
+  if (i >= int64_t(f.C) * f.T * f.U * f.Kp) return;
+  const int k = int(i % f.Kp);
+  const int64_t tu = i / f.Kp;
+  const int u = int(tu % f.U), t = int(tu / f.U % f.T), c = int(tu / f.U / f.T);
+  const int r = f.r0 + f.sh * (f.T - 1 - t), s = f.s0 + f.sw * (f.U - 1 - u);
+  out[i] = k < f.K ? bfloat16(anvil::load(w[((int64_t(k) * f.C + c) * f.R + r) * f.S + s]))
+                   : bfloat16(0.0f);
 }
 
 }  // namespace anvil::cuda::conv_kernels
