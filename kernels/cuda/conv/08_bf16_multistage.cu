@@ -63,13 +63,16 @@ using conv_kernels::NhwcGeo;
 using Wide = multistage::Shape<2, 2, 4, 2>;    // 128 x 128, K > 64
 using Narrow = multistage::Shape<4, 1, 4, 2>;  // 256 x 64, K <= 64
 
-int64_t padded_channels(const Conv2dShape& s) { return (s.C + 7) / 8 * 8; }
-// Elements of x in NHWC, rounded up to whole 16-byte chunks (w follows).
+// Channels padded to whole 16-byte chunks of bfloat16. Every converted
+// operand then has a multiple of 8 elements, so the next one starts aligned.
+int64_t up8(int64_t channels) { return (channels + 7) / 8 * 8; }
+int64_t padded_channels(const Conv2dShape& s) { return up8(s.C); }
+// Elements of x in NHWC and of w in KRSC (w follows x in the workspace).
 int64_t x_elems(const Conv2dShape& s) { return s.N * s.H * s.W * padded_channels(s); }
 int64_t w_elems(const Conv2dShape& s) { return s.K * s.R * s.S * padded_channels(s); }
 
 size_t forward_workspace(const Conv2dShape& s) {
-  return size_t((x_elems(s) + w_elems(s) + 7) / 8 * 8 / 2);  // bfloat16 pairs as floats
+  return size_t((x_elems(s) + w_elems(s)) / 2);  // bfloat16 pairs as floats
 }
 
 // Backward-data as forward convolutions, one per residue class (a, b) of
@@ -88,7 +91,7 @@ struct DgradClass {
   ClassTaps taps;
 };
 std::vector<DgradClass> dgrad_classes(const Conv2dShape& s) {
-  const int sh = int(s.stride_h), sw = int(s.stride_w), Kp = int((s.K + 7) / 8 * 8);
+  const int sh = int(s.stride_h), sw = int(s.stride_w), Kp = int(up8(s.K));
   std::vector<DgradClass> classes;
   for (int a = 0; a < sh && a < s.H; ++a)
     for (int b = 0; b < sw && b < s.W; ++b) {
@@ -106,12 +109,10 @@ std::vector<DgradClass> dgrad_classes(const Conv2dShape& s) {
 }
 
 size_t workspace(const Conv2dShape& s) {
-  const int64_t Kp = (s.K + 7) / 8 * 8;
-  int64_t taps = 0;  // the largest class's flipped filters
+  int64_t taps = 0;  // the largest class's flipped filters, after dy in NHWC
   for (const DgradClass& c : dgrad_classes(s)) taps = std::max<int64_t>(taps, c.taps.T * c.taps.U);
-  const int64_t dgrad = (s.N * s.P * s.Q * Kp + 7) / 8 * 8 + s.C * taps * Kp;
-  return std::max({forward_workspace(s), size_t((dgrad + 7) / 8 * 8 / 2),
-                   conv_rungs::kBf16Mma.workspace(s)});
+  const int64_t dgrad = (s.N * s.P * s.Q + s.C * taps) * up8(s.K);
+  return std::max({forward_workspace(s), size_t(dgrad / 2), conv_rungs::kBf16Mma.workspace(s)});
 }
 
 NhwcGeo nhwc_geo(const Conv2dShape& s) {
@@ -161,7 +162,7 @@ void forward_on(const Conv2dShape& s, const T* x, const T* w, const float* bias,
                 cudaStream_t stream) {
   const int64_t Cp = padded_channels(s);
   bfloat16* xh = reinterpret_cast<bfloat16*>(ws);
-  bfloat16* wh = xh + (x_elems(s) + 7) / 8 * 8;
+  bfloat16* wh = xh + x_elems(s);
   to_channels_last(s.N, s.C, s.H, s.W, Cp, x, xh, stream);
   to_channels_last(s.K, s.C, s.R, s.S, Cp, w, wh, stream);
   launch_forward<S>(nhwc_geo(s), xh, wh, bias, y, stream);
@@ -183,9 +184,9 @@ template <class T, class TY>
 void backward_data(const Conv2dShape& s, const T* dy, const T* w, TY* dx, float* ws,
                    cudaStream_t stream) {
   const std::vector<DgradClass> classes = dgrad_classes(s);
-  const int64_t Kp = (s.K + 7) / 8 * 8;
+  const int64_t Kp = up8(s.K);
   bfloat16* dyh = reinterpret_cast<bfloat16*>(ws);
-  bfloat16* wh = dyh + (s.N * s.P * s.Q * Kp + 7) / 8 * 8;
+  bfloat16* wh = dyh + s.N * s.P * s.Q * Kp;
   bool empty_class = false;
   for (const DgradClass& c : classes) empty_class |= c.taps.T == 0 || c.taps.U == 0;
   if (empty_class)  // zeros where no tap reaches (+0 in float32 and bfloat16 alike)
