@@ -310,10 +310,11 @@ TEST_CASE("cuda conv mma: rung 7 reads bfloat16 x, w and dy, bitwise as float32 
 }
 
 // Rung 08 in every direction on the ladder's shapes, from bfloat16 tensors
-// bitwise as from float32 ones; its forward and backward-data (the
-// directions it adds; at stride 2 backward-data runs one convolution per
-// residue class) on shapes that exercise its
-// iterators: C of 1, 13 and 40 (padded to 8, 16, 40 channels: a channel
+// bitwise as from float32 ones, and on shapes that exercise its iterators
+// (at stride 2 backward-data runs one convolution per residue class;
+// backward-weight walks N*P*Q with carries, split where its tiles are few:
+// LeNet's conv1 at batch 2 and 3 in 9 and 19 chunks, the last one 48
+// positions; rows of 40 positions, longer than a step, once): C of 1, 13 and 40 (padded to 8, 16, 40 channels: a channel
 // block of 32 partly or mostly outside), K of 6, 24, 33, 64, 70 and 128
 // (the 256 x 64 tile up to 64, the 128 x 128 one above, ragged), windows
 // 1x1, 3x3 and 5x5, strides 1 and 2 (mixed), pads 0, 1 and 2, batches 1 to
@@ -322,9 +323,8 @@ TEST_CASE("cuda conv mma: rung 7 reads bfloat16 x, w and dy, bitwise as float32 
 // depth changes when a stage lands, never what is summed or in what order.
 // (Named apart from "cuda conv mma", which ThreadSanitizer runs: there the
 // fragment-register test below runs rung 8 in every direction.)
-TEST_CASE("cuda conv rung 8: every direction within its bounds, forward and backward-data on "
-          "channels-last operands over strides, windows, pads and channel counts, the same bits "
-          "at every pipeline depth",
+TEST_CASE("cuda conv rung 8: every direction within its bounds on channels-last operands over "
+          "strides, windows, pads and channel counts, the same bits at every pipeline depth",
           "[cuda][conv][bf16]") {
   if (!cuda_test::have_device()) return;
   for (const Conv2dShape& s : test_shapes()) {
@@ -341,20 +341,30 @@ TEST_CASE("cuda conv rung 8: every direction within its bounds, forward and back
                                 make_shape(1, 64, 14, 14, 128, 3, 3, 2, 2, 1, 1),
                                 make_shape(1, 64, 7, 7, 64, 3, 3, 1, 1, 1, 1),
                                 make_shape(3, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2),
-                                make_shape(1, 64, 8, 8, 128, 1, 1, 2, 2, 0, 0)};
+                                make_shape(1, 64, 8, 8, 128, 1, 1, 2, 2, 0, 0),
+                                make_shape(1, 8, 3, 40, 16, 1, 3, 1, 1, 0, 1)};
+  // LeNet's conv1 at batch 3 splits backward-weight: its workspace holds
+  // at least two chunks' partials besides x and dy in NHWC.
+  const Conv2dShape lenet = shapes[5];
+  REQUIRE(cu::conv2d_workspace_floats(8, lenet) >=
+          size_t(2 * lenet.K * lenet.R * lenet.S + (lenet.N * lenet.H * lenet.W * 8 +
+                                                    lenet.N * lenet.P * lenet.Q * 8) / 2));
   uint32_t seed = 120;
   for (const Conv2dShape& s : shapes) {
     INFO(describe(s));
     const Inputs in = draw(s, seed += 5, false);
     const DeviceBuffer<float> x(in.x), w(in.w), bias(in.bias), dy(in.dy);
     DeviceBuffer<float> ws(Vec(cu::conv2d_workspace_floats(8, s), kNaN));
-    DeviceBuffer<float> y(Vec(in.dy.size(), kNaN)), dx(Vec(in.x.size(), kNaN));
+    DeviceBuffer<float> y(Vec(in.dy.size(), kNaN)), dx(Vec(in.x.size(), kNaN)),
+        dw(Vec(in.w.size(), kNaN));
     cu::conv2d_forward(8, s, x.ptr, w.ptr, bias.ptr, y.ptr, ws.ptr, nullptr);
     cu::conv2d_backward_data(8, s, dy.ptr, w.ptr, dx.ptr, ws.ptr, nullptr);
+    cu::conv2d_backward_weight(8, s, x.ptr, dy.ptr, dw.ptr, nullptr, ws.ptr, nullptr);
     const Vec rung_y = y.to_host();
-    const Result r = compare(kBf16Multistage, s, in, rung_y, dx.to_host(), Vec(in.w.size()));
+    const Result r = compare(kBf16Multistage, s, in, rung_y, dx.to_host(), dw.to_host());
     require_within(r.forward, "forward");
     require_within(r.backward_data, "backward-data");
+    require_within(r.backward_weight, "backward-weight");
     if (s.C != 64 && s.C != 13) continue;  // the depth sweep: 9 and 18 k-steps, both tiles' rows
     for (int stages : {2, 3, 4}) {
       INFO(stages << " stages");
@@ -449,12 +459,16 @@ TEST_CASE("cuda conv: ANVIL_CONV_BF16_RUNG=8 puts the backend's BF16 convolution
     const Tensor bias = Tensor::from_vector(in.bias, {s.K}).to(d);
     const Tensor y = Tensor::empty(dy.shape(), DType::Float32, d);
     const Tensor dx = Tensor::empty(x.shape(), DType::Float32, d);
+    const Tensor dw = Tensor::empty(w.shape(), DType::Float32, d);
+    const Tensor dbias = Tensor::empty({s.K}, DType::Float32, d);
     anvil::Backend& be = anvil::backend_for(d);
     be.conv2d_forward(s, x, w, bias, y);
     be.conv2d_backward_data(s, dy, w, dx);
+    be.conv2d_backward_weight(s, x, dy, dw, dbias);
     const Result direct = run_shape(kBf16Multistage, s, seed, Operands::kBf16);
     CHECK(same_bits(y.to_vector(), direct.y));
     CHECK(same_bits(dx.to_vector(), direct.dx));
+    CHECK(same_bits(dw.to_vector(), direct.dw));
   }
 }
 

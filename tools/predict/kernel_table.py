@@ -124,6 +124,7 @@ MMA_VARIANTS = {("gemm_mma", "tf32"): "gemm 9", ("gemm_mma", "bf16"): "gemm 10",
                 ("gemm_mma", "tf32 pipelined"): "gemm 11",
                 ("gemm_mma", "bf16 ldmatrix"): "gemm 12",
                 ("forward_nhwc", "bf16 multistage"): "conv 8",
+                ("backward_weight_nhwc", "bf16 multistage"): "conv 8",
                 **{(base, "tf32"): "conv 6" for base in CONV_WARP_TILED},
                 **{(base, "bf16"): "conv 7" for base in CONV_WARP_TILED}}
 

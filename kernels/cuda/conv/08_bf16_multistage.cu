@@ -41,8 +41,16 @@
 // the forward convolution of dy with the filters flipped and C and K
 // swapped; at stride 2 one such convolution per residue class of the
 // stride, over that class's taps only, written to its pixels of dx
-// (dgrad_classes below; CUTLASS calls it strided dgrad). Backward-weight
-// is rung 07's.
+// (dgrad_classes below; CUTLASS calls it strided dgrad).
+//
+// Backward-weight (wgrad_nhwc.cuh) is the GEMM dw = col^T dy over N*P*Q on
+// the same mainloop: x and dy converted to NHWC, M = R*S*Cp rows of the
+// column matrix, N = K columns, both operands contiguous along their rows
+// (ldmatrix.trans). Its tiles are the forward's (256 x 64 for K <= 64),
+// and where they are too few to fill the GPU (ResNet-18's 64-channel 3x3
+// layers: 3 tiles) the reduction is cut into chunks over grid.z
+// (split_k.h's plan, each chunk whole k-steps of 32), their float32
+// partials summed in a fixed order by split_k::sum_split_k.
 //   build/sim/bench_cuda_kernels conv 8
 #include <algorithm>
 #include <atomic>
@@ -54,6 +62,8 @@
 #include "kernels/cuda/conv/conv.h"
 #include "kernels/cuda/conv/implicit_nhwc.cuh"
 #include "kernels/cuda/conv/rung.cuh"
+#include "kernels/cuda/conv/wgrad_nhwc.cuh"
+#include "kernels/cuda/gemm/split_k.h"
 
 namespace anvil::cuda {
 namespace {
@@ -108,11 +118,34 @@ std::vector<DgradClass> dgrad_classes(const Conv2dShape& s) {
   return classes;
 }
 
+// Backward-weight: the GEMM's rows (R*S*Cp) and its split of N*P*Q on
+// tile S; chunks of whole k-steps.
+template <class S>
+split_k::Plan wgrad_plan(const Conv2dShape& s) {
+  const int64_t M = s.R * s.S * padded_channels(s), NPQ = s.N * s.P * s.Q;
+  const int64_t tiles = (M + S::kBM - 1) / S::kBM * ((s.K + S::kBN - 1) / S::kBN);
+  const split_k::Plan p = split_k::plan(M, s.K, NPQ, tiles, S::kMinBlocks);
+  if (p.splits == 1) return p;
+  const int64_t chunk = (p.chunk + 31) / 32 * 32;
+  return {int((NPQ + chunk - 1) / chunk), chunk};
+}
+split_k::Plan wgrad_plan(const Conv2dShape& s) {
+  return s.K <= Narrow::kBN ? wgrad_plan<Narrow>(s) : wgrad_plan<Wide>(s);
+}
+// Its workspace: the partials, then x and dy in NHWC (16-byte aligned:
+// the partials' floats rounded up to a multiple of 4).
+int64_t wgrad_partials(const Conv2dShape& s) {
+  return (split_k::workspace_floats(wgrad_plan(s), s.K, s.C * s.R * s.S) + 3) / 4 * 4;
+}
+int64_t wgrad_floats(const Conv2dShape& s) {
+  return wgrad_partials(s) + (x_elems(s) + s.N * s.P * s.Q * up8(s.K)) / 2;
+}
+
 size_t workspace(const Conv2dShape& s) {
   int64_t taps = 0;  // the largest class's flipped filters, after dy in NHWC
   for (const DgradClass& c : dgrad_classes(s)) taps = std::max<int64_t>(taps, c.taps.T * c.taps.U);
   const int64_t dgrad = (s.N * s.P * s.Q + s.C * taps) * up8(s.K);
-  return std::max({forward_workspace(s), size_t(dgrad / 2), conv_rungs::kBf16Mma.workspace(s)});
+  return std::max({forward_workspace(s), size_t(dgrad / 2), size_t(wgrad_floats(s))});
 }
 
 NhwcGeo nhwc_geo(const Conv2dShape& s) {
@@ -204,6 +237,47 @@ void backward_data(const Conv2dShape& s, const T* dy, const T* w, TY* dx, float*
   }
 }
 
+// x and dy into NHWC after the partials in ws, then the GEMM on tile S,
+// split as wgrad_plan says.
+template <class S, class T>
+void backward_weight_on(const Conv2dShape& s, const T* x, const T* dy, float* dw, float* ws,
+                        cudaStream_t stream) {
+  const int64_t Cp = padded_channels(s), Kp = up8(s.K);
+  const split_k::Plan plan = wgrad_plan<S>(s);
+  float* partials = ws;
+  bfloat16* xh = reinterpret_cast<bfloat16*>(ws + wgrad_partials(s));
+  bfloat16* dyh = xh + x_elems(s);
+  to_channels_last(s.N, s.C, s.H, s.W, Cp, x, xh, stream);
+  to_channels_last(s.N, s.K, s.P, s.Q, Kp, dy, dyh, stream);
+  const conv_kernels::WgradGeo g{int(s.N), int(s.H), int(s.W), int(s.C), int(Cp),
+                                 int(s.K), int(Kp),  int(s.R), int(s.S), int(s.stride_h),
+                                 int(s.stride_w), int(s.pad_h), int(s.pad_w), int(s.P),
+                                 int(s.Q), int(plan.chunk)};
+  void (*kernel)(conv_kernels::WgradGeo, const bfloat16*, const bfloat16*, float*) =
+      conv_kernels::backward_weight_nhwc<S>;
+  static std::atomic<uint64_t> devices{0};
+  opt_in(kernel, S::kSharedBytes, devices);
+  const int64_t M = s.R * s.S * Cp;
+  const dim3 grid(unsigned((M + S::kBM - 1) / S::kBM), unsigned((s.K + S::kBN - 1) / S::kBN),
+                  unsigned(plan.splits));
+  launch(kernel, grid, dim3(S::kThreads), S::kSharedBytes, stream, g, xh, dyh,
+         plan.splits == 1 ? dw : partials);
+  if (plan.splits > 1) {
+    const int64_t KCRS = s.K * s.C * s.R * s.S;
+    split_k::sum_split_k(plan.splits, 1, int(KCRS), partials, 1.0f, 0.0f, nullptr, dw, KCRS,
+                         stream);
+  }
+}
+
+template <class T>
+void backward_weight(const Conv2dShape& s, const T* x, const T* dy, float* dw, float* ws,
+                     cudaStream_t stream) {
+  if (s.K <= Narrow::kBN)
+    backward_weight_on<Narrow>(s, x, dy, dw, ws, stream);
+  else
+    backward_weight_on<Wide>(s, x, dy, dw, ws, stream);
+}
+
 }  // namespace
 
 void conv_rungs::bf16_multistage_forward(int stages, const Conv2dShape& s, const float* x,
@@ -230,6 +304,8 @@ const conv_rungs::Rung conv_rungs::kBf16Multistage = [] {
   r.backward_data = backward_data<float, float>;
   r.backward_data_bf16 = backward_data<bfloat16, float>;
   r.backward_data_bf16_out = backward_data<bfloat16, bfloat16>;
+  r.backward_weight = backward_weight<float>;
+  r.backward_weight_bf16 = backward_weight<bfloat16>;
   return r;
 }();
 

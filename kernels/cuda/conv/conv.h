@@ -21,13 +21,14 @@
 //                            arithmetic of BF16 mixed precision; reads x, w
 //                            and dy as bfloat16 when given them, stores y
 //                            and dx as bfloat16 when asked
-//   08_bf16_multistage.cu    07's numerics; the forward an implicit GEMM on
-//                            channels-last operands on the multistage
-//                            mainloop (cp.async, ldmatrix, 4 stages), and
-//                            backward-data the same kernel on dy and the
-//                            flipped filters, one launch per residue class
-//                            of the stride (no zero taps); backward-weight
-//                            07's
+//   08_bf16_multistage.cu    07's numerics; every direction an implicit
+//                            GEMM on channels-last operands on the
+//                            multistage mainloop (cp.async, ldmatrix, 4
+//                            stages): backward-data the forward's kernel on
+//                            dy and the flipped filters, one launch per
+//                            residue class of the stride (no zero taps);
+//                            backward-weight split over N*P*Q where its
+//                            tiles are few
 // Run one rung alone (checked against the CPU, then timed):
 //   build/sim/bench_cuda_kernels conv 3
 #pragma once
