@@ -11,6 +11,8 @@
 //   bench_cuda_kernels --gemm-sizes 512,1024 --repeats 50 --no-conv
 //   bench_cuda_kernels conv --conv-set training  # the training runs' layers only
 //   bench_cuda_kernels gemm --rungs 8,12         # some rungs of one family
+//   bench_cuda_kernels conv --conv-set training --write-rung-table rung_table.inc
+//                                              # the fastest conv rung per layer (rung_table.h)
 //   bench_cuda_kernels --smoke                 # tiny shapes: correctness only
 // Families: gemm, conv, sum, softmax (softmax cross-entropy forward), csum
 // (channel_sum), bn (BatchNorm training).
@@ -47,6 +49,8 @@
 // tiny shapes as a smoke test; simulator times are not GPU times. Without a
 // device (or in a CPU-only build) it prints one line and exits 0, or 1 in a
 // CUDA build under ANVIL_REQUIRE_CUDA=1 (the GPU check's: no passing by skipping).
+#include <fstream>
+
 #include "bench/cuda_kernels/bench.h"
 
 namespace bench_cuda {
@@ -199,6 +203,17 @@ int run(Options opt) {
   check_cublas(cublasLtDestroy(b.cublas_lt), "cublasLtDestroy");
 #endif
   cu::check(cudaStreamDestroy(b.stream), "cudaStreamDestroy");
+  if (!opt.rung_table.empty()) {
+    std::ofstream out(opt.rung_table);
+    cu::write_conv_rung_table(out, b.fastest_conv_rungs,
+                              fmt::format("{} (sm_{}{}){}, {} entries", prop.name, prop.major,
+                                          prop.minor, kSim ? ", simulated: no timing claim" : "",
+                                          b.fastest_conv_rungs.size()));
+    if (!out.flush())
+      throw std::runtime_error("--write-rung-table " + opt.rung_table + ": cannot write");
+    fmt::print("conv rung table ({} entries): {}\n", b.fastest_conv_rungs.size(),
+               opt.rung_table);
+  }
   if (b.failures > 0) {
     fmt::print("\n{} result(s) differ from the CPU kernels (see FAIL lines)\n", b.failures);
     return 1;
@@ -229,6 +244,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"training", "resnet18-96", "all"}));
   app.add_option("--rungs", opt.rungs, "these rungs of the named family only, e.g. 8,9,10,11,12")
       ->delimiter(',');
+  app.add_option("--write-rung-table", opt.rung_table,
+                 "write the conv rungs measured fastest per shape, direction and arithmetic to "
+                 "this file (kernels/cuda/conv/rung_table.inc's form)");
   app.add_option("family", opt.family, "run one family only: gemm, conv, sum, softmax, csum, bn");
   app.add_option("rung", opt.rung, "run one rung of the family only (1 = the first)");
   CLI11_PARSE(app, argc, argv);

@@ -22,6 +22,7 @@
 
 #if defined(ANVIL_CUDA_BACKEND)
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/conv/rung_table.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/runtime.h"
 #endif
@@ -58,6 +59,7 @@ struct Options {
   std::string family;  // empty: every family
   int rung = 0;        // 0: every rung of the family
   std::vector<int> rungs;  // --rungs: these rungs of the family (empty: every one)
+  std::string rung_table;  // --write-rung-table: the conv rungs measured fastest, written here
 };
 
 #if defined(ANVIL_CUDA_BACKEND)
@@ -245,6 +247,10 @@ struct Bench {
   cudaStream_t stream{};
   Timer* timer = nullptr;
   int failures = 0;
+  // Per convolution, direction and arithmetic, the fastest rung that
+  // passed its check (--write-rung-table).
+  std::vector<cu::ConvRungEntry> fastest_conv_rungs;
+  void keep_if_fastest(cu::ConvRungEntry e);
 #if BENCH_CUBLAS
   cublasLtHandle_t cublas_lt{};
 #endif

@@ -205,6 +205,15 @@ std::string excluded(const Candidate& c, Math math) {
 }
 #endif
 
+cu::ConvRungEntry entry(const Conv2dShape& s, Math math, int dir, int rung, double ms) {
+  return {math, cu::ConvDirection(dir), s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h,
+          s.stride_w, s.pad_h, s.pad_w, rung, ms};
+}
+// An entry's shape (its inputs: what an entry fits by).
+Conv2dShape shape_of(const cu::ConvRungEntry& e) {
+  return {e.N, e.C, e.H, e.W, e.K, e.R, e.S, e.stride_h, e.stride_w, e.pad_h, e.pad_w, 0, 0};
+}
+
 }  // namespace
 
 // The fastest cuDNN baseline of each arithmetic and direction, and its name.
@@ -403,9 +412,11 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
       bool ok = verify(op, shape, impl, f32.read(dir), *refs[dir], reductions[dir], rounding);
       if (ok && dir == kBackwardWeight)
         ok = verify("bwdW", shape, impl + " dbias", d_db.download(), db_ref, s.N * s.P * s.Q);
-      if (ok)
-        row(op, shape, impl, timer->median_ms([&] { call(false); }), flop,
-            best.ms[dir][int(rung.math)], best.name[dir][int(rung.math)]);
+      if (!ok) continue;
+      const double ms = timer->median_ms([&] { call(false); });
+      row(op, shape, impl, ms, flop, best.ms[dir][int(rung.math)], best.name[dir][int(rung.math)]);
+      // The BF16 rungs enter the table as autocast runs them (below).
+      if (rung.math != Math::kBf16) keep_if_fastest(entry(s, rung.math, dir, v, ms));
     }
     // The rungs that read bfloat16 as stored, on bfloat16 x, w, dy, writing
     // y and dx as bfloat16 (dw float32), as autocast runs them.
@@ -426,11 +437,23 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
       where.out(dir).poison(stream);
       call();
       const double rounding = gemm_rounding(rung.math) + (bf16_out ? kBf16Output : 0.0);
-      if (verify(op, shape, impl, where.read(dir), *vendor_refs[dir], reductions[dir], rounding))
-        row(op, shape, impl, timer->median_ms(call), flop, best.ms[dir][int(Math::kBf16)],
-            best.name[dir][int(Math::kBf16)]);
+      if (!verify(op, shape, impl, where.read(dir), *vendor_refs[dir], reductions[dir], rounding))
+        continue;
+      const double ms = timer->median_ms(call);
+      row(op, shape, impl, ms, flop, best.ms[dir][int(Math::kBf16)],
+          best.name[dir][int(Math::kBf16)]);
+      keep_if_fastest(entry(s, Math::kBf16, dir, v, ms));
     }
   }
+}
+
+void Bench::keep_if_fastest(cu::ConvRungEntry e) {
+  for (cu::ConvRungEntry& kept : fastest_conv_rungs)
+    if (cu::pick_conv_rung(std::span(&kept, 1), e.math, e.direction, shape_of(e), 0) != 0) {
+      if (e.ms < kept.ms) kept = e;
+      return;
+    }
+  fastest_conv_rungs.push_back(e);
 }
 
 // One of the two tables, or both (opt.conv_set).

@@ -381,8 +381,11 @@ if [[ "$part" == 6 ]]; then
   if ((gpu)); then
     step "bench_cuda_kernels gemm: rungs $gemm_rungs at 2048 and 4096 vs cuBLAS FP32, TF32, BF16" \
       bench.log 60 "${bench[@]}" gemm --rungs "$gemm_rungs" --gemm-sizes 2048,4096
+    # ... and the fastest rung per layer, direction and arithmetic, as
+    # kernels/cuda/conv/rung_table.inc (docs/gpu.md: commit it there).
     step "bench_cuda_kernels conv: rungs $conv_rungs, the training's convolutions vs cuDNN FP32, TF32, BF16" \
-      bench.log 150 "${bench[@]}" conv --rungs "$conv_rungs" --conv-set training
+      bench.log 150 "${bench[@]}" conv --rungs "$conv_rungs" --conv-set training \
+      --write-rung-table "$out/rung_table.inc"
     ((${#profile[@]})) || skip "anvil-train --profile" "not run: this anvil-train has no --profile flag"
     step "anvil: ResNet-18, seed recipe, 2 epochs on cuda:0, TF32 (its default)${profile[*]:+, ${profile[*]}}" train.log 70 \
       "${train[@]}" "${profile[@]}" --metrics "$work/anvil-resnet18-tf32.jsonl"

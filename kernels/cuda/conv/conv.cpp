@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "kernels/cuda/conv/conv.h"
+#include "kernels/cuda/conv/rung_table.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "core/precision.h"
@@ -216,18 +217,22 @@ int bf16_conv_rung() {
 // ---- CudaBackend (cuda_backend.h) ----
 
 namespace {
-// The rung by core/precision.h: the tensor cores where convolutions compute
-// in TF32 (PyTorch's default) or BF16 (autocast), else the FP32 rung.
-int backend_rung() {
+// The rung by core/precision.h's arithmetic (the tensor cores where
+// convolutions compute in TF32, PyTorch's default, or BF16, autocast; else
+// FP32) and the measured table's choice for the shape (rung_table.h).
+int backend_rung(ConvDirection direction, const Conv2dShape& s) {
   switch (fp32_math(OpFamily::kConv, DeviceType::CUDA)) {
-    case Fp32Math::kTf32: return kTf32Conv;
-    case Fp32Math::kBf16: return bf16_conv_rung();
-    default: return kBestConv;
+    case Fp32Math::kTf32: return shipped_conv_rung(gemm_rungs::Math::kTf32, direction, s);
+    case Fp32Math::kBf16: return shipped_conv_rung(gemm_rungs::Math::kBf16, direction, s);
+    default: return shipped_conv_rung(gemm_rungs::Math::kFp32, direction, s);
   }
+}
+int bf16_rung(ConvDirection direction, const Conv2dShape& s) {
+  return shipped_conv_rung(gemm_rungs::Math::kBf16, direction, s);
 }
 }  // namespace
 
-// bfloat16 operands go to the BF16 rung (07, or bf16_conv_rung()), which
+// bfloat16 operands go to a BF16 rung (bf16_rung), which
 // reads them as they are, whatever the precision setting (bf16_operands,
 // cuda_backend.h), and stores y and dx as float32 or bfloat16, the bias
 // added before the rounding.
@@ -236,7 +241,7 @@ void CudaBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Te
   activate();
   if (bf16_operands("conv2d_forward", x, w, y)) {
     const Tensor x16 = bf16_operand(x), w16 = bf16_operand(w);
-    const int rung = bf16_conv_rung();
+    const int rung = bf16_rung(ConvDirection::kForward, s);
     Tensor ws = workspace(conv2d_workspace_floats(rung, s));
     if (y.dtype() == DType::BFloat16)
       cuda::conv2d_forward(rung, s, bf16s(x16), bf16s(w16), floats(bias), y.data<bfloat16>(),
@@ -246,7 +251,7 @@ void CudaBackend::conv2d_forward(const Conv2dShape& s, const Tensor& x, const Te
                            stream_);
     return;
   }
-  const int rung = backend_rung();
+  const int rung = backend_rung(ConvDirection::kForward, s);
   Tensor ws = workspace(conv2d_workspace_floats(rung, s));
   cuda::conv2d_forward(rung, s, floats(x), floats(w), floats(bias), floats(y), floats(ws),
                        stream_);
@@ -256,7 +261,7 @@ void CudaBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, c
   activate();
   if (bf16_operands("conv2d_backward_data", dy, w, dx)) {
     const Tensor dy16 = bf16_operand(dy), w16 = bf16_operand(w);
-    const int rung = bf16_conv_rung();
+    const int rung = bf16_rung(ConvDirection::kBackwardData, s);
     Tensor ws = workspace(conv2d_workspace_floats(rung, s));
     if (dx.dtype() == DType::BFloat16)
       cuda::conv2d_backward_data(rung, s, bf16s(dy16), bf16s(w16), dx.data<bfloat16>(),
@@ -266,7 +271,7 @@ void CudaBackend::conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, c
                                  stream_);
     return;
   }
-  const int rung = backend_rung();
+  const int rung = backend_rung(ConvDirection::kBackwardData, s);
   Tensor ws = workspace(conv2d_workspace_floats(rung, s));
   cuda::conv2d_backward_data(rung, s, floats(dy), floats(w), floats(dx), floats(ws), stream_);
 }
@@ -281,7 +286,7 @@ void CudaBackend::conv2d_backward_weight(const Conv2dShape& s, const Tensor& x,
                                 std::string(dtype_name(dw.dtype())));
   if (bf16_operands("conv2d_backward_weight", x, dy, dw)) {
     const Tensor x16 = bf16_operand(x), dy16 = bf16_operand(dy);
-    const int rung = bf16_conv_rung();
+    const int rung = bf16_rung(ConvDirection::kBackwardWeight, s);
     Tensor ws = workspace(conv2d_workspace_floats(rung, s));
     if (dbias.defined())
       cuda::channel_sum(kBestChannelSum, s.N, s.K, s.P * s.Q, bf16s(dy16), floats(dbias),
@@ -290,7 +295,7 @@ void CudaBackend::conv2d_backward_weight(const Conv2dShape& s, const Tensor& x,
                                  stream_);
     return;
   }
-  const int rung = backend_rung();
+  const int rung = backend_rung(ConvDirection::kBackwardWeight, s);
   Tensor ws = workspace(conv2d_workspace_floats(rung, s));
   cuda::conv2d_backward_weight(rung, s, floats(x), floats(dy), floats(dw), floats(dbias),
                                floats(ws), stream_);

@@ -17,7 +17,7 @@
 //   06_tf32_mma.cu  (ships)  05 on TF32 tensor cores (mma.sync m16n8k8), FP32
 //                            accumulation: the default on CUDA, as PyTorch's
 //                            (docs/precision.md; --fp32-precision ieee takes 05)
-//   07_bf16_mma.cu           06 with BF16 operands (mma.sync m16n8k16): the
+//   07_bf16_mma.cu  (ships)  06 with BF16 operands (mma.sync m16n8k16): the
 //                            arithmetic of BF16 mixed precision; reads x, w
 //                            and dy as bfloat16 when given them, stores y
 //                            and dx as bfloat16 when asked
@@ -29,6 +29,10 @@
 //                            residue class of the stride (no zero taps);
 //                            backward-weight split over N*P*Q where its
 //                            tiles are few
+// "(ships)": the rung the CUDA backend runs in its arithmetic (FP32, TF32,
+// BF16; kBestConv, kTf32Conv, kBf16Conv below) wherever the table measured
+// on a GPU (rung_table.h) names no other rung of that arithmetic for the
+// layer's shape and direction.
 // Run one rung alone (checked against the CPU, then timed):
 //   build/sim/bench_cuda_kernels conv 3
 #pragma once
