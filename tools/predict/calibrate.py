@@ -13,7 +13,7 @@ where); nothing is measured by this script. The model is the H100 SXM5's
 SMs and clocks and faster HBM3e (4.8 TB/s); the predictions keep the
 H100's bandwidth, so where a launch is memory-bound they overstate the
 H200's time (of the kernel rows, only LeNet conv1's is). A single kernel is predicted as
-the step model predicts a launch: max(FLOPs / peak, minimum bytes / HBM,
+the step model predicts a launch: max(executed FLOPs / peak, minimum bytes / HBM,
 issue bound) / the wave fill of its blocks (kernel_table.fill, with the
 resident blocks of the kernel table and its split plan, kernel_table.split_k),
 plus the split's add_partials pass at the bandwidth; a step as step_time.py
@@ -108,9 +108,12 @@ def conv_rows():
             ("conv 05 backward-data, LeNet conv1 (C = 1)", l1,
              ("conv/05_split_k.cu", "`backward_data_warp_tiled` 64x128"), kt.FP32_PEAK, None, 0.0, 444)):
         _, m, n, k, nbytes = kt.conv_gemms(s)[1]
-        useful = 2.0 * s["N"] * s["K"] * s["P"] ** 2 * s["C"] * s["R"] ** 2
+        # The FLOPs the implicit GEMM executes (step_time.py's): its reduction
+        # in whole k-steps, the zero taps of an unpadded conv's border included.
+        step = st.K_STEP["tf32" if rate else "fp32"]
+        executed = 2.0 * m * n * -(-k // step) * step
         bm = 64 if m <= 64 else 128
-        before, after, splits, fill = launch_us(m, n, k, useful, nbytes - F * m * n, peak,
+        before, after, splits, fill = launch_us(m, n, k, executed, nbytes - F * m * n, peak,
                                                 resident(*row), bm=bm, hmma_peak=rate, instr=instr)
         what = f"{name} ({m} x {n} x {k}, {splits} split{'s' if splits > 1 else ''}, fill {fill:.2f}" + (
             f", {instr:.1f} instr./HMMA)" if instr else ")")

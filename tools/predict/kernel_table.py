@@ -394,7 +394,8 @@ def kernel_table(rows):
 
 def conv(name, n, c, h, k, r, stride, pad, count=1):
     p = (h + 2 * pad - r) // stride + 1
-    return {"name": name, "N": n, "C": c, "H": h, "K": k, "R": r, "stride": stride, "P": p, "count": count}
+    return {"name": name, "N": n, "C": c, "H": h, "K": k, "R": r, "stride": stride, "pad": pad, "P": p,
+            "count": count}
 
 
 def layers(batch=256):

@@ -12,6 +12,7 @@ block per channel for bias gradients and BatchNorm variant 1).
     tools/predict/step_time.py --fp32-precision tf32        # FP32 kernels -> the TF32 rungs
     tools/predict/step_time.py --fp32-precision tf32 --tc-efficiency 0.5
     tools/predict/step_time.py --amp bf16                   # TF32 -> bfloat16 autocast
+    tools/predict/step_time.py --amp bf16 --conv-bf16-rung 8   # bfloat16: conv rung 07 -> 08
     tools/predict/step_time.py --fp32-precision tf32 --no-issue-bound   # the roofline alone
 
 With --fp32-precision tf32 the two configurations are the shipped FP32
@@ -60,6 +61,29 @@ Everything else is the TF32 step's, on the same rows; a row is named by the
 FP32 kernel (as in the tf32 mode) or by the float32 kernel whose bfloat16
 variant runs.
 
+With --amp bf16 --conv-bf16-rung 8 the two configurations are that
+bfloat16 step on conv rung 07 and the same step with every BF16
+convolution on conv rung 08, as ANVIL_CONV_BF16_RUNG=8 runs it (its audit
+is docs/generated/launch-audit-bf16-rung8.md; conv_rung8() below,
+kernels/cuda/conv/08_bf16_multistage.cu): per layer
+- forward: to_channels_last of x (NCHW -> NHWC bfloat16, C padded to
+  Cp = up8(C)) and of w (KCRS -> KRSC), then forward_nhwc on 256 x 64
+  tiles (multistage::Shape<4,1,4,2>) for K <= 64, else 128 x 128
+  (Shape<2,2,4,2>), grid ceil(N*P*Q / BM) x ceil(K / BN), never split;
+- backward-data: a cudaMemsetAsync of dx where a residue class of the
+  stride has no tap (not a kernel: the audit has no row for it; the model
+  counts its bytes and the floor), to_channels_last of dy (K padded to
+  Kp), then per class with taps flipped_to_channels_last of its taps and
+  forward_nhwc (tiles by C), over the class's pixels of dx;
+- backward-weight: to_channels_last of x and of dy, backward_weight_nhwc
+  (tiles by K) on the GEMM of R*S*Cp rows by K columns over N*P*Q, split
+  by split_k.h's plan at 2 blocks an SM with chunks rounded up to 32,
+  then add_partials over K*C*R*S where split.
+Every operand is read and written as bfloat16 (2 bytes; the bias and dw's
+partials float32). The report adds a table by part of the step: each conv
+direction, rung 08's layout conversions, the convolutions' split-K sums
+and the rest (also in the plain --amp bf16 pages).
+
 The model, and every assumption in it:
 
 - The step is the seed recipe's (bench/train_step.cpp, what the audit ran):
@@ -74,10 +98,18 @@ The model, and every assumption in it:
   work (the "mapping" lines say which), so rows are the shipped audit's
   kernel names; a row with no baseline launches is work only the shipped
   kernels do (the split-K sums, the folds of the split reductions).
-- FLOPs: 2 x the useful multiply-adds of each conv direction and linear
-  GEMM, as the kernel table's shape rows (kernel_table.py's shape_table) count them
-  (backward-data of a strided or unpadded conv runs up to 4x that in its
-  implicit GEMM's zero taps; not counted). Elementwise, pooling,
+- FLOPs, executed and useful. Useful: 2 x the multiply-adds of each conv
+  direction and linear GEMM, as the kernel table's shape rows
+  (kernel_table.py's shape_table) count them. Executed, what the roofline
+  and the issue bound take: a conv direction's implicit GEMM as its
+  kernel runs it, M x N x the reduction in whole k-steps (K_STEP: 8 for
+  conv 05 and 06, 16 for conv 07 and the baseline's conv 3; conv 08 32
+  channels a tap), so a strided or unpadded backward-data on conv 03-07
+  (the GEMM {C, N*H*W, K*R*S}) runs its zero taps (up to 4x the useful
+  FLOPs at stride 2), and a C = 1 layer its padded channels; conv 08's
+  backward-data runs only each residue class's taps, its backward-weight
+  R*S*Cp rows. Tile edges past M and N are left out (both rungs). The
+  linear GEMMs' executed FLOPs are their useful ones. Elementwise, pooling,
   normalisation, reduction and SGD kernels count bytes only: their few FLOPs
   per float are far below the ridge of 20 FLOP/byte.
 - Bytes: the minimum HBM traffic of each launch, every tensor it reads or
@@ -91,10 +123,11 @@ The model, and every assumption in it:
 - Roofline of a launch: max(FLOPs / 66.9 TFLOP/s, bytes / 3.35 TB/s), the
   H100 SXM5 datasheet's FP32 (no tensor cores) and HBM3 figures
   (kernel_table.py's FP32_PEAK, HBM_BW).
-- Issue bound of a tensor-core launch (conv 06/07, GEMM 10/11): an SM
+- Issue bound of a tensor-core launch (conv 06/07/08, GEMM 10/11): an SM
   issues 4 warp instructions a clock and its tensor cores finish about one
   HMMA a clock at the dense peak, so a launch whose kernel's main loop
-  issues I instructions per HMMA takes at least FLOPs / dense peak x I / 4.
+  issues I instructions per HMMA takes at least its executed FLOPs /
+  dense peak x I / 4.
   I is the main loop's static count from the SASS (kernel_table.py's
   loop_hmma, stored in docs/kernel-resources.json's "main_loop"), the most
   over the kernel's instantiations; its time is max(roofline, issue bound).
@@ -118,7 +151,7 @@ The model, and every assumption in it:
   one stream, nothing overlaps.
 - Checks: the model's launch count (and blocks, where the model knows the
   grid) of every kernel against the audit's; the step's GEMM FLOPs against
-  3 x step_model.py's forward FLOPs. Standard library only.
+  3 x step_model.py's forward FLOPs (the useful ones). Standard library only.
 """
 import argparse
 import math
@@ -152,7 +185,8 @@ BF16_PEAK = 989.4e12
 ISSUE_PER_CLOCK = 4
 RESOURCES = ROOT / "docs" / "kernel-resources.json"
 RESOURCES_NAME = "docs/kernel-resources.json"
-ERAS = {"ieee": ("baseline", "shipped"), "tf32": ("FP32", "TF32"), "bf16": ("TF32", "BF16")}  # the columns' names
+ERAS = {"ieee": ("baseline", "shipped"), "tf32": ("FP32", "TF32"), "bf16": ("TF32", "BF16"),
+        "bf16-rung8": ("conv 07", "conv 08")}  # the columns' names
 BF16 = "anvil::bfloat16"
 CLASSES = 10
 GEMM, CONV, RED, BN, EW, POOL, SOFT = ("gemm_kernels::", "conv_kernels::", "reduce_kernels::",
@@ -258,13 +292,24 @@ class Step:
     the TF32 rungs in the convolutions and GEMMs ("shipped"): everything
     else launches the shipped kernels in both."""
 
-    def __init__(self, tf32=False, amp=False):
+    def __init__(self, tf32=False, amp=False, rung8=False):
         self.launches = {"baseline": [], "shipped": []}
-        self.tf32, self.amp = tf32, amp
+        self.tf32, self.amp, self.rung8 = tf32, amp, rung8 and amp
         self.e = 2 if amp else F  # bytes per activation element
         self.first_step = []  # with amp: the weight casts of the first step
+        self.part = "rest"  # the part of the step (PARTS) the launches being added belong to
 
-    def add(self, era, kernel, flops, nbytes, row=None, blocks=None):
+    def launch(self, kernel, row, flops, nbytes, blocks, tensor_cores=False, useful=None, part=None,
+               audited=True):
+        """A launch's record. flops: what it executes (zero taps, k-steps
+        padded); useful: the multiply-adds the result needs (default the
+        same); audited: False for a launch the audit has no row for (a
+        cudaMemsetAsync)."""
+        return dict(kernel=kernel, row=row, flops=flops, useful=flops if useful is None else useful,
+                    bytes=nbytes, blocks=blocks, tensor_cores=tensor_cores, part=part or self.part,
+                    audited=audited)
+
+    def add(self, era, kernel, flops, nbytes, row=None, blocks=None, part=None):
         if self.amp:  # one configuration: the bfloat16 step, in "shipped"
             if era == "baseline":
                 return
@@ -277,8 +322,7 @@ class Step:
             # The frozen baseline audit names the kernels that both eras
             # launch by their family, from before they took an element type.
             name = row or kernel if era == "both" and e == "baseline" and not self.tf32 else kernel
-            self.launches[e].append(dict(kernel=name, row=row or kernel, flops=flops, bytes=nbytes,
-                                         blocks=blocks, tensor_cores=False))
+            self.launches[e].append(self.launch(name, row or kernel, flops, nbytes, blocks, part=part))
 
     def native(self, kernel):
         """The kernel of a float32 kernel's work: its float32 instance, or
@@ -294,32 +338,44 @@ class Step:
         if first_step:
             self.first_step.append(self.launches["shipped"][-1])
 
-    def gemm(self, kernel, before, m, n, k, flops, read, narrow=False, out=F):
+    def gemm(self, kernel, before, m, n, k, flops, read, narrow=False, out=F, implicit=False):
         """A shipped GEMM (conv 5 or GEMM 8) of an m x n result over k, its split-K
         sum, and the baseline launch (GEMM 4 / conv 3: 64x64 tiles, unsplit).
         out: bytes per element of the result (amp: 2 for a bfloat16 y or dx,
-        stored by the epilogue, or by add_partials from float32 partials)."""
+        stored by the epilogue, or by add_partials from float32 partials).
+        implicit: a convolution's implicit GEMM, whose executed FLOPs are
+        2 m n k with k rounded up to the kernel's k-step (K_STEP), zero taps
+        included; flops are the useful ones."""
+        def executed(math):
+            return 2.0 * m * n * -(-k // K_STEP[math]) * K_STEP[math] if implicit else flops
         bm, per_sm = (64, 3) if narrow else (128, 2)
         tiles = kt.tiles(m, n, bm, 128)
         splits = kt.split_k(m, n, k, tiles, per_sm)[0]
         nbytes = read + (F * splits * m * n if splits > 1 else out * m * n)
         blocks = tiles * splits
         if self.amp:  # the BF16 rungs: conv 05's and GEMM 08's tiles and split plans
-            self.launches["shipped"].append(dict(kernel=instance(kernel, "bf16"), row=kernel, flops=flops,
-                                                 bytes=nbytes, blocks=blocks, tensor_cores="bf16"))
+            self.launches["shipped"].append(self.launch(instance(kernel, "bf16"), kernel, executed("bf16"),
+                                                        nbytes, blocks, "bf16", useful=flops))
         elif self.tf32:  # the TF32 rungs: the FP32 rungs' tiles, split plans and sums
-            self.launches["baseline"].append(dict(kernel=self.native(kernel), row=kernel, flops=flops,
-                                                  bytes=nbytes,
-                                                  blocks=blocks, tensor_cores=False))
-            self.launches["shipped"].append(dict(kernel=instance(kernel, "tf32"), row=kernel, flops=flops,
-                                                 bytes=nbytes, blocks=blocks, tensor_cores=True))
+            self.launches["baseline"].append(self.launch(self.native(kernel), kernel, executed("fp32"), nbytes,
+                                                         blocks, useful=flops))
+            self.launches["shipped"].append(self.launch(instance(kernel, "tf32"), kernel, executed("tf32"),
+                                                        nbytes, blocks, True, useful=flops))
         else:
-            self.add("shipped", self.native(kernel), flops, nbytes, row=kernel, blocks=blocks)
+            self.launches["shipped"].append(self.launch(self.native(kernel), kernel, executed("fp32"), nbytes,
+                                                        blocks, useful=flops))
         if splits > 1:
-            warp = splits >= 32
-            self.add("shipped", GEMM + ("add_partials_by_warp" if warp else "add_partials"), 0,
-                     F * splits * m * n + out * m * n, blocks=math.ceil(m * n * (32 if warp else 1) / 256))
-        self.add("baseline", before, flops, read + F * m * n, row=kernel, blocks=kt.tiles(m, n, 64, 64))
+            self.split_sum(splits, m * n, out)
+        if not (self.amp or self.tf32):
+            self.launches["baseline"].append(self.launch(before, kernel, executed("conv3"), read + F * m * n,
+                                                         kt.tiles(m, n, 64, 64), useful=flops))
+
+    def split_sum(self, splits, n, out):
+        """split_k::sum_split_k of n outputs (out bytes each) from float32 partials."""
+        warp = splits >= 32
+        self.add("shipped", GEMM + ("add_partials_by_warp" if warp else "add_partials"), 0,
+                 F * splits * n + out * n, blocks=math.ceil(n * (32 if warp else 1) / 256),
+                 part="split sums" if self.part != "rest" else "rest")
 
     def channel_sum(self, outer, c, inner, before):
         if inner == 1:  # a linear layer's bias: column sums over row slices (reduce.cu)
@@ -377,9 +433,12 @@ def conv(step, s, need_dx=True):
     if not need_dx:  # amp: the images, cast to bfloat16 for the first conv
         step.convert(s["N"] * s["C"] * s["H"] ** 2, True)
     step.convert(s["K"] * s["C"] * s["R"] ** 2, True, first_step=True)  # amp: the weight's copy
-    for d, m, n, k, nbytes in kt.conv_gemms(s):
+    if step.rung8:
+        conv_rung8(step, s, need_dx)
+    for d, m, n, k, nbytes in [] if step.rung8 else kt.conv_gemms(s):
         if d == "bwdD" and not need_dx:
             continue
+        step.part = PART_OF[d]
         base = {"fwd": "forward", "bwdD": "backward_data", "bwdW": "backward_weight"}[d]
         tile = "64x128" if m <= 64 else "128x128"
         read = nbytes - F * sizes[d]
@@ -388,8 +447,120 @@ def conv(step, s, need_dx=True):
         read += F * s["K"] if d == "fwd" else 0  # + the bias
         out = step.e if d != "bwdW" else F  # amp: y and dx bfloat16 from the epilogue; dw float32
         step.gemm(f"{CONV}{base}_warp_tiled<{tile}>", f"{CONV}{base}_implicit", m, n, k, useful, read,
-                  narrow=m <= 64, out=out)
+                  narrow=m <= 64, out=out, implicit=True)
+    step.part = "rest"
     step.channel_sum(s["N"], s["K"], s["P"] ** 2, CONV + "bias_grad")  # dbias
+
+
+def up(v, multiple):
+    return -(-v // multiple) * multiple
+
+
+def dgrad_classes(s):
+    """08_bf16_multistage.cu's dgrad_classes: (rows, cols, T, U) of each
+    residue class (a, b) of the stride (square shapes: both axes alike)."""
+    st, out = s["stride"], []
+    axis = []
+    for a in range(min(st, s["H"])):
+        r0 = (a + s["pad"]) % st
+        taps = -(-(s["R"] - r0) // st) if r0 < s["R"] else 0
+        axis.append((-(-(s["H"] - a) // st), taps))
+    for rows, t in axis:
+        for cols, u in axis:
+            out.append((rows, cols, t, u))
+    return out
+
+
+def conv_rung8(step, s, need_dx):
+    """Conv rung 08's launches for one layer (kernels/cuda/conv/
+    08_bf16_multistage.cu), amp only: every operand bfloat16, converted to
+    channels-last (to_channels_last: NCHW -> NHWC, channels padded to a
+    multiple of 8) before each direction's GEMM on the multistage mainloop:
+    256 x 64 tiles ("Narrow", multistage::Shape<4,1,4,2>) where the GEMM's
+    columns are <= 64, else 128 x 128 ("Wide", Shape<2,2,4,2>); 128
+    threads, 2 blocks an SM. Executed FLOPs: the reduction as the main loop
+    steps it, whole k-steps of 32 channels a tap (C = 1 runs 32 channels);
+    backward-weight's GEMM rows are R*S*Cp."""
+    n, c, h, k, r, p = s["N"], s["C"], s["H"], s["K"], s["R"], s["P"]
+    cp, kp, e = up(c, 8), up(k, 8), 2
+    useful = 2.0 * n * k * p * p * c * r * r
+
+    def tile(cols):
+        return ("Shape<4,1,4,2>", 256, 64) if cols <= 64 else ("Shape<2,2,4,2>", 128, 128)
+
+    def to_nhwc(elems, nchw):  # reads the NCHW (or KCRS) tensor, writes the padded NHWC one
+        step.add("shipped", NHWC_CAST, 0, e * (nchw + elems), blocks=math.ceil(elems / 256))
+
+    def gemm(kernel, rows, cols, flops, executed, nbytes, blocks):
+        step.launches["shipped"].append(step.launch(kernel, kernel, executed, nbytes, blocks, "bf16",
+                                                    useful=flops))
+
+    # forward: x and w to NHWC / KRSC, then y = forward_nhwc (bias in the epilogue, y bfloat16)
+    step.part = "conversions"
+    to_nhwc(n * h * h * cp, n * c * h * h)
+    to_nhwc(k * r * r * cp, k * c * r * r)
+    step.part = "forward"
+    shape, bm, bn = tile(k)
+    gemm(f"{CONV}forward_nhwc<multistage::{shape}>", n * p * p, k, useful, 2.0 * n * p * p * k * r * r * up(c, 32),
+         e * (n * h * h * cp + k * r * r * cp + n * k * p * p) + F * k,
+         math.ceil(n * p * p / bm) * math.ceil(k / bn))
+    if need_dx:  # backward-data: one stride-1 forward convolution per residue class with taps
+        classes = dgrad_classes(s)
+        step.part = "backward-data"
+        if any(t == 0 or u == 0 for _, _, t, u in classes):  # dx zeroed where no tap reaches
+            step.launches["shipped"].append(step.launch(MEMSET, MEMSET, 0, e * n * c * h * h, None,
+                                                        audited=False))
+        step.part = "conversions"
+        to_nhwc(n * p * p * kp, n * k * p * p)
+        shape, bm, bn = tile(c)
+        # A class's useful FLOPs: the layer's, shared by the classes' pixels x taps (at stride 2
+        # with padding those sum to the layer's; at stride 1 unpadded, LeNet's conv2, the one
+        # class also runs dy's zero border).
+        spans = sum(n * rows * cols * t * u for rows, cols, t, u in classes)
+        for rows, cols, t, u in classes:
+            if t == 0 or u == 0:
+                continue
+            step.part = "conversions"  # the class's taps, flipped, as a C x T x U x Kp filter
+            step.add("shipped", f"{CONV}flipped_to_channels_last<{BF16}>", 0, e * (k * c * t * u + c * t * u * kp),
+                     blocks=math.ceil(c * t * u * kp / 256))
+            step.part = "backward-data"
+            pixels = n * rows * cols
+            gemm(f"{CONV}forward_nhwc<multistage::{shape}>", pixels, c, useful * pixels * t * u / spans,
+                 2.0 * pixels * c * t * u * up(k, 32), e * (n * p * p * kp + c * t * u * kp + pixels * c),
+                 math.ceil(pixels / bm) * math.ceil(c / bn))
+    # backward-weight: x and dy to NHWC, dw = col^T dy over N*P*Q, split where the tiles are few
+    step.part = "conversions"
+    to_nhwc(n * h * h * cp, n * c * h * h)
+    to_nhwc(n * p * p * kp, n * k * p * p)
+    step.part = "backward-weight"
+    shape, bm, bn = tile(k)
+    rows, npq, kcrs = r * r * cp, n * p * p, k * c * r * r
+    tiles = kt.tiles(rows, k, bm, bn)
+    splits, chunk = kt.split_k(rows, k, npq, tiles, 2)
+    if splits > 1:  # wgrad_plan: chunks of whole k-steps of 32
+        chunk = up(chunk, 32)
+        splits = -(-npq // chunk)
+    gemm(f"{CONV}backward_weight_nhwc<multistage::{shape}>", rows, k, useful, 2.0 * rows * k * up(npq, 32),
+         e * (n * h * h * cp + npq * kp) + F * kcrs * splits, tiles * splits)
+    if splits > 1:
+        step.split_sum(splits, kcrs, F)
+    step.part = "rest"
+
+
+# The k-step of each implicit-GEMM conv rung's main loop (the reduction is
+# run in whole steps, the last zero-padded): conv 05 and 06 8 (the warp
+# tile's BK, one m16n8k8), conv 07 16 (one m16n8k16), the baseline's conv 3 16.
+K_STEP = {"fp32": 8, "tf32": 8, "bf16": 16, "conv3": 16}
+PART_OF = {"fwd": "forward", "bwdD": "backward-data", "bwdW": "backward-weight"}
+# The parts of a step, as the per-direction table lists them: the
+# convolutions' GEMMs by direction, conv rung 08's layout conversions, the
+# split-K sums of the convolutions, and everything else.
+PARTS = {"forward": "conv forward", "backward-data": "conv backward-data",
+         "backward-weight": "conv backward-weight", "conversions": "conv layout conversions (rung 08)",
+         "split sums": "conv split-K sums (`add_partials`)",
+         "rest": "rest of the step (bias gradients, BatchNorm, elementwise, pooling, linear layers, loss, SGD, casts)"}
+NHWC_CAST = f"{CONV}to_channels_last<{BF16}>"
+MEMSET = "cudaMemsetAsync"  # not a kernel: the audit has no row for it
 
 
 def linear(step, b, fin, fout, float_input=False):
@@ -465,9 +636,18 @@ def loss_and_sgd(step, b, params):
         step.add("both", SGD, 0, F * 3 * p + (2 * p if step.amp and copy else 0))
 
 
-def build(model, batch, tf32=False, amp=False):
+def build(model, batch, tf32=False, amp=False, rung8=False):
     """The launches of one training step, and the step's GEMM FLOPs. amp:
-    the TF32 step ("baseline") and the bfloat16 autocast step ("shipped")."""
+    the TF32 step ("baseline") and the bfloat16 autocast step ("shipped");
+    rung8 (with amp): the bfloat16 step on conv rung 07 ("baseline") and on
+    conv rung 08 ("shipped")."""
+    if amp and rung8:
+        step = build_one(model, batch, Step(amp=True))
+        eight = build_one(model, batch, Step(amp=True, rung8=True))
+        step.launches["baseline"] = step.launches["shipped"]
+        step.launches["shipped"] = eight.launches["shipped"]
+        step.first_step = eight.first_step
+        return step
     if amp:
         step = build(model, batch, tf32=True)
         bf16 = build_one(model, batch, Step(amp=True))
@@ -546,7 +726,11 @@ def shipped_audit(model, batch, docs_only, tag=""):
             str(doc.relative_to(ROOT)) + " (no " + str(path.relative_to(ROOT)) + ")")
 
 
-def audits(model, batch, docs_only=False, tf32=False, amp=False):
+def audits(model, batch, docs_only=False, tf32=False, amp=False, rung8=False):
+    if amp and rung8:  # the bfloat16 step on conv rung 07 against conv rung 08
+        seven, seven_source = shipped_audit(model, batch, docs_only, "-bf16")
+        eight, eight_source = shipped_audit(model, batch, docs_only, "-bf16-rung8")
+        return {"baseline": seven, "shipped": eight}, f"conv 07 {seven_source}; conv 08 {eight_source}"
     if amp:  # the TF32 step against the bfloat16 autocast step
         tc, tc_source = shipped_audit(model, batch, docs_only, "-tf32")
         bf, bf_source = shipped_audit(model, batch, docs_only, "-bf16")
@@ -562,24 +746,27 @@ def audits(model, batch, docs_only=False, tf32=False, amp=False):
 
 def predict(model, batch, a):
     amp = a.amp == "bf16"
+    rung8 = amp and getattr(a, "conv_bf16_rung", 7) == 8
     tf32 = a.fp32_precision == "tf32" and not amp
-    mode = "bf16" if amp else "tf32" if tf32 else "ieee"
-    step, (audit, source) = build(model, batch, tf32, amp), audits(model, batch, a.docs, tf32, amp)
+    mode = "bf16-rung8" if rung8 else "bf16" if amp else "tf32" if tf32 else "ieee"
+    step = build(model, batch, tf32, amp, rung8)
+    audit, source = audits(model, batch, a.docs, tf32, amp, rung8)
     peaks = {False: kt.FP32_PEAK, True: TF32_PEAK * a.tc_efficiency, "bf16": BF16_PEAK * a.tc_efficiency}
     hmma_rate = {True: TF32_PEAK, "bf16": BF16_PEAK}  # one HMMA a clock an SM, as FLOP/s
     loops = main_loops() if a.issue_bound else {}
     rows = defaultdict(lambda: {e: defaultdict(float, kernels=set()) for e in ("baseline", "shipped")})
+    parts = {part: {e: defaultdict(float) for e in ("baseline", "shipped")} for part in PARTS}
     checks, totals = [], {}
     for era, launches in step.launches.items():
         seen = defaultdict(list)
         for x in launches:
-            seen[x["kernel"]].append(x)
+            if x["audited"]:
+                seen[x["kernel"]].append(x)
         for kernel, au in audit[era].items():
             xs, blocks = seen.get(kernel), [x["blocks"] for x in seen.get(kernel, []) if x["blocks"]]
             if not xs:  # a kernel the model does not know: its launches at the floor
                 checks.append(f"{era}: `{show(kernel)}` ({au['launches']} launches) is not in the model")
-                launches += [dict(kernel=kernel, row=kernel, flops=0, bytes=0, blocks=None,
-                                  tensor_cores=False)] * au["launches"]
+                launches += [step.launch(kernel, kernel, 0, 0, None, part="rest")] * au["launches"]
             elif len(xs) != au["launches"]:
                 checks.append(f"{era}: `{show(kernel)}` {len(xs)} launches in the model, {au['launches']} in the audit")
             if blocks and (min(blocks), max(blocks)) != au["blocks"]:
@@ -604,15 +791,18 @@ def predict(model, batch, a):
             x["floored"] = max(bound / util, a.launch_us * 1e-6)
             r = rows[x["row"]][era]
             r["kernels"].add(x["kernel"])
-            for key, v in (("launches", 1), ("flops", x["flops"]), ("bytes", x["bytes"]), ("roof", roof),
+            pt = parts[x["part"]][era]
+            for key, v in (("launches", 1), ("flops", x["flops"]), ("useful", x["useful"]),
+                           ("bytes", x["bytes"]), ("roof", roof),
                            ("issue", issue), ("bound", bound), ("bind:" + binds, bound),
                            ("pred", bound / util), ("floored", max(bound / util, a.launch_us * 1e-6))):
                 r[key] += v
                 t[key] += v
+                pt[key] += v
     reference = 3 * batch * (sm.lenet_forward_flops() if model == "lenet" else sm.resnet18_forward_flops())
     first = dict(launches=len(step.first_step), floored=sum(x["floored"] for x in step.first_step),
                  bytes=sum(x["bytes"] for x in step.first_step))
-    return dict(model=model, batch=batch, rows=rows, totals=totals, audit=audit, source=source,
+    return dict(model=model, batch=batch, rows=rows, parts=parts, totals=totals, audit=audit, source=source,
                 checks=checks, reference=reference, tf32=tf32, mode=mode, first_step=first,
                 issue_bound=a.issue_bound)
 
@@ -666,8 +856,11 @@ def line(label, b, a, util_b, util_a, gflop="{:.3f}", issue=False, shares=False)
         issue_cell = sides[1] if sides[0] == sides[1] else " → ".join(sides)
         bb, ba = binds(b, shares), binds(a, shares)
         cells = f"{issue_cell} | {ba if bb == ba else f'{bb} → {ba}'} | "
+    flops = pair(b['flops'] / 1e9, a['flops'] / 1e9, gflop)
+    if any(gflop.format(r["flops"] / 1e9) != gflop.format(r["useful"] / 1e9) for r in (b, a)):
+        flops += f" (useful {pair(b['useful'] / 1e9, a['useful'] / 1e9, gflop)})"
     return (f"| {label} | {pair(b['launches'], a['launches'], '{:.0f}')} | "
-            f"{pair(b['flops'] / 1e9, a['flops'] / 1e9, gflop)} | {pair(b['bytes'] / 1e6, a['bytes'] / 1e6, '{:.2f}')} | "
+            f"{flops} | {pair(b['bytes'] / 1e6, a['bytes'] / 1e6, '{:.2f}')} | "
             f"{pair(b['roof'] * 1e6, a['roof'] * 1e6, '{:.1f}')} | {cells}{util_b} | {util_a} | "
             f"{b['pred'] * 1e6:.1f} | {a['pred'] * 1e6:.1f} |")
 
@@ -685,6 +878,29 @@ def table(p, share=0.0):
     tb, ta = p["totals"]["baseline"], p["totals"]["shipped"]
     out.append(line("**total**", tb, ta, f"{tb['bound'] / tb['pred']:.3f}*", f"{ta['bound'] / ta['pred']:.3f}*",
                     issue=issue, shares=True))
+    return out
+
+
+def parts_table(p):
+    """The step by part (PARTS): the convolutions' directions, rung 08's
+    layout conversions and the split-K sums, and the rest; FLOPs executed
+    and useful, the bounds, and the predicted time with and without the floor."""
+    b, a = ERAS[p["mode"]]
+    out = [f"| part | launches | GFLOP executed | GFLOP useful | MB | bound µs | predicted µs {b} | {a} | "
+           f"with the floor, µs {b} | {a} |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for key, label in list(PARTS.items()) + [("total", "**total**")]:
+        if key == "total":
+            rb, ra = p["totals"]["baseline"], p["totals"]["shipped"]
+        else:
+            rb, ra = p["parts"][key]["baseline"], p["parts"][key]["shipped"]
+        if not (rb["launches"] or ra["launches"]):
+            continue
+        out.append(f"| {label} | {pair(rb['launches'], ra['launches'], '{:.0f}')} | "
+                   f"{pair(rb['flops'] / 1e9, ra['flops'] / 1e9, '{:.3f}')} | "
+                   f"{pair(rb['useful'] / 1e9, ra['useful'] / 1e9, '{:.3f}')} | "
+                   f"{pair(rb['bytes'] / 1e6, ra['bytes'] / 1e6, '{:.2f}')} | "
+                   f"{pair(rb['bound'] * 1e6, ra['bound'] * 1e6, '{:.1f}')} | {rb['pred'] * 1e6:.1f} | "
+                   f"{ra['pred'] * 1e6:.1f} | {rb['floored'] * 1e6:.1f} | {ra['floored'] * 1e6:.1f} |")
     return out
 
 
@@ -718,17 +934,31 @@ def report(p, a):
     where = (p["source"] if p["mode"] != "ieee" else
              f"Shipped: {p['source']}; baseline: docs/generated/launch-audit-baseline.md")
     print(f"{where}. {summary(p, a.launch_us)}.\n")
-    if p["mode"] == "bf16":
+    if p["mode"].startswith("bf16"):
         f, ta, b = p["first_step"], p["totals"]["shipped"], p["batch"]
         steady = ta["floored"] - f["floored"]
         print(f"First step only: the {f['launches']} casts of the conv and linear weights to bfloat16 "
               f"({f['bytes'] / 1e6:.2f} MB, {f['floored'] * 1e6:.1f} µs with the floor), in the audit and "
               f"in the BF16 column; later steps' SGD rewrites the copies, so the steady-state step is "
               f"{steady * 1e3:.3f} ms ({b / steady:,.0f} images/s) with the floor.\n")
+    if p["mode"].startswith("bf16"):
+        print("By part of the step (executed FLOPs: the implicit GEMMs' reductions in whole k-steps, a "
+              "strided or unpadded backward-data's zero taps included; useful: 2 x the multiply-adds the "
+              "result needs):\n")
+        print("\n".join(parts_table(p)) + "\n")
     print("\n".join(table(p, 0.01 if a.markdown else 0.0)))
     print("\n\\* effective: roofline / predicted over the row's kernels (several kernels, or the total)"
           + (", the roofline with the issue bound" if p["issue_bound"] else "") + ".\n")
-    if p["mode"] == "bf16":
+    if p["mode"] == "bf16-rung8":
+        print("Mapping (conv 07 → conv 08): the BF16 step's convolutions on conv rung 08 "
+              "(`ANVIL_CONV_BF16_RUNG=8`): per layer `to_channels_last` of x and w, `forward_nhwc`; "
+              "backward-data `to_channels_last` of dy, then per residue class of the stride with taps "
+              "`flipped_to_channels_last` and `forward_nhwc` (a `cudaMemsetAsync` of dx first where a class "
+              "has none: not a kernel, no audit row, its bytes and the floor counted); backward-weight "
+              "`to_channels_last` of x and dy, `backward_weight_nhwc`, split over N*P*Q where its tiles are "
+              "few and summed by `add_partials`. Conv 07's rows and conv 08's are different kernels, so "
+              "each has launches in one column only; every other kernel is the same in both.\n")
+    elif p["mode"] == "bf16":
         print("Mapping (TF32 → BF16): each row's conv 06 or GEMM 11 kernel → the BF16 rung's kernel with "
               "the same tiles and split plan (conv 07, GEMM 10: `mma_tile::Shape<Bf16, ...>`, bfloat16 "
               "operands, bfloat16 y and dx from the epilogue or `add_partials`, float32 weight "
@@ -745,9 +975,9 @@ def report(p, a):
     if a.markdown:
         return
     ta = p["totals"]["shipped"]
-    print(f"Sanity: the step's GEMM FLOPs {ta['flops'] / 1e9:.3f} G against 3 x step_model.py's forward "
+    print(f"Sanity: the step's useful GEMM FLOPs {ta['useful'] / 1e9:.3f} G against 3 x step_model.py's forward "
           f"{p['reference'] / 1e9:.3f} G ({p['reference'] / 3 / p['batch'] / 1e6:.1f} MFLOP per image): "
-          f"ratio {ta['flops'] / p['reference']:.3f} (the first conv's backward-data is not launched)")
+          f"ratio {ta['useful'] / p['reference']:.3f} (the first conv's backward-data is not launched)")
     print("Checks against the audit: " + ("every kernel's launches and blocks agree" if not p["checks"]
                                           else "\n- " + "\n- ".join(p["checks"])) + "\n")
 
@@ -763,6 +993,10 @@ def main():
     ap.add_argument("--amp", choices=["off", "bf16"], default="off",
                     help="bf16: the TF32 step (docs/generated/launch-audit-tf32.md) against the same step "
                          "under bfloat16 autocast (docs/generated/launch-audit-bf16.md)")
+    ap.add_argument("--conv-bf16-rung", type=int, choices=[7, 8], default=7,
+                    help="with --amp bf16: 8 compares the bfloat16 step on conv rung 07 "
+                         "(docs/generated/launch-audit-bf16.md) with the same step on conv rung 08, as "
+                         "ANVIL_CONV_BF16_RUNG=8 runs it (docs/generated/launch-audit-bf16-rung8.md)")
     ap.add_argument("--tc-efficiency", type=float, default=1.0,
                     help="with tf32 or bf16: the share of the tensor cores' peak the TF32 rungs reach "
                          "inside a full SM (default 1: a lower bound)")
@@ -780,6 +1014,8 @@ def main():
                          "(a test: a kernel change the model does not know of fails it), and, "
                          "with --docs, unless docs/generated/step-time.md is what they give")
     a = ap.parse_args()
+    if a.conv_bf16_rung == 8 and a.amp != "bf16":
+        ap.error("--conv-bf16-rung 8 needs --amp bf16 (the BF16 convolutions)")
     runs = [(m, b) for m in ("lenet", "resnet18") for b in (256, 128)
             if (a.model in (None, m)) and (a.batch in (None, b))]
     if a.write and (a.model or a.batch or not a.docs or not a.issue_bound):
@@ -795,14 +1031,17 @@ def main():
         with contextlib.redirect_stdout(text):
             render(preds, a)
         mode = preds[0]["mode"]
-        flags = {"ieee": "", "tf32": " --fp32-precision tf32", "bf16": " --amp bf16"}[mode]
+        flags = {"ieee": "", "tf32": " --fp32-precision tf32", "bf16": " --amp bf16",
+                 "bf16-rung8": " --amp bf16 --conv-bf16-rung 8"}[mode]
         title = {"ieee": "shipped kernels and the baseline", "tf32": "FP32 kernels and TF32 rungs",
-                 "bf16": "TF32 rungs and bfloat16 autocast"}[mode]
+                 "bf16": "TF32 rungs and bfloat16 autocast",
+                 "bf16-rung8": "bfloat16 autocast on conv rung 07 and conv rung 08"}[mode]
         text = (f"# Predicted step time on one H100: {title}\n\n"
                 f"<!-- Generated by `python3 tools/predict/step_time.py --docs{flags} --write`; do not edit. -->\n\n"
                 "How the prediction is made: [kernels.md](../kernels.md), \"Predicted step time\". "
                 f"Each cell with an arrow reads {' → '.join(ERAS[mode])}.\n\n" + text.getvalue().rstrip() + "\n")
-        path = GENERATED / {"ieee": "step-time.md", "tf32": "step-time-tf32.md", "bf16": "step-time-bf16.md"}[mode]
+        path = GENERATED / {"ieee": "step-time.md", "tf32": "step-time-tf32.md", "bf16": "step-time-bf16.md",
+                            "bf16-rung8": "step-time-bf16-rung8.md"}[mode]
         if a.write:
             path.write_text(text)
             print(f"step_time: {path.relative_to(ROOT)} updated", file=sys.stderr)
@@ -816,7 +1055,10 @@ def main():
 
 
 def render(preds, a):
-    if a.amp == "bf16":
+    if a.amp == "bf16" and a.conv_bf16_rung == 8:
+        print(f"BF16, conv rung 07 → 08: H100 SXM5 dense BF16 {BF16_PEAK / 1e12:.1f} TFLOP/s x --tc-efficiency "
+              f"{a.tc_efficiency:g} for the conv and GEMM launches of both steps.")
+    elif a.amp == "bf16":
         print(f"BF16: H100 SXM5 dense BF16 {BF16_PEAK / 1e12:.1f} TFLOP/s x --tc-efficiency {a.tc_efficiency:g} "
               f"for the conv and GEMM launches of the bfloat16 step; dense TF32 {TF32_PEAK / 1e12:.1f} TFLOP/s x "
               f"{a.tc_efficiency:g} for the TF32 step's.")
