@@ -8,6 +8,8 @@
 #   bash tools/predict/kernel-table.sh           # rewrite docs/generated/kernel-table.md
 #                                          # and docs/kernel-resources.json
 #   bash tools/predict/kernel-table.sh --print   # print it, change nothing
+#   bash tools/predict/kernel-table.sh --only kernels/cuda/conv/08_bf16_multistage.cu
+#                                          # those files recompiled, the rest from the last run
 #
 # Needs nvcc (CUDA 13; /usr/local/cuda/bin is searched) and cuobjdump with
 # nvdisasm. This machine's CUDA has neither of the latter; they come as pip
@@ -17,7 +19,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=write
-[[ "${1:-}" == "--print" ]] && mode=print
+[[ "${1:-}" == "--print" ]] && { mode=print; shift; }
+# --only FILE.cu ...: recompile those files alone, the others' results
+# kept from the last full run in build/kernel-table (a kernel changed).
+only=()
+if [[ "${1:-}" == "--only" ]]; then
+  shift
+  only=("$@")
+  [[ ${#only[@]} -gt 0 ]] || { echo "kernel-table: --only needs .cu files" >&2; exit 2; }
+fi
 
 export PATH="$PATH:/usr/local/cuda/bin"
 for site in $(python3 -c 'import site, sysconfig; print(" ".join(site.getsitepackages() + [site.getusersitepackages(), sysconfig.get_paths()["purelib"]]))' 2>/dev/null); do
@@ -34,11 +44,17 @@ done
 
 out=build/kernel-table
 mkdir -p "$out"
-rm -f "$out"/*.ptxas "$out"/*.sass "$out"/*.names "$out"/*.cubin
+if ((${#only[@]})); then
+  [[ -f "$out/gemm__01_naive.ptxas" ]] || { echo "kernel-table: --only needs a full run's $out first" >&2; exit 2; }
+  sources=("${only[@]}")
+else
+  rm -f "$out"/*.ptxas "$out"/*.sass "$out"/*.names "$out"/*.cubin
+  mapfile -t sources < <(find kernels/cuda -name '*.cu' | sort)
+fi
 # Dynamic shared memory is not in ptxas's report: kernel_table.py adds the
 # multistage kernels' (mma_multistage.cuh's Shape), the only ones that use it.
 # A file in a family's folder is named by its path: gemm/01_naive.cu -> gemm__01_naive.
-for cu in $(find kernels/cuda -name '*.cu' | sort); do
+for cu in "${sources[@]}"; do
   rel=${cu#kernels/cuda/}
   name=${rel%.cu}
   name=${name//\//__}

@@ -488,8 +488,11 @@ def conv_rung8(step, s, need_dx):
     def tile(cols):
         return ("Shape<4,1,4,2>", 256, 64) if cols <= 64 else ("Shape<2,2,4,2>", 128, 128)
 
-    def to_nhwc(elems, nchw):  # reads the NCHW (or KCRS) tensor, writes the padded NHWC one
-        step.add("shipped", NHWC_CAST, 0, e * (nchw + elems), blocks=math.ceil(elems / 256))
+    def to_nhwc(images, chans, hw, padded):
+        """[images, chans, hw] (NCHW, or KCRS) read, [images, hw, padded]
+        written: tiles of 32 hw x 32 channels, one block each."""
+        step.add("shipped", NHWC_CAST, 0, e * images * hw * (chans + padded),
+                 blocks=images * math.ceil(hw / 32) * math.ceil(padded / 32))
 
     def gemm(kernel, rows, cols, flops, executed, nbytes, blocks):
         step.launches["shipped"].append(step.launch(kernel, kernel, executed, nbytes, blocks, "bf16",
@@ -497,8 +500,8 @@ def conv_rung8(step, s, need_dx):
 
     # forward: x and w to NHWC / KRSC, then y = forward_nhwc (bias in the epilogue, y bfloat16)
     step.part = "conversions"
-    to_nhwc(n * h * h * cp, n * c * h * h)
-    to_nhwc(k * r * r * cp, k * c * r * r)
+    to_nhwc(n, c, h * h, cp)
+    to_nhwc(k, c, r * r, cp)
     step.part = "forward"
     shape, bm, bn = tile(k)
     gemm(f"{CONV}forward_nhwc<multistage::{shape}>", n * p * p, k, useful, 2.0 * n * p * p * k * r * r * up(c, 32),
@@ -511,7 +514,7 @@ def conv_rung8(step, s, need_dx):
             step.launches["shipped"].append(step.launch(MEMSET, MEMSET, 0, e * n * c * h * h, None,
                                                         audited=False))
         step.part = "conversions"
-        to_nhwc(n * p * p * kp, n * k * p * p)
+        to_nhwc(n, k, p * p, kp)
         shape, bm, bn = tile(c)
         # A class's useful FLOPs: the layer's, shared by the classes' pixels x taps (at stride 2
         # with padding those sum to the layer's; at stride 1 unpadded, LeNet's conv2, the one
@@ -530,8 +533,8 @@ def conv_rung8(step, s, need_dx):
                  math.ceil(pixels / bm) * math.ceil(c / bn))
     # backward-weight: x and dy to NHWC, dw = col^T dy over N*P*Q, split where the tiles are few
     step.part = "conversions"
-    to_nhwc(n * h * h * cp, n * c * h * h)
-    to_nhwc(n * p * p * kp, n * k * p * p)
+    to_nhwc(n, c, h * h, cp)
+    to_nhwc(n, k, p * p, kp)
     step.part = "backward-weight"
     shape, bm, bn = tile(k)
     rows, npq, kcrs = r * r * cp, n * p * p, k * c * r * r

@@ -158,8 +158,12 @@ NhwcGeo nhwc_geo(const Conv2dShape& s) {
 template <class T>
 void to_channels_last(int64_t N, int64_t C, int64_t H, int64_t W, int64_t Cp, const T* in,
                       bfloat16* out, cudaStream_t stream) {
-  conv_kernels::launch_1d(conv_kernels::to_channels_last<T>, N * H * W * Cp, stream, int(N),
-                          int(C), int(H), int(W), int(Cp), in, out);
+  using conv_kernels::kTransposeRows;
+  using conv_kernels::kTransposeTile;
+  const int64_t tiles_hw = (H * W + kTransposeTile - 1) / kTransposeTile;
+  const dim3 grid(unsigned(N * tiles_hw), unsigned((Cp + kTransposeTile - 1) / kTransposeTile));
+  launch(conv_kernels::to_channels_last<T>, grid, dim3(kTransposeTile, kTransposeRows), 0, stream,
+         int(C), int(H * W), int(Cp), int(tiles_hw), in, out);
 }
 
 // The kernel's dynamic shared memory, opted in to once per kernel and

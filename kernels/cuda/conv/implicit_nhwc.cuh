@@ -208,21 +208,36 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   forward_nhwc_tile<S>(g, x, w, bias, y);
 }
 
-// out[n, h, w, c] (c < Cp) = in[n, c, h, w] as bfloat16 (float32 rounded
-// to nearest even, as rung 07 stages it), zeros for c >= C: x into NHWC, or
-// w [K, C, R, S] into KRSC (n = k, (h, w) = (r, s)). One thread per output
-// element, consecutive threads along c: stores coalesce, loads stride by
-// H*W (a pass over memory before the GEMM; a tiled transpose would coalesce
-// both sides).
+// out[n, hw, c] (c < Cp) = in[n, c, hw] as bfloat16 (float32 rounded to
+// nearest even, as rung 07 stages it), zeros for c >= C: x [N, C, H*W] into
+// NHWC, or w [K, C, R*S] into KRSC (n = k, hw = the tap). Each image's
+// C x HW matrix is transposed through shared memory, 32 x 32 elements a
+// block of 32 x 8 threads (blockIdx.x = n * tiles_hw + the hw tile,
+// blockIdx.y the channel tile): a warp loads 32 consecutive hw of one
+// channel and stores 32 consecutive channels of one pixel, so both sides
+// coalesce (one thread per output element would read H*W apart). The
+// tile's rows are 33 floats, so a warp reading a column of it hits 32
+// banks.
+constexpr int kTransposeTile = 32, kTransposeRows = 8;
 template <class T>
-__global__ void to_channels_last(int N, int C, int H, int W, int Cp, const T* __restrict__ in,
-                                 bfloat16* __restrict__ out) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= int64_t(N) * H * W * Cp) return;
-  const int c = int(i % Cp);
-  const int64_t pixel = i / Cp;
-  const int64_t n = pixel / (int64_t(H) * W), hw = pixel % (int64_t(H) * W);
-  out[i] = c < C ? bfloat16(anvil::load(in[(n * C + c) * H * W + hw])) : bfloat16(0.0f);
+__global__ void __launch_bounds__(kTransposeTile * kTransposeRows)
+    to_channels_last(int C, int HW, int Cp, int tiles_hw, const T* __restrict__ in,
+                     bfloat16* __restrict__ out) {
+  __shared__ float tile[kTransposeTile][kTransposeTile + 1];
+  const int n = int(blockIdx.x) / tiles_hw, hw0 = int(blockIdx.x) % tiles_hw * kTransposeTile;
+  const int c0 = int(blockIdx.y) * kTransposeTile;
+  const int tx = int(threadIdx.x), ty = int(threadIdx.y);
+  #pragma unroll
+  for (int i = ty; i < kTransposeTile; i += kTransposeRows) {
+    const int c = c0 + i, hw = hw0 + tx;
+    tile[i][tx] = c < C && hw < HW ? anvil::load(in[(int64_t(n) * C + c) * HW + hw]) : 0.0f;
+  }
+  __syncthreads();
+  #pragma unroll
+  for (int i = ty; i < kTransposeTile; i += kTransposeRows) {
+    const int hw = hw0 + i, c = c0 + tx;
+    if (hw < HW && c < Cp) out[(int64_t(n) * HW + hw) * Cp + c] = bfloat16(tile[tx][i]);
+  }
 }
 
 // The taps of one residue class of backward-data: filter rows r0, r0 + sh,
