@@ -1,7 +1,7 @@
-// bench_cuda_kernels: checks and times every numbered variant of the CUDA
+// bench_cuda_kernels: checks and times every numbered rung of the CUDA
 // backend's GEMM and convolution kernels, one kernel at a time (in the manner
 // of llm.c's dev/cuda), against the vendor libraries measured in the same run;
-// also both variants of channel_sum (op csum) and of BatchNorm's training
+// also both rungs of channel_sum (op csum) and of BatchNorm's training
 // forward and backward (bnF, bnB) on ResNet-18's shapes (--no-norm skips
 // them), memory-bound, so their GFLOP/s column is 0.
 //
@@ -17,12 +17,12 @@
 // Families: gemm, conv, sum, softmax (softmax cross-entropy forward), csum
 // (channel_sum), bn (BatchNorm training).
 //
-// For each shape: the vendor baselines first, then anvil::cuda variants
-// 1..kGemmVariants and 1..kConvVariants. Every result (the vendor's too) is
+// For each shape: the vendor baselines first, then anvil::cuda rungs
+// 1..kGemmRungs and 1..kConvRungs. Every result (the vendor's too) is
 // first compared with the CPU kernel (anvil::cpu::gemm / conv2d_*); a wrong
-// variant is reported by name (a FAIL line), is not timed, and makes the
+// rung is reported by name (a FAIL line), is not timed, and makes the
 // exit status 1. Timing: --warmup calls, then --repeats calls each between
-// two CUDA events on one stream (3 calls, after one warm-up, for a variant
+// two CUDA events on one stream (3 calls, after one warm-up, for a rung
 // whose first call takes over 100 ms); the median is reported as ms,
 // GFLOP/s (2*M*N*K; 2*N*K*C*R*S*P*Q for every conv direction) and as a
 // percentage of the vendor's time in the same arithmetic (vendor ms / ours
@@ -61,12 +61,12 @@ struct Family {
   const char* name;
   int rungs;
 };
-const Family kFamilies[] = {{"gemm", cu::kGemmVariants},
-                            {"conv", cu::kConvVariants},
-                            {"softmax", cu::kSoftmaxVariants},
-                            {"sum", cu::kSumVariants},
-                            {"csum", cu::kChannelSumVariants},
-                            {"bn", cu::kBatchNormVariants}};
+const Family kFamilies[] = {{"gemm", cu::kGemmRungs},
+                            {"conv", cu::kConvRungs},
+                            {"softmax", cu::kSoftmaxRungs},
+                            {"sum", cu::kSumRungs},
+                            {"csum", cu::kChannelSumRungs},
+                            {"bn", cu::kBatchNormRungs}};
 
 int run(Options opt) {
   int count = 0;
@@ -101,7 +101,7 @@ int run(Options opt) {
 
   fmt::print("device {}: {} (sm_{}{})\n", opt.device, prop.name, prop.major, prop.minor);
   if (kSim)
-    fmt::print("simulator build: smoke test of every variant on tiny shapes; times are "
+    fmt::print("simulator build: smoke test of every rung on tiny shapes; times are "
                "simulator, not GPU time, and make no performance claim\n");
   else if (smoke)
     fmt::print("--smoke: tiny shapes, correctness first; times are too short to mean much\n");
@@ -139,10 +139,10 @@ int run(Options opt) {
     if (smoke) {
       b.gemm(64, 64, 64);
       b.gemm(96, 80, 72);
-      b.gemm(40, 24, 600);  // one tile, a long K: variant 8 splits it
+      b.gemm(40, 24, 600);  // one tile, a long K: rung 8 splits it
     } else {
       for (int64_t n : opt.gemm_sizes) b.gemm(n, n, n);
-      b.gemm(128, 128, 1 << 16);  // one tile, a long K: variant 8 splits it
+      b.gemm(128, 128, 1 << 16);  // one tile, a long K: rung 8 splits it
     }
   }
   if (wanted("conv", opt.no_conv)) {
@@ -150,7 +150,7 @@ int run(Options opt) {
       b.conv("tiny", conv_shape(2, 3, 8, 8, 4, 3, 1, 1));
       b.conv("tiny", conv_shape(2, 4, 7, 7, 6, 5, 1, 0));
       b.conv("tiny s2", conv_shape(2, 5, 9, 9, 8, 3, 2, 1));
-      b.conv("tiny split-K", conv_shape(4, 3, 12, 12, 8, 3, 1, 1));  // variant 5 splits dW
+      b.conv("tiny split-K", conv_shape(4, 3, 12, 12, 8, 3, 1, 1));  // rung 5 splits dW
     } else {
       b.conv_table();
     }
@@ -229,7 +229,7 @@ using namespace bench_cuda;
 
 int main(int argc, char** argv) {
   Options opt;
-  CLI::App app{"Checks and times the CUDA GEMM and conv kernel variants against cuBLAS/cuDNN"};
+  CLI::App app{"Checks and times the CUDA GEMM and conv kernel rungs against cuBLAS/cuDNN"};
   app.add_option("--gemm-sizes", opt.gemm_sizes, "square GEMM sizes")->delimiter(',');
   app.add_option("--warmup", opt.warmup, "untimed calls before timing")->check(CLI::NonNegativeNumber);
   app.add_option("--repeats", opt.repeats, "timed calls (median reported)")->check(CLI::PositiveNumber);

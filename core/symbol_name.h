@@ -23,7 +23,7 @@ std::string kernel_name_at(const void* address);
 
 // The short form of a demangled kernel name: "conv_kernels::forward_warp_tiled<...>"
 // for "void anvil::cuda::conv_kernels::forward_warp_tiled<...>(...)": the
-// template arguments name the rung's variant, the parameters add nothing.
+// template arguments name the rung's tile, the parameters add nothing.
 std::string short_kernel_name(std::string_view demangled);
 
 }  // namespace anvil

@@ -2,7 +2,7 @@
 // forward (output, saved statistics, running statistics, with and without
 // running buffers), eval forward and training backward, on shapes from one
 // value per channel to channels longer than a block (so that a thread walks
-// several runs), for both training variants (1 one block per channel, 2
+// several runs), for both training rungs (1 one block per channel, 2
 // several blocks per channel): ragged shapes, ResNet-18's BatchNorm shapes at
 // batch 2, an ill-conditioned input against a float64 reference, and bitwise
 // determinism. Runs on the simulator (ANVIL_CUDA=SIM) or on a real GPU when
@@ -30,7 +30,7 @@ struct Shape {
 // (1, 2, 1): a single value per channel (M = 1: running var takes the biased
 // value); (5, 2, 77) and (2, 2, 300): a channel longer than the 256-thread
 // block, runs shorter and longer than the block.
-// (1, 1, 4099) and (3, 3, 1372): channels cut into 5 slices by variant 2
+// (1, 1, 4099) and (3, 3, 1372): channels cut into 5 slices by rung 2
 // (scalar loads, HW odd; float4 loads, HW a multiple of 4), the last one
 // short. Then ResNet-18's BatchNorm shapes (28x28 inputs) at batch 2 (2
 // slices a channel). Under the sanitizers, where the simulator runs about 10
@@ -45,11 +45,11 @@ const Shape kShapes[] = {{2, 3, 5},    {4, 1, 1},  {1, 4, 7},   {3, 16, 9},   {1
 #endif
 };
 
-// Variant 2's workspace (at least one float, so that a buffer exists).
+// Rung 2's workspace (at least one float, so that a buffer exists).
 struct Workspace : cuda_test::DeviceBuffer<float> {
-  Workspace(int variant, const Shape& s)
+  Workspace(int rung, const Shape& s)
       : DeviceBuffer(std::max<size_t>(
-            1, anvil::cuda::batch_norm_workspace_floats(variant, s.N, s.C, s.HW))) {}
+            1, anvil::cuda::batch_norm_workspace_floats(rung, s.N, s.C, s.HW))) {}
 };
 
 constexpr float kEps = 1e-5f, kMomentum = 0.1f;
@@ -87,18 +87,18 @@ void require_close_y(const Shape& s, const Vec& got, const Vec& want, const Vec&
 
 #define SHAPE_INFO(s) INFO("N " << s.N << ", C " << s.C << ", HW " << s.HW)
 
-constexpr int kVariants = anvil::cuda::kBatchNormVariants;
+constexpr int kRungs = anvil::cuda::kBatchNormRungs;
 
 }  // namespace
 
 TEST_CASE("cuda batch_norm_forward_train matches the CPU", "[cuda][batchnorm]") {
   if (!cuda_test::have_device()) return;
-  for (int variant = 1; variant <= kVariants; ++variant) {
+  for (int rung = 1; rung <= kRungs; ++rung) {
   uint32_t seed = 1;
   for (const Shape& s : kShapes) {
     SHAPE_INFO(s);
-    INFO("variant " << variant);
-    Workspace ws(variant, s);
+    INFO("rung " << rung);
+    Workspace ws(rung, s);
     const size_t n = size_t(s.N * s.C * s.HW), C = size_t(s.C);
     const Vec x = make_x(s, seed), gamma = cuda_test::random_floats(C, seed + 1, 0.5f, 1.5f),
               beta = cuda_test::random_floats(C, seed + 2);
@@ -111,7 +111,7 @@ TEST_CASE("cuda batch_norm_forward_train matches the CPU", "[cuda][batchnorm]") 
 
     DeviceBuffer<float> dx(x), dgamma(gamma), dbeta(beta), drm(rm0), drv(rv0), dy(n),
         dmean(C), dinvstd(C);
-    anvil::cuda::batch_norm_forward_train(variant, s.N, s.C, s.HW, dx.ptr, dgamma.ptr, dbeta.ptr,
+    anvil::cuda::batch_norm_forward_train(rung, s.N, s.C, s.HW, dx.ptr, dgamma.ptr, dbeta.ptr,
                                           kEps, kMomentum, drm.ptr, drv.ptr, dmean.ptr,
                                           dinvstd.ptr, dy.ptr, ws.ptr, nullptr);
     {
@@ -137,7 +137,7 @@ TEST_CASE("cuda batch_norm_forward_train matches the CPU", "[cuda][batchnorm]") 
 
     // Without running buffers: the same output and saved statistics.
     DeviceBuffer<float> dy2(n), dmean2(C), dinvstd2(C);
-    anvil::cuda::batch_norm_forward_train(variant, s.N, s.C, s.HW, dx.ptr, dgamma.ptr, dbeta.ptr,
+    anvil::cuda::batch_norm_forward_train(rung, s.N, s.C, s.HW, dx.ptr, dgamma.ptr, dbeta.ptr,
                                           kEps, kMomentum, nullptr, nullptr, dmean2.ptr,
                                           dinvstd2.ptr, dy2.ptr, ws.ptr, nullptr);
     REQUIRE(dy2.to_host() == dy.to_host());  // deterministic: bit for bit
@@ -171,12 +171,12 @@ TEST_CASE("cuda batch_norm_forward_eval matches the CPU", "[cuda][batchnorm]") {
 
 TEST_CASE("cuda batch_norm_backward_train matches the CPU", "[cuda][batchnorm]") {
   if (!cuda_test::have_device()) return;
-  for (int variant = 1; variant <= kVariants; ++variant) {
+  for (int rung = 1; rung <= kRungs; ++rung) {
   uint32_t seed = 600;
   for (const Shape& s : kShapes) {
     SHAPE_INFO(s);
-    INFO("variant " << variant);
-    Workspace ws(variant, s);
+    INFO("rung " << rung);
+    Workspace ws(rung, s);
     const size_t n = size_t(s.N * s.C * s.HW), C = size_t(s.C);
     const Vec x = make_x(s, seed), gamma = cuda_test::random_floats(C, seed + 1, 0.5f, 1.5f),
               beta = cuda_test::random_floats(C, seed + 2), g = cuda_test::random_floats(n, seed + 3);
@@ -192,7 +192,7 @@ TEST_CASE("cuda batch_norm_backward_train matches the CPU", "[cuda][batchnorm]")
 
     DeviceBuffer<float> d_x(x), d_gamma(gamma), d_mean(mean), d_invstd(invstd), d_g(g),
         d_dx(n), d_dgamma(C), d_dbeta(C);
-    anvil::cuda::batch_norm_backward_train(variant, s.N, s.C, s.HW, d_x.ptr, d_gamma.ptr,
+    anvil::cuda::batch_norm_backward_train(rung, s.N, s.C, s.HW, d_x.ptr, d_gamma.ptr,
                                            d_mean.ptr, d_invstd.ptr, d_g.ptr, d_dx.ptr,
                                            d_dgamma.ptr, d_dbeta.ptr, ws.ptr, nullptr);
     {
@@ -216,14 +216,14 @@ TEST_CASE("cuda batch norm with no channels or empty channels", "[cuda][batchnor
   if (!cuda_test::have_device()) return;
   // C == 0 launches nothing; N == 0 still writes the saved statistics (mean
   // 0, invstd 1/sqrt(eps)) and gradients of 0, as the CPU does.
-  for (int variant = 1; variant <= kVariants; ++variant) {
-    INFO("variant " << variant);
+  for (int rung = 1; rung <= kRungs; ++rung) {
+    INFO("rung " << rung);
     DeviceBuffer<float> one(Vec{1.0f, 1.0f}), mean(2), invstd(2), dg(2), db(2), dummy(1);
-    Workspace ws(variant, Shape{0, 2, 3});
-    anvil::cuda::batch_norm_forward_train(variant, 2, 0, 3, dummy.ptr, one.ptr, one.ptr, kEps,
+    Workspace ws(rung, Shape{0, 2, 3});
+    anvil::cuda::batch_norm_forward_train(rung, 2, 0, 3, dummy.ptr, one.ptr, one.ptr, kEps,
                                           kMomentum, nullptr, nullptr, mean.ptr, invstd.ptr,
                                           dummy.ptr, ws.ptr, nullptr);
-    anvil::cuda::batch_norm_forward_train(variant, 0, 2, 3, dummy.ptr, one.ptr, one.ptr, kEps,
+    anvil::cuda::batch_norm_forward_train(rung, 0, 2, 3, dummy.ptr, one.ptr, one.ptr, kEps,
                                           kMomentum, nullptr, nullptr, mean.ptr, invstd.ptr,
                                           dummy.ptr, ws.ptr, nullptr);
     Vec want_mean(2), want_invstd(2);
@@ -233,7 +233,7 @@ TEST_CASE("cuda batch norm with no channels or empty channels", "[cuda][batchnor
                                                 nullptr);
     cuda_test::require_close(mean.to_host(), want_mean, kTol, kTol);
     cuda_test::require_close(invstd.to_host(), want_invstd, kTol, kTol);
-    anvil::cuda::batch_norm_backward_train(variant, 0, 2, 3, dummy.ptr, one.ptr, mean.ptr,
+    anvil::cuda::batch_norm_backward_train(rung, 0, 2, 3, dummy.ptr, one.ptr, mean.ptr,
                                            invstd.ptr, dummy.ptr, dummy.ptr, dg.ptr, db.ptr,
                                            ws.ptr, nullptr);
     REQUIRE(dg.to_host() == Vec{0.0f, 0.0f});
@@ -241,14 +241,14 @@ TEST_CASE("cuda batch norm with no channels or empty channels", "[cuda][batchnor
   }
 }
 
-TEST_CASE("cuda batch norm variant 2: workspace, splits and refusals", "[cuda][batchnorm]") {
+TEST_CASE("cuda batch norm rung 2: workspace, splits and refusals", "[cuda][batchnorm]") {
   using anvil::cuda::batch_norm_workspace_floats;
   REQUIRE(batch_norm_workspace_floats(1, 256, 64, 784) == 0);
   // 3 floats per block: ResNet-18's stage 1 at batch 256 is 64 x 16 blocks.
   REQUIRE(batch_norm_workspace_floats(2, 256, 64, 784) == 3 * 64 * 16);
   REQUIRE(batch_norm_workspace_floats(2, 1, 1, 4099) == 3 * 9);  // slices of >= 512 floats
   REQUIRE(batch_norm_workspace_floats(2, 128, 512, 16) == 3 * 512 * 2);
-  REQUIRE_THROWS_WITH(batch_norm_workspace_floats(3, 1, 1, 1), Catch::Contains("no variant 3"));
+  REQUIRE_THROWS_WITH(batch_norm_workspace_floats(3, 1, 1, 1), Catch::Contains("no rung 3"));
   REQUIRE_THROWS_WITH(anvil::cuda::batch_norm_forward_train<float>(2, 1, 1, 1, nullptr, nullptr, nullptr,
                                                             kEps, kMomentum, nullptr, nullptr,
                                                             nullptr, nullptr, nullptr, nullptr,
@@ -267,7 +267,7 @@ std::vector<uint32_t> bits(const Vec& v) {
 
 }  // namespace
 
-TEST_CASE("cuda batch norm variant 2 is bitwise deterministic", "[cuda][batchnorm]") {
+TEST_CASE("cuda batch norm rung 2 is bitwise deterministic", "[cuda][batchnorm]") {
   if (!cuda_test::have_device()) return;
   const Shape s{2, 64, 784};  // 2 slices a channel
   const size_t n = size_t(s.N * s.C * s.HW), C = size_t(s.C);
@@ -298,11 +298,11 @@ TEST_CASE("cuda batch norm variant 2 is bitwise deterministic", "[cuda][batchnor
 
 // Values with a large mean and a small spread (1000 + 0.01 u, u in [-1, 1]):
 // E[x^2] - E[x]^2 would lose every digit of the variance in float, and a
-// float running mean near 1000 rounds each update to 6e-5. Variant 2's
+// float running mean near 1000 rounds each update to 6e-5. Rung 2's
 // saved statistics are compared with a float64 reference computed here from
 // the same float inputs (two passes in double) at float32 precision: the
 // mean within 1 ulp at 1000 (6.1e-5), invstd within 1e-6 relative (8 ulps).
-// (Measured: variant 2 at most 3.0e-5 and 7.4e-8; variant 1, float sums,
+// (Measured: rung 2 at most 3.0e-5 and 7.4e-8; rung 1, float sums,
 // 1.0e-4 and 1.2e-4, so it is not held to this.)
 TEST_CASE("cuda batch norm: a large mean with a small spread, against float64",
           "[cuda][batchnorm]") {

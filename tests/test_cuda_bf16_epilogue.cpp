@@ -123,7 +123,7 @@ TEST_CASE("cuda bfloat16 epilogue: GEMM rung 10's bfloat16 C is its float32 C ro
   anvil::bfloat16* no_c = nullptr;
   REQUIRE_THROWS_WITH(cu::gemm(9, false, false, 4, 4, 4, 1.0f, none, 4, none, 4, 0.0f, no_c, 4,
                                nullptr, nullptr, nullptr),
-                      Catch::Contains("variant 9 (tf32 mma) reads float32 operands only"));
+                      Catch::Contains("rung 9 (tf32 mma) reads float32 operands only"));
 }
 
 namespace {

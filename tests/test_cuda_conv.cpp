@@ -1,8 +1,8 @@
-// kernels/cuda convolution (kernels/cuda/conv/): every FP32 variant of forward,
+// kernels/cuda convolution (kernels/cuda/conv/): every FP32 rung of forward,
 // backward-data and backward-weight against cpu::conv2d_* on ragged shapes
 // (strides, pads, non-square windows, chunked batches), with and without
-// bias / dbias; degenerate shapes (every variant) and argument checks. The
-// tensor-core variants (after kConvFp32Variants) cannot meet these FP32
+// bias / dbias; degenerate shapes (every rung) and argument checks. The
+// tensor-core rungs (after kConvFp32Rungs) cannot meet these FP32
 // tolerances: test_cuda_conv_tf32.cpp tests them with derived bounds. Runs on the simulator
 // (ANVIL_CUDA=SIM) or on a real GPU when there is one.
 #if defined(ANVIL_CUDA_BACKEND)
@@ -43,10 +43,10 @@ Conv2dShape make_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, in
   return make_shape(N, C, H, W, K, R, S, stride, stride, pad, pad);
 }
 
-// The shapes every variant is checked on. The (5,12,12,12,4,3,3) one is
-// three images per chunk for variant 2 in the simulator build (a chunk of 3,
+// The shapes every rung is checked on. The (5,12,12,12,4,3,3) one is
+// three images per chunk for rung 2 in the simulator build (a chunk of 3,
 // then a short one of 2). The (2,68,5,6,66,3,3) one has more than 64 output
-// and input channels, so variant 4 runs its 128-row tile in every direction
+// and input channels, so rung 4 runs its 128-row tile in every direction
 // (the others take its 64-row tile), with C*R*S = 612 a multiple of 4: the
 // forward reads the weights with 16-byte loads.
 std::vector<Conv2dShape> test_shapes() {
@@ -72,12 +72,12 @@ void require_close_scaled(const Vec& got, const Vec& want) {
   cuda_test::require_close(got, want, 1e-4f, 1e-4f * scale);
 }
 
-// A workspace of the size the variant asks for, full of NaN (so that reading
+// A workspace of the size the rung asks for, full of NaN (so that reading
 // workspace nobody wrote shows).
 struct Workspace {
   DeviceBuffer<float> buf;
-  Workspace(int variant, const Conv2dShape& s)
-      : buf(Vec(anvil::cuda::conv2d_workspace_floats(variant, s), kNaN)) {}
+  Workspace(int rung, const Conv2dShape& s)
+      : buf(Vec(anvil::cuda::conv2d_workspace_floats(rung, s), kNaN)) {}
   float* ptr() { return buf.count ? buf.ptr : nullptr; }
 };
 
@@ -87,7 +87,7 @@ size_t y_size(const Conv2dShape& s) { return size_t(s.N * s.K * s.P * s.Q); }
 
 }  // namespace
 
-TEST_CASE("cuda conv: forward, every FP32 variant, matches the CPU", "[cuda][conv]") {
+TEST_CASE("cuda conv: forward, every FP32 rung, matches the CPU", "[cuda][conv]") {
   if (!cuda_test::have_device()) return;
   for (const Conv2dShape& s : test_shapes()) {
     const Vec x = cuda_test::random_floats(x_size(s), 11), w = cuda_test::random_floats(w_size(s), 12);
@@ -97,11 +97,11 @@ TEST_CASE("cuda conv: forward, every FP32 variant, matches the CPU", "[cuda][con
       Vec want(y_size(s));
       anvil::cpu::conv2d_forward(s, x.data(), w.data(), with_bias ? bias.data() : nullptr,
                                  want.data());
-      for (int variant = 1; variant <= anvil::cuda::kConvFp32Variants; ++variant) {
-        INFO(describe(s) << ", variant " << variant << ", bias " << with_bias);
-        Workspace ws(variant, s);
+      for (int rung = 1; rung <= anvil::cuda::kConvFp32Rungs; ++rung) {
+        INFO(describe(s) << ", rung " << rung << ", bias " << with_bias);
+        Workspace ws(rung, s);
         DeviceBuffer<float> dy(Vec(y_size(s), kNaN));  // every element must be written
-        anvil::cuda::conv2d_forward(variant, s, dx.ptr, dw.ptr, with_bias ? dbias.ptr : nullptr,
+        anvil::cuda::conv2d_forward(rung, s, dx.ptr, dw.ptr, with_bias ? dbias.ptr : nullptr,
                                     dy.ptr, ws.ptr(), nullptr);
         require_close_scaled(dy.to_host(), want);
       }
@@ -109,24 +109,24 @@ TEST_CASE("cuda conv: forward, every FP32 variant, matches the CPU", "[cuda][con
   }
 }
 
-TEST_CASE("cuda conv: backward-data, every FP32 variant, matches the CPU", "[cuda][conv]") {
+TEST_CASE("cuda conv: backward-data, every FP32 rung, matches the CPU", "[cuda][conv]") {
   if (!cuda_test::have_device()) return;
   for (const Conv2dShape& s : test_shapes()) {
     const Vec g = cuda_test::random_floats(y_size(s), 21), w = cuda_test::random_floats(w_size(s), 22);
     DeviceBuffer<float> dg(g), dw(w);
     Vec want(x_size(s), kNaN);
     anvil::cpu::conv2d_backward_data(s, g.data(), w.data(), want.data());
-    for (int variant = 1; variant <= anvil::cuda::kConvFp32Variants; ++variant) {
-      INFO(describe(s) << ", variant " << variant);
-      Workspace ws(variant, s);
+    for (int rung = 1; rung <= anvil::cuda::kConvFp32Rungs; ++rung) {
+      INFO(describe(s) << ", rung " << rung);
+      Workspace ws(rung, s);
       DeviceBuffer<float> dx(Vec(x_size(s), kNaN));  // overwritten, not accumulated into
-      anvil::cuda::conv2d_backward_data(variant, s, dg.ptr, dw.ptr, dx.ptr, ws.ptr(), nullptr);
+      anvil::cuda::conv2d_backward_data(rung, s, dg.ptr, dw.ptr, dx.ptr, ws.ptr(), nullptr);
       require_close_scaled(dx.to_host(), want);
     }
   }
 }
 
-TEST_CASE("cuda conv: backward-weight and dbias, every FP32 variant, match the CPU", "[cuda][conv]") {
+TEST_CASE("cuda conv: backward-weight and dbias, every FP32 rung, match the CPU", "[cuda][conv]") {
   if (!cuda_test::have_device()) return;
   for (const Conv2dShape& s : test_shapes()) {
     const Vec x = cuda_test::random_floats(x_size(s), 31), g = cuda_test::random_floats(y_size(s), 32);
@@ -134,11 +134,11 @@ TEST_CASE("cuda conv: backward-weight and dbias, every FP32 variant, match the C
     Vec want_w(w_size(s), kNaN), want_b(size_t(s.K), kNaN);
     anvil::cpu::conv2d_backward_weight(s, x.data(), g.data(), want_w.data(), want_b.data());
     for (bool with_bias : {false, true}) {
-      for (int variant = 1; variant <= anvil::cuda::kConvFp32Variants; ++variant) {
-        INFO(describe(s) << ", variant " << variant << ", dbias " << with_bias);
-        Workspace ws(variant, s);
+      for (int rung = 1; rung <= anvil::cuda::kConvFp32Rungs; ++rung) {
+        INFO(describe(s) << ", rung " << rung << ", dbias " << with_bias);
+        Workspace ws(rung, s);
         DeviceBuffer<float> dw(Vec(w_size(s), kNaN)), db(Vec(size_t(s.K), kNaN));
-        anvil::cuda::conv2d_backward_weight(variant, s, dx.ptr, dg.ptr, dw.ptr,
+        anvil::cuda::conv2d_backward_weight(rung, s, dx.ptr, dg.ptr, dw.ptr,
                                             with_bias ? db.ptr : nullptr, ws.ptr(), nullptr);
         require_close_scaled(dw.to_host(), want_w);
         const Vec got_b = db.to_host();
@@ -160,16 +160,16 @@ constexpr bool kSanitizerBuild = true;
 constexpr bool kSanitizerBuild = false;
 #endif
 
-TEST_CASE("cuda conv: split-K (variant 5, and variant 2's weight GEMM) matches the CPU and is "
+TEST_CASE("cuda conv: split-K (rung 5, and rung 2's weight GEMM) matches the CPU and is "
           "bitwise deterministic", "[cuda][conv][split-k]") {
   if (!cuda_test::have_device()) return;
-  // Every shape splits at least one direction in variant 5 (checked below):
+  // Every shape splits at least one direction in rung 5 (checked below):
   // ragged ones (a short last chunk, strides, pads, a 128-row tile with
   // K = 70) and the layers of LeNet and ResNet-18 (tools/predict/kernel_table.py)
   // at small batches. Backward-weight splits over N*P*Q wherever that is long;
   // forward and backward-data where C*R*S or K*R*S is long and the tiles few
-  // (the 512-channel layer). Variant 2 splits each chunk's weight GEMM
-  // (GEMM variant 8). Each direction runs twice, each time with a fresh
+  // (the 512-channel layer). Rung 2 splits each chunk's weight GEMM
+  // (GEMM rung 8). Each direction runs twice, each time with a fresh
   // workspace of NaN, and must give the same bits.
   struct Case {
     const char* name;
@@ -198,7 +198,7 @@ TEST_CASE("cuda conv: split-K (variant 5, and variant 2's weight GEMM) matches t
     const Conv2dShape& s = c.s;
     SECTION(c.name) {
       INFO(describe(s));
-      REQUIRE(anvil::cuda::conv2d_workspace_floats(5, s) > 0);  // variant 5 splits this shape
+      REQUIRE(anvil::cuda::conv2d_workspace_floats(5, s) > 0);  // rung 5 splits this shape
       const Vec x = cuda_test::random_floats(x_size(s), 41);
       const Vec w = cuda_test::random_floats(w_size(s), 42);
       const Vec g = cuda_test::random_floats(y_size(s), 43);
@@ -209,22 +209,22 @@ TEST_CASE("cuda conv: split-K (variant 5, and variant 2's weight GEMM) matches t
       anvil::cpu::conv2d_backward_data(s, g.data(), w.data(), want_dx.data());
       anvil::cpu::conv2d_backward_weight(s, x.data(), g.data(), want_dw.data(), want_db.data());
       const Vec* wants[] = {&want_y, &want_dx, &want_dw};
-      for (int variant : {2, 5}) {
+      for (int rung : {2, 5}) {
         for (Direction dir : {kForward, kBackwardData, kBackwardWeight}) {
-          if (variant == 2 && dir != kBackwardWeight) continue;  // only its weight GEMM splits
-          INFO("variant " << variant << ", direction " << int(dir));
+          if (rung == 2 && dir != kBackwardWeight) continue;  // only its weight GEMM splits
+          INFO("rung " << rung << ", direction " << int(dir));
           Vec first;
           for (int run = 0; run < 2; ++run) {
-            Workspace ws(variant, s);  // fresh NaN: every partial must be written
+            Workspace ws(rung, s);  // fresh NaN: every partial must be written
             DeviceBuffer<float> out(Vec(wants[dir]->size(), kNaN)), db(Vec(size_t(s.K), kNaN));
             if (dir == kForward)
-              anvil::cuda::conv2d_forward(variant, s, d_x.ptr, d_w.ptr, d_bias.ptr, out.ptr,
+              anvil::cuda::conv2d_forward(rung, s, d_x.ptr, d_w.ptr, d_bias.ptr, out.ptr,
                                           ws.ptr(), nullptr);
             else if (dir == kBackwardData)
-              anvil::cuda::conv2d_backward_data(variant, s, d_g.ptr, d_w.ptr, out.ptr, ws.ptr(),
+              anvil::cuda::conv2d_backward_data(rung, s, d_g.ptr, d_w.ptr, out.ptr, ws.ptr(),
                                                 nullptr);
             else
-              anvil::cuda::conv2d_backward_weight(variant, s, d_x.ptr, d_g.ptr, out.ptr, db.ptr,
+              anvil::cuda::conv2d_backward_weight(rung, s, d_x.ptr, d_g.ptr, out.ptr, db.ptr,
                                                   ws.ptr(), nullptr);
             const Vec got = out.to_host();
             if (run == 0) {
@@ -246,30 +246,30 @@ TEST_CASE("cuda conv: degenerate shapes give empty or zero results", "[cuda][con
   // The window does not fit (P = 0): y is empty, dx and dw are zeros, dbias 0.
   const Conv2dShape s = make_shape(2, 3, 2, 6, 4, 3, 3, 1, 0);
   REQUIRE(s.P == 0);
-  for (int variant = 1; variant <= anvil::cuda::kConvVariants; ++variant) {
-    INFO("variant " << variant);
-    Workspace ws(variant, s);
+  for (int rung = 1; rung <= anvil::cuda::kConvRungs; ++rung) {
+    INFO("rung " << rung);
+    Workspace ws(rung, s);
     DeviceBuffer<float> x(Vec(x_size(s), 1.0f)), w(Vec(w_size(s), 1.0f)), y(0);
-    anvil::cuda::conv2d_forward(variant, s, x.ptr, w.ptr, nullptr, y.ptr, ws.ptr(), nullptr);
+    anvil::cuda::conv2d_forward(rung, s, x.ptr, w.ptr, nullptr, y.ptr, ws.ptr(), nullptr);
     DeviceBuffer<float> dx(Vec(x_size(s), kNaN));
-    anvil::cuda::conv2d_backward_data(variant, s, y.ptr, w.ptr, dx.ptr, ws.ptr(), nullptr);
+    anvil::cuda::conv2d_backward_data(rung, s, y.ptr, w.ptr, dx.ptr, ws.ptr(), nullptr);
     REQUIRE(dx.to_host() == Vec(x_size(s), 0.0f));
     DeviceBuffer<float> dw(Vec(w_size(s), kNaN)), db(Vec(size_t(s.K), kNaN));
-    anvil::cuda::conv2d_backward_weight(variant, s, x.ptr, y.ptr, dw.ptr, db.ptr, ws.ptr(),
+    anvil::cuda::conv2d_backward_weight(rung, s, x.ptr, y.ptr, dw.ptr, db.ptr, ws.ptr(),
                                         nullptr);
     REQUIRE(dw.to_host() == Vec(w_size(s), 0.0f));
     REQUIRE(db.to_host() == Vec(size_t(s.K), 0.0f));
   }
 }
 
-TEST_CASE("cuda conv: bad shapes and variants are refused", "[cuda][conv]") {
+TEST_CASE("cuda conv: bad shapes and rungs are refused", "[cuda][conv]") {
   if (!cuda_test::have_device()) return;
   using anvil::cuda::conv2d_forward;
   using anvil::cuda::conv2d_workspace_floats;
   Conv2dShape s = make_shape(1, 2, 5, 5, 3, 3, 3, 1, 0);
-  // Every variant's workspace holds at least the bias gradient's per-channel
+  // Every rung's workspace holds at least the bias gradient's per-channel
   // partials (backward-weight's dbias is a channel_sum); beyond that, only
-  // variant 2 (columns) and a variant 5 that splits need space.
+  // rung 2 (columns) and a rung 5 that splits need space.
   const size_t bias_partials =
       anvil::cuda::channel_sum_workspace_floats(anvil::cuda::kBestChannelSum, 1, 3, 3 * 3);
   REQUIRE(bias_partials > 0);
@@ -282,17 +282,17 @@ TEST_CASE("cuda conv: bad shapes and variants are refused", "[cuda][conv]") {
   // The simulator's 2^15-float column chunk: the batch-5 test shape runs as
   // chunks of 3 and 2 images (columns [108, 3*100] plus a [4, 3*100] matrix),
   // then the partials of the weight GEMM [4, 108] over K = 3*100, which
-  // GEMM variant 8 splits in two.
+  // GEMM rung 8 splits in two.
   REQUIRE(anvil::cuda::gemm_workspace_floats(8, 4, 108, 300) == 2 * 4 * 108);
   REQUIRE(conv2d_workspace_floats(2, test_shapes().back()) == 3 * 100 * (108 + 4) + 2 * 4 * 108);
 #endif
-  REQUIRE_THROWS_WITH(conv2d_workspace_floats(anvil::cuda::kConvVariants + 1, s),
-                      Catch::Contains("no variant " +
-                                      std::to_string(anvil::cuda::kConvVariants + 1)));
+  REQUIRE_THROWS_WITH(conv2d_workspace_floats(anvil::cuda::kConvRungs + 1, s),
+                      Catch::Contains("no rung " +
+                                      std::to_string(anvil::cuda::kConvRungs + 1)));
   // The operands typed: float32 and bfloat16 ones have overloads of their own.
   const float* none = nullptr;
   REQUIRE_THROWS_WITH(conv2d_forward(0, s, none, none, nullptr, nullptr, nullptr, nullptr),
-                      Catch::Contains("no variant 0"));
+                      Catch::Contains("no rung 0"));
   REQUIRE_THROWS_WITH(conv2d_forward(2, s, none, none, nullptr, nullptr, nullptr, nullptr),
                       Catch::Contains("needs a workspace"));
   float not_read = 0;  // dbias: refused before anything runs

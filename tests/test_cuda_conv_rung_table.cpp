@@ -21,7 +21,7 @@ Conv2dShape shape_of(const cu::ConvRungEntry& e) {
 }
 }  // namespace
 
-TEST_CASE("conv rung table: an entry fits its own shape, direction and arithmetic only; the "
+TEST_CASE("conv rung table: an entry fits its own shape, direction and arithmetic only, the "
           "default rung elsewhere",
           "[conv][rung-table]") {
   // ResNet-18's 64-channel 3x3 layer at batch 256.
@@ -53,7 +53,7 @@ TEST_CASE("conv rung table: an entry fits its own shape, direction and arithmeti
     CHECK(text.find("{Math::kTf32, Direction::kForward, 256, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1, "
                     "6, 0.75},\n") != std::string::npos);
     cu::ConvRungEntry wrong = table[1];
-    wrong.rung = cu::kConvVariants + 1;
+    wrong.rung = cu::kConvRungs + 1;
     CHECK_THROWS_WITH(cu::write_conv_rung_table(out, {&wrong, 1}, ""),
                       Catch::Contains("kTf32 kForward N256 C64 K64: rung 9 does not exist"));
     wrong.rung = 7;  // a BF16 rung named for TF32

@@ -61,9 +61,9 @@ using cuda_test::DeviceBuffer;
 namespace cu = anvil::cuda;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-// A tensor-core rung: its variant, unit roundoff and rounding.
+// A tensor-core rung: its rung, unit roundoff and rounding.
 struct Rung {
-  int variant;
+  int rung;
   double u;
   double (*round)(float);
   cu::gemm_rungs::Math math;
@@ -197,23 +197,23 @@ Result run_shape(const Rung& rung, const Conv2dShape& s, uint32_t seed,
                  Operands operands = Operands::kFloat32) {
   const Inputs in = draw(s, seed, operands != Operands::kFloat32);
   DeviceBuffer<float> d_bias(in.bias);
-  DeviceBuffer<float> ws(Vec(cu::conv2d_workspace_floats(rung.variant, s), kNaN));
+  DeviceBuffer<float> ws(Vec(cu::conv2d_workspace_floats(rung.rung, s), kNaN));
   DeviceBuffer<float> y(Vec(in.dy.size(), kNaN)), dx(Vec(in.x.size(), kNaN)),
       dw(Vec(in.w.size(), kNaN));
   auto run = [&](const auto& d_x, const auto& d_w, const auto& d_dy) {
-    cu::conv2d_forward(rung.variant, s, d_x.ptr, d_w.ptr, d_bias.ptr, y.ptr, ws.ptr, nullptr);
-    cu::conv2d_backward_data(rung.variant, s, d_dy.ptr, d_w.ptr, dx.ptr, ws.ptr, nullptr);
+    cu::conv2d_forward(rung.rung, s, d_x.ptr, d_w.ptr, d_bias.ptr, y.ptr, ws.ptr, nullptr);
+    cu::conv2d_backward_data(rung.rung, s, d_dy.ptr, d_w.ptr, dx.ptr, ws.ptr, nullptr);
   };
   if (operands == Operands::kBf16) {
     const DeviceBuffer<anvil::bfloat16> d_x(to_bf16(in.x)), d_w(to_bf16(in.w)),
         d_dy(to_bf16(in.dy));
     run(d_x, d_w, d_dy);
-    cu::conv2d_backward_weight(rung.variant, s, d_x.ptr, d_dy.ptr, dw.ptr, ws.ptr, nullptr);
+    cu::conv2d_backward_weight(rung.rung, s, d_x.ptr, d_dy.ptr, dw.ptr, ws.ptr, nullptr);
     return compare(rung, s, in, y.to_host(), dx.to_host(), dw.to_host());
   }
   const DeviceBuffer<float> d_x(in.x), d_w(in.w), d_dy(in.dy);
   run(d_x, d_w, d_dy);
-  cu::conv2d_backward_weight(rung.variant, s, d_x.ptr, d_dy.ptr, dw.ptr, nullptr, ws.ptr,
+  cu::conv2d_backward_weight(rung.rung, s, d_x.ptr, d_dy.ptr, dw.ptr, nullptr, ws.ptr,
                              nullptr);
   return compare(rung, s, in, y.to_host(), dx.to_host(), dw.to_host());
 }
@@ -250,11 +250,11 @@ TEST_CASE("cuda conv mma: rungs 6 (TF32) and 7 (BF16) are within their bounds of
   if (!cuda_test::have_device()) return;
   const std::vector<Conv2dShape> shapes = test_shapes();
   for (const Rung& rung : {kTf32, kBf16}) {
-    REQUIRE(cu::conv_rungs::rung(rung.variant).math == rung.math);
-    REQUIRE(cu::conv2d_workspace_floats(rung.variant, shapes[0]) >= 2 * 6 * 25);  // a split
+    REQUIRE(cu::conv_rungs::rung(rung.rung).math == rung.math);
+    REQUIRE(cu::conv2d_workspace_floats(rung.rung, shapes[0]) >= 2 * 6 * 25);  // a split
     uint32_t seed = 40;
     for (const Conv2dShape& s : shapes) {
-      INFO("rung " << rung.variant << ", " << describe(s));
+      INFO("rung " << rung.rung << ", " << describe(s));
       const Result r = run_shape(rung, s, seed += 5);
       require_within(r.forward, "forward");
       require_within(r.backward_data, "backward-data");
@@ -280,7 +280,7 @@ void require_within_bf16(const Result& r) {
 // Rungs 7 and 8 read bfloat16 operands (the test of rung 8 below calls it).
 static void require_bf16_reads_as_float32(const Rung& rung, uint32_t seed) {
   for (const Conv2dShape& s : test_shapes()) {
-    INFO("rung " << rung.variant << ", " << describe(s));
+    INFO("rung " << rung.rung << ", " << describe(s));
     const Result b = run_shape(rung, s, seed += 5, Operands::kBf16);
     require_within_bf16(b);
     // The same bf16 words in shared memory, the same order of k: the same bits.
@@ -301,12 +301,12 @@ TEST_CASE("cuda conv mma: rung 7 reads bfloat16 x, w and dy, bitwise as float32 
   const anvil::bfloat16* none = nullptr;
   float* no_output = nullptr;
   REQUIRE_THROWS_WITH(cu::conv2d_forward(6, s, none, none, nullptr, no_output, nullptr, nullptr),
-                      "cuda::conv2d_forward: variant 6 (tf32 mma) reads float32 operands only; "
-                      "bfloat16 ones need variant 7 (bf16 mma)");
+                      "cuda::conv2d_forward: rung 6 (tf32 mma) reads float32 operands only; "
+                      "bfloat16 ones need rung 7 (bf16 mma)");
   REQUIRE_THROWS_WITH(cu::conv2d_backward_data(5, s, none, none, no_output, nullptr, nullptr),
-                      Catch::Contains("cuda::conv2d_backward_data: variant 5"));
+                      Catch::Contains("cuda::conv2d_backward_data: rung 5"));
   REQUIRE_THROWS_WITH(cu::conv2d_backward_weight(1, s, none, none, nullptr, nullptr, nullptr),
-                      Catch::Contains("cuda::conv2d_backward_weight: variant 1"));
+                      Catch::Contains("cuda::conv2d_backward_weight: rung 1"));
 }
 
 // Rung 08 in every direction on the ladder's shapes, from bfloat16 tensors
@@ -479,7 +479,7 @@ TEST_CASE("cuda conv mma: a swapped fragment register in the emulated tensor cor
   namespace mma = anvil::sim::mma;
   const Conv2dShape s = make_shape(2, 3, 9, 8, 5, 3, 2, 2, 1, 1, 0);
   for (const Rung& rung : {kTf32, kBf16, kBf16Multistage}) {
-    INFO("rung " << rung.variant);
+    INFO("rung " << rung.rung);
     mma::set_register_swap(mma::Operand::kA, 1, 2);
     Result broken;
     try {

@@ -1,6 +1,6 @@
-// kernels/cuda GEMM (kernels/cuda/gemm/): every FP32 variant, every transpose
+// kernels/cuda GEMM (kernels/cuda/gemm/): every FP32 rung, every transpose
 // combination, ragged shapes and padded row strides against the CPU GEMM;
-// argument checks. The tensor-core variants (after kGemmFp32Variants) cannot
+// argument checks. The tensor-core rungs (after kGemmFp32Rungs) cannot
 // meet these FP32 tolerances: test_cuda_gemm_mma.cpp tests them with
 // bounds derived for their rounding.
 // Runs on the simulator (ANVIL_CUDA=SIM) or on a real GPU when there is one.
@@ -51,7 +51,7 @@ Vec replace_padding(Vec v, int64_t rows, int64_t cols, int64_t ld, float pad) {
 
 }  // namespace
 
-TEST_CASE("cuda gemm: every FP32 variant and transpose matches the CPU GEMM on ragged shapes",
+TEST_CASE("cuda gemm: every FP32 rung and transpose matches the CPU GEMM on ragged shapes",
           "[cuda][gemm]") {
   if (!cuda_test::have_device()) return;
   struct Shape {
@@ -63,12 +63,12 @@ TEST_CASE("cuda gemm: every FP32 variant and transpose matches the CPU GEMM on r
                           {100, 37, 129, -2.0f, 0.25f}, {3, 70, 0, 1.0f, 2.0f},
                           {5, 9, 0, 1.0f, 0.0f}};
   int checked = 0;
-  for (int variant = 1; variant <= anvil::cuda::kGemmFp32Variants; ++variant) {
+  for (int rung = 1; rung <= anvil::cuda::kGemmFp32Rungs; ++rung) {
     for (int t = 0; t < 4; ++t) {
       const bool ta = t & 1, tb = t & 2;
       for (const Shape& s : shapes) {
         for (int64_t pad : {0, 3}) {
-          INFO("variant " << variant << ", trans_a " << ta << ", trans_b " << tb << ", "
+          INFO("rung " << rung << ", trans_a " << ta << ", trans_b " << tb << ", "
                           << s.M << "x" << s.N << "x" << s.K << ", alpha " << s.alpha
                           << ", beta " << s.beta << ", ld padding " << pad);
           // Stored shapes: A is M x K (K x M when transposed), B K x N (N x K).
@@ -88,7 +88,7 @@ TEST_CASE("cuda gemm: every FP32 variant and transpose matches the CPU GEMM on r
           anvil::cpu::gemm(ta, tb, s.M, s.N, s.K, s.alpha, A0.data(), lda, B0.data(), ldb,
                            s.beta, ref.data(), ldc);
           DeviceBuffer<float> dA(A), dB(B), dC(C);
-          anvil::cuda::gemm(variant, ta, tb, s.M, s.N, s.K, s.alpha, dA.ptr, lda, dB.ptr, ldb,
+          anvil::cuda::gemm(rung, ta, tb, s.M, s.N, s.K, s.alpha, dA.ptr, lda, dB.ptr, ldb,
                             s.beta, dC.ptr, ldc, nullptr);
           const Vec got = dC.to_host();
           REQUIRE(got.size() == ref.size());
@@ -106,16 +106,16 @@ TEST_CASE("cuda gemm: every FP32 variant and transpose matches the CPU GEMM on r
       }
     }
   }
-  REQUIRE(checked == anvil::cuda::kGemmFp32Variants * 4 * 7 * 2);
+  REQUIRE(checked == anvil::cuda::kGemmFp32Rungs * 4 * 7 * 2);
 }
 
-TEST_CASE("cuda gemm: the tiled FP32 variants on shapes of several tiles, with and without 16-byte "
+TEST_CASE("cuda gemm: the tiled FP32 rungs on shapes of several tiles, with and without 16-byte "
           "alignment", "[cuda][gemm]") {
   if (!cuda_test::have_device()) return;
-  // Variants 3-7 on results of several 64x64 and 128x128 tiles, ragged at
+  // Rungs 3-7 on results of several 64x64 and 128x128 tiles, ragged at
   // the far edges (K = 75 also leaves a partial last step of 8 and of 16).
   // Row strides rounded up to a multiple of 4 floats, from a 16-byte aligned
-  // base, let variants 5-7 use 16-byte loads and stores; the quads that
+  // base, let rungs 5-7 use 16-byte loads and stores; the quads that
   // cross the edge of a ragged dimension must still be read as scalars (the
   // rest of such a quad is padding, NaN here). An odd stride, or a base one
   // float past a 16-byte boundary, must fall back to scalars everywhere: the
@@ -135,12 +135,12 @@ TEST_CASE("cuda gemm: the tiled FP32 variants on shapes of several tiles, with a
                             {"odd strides", [](int64_t cols) { return cols | 1; }, 0},
                             {"base 4 bytes past 16", round4, 1}};
   const float alpha = 1.5f, beta = -0.5f;
-  for (int variant = 3; variant <= anvil::cuda::kGemmFp32Variants; ++variant) {
+  for (int rung = 3; rung <= anvil::cuda::kGemmFp32Rungs; ++rung) {
     for (int t = 0; t < 4; ++t) {
       const bool ta = t & 1, tb = t & 2;
       for (const Shape& s : shapes) {
         for (const Layout& lay : layouts) {
-          INFO("variant " << variant << ", trans_a " << ta << ", trans_b " << tb << ", " << s.M
+          INFO("rung " << rung << ", trans_a " << ta << ", trans_b " << tb << ", " << s.M
                           << "x" << s.N << "x" << s.K << ", " << lay.name);
           const int64_t a_rows = ta ? s.K : s.M, a_cols = ta ? s.M : s.K;
           const int64_t b_rows = tb ? s.N : s.K, b_cols = tb ? s.K : s.N;
@@ -161,7 +161,7 @@ TEST_CASE("cuda gemm: the tiled FP32 variants on shapes of several tiles, with a
             return out;
           };
           DeviceBuffer<float> dA(shifted(A)), dB(shifted(B)), dC(shifted(C));
-          anvil::cuda::gemm(variant, ta, tb, s.M, s.N, s.K, alpha, dA.ptr + lay.offset, lda,
+          anvil::cuda::gemm(rung, ta, tb, s.M, s.N, s.K, alpha, dA.ptr + lay.offset, lda,
                             dB.ptr + lay.offset, ldb, beta, dC.ptr + lay.offset, ldc, nullptr);
           const Vec got = dC.to_host();
           // C's padding (the sentinel) must come back untouched too.
@@ -173,7 +173,7 @@ TEST_CASE("cuda gemm: the tiled FP32 variants on shapes of several tiles, with a
   }
 }
 
-TEST_CASE("cuda gemm: variant 8 splits a long K over grid.z, deterministically",
+TEST_CASE("cuda gemm: rung 8 splits a long K over grid.z, deterministically",
           "[cuda][gemm][split-k]") {
   if (!cuda_test::have_device()) return;
   using anvil::cuda::gemm_workspace_floats;
@@ -237,7 +237,7 @@ TEST_CASE("cuda gemm: variant 8 splits a long K over grid.z, deterministically",
       }
     }
   }
-  SECTION("the workspace: none for variants 1-7 or for shapes that fill the GPU, required "
+  SECTION("the workspace: none for rungs 1-7 or for shapes that fill the GPU, required "
           "where 8 splits") {
     for (int v = 1; v <= 7; ++v) REQUIRE(gemm_workspace_floats(v, 70, 45, 1000) == 0);
     REQUIRE(gemm_workspace_floats(8, 4096, 4096, 4096) == 0);  // 1024 tiles: no split
@@ -257,11 +257,11 @@ TEST_CASE("cuda gemm: bad arguments are refused, naming the argument", "[cuda][g
   if (!cuda_test::have_device()) return;
   using anvil::cuda::gemm;
   float* p = nullptr;
-  SECTION("an unknown variant") {
-    REQUIRE_THROWS_WITH(gemm(anvil::cuda::kGemmVariants + 1, false, false, 1, 1, 1, 1.0f, p, 1,
+  SECTION("an unknown rung") {
+    REQUIRE_THROWS_WITH(gemm(anvil::cuda::kGemmRungs + 1, false, false, 1, 1, 1, 1.0f, p, 1,
                              p, 1, 0.0f, p, 1, nullptr),
-                        Catch::Contains("no variant " +
-                                        std::to_string(anvil::cuda::kGemmVariants + 1)));
+                        Catch::Contains("no rung " +
+                                        std::to_string(anvil::cuda::kGemmRungs + 1)));
     REQUIRE_THROWS_AS(gemm(0, false, false, 1, 1, 1, 1.0f, p, 1, p, 1, 0.0f, p, 1, nullptr),
                       std::invalid_argument);
   }

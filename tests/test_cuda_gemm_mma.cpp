@@ -75,9 +75,9 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kSentinel = 12345.0f;  // C's padding: must come back untouched
 constexpr int64_t kControlMaxK = 256;
 
-// A tensor-core rung: its variant, unit roundoff and rounding.
+// A tensor-core rung: its rung, unit roundoff and rounding.
 struct Rung {
-  int variant;
+  int rung;
   double u;
   double (*round)(float);
   const char* name;
@@ -86,11 +86,11 @@ double tf32(float x) { return double(std::bit_cast<float>(anvil::float_to_tf32_b
 double bf16(float x) { return double(anvil::bf16_bits_to_float(anvil::float_to_bf16_bits(x))); }
 constexpr Rung kTf32{9, 0x1p-11, tf32, "tf32"}, kBf16{10, 0x1p-8, bf16, "bf16"},
     kTf32Pipelined{11, 0x1p-11, tf32, "tf32"}, kBf16Ldmatrix{12, 0x1p-8, bf16, "bf16"};
-static_assert(cu::gemm_rungs::kRungs[kTf32.variant - 1].math == cu::gemm_rungs::Math::kTf32);
-static_assert(cu::gemm_rungs::kRungs[kTf32Pipelined.variant - 1].math ==
+static_assert(cu::gemm_rungs::kRungs[kTf32.rung - 1].math == cu::gemm_rungs::Math::kTf32);
+static_assert(cu::gemm_rungs::kRungs[kTf32Pipelined.rung - 1].math ==
               cu::gemm_rungs::Math::kTf32);
-static_assert(cu::gemm_rungs::kRungs[kBf16.variant - 1].math == cu::gemm_rungs::Math::kBf16);
-static_assert(cu::gemm_rungs::kRungs[kBf16Ldmatrix.variant - 1].math ==
+static_assert(cu::gemm_rungs::kRungs[kBf16.rung - 1].math == cu::gemm_rungs::Math::kBf16);
+static_assert(cu::gemm_rungs::kRungs[kBf16Ldmatrix.rung - 1].math ==
               cu::gemm_rungs::Math::kBf16);
 
 struct Case {
@@ -157,9 +157,9 @@ Ratios run_case(const Rung& rung, const Case& s, uint32_t seed, Operands operand
                 Vec* result = nullptr) {
   const Stored st = draw(s, seed, operands != Operands::kFloat32);
   DeviceBuffer<float> dC(st.C);
-  DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(rung.variant, s.M, s.N, s.K), kNaN));
+  DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(rung.rung, s.M, s.N, s.K), kNaN));
   auto run = [&](const auto& dA, const auto& dB) {
-    cu::gemm(rung.variant, s.ta, s.tb, s.M, s.N, s.K, s.alpha, dA.ptr, st.lda, dB.ptr, st.ldb,
+    cu::gemm(rung.rung, s.ta, s.tb, s.M, s.N, s.K, s.alpha, dA.ptr, st.lda, dB.ptr, st.ldb,
              s.beta, dC.ptr, st.ldc, ws.ptr, nullptr);
   };
   Vec got;
@@ -236,9 +236,9 @@ TEST_CASE("cuda gemm mma: rungs 9 and 11 (TF32) and 10 (BF16) are within their b
   cases.push_back({20, 9, 600, false, false, 1, -0.75f, 0.25f});
   cases.push_back({20, 9, 600, true, true, 1, 1.0f, 0.0f});
   for (const Rung& rung : {kTf32, kBf16, kTf32Pipelined}) {
-    INFO("rung " << rung.variant << " (" << rung.name << ")");
-    REQUIRE(cu::gemm_workspace_floats(rung.variant, 67, 45, 133) == 0);  // K too short to split
-    REQUIRE(cu::gemm_workspace_floats(rung.variant, 20, 9, 600) == 5 * 20 * 9);
+    INFO("rung " << rung.rung << " (" << rung.name << ")");
+    REQUIRE(cu::gemm_workspace_floats(rung.rung, 67, 45, 133) == 0);  // K too short to split
+    REQUIRE(cu::gemm_workspace_floats(rung.rung, 20, 9, 600) == 5 * 20 * 9);
     uint32_t seed = 11;
     for (const Case& s : cases) {
       INFO(describe(s) << ", alpha " << s.alpha << ", beta " << s.beta);
@@ -290,8 +290,8 @@ TEST_CASE("cuda gemm mma: rung 10 reads bfloat16 A and B, bitwise as float32 of 
   const anvil::bfloat16* none = nullptr;
   REQUIRE_THROWS_WITH(cu::gemm(9, false, false, 4, 4, 4, 1.0f, none, 4, none, 4, 0.0f, nullptr, 4,
                                nullptr, nullptr),
-                      "cuda::gemm: variant 9 (tf32 mma) reads float32 operands only; bfloat16 "
-                      "ones need variant 10 (bf16 mma)");
+                      "cuda::gemm: rung 9 (tf32 mma) reads float32 operands only; bfloat16 "
+                      "ones need rung 10 (bf16 mma)");
 }
 
 namespace {
@@ -317,8 +317,8 @@ TEST_CASE("cuda gemm mma: rung 12 (ldmatrix) reads bfloat16 A and B within rung 
           "bitwise as rung 10",
           "[cuda][gemm][bf16]") {
   if (!cuda_test::have_device()) return;
-  REQUIRE(cu::gemm_workspace_floats(kBf16Ldmatrix.variant, 67, 45, 133) == 0);
-  REQUIRE(cu::gemm_workspace_floats(kBf16Ldmatrix.variant, 20, 9, 600) == 5 * 20 * 9);
+  REQUIRE(cu::gemm_workspace_floats(kBf16Ldmatrix.rung, 67, 45, 133) == 0);
+  REQUIRE(cu::gemm_workspace_floats(kBf16Ldmatrix.rung, 20, 9, 600) == 5 * 20 * 9);
   uint32_t seed = 71;
   for (const Case& s : ldmatrix_cases()) {
     INFO(describe(s) << ", alpha " << s.alpha << ", beta " << s.beta);
@@ -435,7 +435,7 @@ TEST_CASE("cuda gemm mma: a swapped fragment register in the emulated tensor cor
         throw;
       }
       mma::clear_register_swap();
-      INFO("rung " << rung.variant << ", swap " << hook << ": worst error / " << rung.name
+      INFO("rung " << rung.rung << ", swap " << hook << ": worst error / " << rung.name
                    << " bound " << broken.bound);
       REQUIRE(!hook.empty());
       REQUIRE(broken.bound > 10.0);  // a misread layout is far outside the bound

@@ -1,6 +1,6 @@
-// kernels/cuda reductions (kernels/cuda/reduce/): every sum variant against cpu::sum on
+// kernels/cuda reductions (kernels/cuda/reduce/): every sum rung against cpu::sum on
 // sizes around the warp, block and grid boundaries, the determinism of the
-// two-pass variant, channel_sum against cpu::channel_sum on ragged shapes,
+// two-pass rung, channel_sum against cpu::channel_sum on ragged shapes,
 // and label_min_max. Runs on the simulator (ANVIL_CUDA=SIM) or on a real GPU.
 #if defined(ANVIL_CUDA_BACKEND)
 #include <catch2/catch.hpp>
@@ -25,26 +25,26 @@ double abs_sum(const Vec& v) {
   return s;
 }
 
-// Runs sum(variant) on x and returns out[0]; out starts as garbage, so the
-// variants that need it zeroed must zero it themselves.
-float device_sum(int variant, const Vec& x) {
+// Runs sum(rung) on x and returns out[0]; out starts as garbage, so the
+// rungs that need it zeroed must zero it themselves.
+float device_sum(int rung, const Vec& x) {
   const int64_t n = static_cast<int64_t>(x.size());
   DeviceBuffer<float> dx(x), out(Vec{12345.0f});
-  DeviceBuffer<float> ws(anvil::cuda::sum_workspace_floats(variant, n));
-  anvil::cuda::sum(variant, n, dx.ptr, out.ptr, ws.count ? ws.ptr : nullptr, nullptr);
+  DeviceBuffer<float> ws(anvil::cuda::sum_workspace_floats(rung, n));
+  anvil::cuda::sum(rung, n, dx.ptr, out.ptr, ws.count ? ws.ptr : nullptr, nullptr);
   return out.to_host()[0];
 }
 
 }  // namespace
 
-TEST_CASE("cuda reduce: every sum variant matches cpu::sum", "[cuda][reduce]") {
+TEST_CASE("cuda reduce: every sum rung matches cpu::sum", "[cuda][reduce]") {
   if (!cuda_test::have_device()) return;
-  for (int variant = 1; variant <= anvil::cuda::kSumVariants; ++variant) {
+  for (int rung = 1; rung <= anvil::cuda::kSumRungs; ++rung) {
     for (int64_t n : {0, 1, 31, 33, 1000, 4099, 70000}) {
-      DYNAMIC_SECTION("variant " << variant << ", n " << n) {
+      DYNAMIC_SECTION("rung " << rung << ", n " << n) {
         const Vec x = cuda_test::random_floats(size_t(n), uint32_t(7 + n));
         const float want = anvil::cpu::sum(n, x.data());
-        const float got = device_sum(variant, x);
+        const float got = device_sum(rung, x);
         if (n == 0) {
           REQUIRE(got == 0.0f);
         } else {
@@ -53,16 +53,16 @@ TEST_CASE("cuda reduce: every sum variant matches cpu::sum", "[cuda][reduce]") {
       }
     }
   }
-  SECTION("workspace: only the two-pass variant needs one") {
-    for (int variant = 1; variant <= 3; ++variant)
-      REQUIRE(anvil::cuda::sum_workspace_floats(variant, 70000) == 0);
+  SECTION("workspace: only the two-pass rung needs one") {
+    for (int rung = 1; rung <= 3; ++rung)
+      REQUIRE(anvil::cuda::sum_workspace_floats(rung, 70000) == 0);
     REQUIRE(anvil::cuda::sum_workspace_floats(4, 0) == 0);
     REQUIRE(anvil::cuda::sum_workspace_floats(4, 1) == 1);
     REQUIRE(anvil::cuda::sum_workspace_floats(4, 70000) > 1);
   }
-  SECTION("an unknown variant is refused") {
+  SECTION("an unknown rung is refused") {
     REQUIRE_THROWS_WITH(anvil::cuda::sum(5, 1, nullptr, nullptr, nullptr, nullptr),
-                        Catch::Contains("no variant 5"));
+                        Catch::Contains("no rung 5"));
     REQUIRE_THROWS_AS(anvil::cuda::sum_workspace_floats(0, 1), std::invalid_argument);
   }
 }
@@ -88,14 +88,14 @@ struct ChannelShape {
   int64_t outer, C, inner;
 };
 
-// channel_sum(variant) of dy (from dy_offset floats into its device copy, to
+// channel_sum(rung) of dy (from dy_offset floats into its device copy, to
 // test unaligned starts); db starts as garbage, which must be overwritten.
-Vec device_channel_sum(int variant, const ChannelShape& s, const Vec& dy, size_t dy_offset = 0) {
+Vec device_channel_sum(int rung, const ChannelShape& s, const Vec& dy, size_t dy_offset = 0) {
   Vec padded(dy_offset, 0.0f);
   padded.insert(padded.end(), dy.begin(), dy.end());
   DeviceBuffer<float> ddy(padded), ddb(Vec(size_t(s.C), 777.0f));
-  DeviceBuffer<float> ws(anvil::cuda::channel_sum_workspace_floats(variant, s.outer, s.C, s.inner));
-  anvil::cuda::channel_sum(variant, s.outer, s.C, s.inner, ddy.ptr + dy_offset, ddb.ptr,
+  DeviceBuffer<float> ws(anvil::cuda::channel_sum_workspace_floats(rung, s.outer, s.C, s.inner));
+  anvil::cuda::channel_sum(rung, s.outer, s.C, s.inner, ddy.ptr + dy_offset, ddb.ptr,
                            ws.count ? ws.ptr : nullptr, nullptr);
   return ddb.to_host();
 }
@@ -113,7 +113,7 @@ void require_channel_sum_close(const ChannelShape& s, const Vec& dy, const Vec& 
   }
 }
 
-// Blocks per channel of variant 2 (its workspace is one float per block).
+// Blocks per channel of rung 2 (its workspace is one float per block).
 int64_t channel_sum_splits(const ChannelShape& s) {
   return int64_t(anvil::cuda::channel_sum_workspace_floats(2, s.outer, s.C, s.inner)) / s.C;
 }
@@ -139,19 +139,19 @@ TEST_CASE("cuda reduce: channel_sum matches cpu::channel_sum on ragged shapes", 
       {2, 128, 196}, {2, 256, 49},  {2, 512, 16},
 #endif
   };
-  for (int variant = 1; variant <= anvil::cuda::kChannelSumVariants; ++variant) {
+  for (int rung = 1; rung <= anvil::cuda::kChannelSumRungs; ++rung) {
     for (const ChannelShape& s : shapes) {
-      DYNAMIC_SECTION("variant " << variant << ", outer " << s.outer << ", C " << s.C
+      DYNAMIC_SECTION("rung " << rung << ", outer " << s.outer << ", C " << s.C
                                  << ", inner " << s.inner) {
         const Vec dy = cuda_test::random_floats(size_t(s.outer * s.C * s.inner), 5);
-        require_channel_sum_close(s, dy, device_channel_sum(variant, s, dy));
-        // A start 4 bytes past a 16-byte boundary: variant 2 must fall back to
+        require_channel_sum_close(s, dy, device_channel_sum(rung, s, dy));
+        // A start 4 bytes past a 16-byte boundary: rung 2 must fall back to
         // scalar loads (the simulator fails a misaligned float4).
-        require_channel_sum_close(s, dy, device_channel_sum(variant, s, dy, 1));
+        require_channel_sum_close(s, dy, device_channel_sum(rung, s, dy, 1));
       }
     }
   }
-  SECTION("variant 2 splits the channels that need it, and one wave of blocks is its goal") {
+  SECTION("rung 2 splits the channels that need it, and one wave of blocks is its goal") {
     REQUIRE(channel_sum_splits({5, 1, 999}) == 10);  // slices of >= 512 floats
     REQUIRE(channel_sum_splits({7, 3, 256}) == 4);
     REQUIRE(channel_sum_splits({128, 50, 81}) == 21);  // LeNet's conv2 at batch 128: 1050 blocks
@@ -168,19 +168,19 @@ TEST_CASE("cuda reduce: channel_sum matches cpu::channel_sum on ragged shapes", 
     REQUIRE(channel_sum_splits({60000, 10, 1}) == 1056);
     REQUIRE(channel_sum_splits({100000, 600, 1}) == 352);  // 3 column blocks: 1056 / 3
   }
-  SECTION("workspace, variants and a missing workspace") {
+  SECTION("workspace, rungs and a missing workspace") {
     REQUIRE(anvil::cuda::channel_sum_workspace_floats(1, 256, 64, 784) == 0);
     REQUIRE(anvil::cuda::channel_sum_workspace_floats(2, 0, 4, 3) == 4);
     REQUIRE(anvil::cuda::channel_sum_workspace_floats(2, 3, 0, 3) == 0);
     const float* no_dy = nullptr;
     REQUIRE_THROWS_WITH(anvil::cuda::channel_sum(3, 1, 1, 1, no_dy, nullptr, nullptr, nullptr),
-                        Catch::Contains("no variant 3"));
+                        Catch::Contains("no rung 3"));
     REQUIRE_THROWS_WITH(anvil::cuda::channel_sum(2, 1, 1, 1, no_dy, nullptr, nullptr, nullptr),
                         Catch::Contains("workspace"));
   }
 }
 
-TEST_CASE("cuda reduce: channel_sum variant 2 is bitwise deterministic", "[cuda][reduce]") {
+TEST_CASE("cuda reduce: channel_sum rung 2 is bitwise deterministic", "[cuda][reduce]") {
   if (!cuda_test::have_device()) return;
   for (const ChannelShape& s : {ChannelShape{5, 1, 999}, ChannelShape{2, 64, 784}}) {
     INFO("outer " << s.outer << ", C " << s.C << ", inner " << s.inner);

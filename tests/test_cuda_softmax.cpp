@@ -1,5 +1,5 @@
 // kernels/cuda softmax cross-entropy (kernels/cuda/softmax/): every
-// forward variant against cpu::softmax_cross_entropy_forward on ragged
+// forward rung against cpu::softmax_cross_entropy_forward on ragged
 // shapes and on logits of large magnitude (stability), and the backward
 // kernel against the CPU, each with and without label smoothing, and count_correct (a batch's correct predictions,
 // counted on the device) against cpu::count_correct. Runs on the simulator
@@ -34,15 +34,15 @@ std::vector<int64_t> labels_for(int64_t N, int64_t C) {
 // Label smoothing 0 (plain cross-entropy) and PyTorch recipes' 0.1.
 const float kSmoothings[] = {0.0f, 0.1f};
 
-// Runs the forward variant and checks loss and probs against the CPU.
-void check_forward(int variant, int64_t N, int64_t C, const Vec& logits, float smoothing) {
+// Runs the forward rung and checks loss and probs against the CPU.
+void check_forward(int rung, int64_t N, int64_t C, const Vec& logits, float smoothing) {
   const std::vector<int64_t> labels = labels_for(N, C);
   Vec want_loss(static_cast<size_t>(N)), want_probs(size_t(N * C));
   anvil::cpu::softmax_cross_entropy_forward(N, C, logits.data(), labels.data(), smoothing,
                                             want_loss.data(), want_probs.data());
   DeviceBuffer<float> dlogits(logits), dloss(static_cast<size_t>(N)), dprobs(size_t(N * C));
   DeviceBuffer<int64_t> dlabels(labels);
-  anvil::cuda::softmax_cross_entropy_forward(variant, N, C, dlogits.ptr, dlabels.ptr, smoothing,
+  anvil::cuda::softmax_cross_entropy_forward(rung, N, C, dlogits.ptr, dlabels.ptr, smoothing,
                                              dloss.ptr, dprobs.ptr, nullptr);
   // Probabilities far below 1 carry the absolute error of their row's sum.
   cuda_test::require_close(dprobs.to_host(), want_probs, 1e-5f, 1e-7f);
@@ -51,14 +51,14 @@ void check_forward(int variant, int64_t N, int64_t C, const Vec& logits, float s
 
 }  // namespace
 
-TEST_CASE("cuda softmax: every forward variant matches the CPU", "[cuda][softmax]") {
+TEST_CASE("cuda softmax: every forward rung matches the CPU", "[cuda][softmax]") {
   if (!cuda_test::have_device()) return;
-  for (int variant = 1; variant <= anvil::cuda::kSoftmaxVariants; ++variant) {
+  for (int rung = 1; rung <= anvil::cuda::kSoftmaxRungs; ++rung) {
     for (const Shape& s : kShapes) {
       for (const float smoothing : kSmoothings) {
-        DYNAMIC_SECTION("variant " << variant << ", " << s.N << "x" << s.C
+        DYNAMIC_SECTION("rung " << rung << ", " << s.N << "x" << s.C
                                    << ", label smoothing " << smoothing) {
-          check_forward(variant, s.N, s.C,
+          check_forward(rung, s.N, s.C,
                         cuda_test::random_floats(size_t(s.N * s.C), uint32_t(s.C), -3.0f, 3.0f),
                         smoothing);
         }
@@ -69,9 +69,9 @@ TEST_CASE("cuda softmax: every forward variant matches the CPU", "[cuda][softmax
 
 TEST_CASE("cuda softmax: large logits neither overflow nor underflow", "[cuda][softmax]") {
   if (!cuda_test::have_device()) return;
-  for (int variant = 1; variant <= anvil::cuda::kSoftmaxVariants; ++variant) {
+  for (int rung = 1; rung <= anvil::cuda::kSoftmaxRungs; ++rung) {
     for (const Shape& s : {Shape{7, 10}, Shape{3, 100}, Shape{2, 1000}}) {
-      DYNAMIC_SECTION("variant " << variant << ", " << s.N << "x" << s.C) {
+      DYNAMIC_SECTION("rung " << rung << ", " << s.N << "x" << s.C) {
         // exp(80) overflows float after a few terms, exp(-80) is subnormal:
         // only the shift by the row max keeps this finite.
         Vec logits = cuda_test::random_floats(size_t(s.N * s.C), 3, -80.0f, 80.0f);
@@ -79,8 +79,8 @@ TEST_CASE("cuda softmax: large logits neither overflow nor underflow", "[cuda][s
         // Every row the same large constant: uniform probabilities, loss log C.
         const Vec flat(size_t(s.N * s.C), -1000.0f);
         for (const float smoothing : kSmoothings) {
-          check_forward(variant, s.N, s.C, logits, smoothing);
-          check_forward(variant, s.N, s.C, flat, smoothing);
+          check_forward(rung, s.N, s.C, logits, smoothing);
+          check_forward(rung, s.N, s.C, flat, smoothing);
         }
       }
     }
@@ -91,7 +91,7 @@ TEST_CASE("cuda softmax: arguments are checked", "[cuda][softmax]") {
   if (!cuda_test::have_device()) return;
   REQUIRE_THROWS_WITH(anvil::cuda::softmax_cross_entropy_forward(4, 1, 1, nullptr, nullptr, 0.0f,
                                                                  nullptr, nullptr, nullptr),
-                      Catch::Contains("no variant 4"));
+                      Catch::Contains("no rung 4"));
   REQUIRE_THROWS_AS(anvil::cuda::softmax_cross_entropy_forward(1, 1, 0, nullptr, nullptr, 0.0f,
                                                                nullptr, nullptr, nullptr),
                     std::invalid_argument);

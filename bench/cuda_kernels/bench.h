@@ -200,7 +200,7 @@ class Timer {
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
 
-  // A call slower than kSlowMs (the naive variants at 4096^3) is timed
+  // A call slower than kSlowMs (the naive rungs at 4096^3) is timed
   // kSlowRepeats times after one warm-up, so that the whole benchmark stays
   // within minutes; its median is still of several calls.
   static constexpr float kSlowMs = 100.0f;

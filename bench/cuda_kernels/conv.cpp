@@ -379,7 +379,7 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
   DeviceBuffer d_bias(bias.size()), d_db(bias.size());
   d_bias.upload(bias);
   size_t ws_floats = 0;
-  for (int v = 1; v <= cu::kConvVariants; ++v)
+  for (int v = 1; v <= cu::kConvRungs; ++v)
     ws_floats = std::max(ws_floats, cu::conv2d_workspace_floats(v, s));
   DeviceBuffer d_ws(ws_floats);
   const auto* bx = reinterpret_cast<const anvil::bfloat16*>(b16.x.get());
@@ -390,7 +390,7 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
 
   for (int dir = kForward; dir <= kBackwardWeight; ++dir) {
     const char* op = kDirectionNames[dir];
-    for (int v : rungs_of(opt, cu::kConvVariants)) {
+    for (int v : rungs_of(opt, cu::kConvRungs)) {
       const auto& rung = cu::conv_rungs::rung(v);
       const std::string impl = fmt::format("v{} {}", v, rung.name);
       // Checked with the bias (gradient), timed without, as cuDNN.
@@ -420,7 +420,7 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
     }
     // The rungs that read bfloat16 as stored, on bfloat16 x, w, dy, writing
     // y and dx as bfloat16 (dw float32), as autocast runs them.
-    for (int v : rungs_of(opt, cu::kConvVariants)) {
+    for (int v : rungs_of(opt, cu::kConvRungs)) {
       const auto& rung = cu::conv_rungs::rung(v);
       if (rung.forward_bf16 == nullptr) continue;
       const std::string impl = fmt::format("v{} {}, bf16 in memory", v, rung.name);

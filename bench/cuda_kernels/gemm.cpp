@@ -100,7 +100,7 @@ void Bench::gemm(int64_t M, int64_t N, int64_t K) {
   cpu::gemm(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, ref.data(), N);
   DeviceBuffer da(a.size()), db(b.size()), dc(ref.size());
   size_t ws_floats = 0;
-  for (int v = 1; v <= cu::kGemmVariants; ++v)
+  for (int v = 1; v <= cu::kGemmRungs; ++v)
     ws_floats = std::max(ws_floats, cu::gemm_workspace_floats(v, M, N, K));
   DeviceBuffer dws(ws_floats);
   da.upload(a);
@@ -178,7 +178,7 @@ void Bench::gemm(int64_t M, int64_t N, int64_t K) {
     if (!passed) missing("gemm", shape, vendor, reasons);
   }
 #endif
-  for (int v : rungs_of(opt, cu::kGemmVariants)) {
+  for (int v : rungs_of(opt, cu::kGemmRungs)) {
     const auto& rung = cu::gemm_rungs::kRungs[v - 1];
     const std::string impl = fmt::format("v{} {}", v, rung.name);
     auto call = [&] {
@@ -196,7 +196,7 @@ void Bench::gemm(int64_t M, int64_t N, int64_t K) {
   // backend: rung 12 reads only these (float32 operands run rung 10).
   const auto* pa16 = reinterpret_cast<const anvil::bfloat16*>(da16.get());
   const auto* pb16 = reinterpret_cast<const anvil::bfloat16*>(db16.get());
-  for (int v : rungs_of(opt, cu::kGemmVariants)) {
+  for (int v : rungs_of(opt, cu::kGemmRungs)) {
     const auto& rung = cu::gemm_rungs::kRungs[v - 1];
     if (rung.launch_bf16 == nullptr) continue;
     const std::string impl = fmt::format("v{} {}, bf16 in memory", v, rung.name);

@@ -6,7 +6,7 @@
 #if defined(ANVIL_CUDA_BACKEND)
 namespace bench_cuda {
 
-// Per-channel sums of dy[outer, C, inner] (bias gradients): every variant
+// Per-channel sums of dy[outer, C, inner] (bias gradients): every rung
 // checked against the CPU, then timed. Bytes: dy read once.
 void Bench::channel_sum(const char* name, int64_t outer, int64_t C, int64_t inner) {
   std::mt19937_64 rng(opt.seed + uint64_t(outer * 31 + C * 7 + inner));
@@ -16,7 +16,7 @@ void Bench::channel_sum(const char* name, int64_t outer, int64_t C, int64_t inne
   DeviceBuffer d_dy(dy.size()), d_db(ref.size());
   d_dy.upload(dy);
   const std::string shape = fmt::format("{} {}x{}x{}", name, outer, C, inner);
-  for (int v : rungs_of(opt, cu::kChannelSumVariants)) {
+  for (int v : rungs_of(opt, cu::kChannelSumRungs)) {
     const std::string impl = fmt::format("v{} {}", v, cu::channel_sum_rungs::kRungs[v - 1].name);
     DeviceBuffer ws(cu::channel_sum_workspace_floats(v, outer, C, inner));
     auto call = [&] {
@@ -40,7 +40,7 @@ void Bench::sum(const char* name, int64_t n) {
   DeviceBuffer d_x(x.size()), d_out(1);
   d_x.upload(x);
   const std::string shape = fmt::format("{} {}", name, n);
-  for (int v : rungs_of(opt, cu::kSumVariants)) {
+  for (int v : rungs_of(opt, cu::kSumRungs)) {
     const std::string impl = fmt::format("v{} {}", v, cu::sum_rungs::kRungs[v - 1].name);
     DeviceBuffer ws(cu::sum_workspace_floats(v, n));
     auto call = [&] { cu::sum(v, n, d_x.get(), d_out.get(), ws.get(), stream); };
@@ -71,7 +71,7 @@ void Bench::softmax(const char* name, int64_t N, int64_t C) {
                        cudaMemcpyHostToDevice),
             "cudaMemcpy(labels)");
   const std::string shape = fmt::format("{} {}x{}", name, N, C);
-  for (int v : rungs_of(opt, cu::kSoftmaxVariants)) {
+  for (int v : rungs_of(opt, cu::kSoftmaxRungs)) {
     const std::string impl = fmt::format("v{} {}", v, cu::softmax_rungs::kRungs[v - 1].name);
     auto call = [&] {
       cu::softmax_cross_entropy_forward(v, N, C, d_logits.get(), d_labels, smoothing,
@@ -88,7 +88,7 @@ void Bench::softmax(const char* name, int64_t N, int64_t C) {
 }
 
 // BatchNorm training forward (y, mean, invstd) and backward (dx, dgamma,
-// dbeta): every variant checked against the CPU, then timed.
+// dbeta): every rung checked against the CPU, then timed.
 void Bench::batch_norm(const char* name, int64_t N, int64_t C, int64_t HW) {
   std::mt19937_64 rng(opt.seed + uint64_t(N * 31 + C * 7 + HW));
   const size_t n = static_cast<size_t>(N * C * HW), nc = static_cast<size_t>(C);
@@ -108,7 +108,7 @@ void Bench::batch_norm(const char* name, int64_t N, int64_t C, int64_t HW) {
   d_beta.upload(beta);
   const std::string shape = fmt::format("{} {}x{}x{}", name, N, C, HW);
   const int64_t M = N * HW;
-  for (int v : rungs_of(opt, cu::kBatchNormVariants)) {
+  for (int v : rungs_of(opt, cu::kBatchNormRungs)) {
     const std::string impl = fmt::format("v{} {}", v, cu::batch_norm_rungs::kRungs[v - 1]->name);
     DeviceBuffer ws(cu::batch_norm_workspace_floats(v, N, C, HW));
     auto forward = [&] {

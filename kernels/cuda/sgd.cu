@@ -14,7 +14,7 @@
 //
 // The hyper-parameter branches depend only on kernel arguments, so every
 // thread of the grid takes the same path (no divergence); they are turned
-// into template parameters so each variant compiles to a straight-line loop.
+// into template parameters so each rung compiles to a straight-line loop.
 // With first_step the old buffer is never read (an uninitialised buffer
 // cannot leak NaN into the parameters), and with momentum == 0 the buffer is
 // not touched at all (it may be null).

@@ -17,7 +17,7 @@
 # device call brings back 8). Part 1: nvidia-smi, the library check, the whole
 # test suite (anvil-tests, and anvil-parallel-tests' NCCL tests; the CUDA
 # tests, which skip without a GPU, run), the kernel
-# benchmark's smoke test, then bench_cuda_kernels (every GEMM and conv variant
+# benchmark's smoke test, then bench_cuda_kernels (every GEMM and conv rung
 # checked, then timed against cuBLAS and cuDNN). Part 2: LeNet's seed recipe
 # for 10 epochs and one ResNet-18 epoch on cuda:0, the same two runs by
 # PyTorch on the same GPU (scripts/torch_gpu_recipes.py) for the ratios, and
@@ -259,10 +259,10 @@ if [[ "$part" == 1 || "$part" == all ]]; then
   step "tests: the whole suite (anvil-tests)" tests.log 330 tests_both
   step "tests: bench_cuda_kernels --smoke" tests.log 60 "$files/bin/bench_cuda_kernels" --smoke
   if ((gpu)); then
-    step "bench_cuda_kernels: GEMM and conv variants vs cuBLAS/cuDNN" bench.log 300 \
+    step "bench_cuda_kernels: GEMM and conv rungs vs cuBLAS/cuDNN" bench.log 300 \
       "$files/bin/bench_cuda_kernels"
   else
-    skip "bench_cuda_kernels: GEMM and conv variants vs cuBLAS/cuDNN" "no GPU (nvidia-smi lists none)"
+    skip "bench_cuda_kernels: GEMM and conv rungs vs cuBLAS/cuDNN" "no GPU (nvidia-smi lists none)"
   fi
 fi
 

@@ -127,7 +127,7 @@ MATHS = (("fp32", ""), ("tf32", "_tf32"), ("bf16", "_bf16"))
 
 
 def headline(rows):
-    """Best anvil variant against the vendor in the same arithmetic: GEMM at
+    """Best anvil rung against the vendor in the same arithmetic: GEMM at
     4096^3 (goal 85%), and per conv direction over ResNet-18's convolutions
     as training runs them (28x28, batch 256; goal 70%) and over its 3x3
     stages on 96x96 inputs."""
@@ -153,7 +153,7 @@ def conv_headline(rows, op, math, prefix, h, key):
             and r["pct_vendor"] is not None]
     if not conv:
         return
-    # A variant's figure: its time over all the layers against the baselines'.
+    # A rung's figure: its time over all the layers against the baselines'.
     total = {}
     for r in conv:
         vendor_ms = r["ms"] * r["pct_vendor"] / 100

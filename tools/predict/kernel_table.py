@@ -35,8 +35,8 @@ FP32_PEAK = 66.9e12       # 132 SMs x 128 FP32 lanes x 2 x 1.98 GHz
 HBM_BW = 3.35e12          # bytes/s
 RIDGE = FP32_PEAK / HBM_BW
 
-# ---- what each kernel is: ladder variant, threads per block (as launched) ----
-# kernel base name -> (family and variant, threads per block or None when the
+# ---- what each kernel is: ladder rung, threads per block (as launched) ----
+# kernel base name -> (family and rung, threads per block or None when the
 # block size comes from a warp_tile::Shape template argument)
 KERNELS = {
     "gemm_naive": ("gemm 1", 1024),
@@ -47,7 +47,7 @@ KERNELS = {
     "gemm_warp_tiled": ("gemm 6", 256),
     "gemm_double_buffered": ("gemm 7", 256),
     "gemm_split_k": ("gemm 8", 256),
-    "gemm_mma": ("gemm 9, 10, 11, 12", None),  # by its tile: MMA_VARIANTS
+    "gemm_mma": ("gemm 9, 10, 11, 12", None),  # by its tile: MMA_RUNGS
     "add_partials": ("split-K sum", 256),
     "add_partials_by_warp": ("split-K sum", 256),
     "forward_naive": ("conv 1", 256),
@@ -120,7 +120,7 @@ PIPELINED_CLAIMS = {"ldgsts128"}
 # GEMM rung 9, 10 or 11; the convolution kernels are rung 6 (TF32) or 7
 # (BF16), not 4 and 5.
 CONV_WARP_TILED = ("forward_warp_tiled", "backward_data_warp_tiled", "backward_weight_warp_tiled")
-MMA_VARIANTS = {("gemm_mma", "tf32"): "gemm 9", ("gemm_mma", "bf16"): "gemm 10",
+MMA_RUNGS = {("gemm_mma", "tf32"): "gemm 9", ("gemm_mma", "bf16"): "gemm 10",
                 ("gemm_mma", "tf32 pipelined"): "gemm 11",
                 ("gemm_mma", "bf16 ldmatrix"): "gemm 12",
                 ("forward_nhwc", "bf16 multistage"): "conv 8",
@@ -301,15 +301,15 @@ def kernel_rows(folder):
         names = dict(line.split("\t", 1) for line in (folder / f"{name}.names").read_text().splitlines() if "\t" in line)
         for mangled, r in res.items():
             base, tile, shape_threads = base_and_tile(names.get(mangled, mangled))
-            variant, threads = KERNELS.get(base, ("", 256))
+            rung, threads = KERNELS.get(base, ("", 256))
             if tile.startswith(("tf32", "bf16")):
                 math_key = tile[:4] + next((" " + w for w in ("pipelined", "ldmatrix", "multistage")
                                             if w in tile), "")
-                variant = MMA_VARIANTS.get((base, math_key), variant)
+                rung = MMA_RUNGS.get((base, math_key), rung)
             threads = shape_threads or threads
             facts = sass_facts(sass.get(mangled, []))
             key = (source_file(name), base, tile)
-            row = rows.setdefault(key, {"variant": variant, "threads": threads, "count": 0, "regs": [],
+            row = rows.setdefault(key, {"rung": rung, "threads": threads, "count": 0, "regs": [],
                                         "smem": 0, "stack": 0, "spill": 0, "ldg128": [], "lds128": [],
                                         "ldgsts128": [],
                                         "local": 0, "loop": [], "block": [], "hmma": []})
@@ -331,12 +331,12 @@ def kernel_rows(folder):
 
 
 def kernel_table(rows):
-    out = ["| file | kernel | variant | inst. | threads | registers | spills | stack | smem | "
+    out = ["| file | kernel | rung | inst. | threads | registers | spills | stack | smem | "
            "blocks/SM (limit) | occupancy | LDG.128 | LDS.128 | LDGSTS.128 | local mem | FFMA, densest block | "
            "FFMA / instr., main loop |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     problems = []
-    for (cu, base, tile), r in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[1]["variant"], kv[0][1], kv[0][2])):
+    for (cu, base, tile), r in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[1]["rung"], kv[0][1], kv[0][2])):
         regs = f"{min(r['regs'])}" if min(r["regs"]) == max(r["regs"]) else f"{min(r['regs'])}-{max(r['regs'])}"
         blocks, occ, limiter = occupancy(r["threads"], max(r["regs"]), r["smem"])
         mma = tile.startswith(("tf32", "bf16"))
@@ -384,7 +384,7 @@ def kernel_table(rows):
         block = max(r["block"], default=None)
         block_cell = f"{block[0]} / {block[1]} ({100 * block[0] / block[1]:.0f}%)" if block else "-"
         name = f"`{base}`" + (f" {tile}" if tile else "")
-        out.append(f"| {cu} | {name} | {r['variant']} | {r['count']} | {r['threads']} | {regs} | {r['spill']} | "
+        out.append(f"| {cu} | {name} | {r['rung']} | {r['count']} | {r['threads']} | {regs} | {r['spill']} | "
                    f"{r['stack']} | {r['smem']} | {blocks} ({limiter}) | {100 * occ:.0f}% | {cells[0]} | "
                    f"{cells[1]} | {cells[2]} | {local_cell} | {block_cell} | {loop_cell} |")
     return out, problems, rows

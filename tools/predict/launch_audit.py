@@ -70,7 +70,7 @@ def merge(runs):
 
 def short_name(name):
     """A warp_tile::Shape<...> argument as the tile it makes (128x128), as
-    the kernel table names the variants."""
+    the kernel table names the rungs."""
     def tile(m):
         bk, wm, wn, lanes_m, sub_m, sub_n, *_ = (int(v) for v in m.group(1).split(","))
         return f"{wm * sub_m * lanes_m * 4}x{wn * sub_n * (32 // lanes_m) * 4}"

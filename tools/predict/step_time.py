@@ -2,8 +2,8 @@
 """Predicted time of one training step on one H100 with two kernel
 configurations, from the layer shapes and the launch audits: the shipped
 kernels (split-K conv 5 and GEMM 8, the split channel_sum and BatchNorm
-variant 2) and a baseline of the ladders' lower rungs (conv 3, GEMM 4, one
-block per channel for bias gradients and BatchNorm variant 1).
+rung 2) and a baseline of the ladders' lower rungs (conv 3, GEMM 4, one
+block per channel for bias gradients and BatchNorm rung 1).
 
     tools/predict/step_time.py                              # LeNet, ResNet-18 at 256, 128
     tools/predict/step_time.py --model lenet --batch 128    # one step
@@ -59,7 +59,7 @@ kernels/cuda/conv/conv.cpp, kernels/cuda/gemm/gemm.cpp):
   state is the step without them.
 Everything else is the TF32 step's, on the same rows; a row is named by the
 FP32 kernel (as in the tf32 mode) or by the float32 kernel whose bfloat16
-variant runs.
+instantiation runs.
 
 With --amp bf16 --conv-bf16-rung 8 the two configurations are that
 bfloat16 step on conv rung 07 and the same step with every BF16
@@ -113,7 +113,7 @@ The model, and every assumption in it:
   normalisation, reduction and SGD kernels count bytes only: their few FLOPs
   per float are far below the ridge of 20 FLOP/byte.
 - Bytes: the minimum HBM traffic of each launch, every tensor it reads or
-  writes moved once (nothing from L2, no re-reads: BatchNorm variant 1's
+  writes moved once (nothing from L2, no re-reads: BatchNorm rung 1's
   three passes over x count as one). A split GEMM writes its partials
   (splits x M x N floats) instead of its output; add_partials reads them
   and writes the output. Split reductions write and fold 1-3 floats a block.
@@ -204,7 +204,7 @@ WHY = [("warp_tiled", "conv 3's 64x64 implicit GEMM, unsplit -> conv 5 (conv 4's
        ("column_sum_rows", "one block per channel (linear bias: channel_sum_kernel, a column of dy "
                            "read one float per row) -> coalesced column sums over row slices"),
        ("_split", "BatchNorm 1: one block per channel, one kernel a direction (its whole cost on the "
-                  "stats / sums row) -> variant 2: C x S slices, stats|sums, fold, normalise|dx")]
+                  "stats / sums row) -> rung 2: C x S slices, stats|sums, fold, normalise|dx")]
 
 
 def norm(name):
@@ -966,7 +966,7 @@ def report(p, a):
               "the same tiles and split plan (conv 07, GEMM 10: `mma_tile::Shape<Bf16, ...>`, bfloat16 "
               "operands, bfloat16 y and dx from the epilogue or `add_partials`, float32 weight "
               "gradients; the linear bias in the epilogue, so no `add_channel_bias_kernel`); relu, add, BatchNorm and LeNet's pooling → their bfloat16 "
-              "variants (`<anvil::bfloat16>`), ResNet's global pooling → its kernels reading bfloat16 x "
+              "instantiations (`<anvil::bfloat16>`), ResNet's global pooling → its kernels reading bfloat16 x "
               "into float32 y and float32 dy into bfloat16 dx; "
               "`float_to_bf16_kernel` and `bf16_to_float_kernel` are the BF16 step's alone; every other "
               "kernel is the same in both.\n")

@@ -12,19 +12,19 @@
 namespace anvil::cuda {
 namespace {
 
-const batch_norm_rungs::Rung& checked_rung(int variant, const char* who) {
-  if (variant < 1 || variant > kBatchNormVariants)
-    throw std::invalid_argument(std::string("cuda::") + who + ": no variant " +
-                                std::to_string(variant) + " (there are 1 to " +
-                                std::to_string(kBatchNormVariants) + ")");
-  return *batch_norm_rungs::kRungs[variant - 1];
+const batch_norm_rungs::Rung& checked_rung(int number, const char* who) {
+  if (number < 1 || number > kBatchNormRungs)
+    throw std::invalid_argument(std::string("cuda::") + who + ": no rung " +
+                                std::to_string(number) + " (there are 1 to " +
+                                std::to_string(kBatchNormRungs) + ")");
+  return *batch_norm_rungs::kRungs[number - 1];
 }
 
 void require_workspace(const batch_norm_rungs::Rung& rung, int64_t N, int64_t C, int64_t HW,
-                       const float* workspace, int variant, const char* who) {
+                       const float* workspace, int number, const char* who) {
   if (workspace == nullptr && rung.workspace(N, C, HW) > 0)
-    throw std::invalid_argument(std::string("cuda::") + who + ": variant " +
-                                std::to_string(variant) +
+    throw std::invalid_argument(std::string("cuda::") + who + ": rung " +
+                                std::to_string(number) +
                                 " needs batch_norm_workspace_floats of workspace");
 }
 
@@ -39,55 +39,55 @@ void batch_norm_rungs::check_sizes(int64_t N, int64_t C, int64_t HW, const char*
     throw std::invalid_argument(std::string("cuda::") + who + ": more than 2^31-1 channels");
 }
 
-size_t batch_norm_workspace_floats(int variant, int64_t N, int64_t C, int64_t HW) {
-  const batch_norm_rungs::Rung& rung = checked_rung(variant, "batch_norm_workspace_floats");
+size_t batch_norm_workspace_floats(int number, int64_t N, int64_t C, int64_t HW) {
+  const batch_norm_rungs::Rung& rung = checked_rung(number, "batch_norm_workspace_floats");
   batch_norm_rungs::check_sizes(N, C, HW, "batch_norm_workspace_floats");
   return rung.workspace(N, C, HW);
 }
 
 // The rung's launcher for T; a rung without bfloat16 kernels is refused.
 template <class T, class F>
-F launcher_or_throw(F f, int variant, const char* who) {
+F launcher_or_throw(F f, int number, const char* who) {
   if (f == nullptr)
-    throw std::invalid_argument(std::string("cuda::") + who + ": variant " +
-                                std::to_string(variant) + " has no bfloat16 kernels");
+    throw std::invalid_argument(std::string("cuda::") + who + ": rung " +
+                                std::to_string(number) + " has no bfloat16 kernels");
   return f;
 }
 
 template <class T>
-void batch_norm_forward_train(int variant, int64_t N, int64_t C, int64_t HW, const T* x,
+void batch_norm_forward_train(int number, int64_t N, int64_t C, int64_t HW, const T* x,
                               const float* gamma, const float* beta, float eps, float momentum,
                               float* running_mean, float* running_var, float* save_mean,
                               float* save_invstd, T* y, float* workspace, cudaStream_t stream) {
   const char* who = "batch_norm_forward_train";
-  const batch_norm_rungs::Rung& rung = checked_rung(variant, who);
+  const batch_norm_rungs::Rung& rung = checked_rung(number, who);
   batch_norm_rungs::check_sizes(N, C, HW, who);
   if (C == 0) return;
-  require_workspace(rung, N, C, HW, workspace, variant, who);
+  require_workspace(rung, N, C, HW, workspace, number, who);
   const batch_norm_rungs::ForwardOf<T> f{N,           C,           HW,        x,
                                           gamma,       beta,        eps,       momentum,
                                           running_mean, running_var, save_mean, save_invstd,
                                           y,           workspace};
   if constexpr (std::is_same_v<T, bfloat16>)
-    launcher_or_throw<T>(rung.forward_bf16, variant, who)(f, stream);
+    launcher_or_throw<T>(rung.forward_bf16, number, who)(f, stream);
   else
     rung.forward(f, stream);
 }
 
 template <class T>
-void batch_norm_backward_train(int variant, int64_t N, int64_t C, int64_t HW, const T* x,
+void batch_norm_backward_train(int number, int64_t N, int64_t C, int64_t HW, const T* x,
                                const float* gamma, const float* save_mean,
                                const float* save_invstd, const T* dy, T* dx, float* dgamma,
                                float* dbeta, float* workspace, cudaStream_t stream) {
   const char* who = "batch_norm_backward_train";
-  const batch_norm_rungs::Rung& rung = checked_rung(variant, who);
+  const batch_norm_rungs::Rung& rung = checked_rung(number, who);
   batch_norm_rungs::check_sizes(N, C, HW, who);
   if (C == 0) return;
-  require_workspace(rung, N, C, HW, workspace, variant, who);
+  require_workspace(rung, N, C, HW, workspace, number, who);
   const batch_norm_rungs::BackwardOf<T> b{N,  C,  HW,     x,      gamma,  save_mean, save_invstd,
                                            dy, dx, dgamma, dbeta, workspace};
   if constexpr (std::is_same_v<T, bfloat16>)
-    launcher_or_throw<T>(rung.backward_bf16, variant, who)(b, stream);
+    launcher_or_throw<T>(rung.backward_bf16, number, who)(b, stream);
   else
     rung.backward(b, stream);
 }

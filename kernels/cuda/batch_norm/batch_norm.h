@@ -29,12 +29,12 @@ namespace anvil::cuda {
 // As cpu::batch_norm_*, over x[N, C, HW] per channel; running_* may be null.
 // Rung 02 needs batch_norm_workspace_floats of workspace (forward and
 // backward alike; 0 for rung 01).
-constexpr int kBatchNormVariants = 2;
+constexpr int kBatchNormRungs = 2;
 constexpr int kBestBatchNorm = 2;
-size_t batch_norm_workspace_floats(int variant, int64_t N, int64_t C, int64_t HW);
+size_t batch_norm_workspace_floats(int rung, int64_t N, int64_t C, int64_t HW);
 // T = float or bfloat16 (rung 02 and eval only; rung 01 refuses bfloat16).
 template <class T>
-void batch_norm_forward_train(int variant, int64_t N, int64_t C, int64_t HW, const T* x,
+void batch_norm_forward_train(int rung, int64_t N, int64_t C, int64_t HW, const T* x,
                               const float* gamma, const float* beta, float eps, float momentum,
                               float* running_mean, float* running_var, float* save_mean,
                               float* save_invstd, T* y, float* workspace, cudaStream_t stream);
@@ -43,7 +43,7 @@ void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const
                              const float* beta, const float* running_mean,
                              const float* running_var, float eps, T* y, cudaStream_t stream);
 template <class T>
-void batch_norm_backward_train(int variant, int64_t N, int64_t C, int64_t HW, const T* x,
+void batch_norm_backward_train(int rung, int64_t N, int64_t C, int64_t HW, const T* x,
                                const float* gamma, const float* save_mean,
                                const float* save_invstd, const T* dy, T* dx, float* dgamma,
                                float* dbeta, float* workspace, cudaStream_t stream);
@@ -81,7 +81,7 @@ struct Rung {
   void (*backward_bf16)(const BackwardOf<bfloat16>&, cudaStream_t) = nullptr;
 };
 extern const Rung kBlockPerChannel, kSplit;
-inline constexpr const Rung* kRungs[kBatchNormVariants] = {&kBlockPerChannel, &kSplit};
+inline constexpr const Rung* kRungs[kBatchNormRungs] = {&kBlockPerChannel, &kSplit};
 // Throws std::invalid_argument naming `who` for a negative size or C >= 2^31.
 void check_sizes(int64_t N, int64_t C, int64_t HW, const char* who);
 }  // namespace batch_norm_rungs

@@ -23,7 +23,7 @@
 #include "kernels/cuda/conv/rung.cuh"
 #include "kernels/cuda/gemm/gemm.h"
 
-// Target size of variant 2's column buffer per chunk, in floats. The
+// Target size of rung 2's column buffer per chunk, in floats. The
 // simulator build uses a small one so that the tests exercise chunks of
 // several images and a short last chunk on small shapes.
 #ifndef ANVIL_CUDA_CONV_CHUNK_FLOATS

@@ -18,7 +18,7 @@
 namespace anvil::cuda {
 namespace {
 
-constexpr const conv_rungs::Rung* kRungs[kConvVariants] = {
+constexpr const conv_rungs::Rung* kRungs[kConvRungs] = {
     &conv_rungs::kDirect, &conv_rungs::kIm2col, &conv_rungs::kImplicitGemm,
     &conv_rungs::kImplicitWarpTile, &conv_rungs::kSplitK, &conv_rungs::kTf32Mma,
     &conv_rungs::kBf16Mma, &conv_rungs::kBf16Multistage};
@@ -27,11 +27,11 @@ constexpr const conv_rungs::Rung* kRungs[kConvVariants] = {
   throw std::invalid_argument(std::string("cuda::") + fn + ": " + what);
 }
 
-// Checks the shape and the variant; returns the variant's rung.
-const conv_rungs::Rung& checked(const char* fn, int variant, const Conv2dShape& s) {
-  if (variant < 1 || variant > kConvVariants)
-    bad_shape(fn, "no variant " + std::to_string(variant) + " (there are 1 to " +
-                      std::to_string(kConvVariants) + ")");
+// Checks the shape and the rung's number; returns the rung.
+const conv_rungs::Rung& checked(const char* fn, int number, const Conv2dShape& s) {
+  if (number < 1 || number > kConvRungs)
+    bad_shape(fn, "no rung " + std::to_string(number) + " (there are 1 to " +
+                      std::to_string(kConvRungs) + ")");
   struct Field {
     const char* name;
     int64_t value, lo;
@@ -57,27 +57,27 @@ const conv_rungs::Rung& checked(const char* fn, int variant, const Conv2dShape& 
       {"K*R*S", double(s.K) * s.R * s.S}};
   for (const auto& [name, v] : gemm_dims)
     if (v > double(INT32_MAX)) bad_shape(fn, std::string(name) + " is 2^31 or more");
-  return conv_rungs::rung(variant);
+  return conv_rungs::rung(number);
 }
 
-float* checked_workspace(const char* fn, int variant, const conv_rungs::Rung& rung,
+float* checked_workspace(const char* fn, int number, const conv_rungs::Rung& rung,
                          const Conv2dShape& s, float* workspace) {
   if (rung.workspace(s) > 0 && workspace == nullptr)
-    bad_shape(fn, "variant " + std::to_string(variant) + " needs a workspace (null given)");
+    bad_shape(fn, "rung " + std::to_string(number) + " needs a workspace (null given)");
   return workspace;
 }
 
 }  // namespace
 
-const conv_rungs::Rung& conv_rungs::rung(int variant) {
-  if (variant < 1 || variant > kConvVariants)
-    throw std::invalid_argument("cuda::conv: no variant " + std::to_string(variant) +
-                                " (there are 1 to " + std::to_string(kConvVariants) + ")");
-  return *kRungs[variant - 1];
+const conv_rungs::Rung& conv_rungs::rung(int number) {
+  if (number < 1 || number > kConvRungs)
+    throw std::invalid_argument("cuda::conv: no rung " + std::to_string(number) +
+                                " (there are 1 to " + std::to_string(kConvRungs) + ")");
+  return *kRungs[number - 1];
 }
 
-size_t conv2d_workspace_floats(int variant, const Conv2dShape& s) {
-  const conv_rungs::Rung& rung = checked("conv2d_workspace_floats", variant, s);
+size_t conv2d_workspace_floats(int number, const Conv2dShape& s) {
+  const conv_rungs::Rung& rung = checked("conv2d_workspace_floats", number, s);
   // Backward-weight's dbias (channel_sum's partials) runs first on the same
   // stream, so it can reuse the space the direction's own work needs after it.
   return std::max(rung.workspace(s),
@@ -90,12 +90,12 @@ namespace {
 // has the float32 one; the bfloat16 ones only the rungs that read bfloat16
 // (else the error names fn).
 template <class T, class TY, class F32, class Bf16, class Bf16Out>
-auto launcher(const char* fn, int variant, const conv_rungs::Rung& rung, F32 f32, Bf16 bf16,
+auto launcher(const char* fn, int number, const conv_rungs::Rung& rung, F32 f32, Bf16 bf16,
               Bf16Out bf16_out) {
   const auto pick = [&](auto f) {
     if (f == nullptr)
-      bad_shape(fn, "variant " + std::to_string(variant) + " (" + rung.name +
-                        ") reads float32 operands only; bfloat16 ones need variant " +
+      bad_shape(fn, "rung " + std::to_string(number) + " (" + rung.name +
+                        ") reads float32 operands only; bfloat16 ones need rung " +
                         std::to_string(kBf16Conv) + " (" + conv_rungs::rung(kBf16Conv).name +
                         ")");
     return f;
@@ -109,25 +109,25 @@ auto launcher(const char* fn, int variant, const conv_rungs::Rung& rung, F32 f32
 }
 
 template <class T, class TY>
-void forward(int variant, const Conv2dShape& s, const T* x, const T* w, const float* bias, TY* y,
+void forward(int number, const Conv2dShape& s, const T* x, const T* w, const float* bias, TY* y,
              float* workspace, cudaStream_t stream) {
   const char* fn = "conv2d_forward";
-  const conv_rungs::Rung& rung = checked(fn, variant, s);
-  const auto run = launcher<T, TY>(fn, variant, rung, rung.forward, rung.forward_bf16,
+  const conv_rungs::Rung& rung = checked(fn, number, s);
+  const auto run = launcher<T, TY>(fn, number, rung, rung.forward, rung.forward_bf16,
                                    rung.forward_bf16_out);
-  float* ws = checked_workspace(fn, variant, rung, s, workspace);
+  float* ws = checked_workspace(fn, number, rung, s, workspace);
   if (s.N * s.K * s.P * s.Q == 0) return;  // y is empty
   run(s, x, w, bias, y, ws, stream);
 }
 
 template <class T, class TY>
-void backward_data(int variant, const Conv2dShape& s, const T* dy, const T* w, TY* dx,
+void backward_data(int number, const Conv2dShape& s, const T* dy, const T* w, TY* dx,
                    float* workspace, cudaStream_t stream) {
   const char* fn = "conv2d_backward_data";
-  const conv_rungs::Rung& rung = checked(fn, variant, s);
-  const auto run = launcher<T, TY>(fn, variant, rung, rung.backward_data,
+  const conv_rungs::Rung& rung = checked(fn, number, s);
+  const auto run = launcher<T, TY>(fn, number, rung, rung.backward_data,
                                    rung.backward_data_bf16, rung.backward_data_bf16_out);
-  float* ws = checked_workspace(fn, variant, rung, s, workspace);
+  float* ws = checked_workspace(fn, number, rung, s, workspace);
   const int64_t dx_size = s.N * s.C * s.H * s.W;
   if (dx_size == 0) return;
   if (s.K * s.P * s.Q == 0) {  // nothing flows back
@@ -139,13 +139,13 @@ void backward_data(int variant, const Conv2dShape& s, const T* dy, const T* w, T
 
 // dbias: float32 dy only (null for bfloat16).
 template <class T>
-void backward_weight(int variant, const Conv2dShape& s, const T* x, const T* dy, float* dw,
+void backward_weight(int number, const Conv2dShape& s, const T* x, const T* dy, float* dw,
                      float* dbias, float* workspace, cudaStream_t stream) {
   const char* fn = "conv2d_backward_weight";
-  const conv_rungs::Rung& rung = checked(fn, variant, s);
-  const auto run = launcher<T, float>(fn, variant, rung, rung.backward_weight,
+  const conv_rungs::Rung& rung = checked(fn, number, s);
+  const auto run = launcher<T, float>(fn, number, rung, rung.backward_weight,
                                       rung.backward_weight_bf16, nullptr);
-  float* ws = checked_workspace(fn, variant, rung, s, workspace);
+  float* ws = checked_workspace(fn, number, rung, s, workspace);
   const int64_t PQ = s.P * s.Q, dw_size = s.K * s.C * s.R * s.S;
   if constexpr (std::is_same_v<T, float>) {
     if (dbias) {
@@ -164,42 +164,42 @@ void backward_weight(int variant, const Conv2dShape& s, const T* x, const T* dy,
 
 }  // namespace
 
-void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const float* w,
+void conv2d_forward(int number, const Conv2dShape& s, const float* x, const float* w,
                     const float* bias, float* y, float* workspace, cudaStream_t stream) {
-  forward(variant, s, x, w, bias, y, workspace, stream);
+  forward(number, s, x, w, bias, y, workspace, stream);
 }
-void conv2d_forward(int variant, const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
+void conv2d_forward(int number, const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
                     const float* bias, float* y, float* workspace, cudaStream_t stream) {
-  forward(variant, s, x, w, bias, y, workspace, stream);
+  forward(number, s, x, w, bias, y, workspace, stream);
 }
 
-void conv2d_forward(int variant, const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
+void conv2d_forward(int number, const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
                     const float* bias, bfloat16* y, float* workspace, cudaStream_t stream) {
-  forward(variant, s, x, w, bias, y, workspace, stream);
+  forward(number, s, x, w, bias, y, workspace, stream);
 }
 
-void conv2d_backward_data(int variant, const Conv2dShape& s, const float* dy, const float* w,
+void conv2d_backward_data(int number, const Conv2dShape& s, const float* dy, const float* w,
                           float* dx, float* workspace, cudaStream_t stream) {
-  backward_data(variant, s, dy, w, dx, workspace, stream);
+  backward_data(number, s, dy, w, dx, workspace, stream);
 }
-void conv2d_backward_data(int variant, const Conv2dShape& s, const bfloat16* dy,
+void conv2d_backward_data(int number, const Conv2dShape& s, const bfloat16* dy,
                           const bfloat16* w, float* dx, float* workspace, cudaStream_t stream) {
-  backward_data(variant, s, dy, w, dx, workspace, stream);
+  backward_data(number, s, dy, w, dx, workspace, stream);
 }
 
-void conv2d_backward_data(int variant, const Conv2dShape& s, const bfloat16* dy,
+void conv2d_backward_data(int number, const Conv2dShape& s, const bfloat16* dy,
                           const bfloat16* w, bfloat16* dx, float* workspace, cudaStream_t stream) {
-  backward_data(variant, s, dy, w, dx, workspace, stream);
+  backward_data(number, s, dy, w, dx, workspace, stream);
 }
 
-void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, const float* dy,
+void conv2d_backward_weight(int number, const Conv2dShape& s, const float* x, const float* dy,
                             float* dw, float* dbias, float* workspace, cudaStream_t stream) {
-  backward_weight(variant, s, x, dy, dw, dbias, workspace, stream);
+  backward_weight(number, s, x, dy, dw, dbias, workspace, stream);
 }
-void conv2d_backward_weight(int variant, const Conv2dShape& s, const bfloat16* x,
+void conv2d_backward_weight(int number, const Conv2dShape& s, const bfloat16* x,
                             const bfloat16* dy, float* dw, float* workspace,
                             cudaStream_t stream) {
-  backward_weight(variant, s, x, dy, dw, nullptr, workspace, stream);
+  backward_weight(number, s, x, dy, dw, nullptr, workspace, stream);
 }
 
 int bf16_conv_rung() {

@@ -46,7 +46,7 @@
 
 namespace anvil::cuda {
 
-constexpr int kConvVariants = 8;
+constexpr int kConvRungs = 8;
 constexpr int kBestConv = 5;  // the one the backend uses in FP32
 constexpr int kTf32Conv = 6;  // ... and in TF32 (core/precision.h)
 constexpr int kBf16Conv = 7;  // ... and in BF16 (autocast)
@@ -54,42 +54,42 @@ constexpr int kBf16Conv = 7;  // ... and in BF16 (autocast)
 // 8; read once, std::invalid_argument naming it otherwise) until a table
 // measured on a GPU picks per layer shape.
 int bf16_conv_rung();
-// Rungs 1..kConvFp32Variants compute in FP32; the rungs after them on
+// Rungs 1..kConvFp32Rungs compute in FP32; the rungs after them on
 // tensor cores with FP32 accumulation, operands rounded to TF32 (06: 10
 // mantissa bits, nearest, ties away) or BF16 (07: 7 bits, nearest even).
-constexpr int kConvFp32Variants = 5;
+constexpr int kConvFp32Rungs = 5;
 
-// The workspace (floats) a variant needs for all three directions of `s`,
+// The workspace (floats) a rung needs for all three directions of `s`,
 // the bias gradient's included; 0 where it needs none.
-size_t conv2d_workspace_floats(int variant, const Conv2dShape& s);
+size_t conv2d_workspace_floats(int rung, const Conv2dShape& s);
 
 // Each call overwrites its output (y; dx; dw and, when non-null, dbias);
 // bias / dbias may be null; P and Q as Conv2dShape::out_size gives them.
-// dbias is channel_sum (reduce/reduce.h) over dy [N, K, P*Q] in every variant.
-// Bad shapes or variants throw std::invalid_argument naming the field.
+// dbias is channel_sum (reduce/reduce.h) over dy [N, K, P*Q] in every rung.
+// Bad shapes or rungs throw std::invalid_argument naming the field.
 // Limits: every dimension, and each GEMM dimension (N*P*Q, N*H*W, C*R*S,
 // K*R*S), below 2^31; element counts and addresses are 64-bit.
-void conv2d_forward(int variant, const Conv2dShape& s, const float* x, const float* w,
+void conv2d_forward(int rung, const Conv2dShape& s, const float* x, const float* w,
                     const float* bias, float* y, float* workspace, cudaStream_t stream);
-void conv2d_backward_data(int variant, const Conv2dShape& s, const float* dy, const float* w,
+void conv2d_backward_data(int rung, const Conv2dShape& s, const float* dy, const float* w,
                           float* dx, float* workspace, cudaStream_t stream);
-void conv2d_backward_weight(int variant, const Conv2dShape& s, const float* x, const float* dy,
+void conv2d_backward_weight(int rung, const Conv2dShape& s, const float* x, const float* dy,
                             float* dw, float* dbias, float* workspace, cudaStream_t stream);
 // The same directions on bfloat16 x, w and dy (bias, dw and workspace
 // float32; y and dx float32 or bfloat16, the float32 values rounded once
 // to nearest even in the rung's epilogue, or in its split's second pass):
 // only the rungs with bfloat16 launchers (07, kBf16Conv) read them, as they
-// are stored; any other variant throws std::invalid_argument. The bias
+// are stored; any other rung throws std::invalid_argument. The bias
 // gradient is not among them: channel_sum's bfloat16 overload sums dy.
-void conv2d_forward(int variant, const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
+void conv2d_forward(int rung, const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
                     const float* bias, float* y, float* workspace, cudaStream_t stream);
-void conv2d_forward(int variant, const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
+void conv2d_forward(int rung, const Conv2dShape& s, const bfloat16* x, const bfloat16* w,
                     const float* bias, bfloat16* y, float* workspace, cudaStream_t stream);
-void conv2d_backward_data(int variant, const Conv2dShape& s, const bfloat16* dy,
+void conv2d_backward_data(int rung, const Conv2dShape& s, const bfloat16* dy,
                           const bfloat16* w, float* dx, float* workspace, cudaStream_t stream);
-void conv2d_backward_data(int variant, const Conv2dShape& s, const bfloat16* dy,
+void conv2d_backward_data(int rung, const Conv2dShape& s, const bfloat16* dy,
                           const bfloat16* w, bfloat16* dx, float* workspace, cudaStream_t stream);
-void conv2d_backward_weight(int variant, const Conv2dShape& s, const bfloat16* x,
+void conv2d_backward_weight(int rung, const Conv2dShape& s, const bfloat16* x,
                             const bfloat16* dy, float* dw, float* workspace, cudaStream_t stream);
 
 // The rungs' launchers. The entry points above check the shape, handle empty
@@ -128,8 +128,8 @@ extern const Rung kDirect, kIm2col, kImplicitGemm, kImplicitWarpTile, kSplitK, k
 // tests check. std::invalid_argument for another depth.
 void bf16_multistage_forward(int stages, const Conv2dShape& s, const float* x, const float* w,
                              const float* bias, float* y, float* workspace, cudaStream_t stream);
-// Rung `variant` (1 to kConvVariants; std::invalid_argument otherwise).
-const Rung& rung(int variant);
+// Rung `rung` (1 to kConvRungs; std::invalid_argument otherwise).
+const Rung& rung(int rung);
 }  // namespace conv_rungs
 
 }  // namespace anvil::cuda

@@ -1,7 +1,7 @@
 // The implicit GEMMs' view of a convolution (rungs 01 and 03-07 of conv.h):
 // the shape as the kernels see it, the element accessors of x, the column
 // matrix and dy, and the operand readers that tile::register_blocked (gemm
-// variant 4's tile) and warp_tile::multiply read the three GEMMs through.
+// rung 4's tile) and warp_tile::multiply read the three GEMMs through.
 // Nothing here stores a column matrix: each reader computes an element's
 // address from (row, column) on the fly, which is what makes the GEMMs
 // implicit. A reader's kMajor says which of its two indices consecutive
@@ -57,7 +57,7 @@ __device__ __forceinline__ T dy_tap(const Geo& g, const T* dy, int n, int k, int
 // Four consecutive positions of an index space [n][a][b] (sizes A and B
 // inside), from the flat index of the first: one set of divisions, then
 // carries. The quad() members below use it so that the four elements of a
-// quad (variant 4) share their index arithmetic.
+// quad (rung 4) share their index arithmetic.
 struct Walk {
   int n, a, b, A, B;
   __device__ __forceinline__ Walk(int flat, int A_, int B_)

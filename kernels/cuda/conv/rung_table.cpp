@@ -59,7 +59,7 @@ void write_conv_rung_table(std::ostream& out, std::span<const ConvRungEntry> ent
     const std::string name = std::string(math_word(e.math)) + " " + direction_word(e.direction) +
                              " N" + std::to_string(e.N) + " C" + std::to_string(e.C) + " K" +
                              std::to_string(e.K);
-    if (e.rung < 1 || e.rung > kConvVariants)
+    if (e.rung < 1 || e.rung > kConvRungs)
       throw std::invalid_argument("write_conv_rung_table: " + name + ": rung " +
                                   std::to_string(e.rung) + " does not exist");
     if (conv_rungs::rung(e.rung).math != e.math)

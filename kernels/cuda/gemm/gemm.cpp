@@ -11,10 +11,10 @@
 namespace anvil::cuda {
 namespace {
 
-void check_variant(int variant) {
-  if (variant < 1 || variant > kGemmVariants)
-    throw std::invalid_argument("cuda::gemm: no variant " + std::to_string(variant) +
-                                " (there are 1 to " + std::to_string(kGemmVariants) + ")");
+void check_rung(int number) {
+  if (number < 1 || number > kGemmRungs)
+    throw std::invalid_argument("cuda::gemm: no rung " + std::to_string(number) +
+                                " (there are 1 to " + std::to_string(kGemmRungs) + ")");
 }
 
 void check_size(const char* name, int64_t v) {
@@ -32,12 +32,12 @@ void check_ld(const char* name, int64_t ld, int64_t row, const char* what) {
 
 }  // namespace
 
-size_t gemm_workspace_floats(int variant, int64_t M, int64_t N, int64_t K) {
-  check_variant(variant);
+size_t gemm_workspace_floats(int number, int64_t M, int64_t N, int64_t K) {
+  check_rung(number);
   check_size("M", M);
   check_size("N", N);
   check_size("K", K);
-  return gemm_rungs::kRungs[variant - 1].workspace(M, N, K);
+  return gemm_rungs::kRungs[number - 1].workspace(M, N, K);
 }
 
 namespace {
@@ -45,36 +45,36 @@ namespace {
 // The rung's launcher for operands of T and C of TC: every rung reads
 // float32 into a float32 C; bfloat16 operands, a bfloat16 C and a bias only
 // where the rung has launchers for them.
-[[noreturn]] void no_launcher(int variant, const gemm_rungs::Rung& r, const char* what) {
-  throw std::invalid_argument("cuda::gemm: variant " + std::to_string(variant) + " (" + r.name +
-                              ") " + what + " need variant " + std::to_string(kBf16Gemm) + " (" +
+[[noreturn]] void no_launcher(int number, const gemm_rungs::Rung& r, const char* what) {
+  throw std::invalid_argument("cuda::gemm: rung " + std::to_string(number) + " (" + r.name +
+                              ") " + what + " need rung " + std::to_string(kBf16Gemm) + " (" +
                               gemm_rungs::kRungs[kBf16Gemm - 1].name + ")");
 }
-gemm_rungs::Launch launcher(int variant, const gemm_rungs::Rung& r, const float*, const float*,
+gemm_rungs::Launch launcher(int number, const gemm_rungs::Rung& r, const float*, const float*,
                             const float* bias) {
-  if (bias != nullptr) no_launcher(variant, r, "adds no bias; a bias and bfloat16 operands");
+  if (bias != nullptr) no_launcher(number, r, "adds no bias; a bias and bfloat16 operands");
   return r.launch;
 }
-gemm_rungs::LaunchBf16 launcher(int variant, const gemm_rungs::Rung& r, const bfloat16*,
+gemm_rungs::LaunchBf16 launcher(int number, const gemm_rungs::Rung& r, const bfloat16*,
                                 const float*, const float*) {
   if (r.launch_bf16 == nullptr)
-    no_launcher(variant, r, "reads float32 operands only; bfloat16 ones");
+    no_launcher(number, r, "reads float32 operands only; bfloat16 ones");
   return r.launch_bf16;
 }
-gemm_rungs::LaunchBf16Out launcher(int variant, const gemm_rungs::Rung& r, const bfloat16*,
+gemm_rungs::LaunchBf16Out launcher(int number, const gemm_rungs::Rung& r, const bfloat16*,
                                    const bfloat16*, const float*) {
   if (r.launch_bf16_out == nullptr)
-    no_launcher(variant, r, "reads float32 operands only; bfloat16 ones");
+    no_launcher(number, r, "reads float32 operands only; bfloat16 ones");
   return r.launch_bf16_out;
 }
 
 template <class T, class TC>
-void checked_gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+void checked_gemm(int number, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                   float alpha, const T* A, int64_t lda, const T* B, int64_t ldb, float beta,
                   TC* C, int64_t ldc, const float* bias, float* workspace, cudaStream_t stream) {
-  check_variant(variant);
-  const gemm_rungs::Rung& rung = gemm_rungs::kRungs[variant - 1];
-  const auto launch = launcher(variant, rung, A, static_cast<const TC*>(C), bias);
+  check_rung(number);
+  const gemm_rungs::Rung& rung = gemm_rungs::kRungs[number - 1];
+  const auto launch = launcher(number, rung, A, static_cast<const TC*>(C), bias);
   check_size("M", M);
   check_size("N", N);
   check_size("K", K);
@@ -84,7 +84,7 @@ void checked_gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N,
   if (workspace == nullptr) {
     const size_t needed = rung.workspace(M, N, K);
     if (needed > 0)
-      throw std::invalid_argument("cuda::gemm: variant " + std::to_string(variant) + " needs " +
+      throw std::invalid_argument("cuda::gemm: rung " + std::to_string(number) + " needs " +
                                   std::to_string(needed) +
                                   " floats of workspace for this shape (null given)");
   }
@@ -96,38 +96,38 @@ void checked_gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N,
 
 }  // namespace
 
-void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+void gemm(int number, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc, float* workspace, cudaStream_t stream) {
-  checked_gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr,
+  checked_gemm(number, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr,
                workspace, stream);
 }
 
-void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+void gemm(int number, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
           int64_t ldc, float* workspace, cudaStream_t stream) {
-  checked_gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr,
+  checked_gemm(number, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr,
                workspace, stream);
 }
 
-void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+void gemm(int number, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
           int64_t ldc, const float* bias, float* workspace, cudaStream_t stream) {
-  checked_gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
+  checked_gemm(number, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
                workspace, stream);
 }
 
-void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+void gemm(int number, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, bfloat16* C,
           int64_t ldc, const float* bias, float* workspace, cudaStream_t stream) {
-  checked_gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
+  checked_gemm(number, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias,
                workspace, stream);
 }
 
-void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+void gemm(int number, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc, cudaStream_t stream) {
-  gemm(variant, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr, stream);
+  gemm(number, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr, stream);
 }
 
 // ---- CudaBackend (cuda_backend.h) ----

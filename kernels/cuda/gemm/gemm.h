@@ -37,34 +37,34 @@
 
 namespace anvil::cuda {
 
-constexpr int kGemmVariants = 12;
+constexpr int kGemmRungs = 12;
 constexpr int kBestGemm = 8;  // the one the backend uses in FP32
 constexpr int kTf32Gemm = 11;  // ... and in TF32 (core/precision.h)
 constexpr int kBf16Gemm = 10;  // ... and in BF16 (autocast)
-// Rungs 1..kGemmFp32Variants compute in FP32 (FP32 operands, products and
+// Rungs 1..kGemmFp32Rungs compute in FP32 (FP32 operands, products and
 // sums); the rungs after them on tensor cores, with rounded operands (each
 // Rung's `math` below).
-constexpr int kGemmFp32Variants = 8;
+constexpr int kGemmFp32Rungs = 8;
 
-// The workspace (floats) `variant` needs for an M x N x K product: 0 but
+// The workspace (floats) `rung` needs for an M x N x K product: 0 but
 // for the split shapes of 08 to 11.
-size_t gemm_workspace_floats(int variant, int64_t M, int64_t N, int64_t K);
+size_t gemm_workspace_floats(int rung, int64_t M, int64_t N, int64_t K);
 
-// Launches rung `variant` asynchronously on `stream`; the overload without a
+// Launches rung `rung` asynchronously on `stream`; the overload without a
 // workspace is for shapes that need none. Throws std::invalid_argument,
-// naming the argument, for an unknown variant, sizes < 0 or >= 2^31, an ld
+// naming the argument, for an unknown rung, sizes < 0 or >= 2^31, an ld
 // smaller than the stored row, or a missing workspace. With beta == 0, C is
 // not read (it may hold garbage or NaN, as in BLAS).
-void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+void gemm(int rung, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc, float* workspace, cudaStream_t stream);
-void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+void gemm(int rung, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc, cudaStream_t stream);
 // The same product of bfloat16 A and B (lda, ldb in elements), C float32:
 // only the rungs with a bfloat16 launcher (10, kBf16Gemm, and 12) read them, as
-// they are stored; any other variant throws std::invalid_argument.
-void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+// they are stored; any other rung throws std::invalid_argument.
+void gemm(int rung, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
           int64_t ldc, float* workspace, cudaStream_t stream);
 // ... with a bias (null, or N floats, one per column of C, added in FP32
@@ -72,10 +72,10 @@ void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 // bfloat16 C holds the float32 C's values rounded once to nearest even, in
 // the rung's epilogue (split: in its second pass, the partials float32).
 // Only the rungs with a bfloat16 launcher (10, 12).
-void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+void gemm(int rung, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,
           int64_t ldc, const float* bias, float* workspace, cudaStream_t stream);
-void gemm(int variant, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+void gemm(int rung, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, bfloat16* C,
           int64_t ldc, const float* bias, float* workspace, cudaStream_t stream);
 
@@ -146,7 +146,7 @@ struct Rung {
   LaunchBf16 launch_bf16 = nullptr;
   LaunchBf16Out launch_bf16_out = nullptr;
 };
-inline constexpr Rung kRungs[kGemmVariants] = {
+inline constexpr Rung kRungs[kGemmRungs] = {
     {"naive", naive},
     {"coalesced", coalesced},
     {"smem tiled", smem_tiled},
@@ -162,8 +162,8 @@ inline constexpr Rung kRungs[kGemmVariants] = {
     {"bf16 mma ldmatrix", bf16_pipelined, Math::kBf16, bf16_pipelined_workspace_floats,
      bf16_pipelined_of_bf16, bf16_pipelined_to_bf16},
 };
-static_assert(kRungs[kGemmFp32Variants - 1].math == Math::kFp32 &&
-              kRungs[kGemmFp32Variants].math != Math::kFp32);
+static_assert(kRungs[kGemmFp32Rungs - 1].math == Math::kFp32 &&
+              kRungs[kGemmFp32Rungs].math != Math::kFp32);
 // The tensor-core rungs, and they alone, have "mma" in their names: the GPU
 // report (tools/gpu/gpu_report.py) compares those with the vendor's TF32/BF16.
 static_assert([] {

@@ -4,7 +4,7 @@
 // of BK through shared memory. Three ideas, each one rung of the GEMM ladder,
 // all set by the Shape below:
 //
-// 128-bit accesses (variant 5 on). Global memory is read four floats at a
+// 128-bit accesses (rung 5 on). Global memory is read four floats at a
 //   time with one 16-byte load (vec4.cuh) wherever the operand allows it (an
 //   aligned strided matrix: tile::Strided::aligned) and the four lie inside
 //   the matrix; otherwise, at ragged edges, misaligned strides, and for the
@@ -12,13 +12,13 @@
 //   outside). Shared memory is read the same way: each thread owns runs of 4
 //   consecutive rows and 4 consecutive columns of its block's C tile, so the
 //   4 A values it needs for one k are one LDS.128 from the [k][m] tile, the 4
-//   B values one from the [k][n] tile. Variant 4 issued 8 scalar shared loads
+//   B values one from the [k][n] tile. Rung 4 issued 8 scalar shared loads
 //   per 16 multiply-adds; this issues 2.
 //
-// Warp tiles (variant 6 on). The block's threads are grouped by warp: each of
+// Warp tiles (rung 6 on). The block's threads are grouped by warp: each of
 //   the WarpsM x WarpsN warps owns a WarpM x WarpN sub-tile of C, and within
 //   it each lane owns SubM x SubN quads of 4x4 outputs, spaced LanesM*4 rows
-//   and LanesN*4 columns apart (lane = lane_m * LanesN + lane_n). Variant 6's
+//   and LanesN*4 columns apart (lane = lane_m * LanesN + lane_n). Rung 6's
 //   128x128 tile has 2 x 4 warps of 64 x 32, 8 x 4 lanes, 2 x 2 quads: an 8x8
 //   register block per thread, so each k costs 4 LDS.128 for 64 multiply-
 //   adds, and each element staged in shared memory is used by 128 threads'
@@ -26,7 +26,7 @@
 //   (128 consecutive bytes) and 4 different B quads, the rest broadcast: no
 //   bank conflicts.
 //
-// Double buffering (variant 7). Two shared-memory stages. While the threads
+// Double buffering (rung 7). Two shared-memory stages. While the threads
 //   multiply the tiles of step t from one stage, the loads of step t+1 are
 //   already in flight into registers; they are stored into the other stage
 //   after the multiply-adds, and one __syncthreads per step (not two) both
@@ -42,7 +42,7 @@
 // threads taking the BK/4 quads of one j in turn: with BK = 8 a warp reads 16
 // rows, 32 bytes each (whole sectors), and writes 4 scalars per quad down a
 // column of the tile; the padding (a row of BJ + 4 floats, 4 mod 32 banks)
-// puts a warp's 32 stores in 32 different banks. (With BK = 16, variant 5,
+// puts a warp's 32 stores in 32 different banks. (With BK = 16, rung 5,
 // two quads of a warp share each bank: a 2-way conflict on those stores.)
 //
 // The operands are accessors as in tile.cuh (kMajor, operator()(j, k)),
@@ -83,14 +83,14 @@ struct Shape {
   static_assert(32 % LanesM == 0 && BK % 4 == 0 && (Stages == 1 || Stages == 2));
 };
 
-// Variant 5: variant 4's 64x64 tile and BK = 16, with 16-byte loads; 8 warps
+// Rung 5: rung 4's 64x64 tile and BK = 16, with 16-byte loads; 8 warps
 // of 8 x 64 (2 x 16 lanes), one 4x4 quad per thread.
 using Vectorised = Shape<16, 8, 1, 2, 1, 1, 1, 4>;
-// Variant 6: a 128x128 tile, BK = 8, 2 x 4 warps of 64 x 32, 8x8 per thread.
+// Rung 6: a 128x128 tile, BK = 8, 2 x 4 warps of 64 x 32, 8x8 per thread.
 using WarpTiled = Shape<8, 2, 4, 8, 2, 2, 1, 2>;
-// Variant 7: variant 6, double-buffered.
+// Rung 7: rung 6, double-buffered.
 using DoubleBuffered = Shape<8, 2, 4, 8, 2, 2, 2, 2>;
-// Variant 7's tile cut to 64 rows (1 x 4 warps, 128 threads), for results
+// Rung 7's tile cut to 64 rows (1 x 4 warps, 128 threads), for results
 // of at most 64 rows (a convolution with 64 or fewer output channels).
 using DoubleBufferedNarrow = Shape<8, 1, 4, 8, 2, 2, 2, 3>;
 

@@ -12,10 +12,10 @@
 namespace anvil::cuda {
 namespace {
 
-void check_variant(const char* fn, int variant, int count) {
-  if (variant < 1 || variant > count)
-    throw std::invalid_argument(std::string("cuda::") + fn + ": no variant " +
-                                std::to_string(variant) + " (there are 1 to " +
+void check_rung(const char* fn, int number, int count) {
+  if (number < 1 || number > count)
+    throw std::invalid_argument(std::string("cuda::") + fn + ": no rung " +
+                                std::to_string(number) + " (there are 1 to " +
                                 std::to_string(count) + ")");
 }
 
@@ -26,52 +26,52 @@ void check_count(const char* what, int64_t v) {
 
 }  // namespace
 
-size_t sum_workspace_floats(int variant, int64_t n) {
-  check_variant("sum", variant, kSumVariants);
+size_t sum_workspace_floats(int number, int64_t n) {
+  check_rung("sum", number, kSumRungs);
   check_count("cuda::sum_workspace_floats: n", n);
-  return variant == 4 ? sum_rungs::two_pass_workspace_floats(n) : 0;
+  return number == 4 ? sum_rungs::two_pass_workspace_floats(n) : 0;
 }
 
-void sum(int variant, int64_t n, const float* x, float* out, float* workspace,
+void sum(int number, int64_t n, const float* x, float* out, float* workspace,
          cudaStream_t stream) {
-  check_variant("sum", variant, kSumVariants);
+  check_rung("sum", number, kSumRungs);
   check_count("cuda::sum: n", n);
-  if (variant != 4 || n == 0) {
+  if (number != 4 || n == 0) {
     check(cudaMemsetAsync(out, 0, sizeof(float), stream), "cuda::sum: zeroing out");
     if (n == 0) return;
   }
-  if (variant == 4 && workspace == nullptr)
-    throw std::invalid_argument("cuda::sum: variant 4 needs sum_workspace_floats(4, n) floats "
+  if (number == 4 && workspace == nullptr)
+    throw std::invalid_argument("cuda::sum: rung 4 needs sum_workspace_floats(4, n) floats "
                                 "of workspace");
-  sum_rungs::kRungs[variant - 1].launch(n, x, out, workspace, stream);
+  sum_rungs::kRungs[number - 1].launch(n, x, out, workspace, stream);
 }
 
-size_t channel_sum_workspace_floats(int variant, int64_t outer, int64_t C, int64_t inner) {
-  check_variant("channel_sum", variant, kChannelSumVariants);
+size_t channel_sum_workspace_floats(int number, int64_t outer, int64_t C, int64_t inner) {
+  check_rung("channel_sum", number, kChannelSumRungs);
   check_count("cuda::channel_sum_workspace_floats: outer", outer);
   check_count("cuda::channel_sum_workspace_floats: C", C);
   check_count("cuda::channel_sum_workspace_floats: inner", inner);
-  return variant == 1 ? 0 : channel_sum_rungs::split_workspace_floats(outer, C, inner);
+  return number == 1 ? 0 : channel_sum_rungs::split_workspace_floats(outer, C, inner);
 }
 
 namespace {
 
 template <class T>
-void checked_channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const T* dy,
+void checked_channel_sum(int number, int64_t outer, int64_t C, int64_t inner, const T* dy,
                          float* db, float* workspace, cudaStream_t stream) {
-  check_variant("channel_sum", variant, kChannelSumVariants);
+  check_rung("channel_sum", number, kChannelSumRungs);
   check_count("cuda::channel_sum: outer", outer);
   check_count("cuda::channel_sum: C", C);
   check_count("cuda::channel_sum: inner", inner);
   if (C > INT32_MAX) throw std::invalid_argument("cuda::channel_sum: C is 2^31 or more");
-  const channel_sum_rungs::Rung& rung = channel_sum_rungs::kRungs[variant - 1];
+  const channel_sum_rungs::Rung& rung = channel_sum_rungs::kRungs[number - 1];
   if constexpr (!std::is_same_v<T, float>)
     if (rung.launch_bf16 == nullptr)
-      throw std::invalid_argument("cuda::channel_sum: variant " + std::to_string(variant) + " (" +
+      throw std::invalid_argument("cuda::channel_sum: rung " + std::to_string(number) + " (" +
                                   rung.name + ") reads float32 only");
   if (C == 0) return;
-  if (variant == 2 && workspace == nullptr)
-    throw std::invalid_argument("cuda::channel_sum: variant 2 needs channel_sum_workspace_floats "
+  if (number == 2 && workspace == nullptr)
+    throw std::invalid_argument("cuda::channel_sum: rung 2 needs channel_sum_workspace_floats "
                                 "floats of workspace");
   if constexpr (std::is_same_v<T, float>)
     rung.launch(outer, C, inner, dy, db, workspace, stream);
@@ -81,13 +81,13 @@ void checked_channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, c
 
 }  // namespace
 
-void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
+void channel_sum(int number, int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
                  float* workspace, cudaStream_t stream) {
-  checked_channel_sum(variant, outer, C, inner, dy, db, workspace, stream);
+  checked_channel_sum(number, outer, C, inner, dy, db, workspace, stream);
 }
-void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const bfloat16* dy,
+void channel_sum(int number, int64_t outer, int64_t C, int64_t inner, const bfloat16* dy,
                  float* db, float* workspace, cudaStream_t stream) {
-  checked_channel_sum(variant, outer, C, inner, dy, db, workspace, stream);
+  checked_channel_sum(number, outer, C, inner, dy, db, workspace, stream);
 }
 
 // ---- CudaBackend (cuda_backend.h) ----

@@ -2,12 +2,12 @@
 // gradients), and the min and max of int64 labels. Every kernel is launched
 // with 256 threads (__launch_bounds__).
 //
-// sum(variant, n, x, out): out[0] = x[0] + ... + x[n-1], a ladder of rungs:
+// sum(rung, n, x, out): out[0] = x[0] + ... + x[n-1], a ladder of rungs:
 //   sum_01_atomic.cu            one atomicAdd per element
 //   sum_02_tree.cu              per-thread slices, a shared-memory tree per block
 //   sum_03_shuffle.cu           the block's tree by warp shuffles
 //   sum_04_two_pass.cu (ships)  per-block partials, a second pass: deterministic
-// channel_sum(variant, outer, C, inner, dy, db): db[c] = the sum of
+// channel_sum(rung, outer, C, inner, dy, db): db[c] = the sum of
 // dy[o, c, i] over o and i, overwriting db; deterministic in both rungs:
 //   channel_sum_01_block.cu          one block per channel
 //   channel_sum_02_split.cu (ships)  several blocks per channel, a fixed-order fold
@@ -28,22 +28,22 @@ namespace anvil::cuda {
 // Rungs 01-03 zero out[0] on the stream (cudaMemsetAsync) before their
 // kernel. The grid is capped (1024 blocks), each thread looping over its
 // grid-stride slice; indices are int64, so n may exceed 2^31. n == 0 gives 0.
-constexpr int kSumVariants = 4;
+constexpr int kSumRungs = 4;
 constexpr int kBestSum = 4;
-size_t sum_workspace_floats(int variant, int64_t n);
-void sum(int variant, int64_t n, const float* x, float* out, float* workspace,
+size_t sum_workspace_floats(int rung, int64_t n);
+void sum(int rung, int64_t n, const float* x, float* out, float* workspace,
          cudaStream_t stream);
 
 // A channel is `outer` runs of `inner` contiguous floats, C*inner apart.
-constexpr int kChannelSumVariants = 2;
+constexpr int kChannelSumRungs = 2;
 constexpr int kBestChannelSum = 2;
-size_t channel_sum_workspace_floats(int variant, int64_t outer, int64_t C, int64_t inner);
-void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
+size_t channel_sum_workspace_floats(int rung, int64_t outer, int64_t C, int64_t inner);
+void channel_sum(int rung, int64_t outer, int64_t C, int64_t inner, const float* dy, float* db,
                  float* workspace, cudaStream_t stream);
 // The same sum of a bfloat16 dy (autocast's gradients), read as stored and
 // added in FP32 in the float32 sum's order, so db is bitwise the sum of dy's
 // float32 copy; only the rung with a bfloat16 launcher (02) reads it.
-void channel_sum(int variant, int64_t outer, int64_t C, int64_t inner, const bfloat16* dy,
+void channel_sum(int rung, int64_t outer, int64_t C, int64_t inner, const bfloat16* dy,
                  float* db, float* workspace, cudaStream_t stream);
 
 // out[0] = min, out[1] = max of labels[0..n), n >= 1 (out: two int64 of device memory).
@@ -61,7 +61,7 @@ struct Rung {
   const char* name;
   Launch launch;
 };
-inline constexpr Rung kRungs[kSumVariants] = {
+inline constexpr Rung kRungs[kSumRungs] = {
     {"atomic", atomic}, {"tree", tree}, {"shuffle", shuffle}, {"two-pass", two_pass}};
 }  // namespace sum_rungs
 
@@ -79,7 +79,7 @@ struct Rung {
   Launch launch;
   LaunchBf16 launch_bf16 = nullptr;  // null: reads float32 only
 };
-inline constexpr Rung kRungs[kChannelSumVariants] = {
+inline constexpr Rung kRungs[kChannelSumRungs] = {
     {"block per channel", block_per_channel}, {"split", split, split}};
 }  // namespace channel_sum_rungs
 

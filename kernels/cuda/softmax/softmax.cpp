@@ -24,16 +24,16 @@ unsigned softmax_rungs::grid_for(int64_t rows, int64_t rows_per_block) {
   return static_cast<unsigned>(b);
 }
 
-void softmax_cross_entropy_forward(int variant, int64_t N, int64_t C, const float* logits,
+void softmax_cross_entropy_forward(int number, int64_t N, int64_t C, const float* logits,
                                    const int64_t* labels, float label_smoothing, float* loss,
                                    float* probs, cudaStream_t stream) {
-  if (variant < 1 || variant > kSoftmaxVariants)
-    throw std::invalid_argument("cuda::softmax_cross_entropy_forward: no variant " +
-                                std::to_string(variant) + " (there are 1 to " +
-                                std::to_string(kSoftmaxVariants) + ")");
+  if (number < 1 || number > kSoftmaxRungs)
+    throw std::invalid_argument("cuda::softmax_cross_entropy_forward: no rung " +
+                                std::to_string(number) + " (there are 1 to " +
+                                std::to_string(kSoftmaxRungs) + ")");
   softmax_rungs::check_shape("softmax_cross_entropy_forward", N, C);
   if (N == 0) return;
-  softmax_rungs::kRungs[variant - 1].launch(
+  softmax_rungs::kRungs[number - 1].launch(
       {N, C, logits, labels, label_smoothing, loss, probs}, stream);
 }
 

@@ -32,12 +32,12 @@
 
 namespace anvil::cuda {
 
-constexpr int kSoftmaxVariants = 3;
+constexpr int kSoftmaxRungs = 3;
 constexpr int kBestSoftmax = 3;  // the one the backend uses
 
 // As cpu::softmax_cross_entropy_*: labels in [0, C) (checked by the caller).
 // Indices are int64 (N*C may exceed 2^31); N needs at most 2^31-1 blocks.
-void softmax_cross_entropy_forward(int variant, int64_t N, int64_t C, const float* logits,
+void softmax_cross_entropy_forward(int rung, int64_t N, int64_t C, const float* logits,
                                    const int64_t* labels, float label_smoothing, float* loss,
                                    float* probs, cudaStream_t stream);
 // bfloat16 logits (autocast's) on the rung that ships, each widened as it is
@@ -76,7 +76,7 @@ struct Rung {
   const char* name;
   Launch launch;
 };
-inline constexpr Rung kRungs[kSoftmaxVariants] = {
+inline constexpr Rung kRungs[kSoftmaxRungs] = {
     {"thread per row", thread_per_row}, {"block per row", block_per_row},
     {"warp per row", warp_per_row}};
 // Throws std::invalid_argument naming `fn` unless N >= 0 and C >= 1.
