@@ -4,6 +4,7 @@
 // interface; kernels/cpu and kernels/cuda implement it.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "core/tensor.h"
@@ -96,8 +97,15 @@ class Backend {
   // predictions, added up on the device.
   virtual void count_correct(const Tensor& logits, const Tensor& labels,
                              const Tensor& counter) = 0;
-  // Smallest and largest label, for range checks (labels are int64, numel >= 1).
-  virtual std::pair<int64_t, int64_t> label_range(const Tensor& labels) = 0;
+  // Checks that every label (int64, numel >= 1) is in [0, classes): a bad
+  // one throws std::invalid_argument with label_error()'s message, naming
+  // the first bad label, its position and the class count. The CPU backend
+  // throws at once. The CUDA backend does not wait for the device: a kernel
+  // records the first bad label on the device and the backend throws at its
+  // next wait for the device (a copy to the host, synchronize()), which the
+  // training loop already has at its log interval and the epoch's end; the
+  // kernels queued meanwhile see the bad label (its row's loss is nan).
+  virtual void check_labels(const Tensor& labels, int64_t classes) = 0;
 
   // x viewed as [N, C, HW].
   virtual void batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
@@ -129,6 +137,12 @@ inline NchwView nchw_view(const Tensor& x) {
   int64_t N = x.size(0), C = x.size(1);
   return {N, C, N * C > 0 ? x.numel() / (N * C) : 0};
 }
+
+// The message of a label outside [0, classes) (Backend::check_labels): the
+// label, the class count, its position in a batch of `size` labels, then
+// `found` where not empty (how a deferred check came upon it).
+std::string label_error(int64_t label, int64_t classes, int64_t position, int64_t size,
+                        const std::string& found = {});
 
 // The backend for a device; throws a clear error for a device this build
 // cannot run on.

@@ -41,7 +41,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
 
 enum class Reduction { None, Mean, Sum };
 // Fused log-softmax + negative log-likelihood over logits[N,C] and int64
-// labels[N] in [0, C) (checked). label_smoothing e in [0, 1] (checked), as
+// labels[N] in [0, C) (checked: on the CPU at once; on a GPU without waiting
+// for it, the error thrown at the device's next wait, Backend::check_labels).
+// label_smoothing e in [0, 1] (checked), as
 // PyTorch's CrossEntropyLoss(label_smoothing=e): the target of row i is
 // (1 - e) onehot(labels[i]) + e / C, so the loss is
 // (1 - e) * nll + e * mean_j(-log_softmax(logits)[i, j]).

@@ -268,12 +268,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, Reduction reduc
   const float smoothing = static_cast<float>(label_smoothing);
   int64_t N = logits.size(0), C = logits.size(1);
   Backend& be = backend(logits);
-  if (N > 0) {
-    auto [lo, hi] = be.label_range(labels);
-    if (lo < 0 || hi >= C)
-      throw std::invalid_argument(fmt::format(
-          "cross_entropy: label {} out of range [0, {}) for {} classes", lo < 0 ? lo : hi, C, C));
-  }
+  // At once on the CPU; on a GPU at the device's next wait for the host
+  // (Backend::check_labels), so that a training step does not wait.
+  if (N > 0) be.check_labels(labels, C);
   Tensor loss = Tensor::empty({N}, DType::Float32, logits.device());
   Tensor probs = Tensor::empty(logits.shape(), DType::Float32, logits.device());
   be.softmax_cross_entropy_forward(logits, labels, smoothing, loss, probs);

@@ -138,9 +138,9 @@ class ProfilingBackend final : public Backend {
     Op op(this, Family::Other, "count_correct");
     b_.count_correct(logits, labels, counter);
   }
-  std::pair<int64_t, int64_t> label_range(const Tensor& labels) override {
-    Op op(this, Family::CrossEntropy, "label_range");
-    return b_.label_range(labels);
+  void check_labels(const Tensor& labels, int64_t classes) override {
+    Op op(this, Family::CrossEntropy, "check_labels");
+    b_.check_labels(labels, classes);
   }
   void batch_norm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                 float eps, float momentum, const Tensor& running_mean,

@@ -53,10 +53,9 @@ void DevicePrefetcher::issue() {
     pending_.labels = Tensor::from_host(b.labels.data(), {b.size}, DType::Int64);
     return;
   }
-  Staging& slot = staging_[size_t(next_slot_)];
-  next_slot_ ^= 1;
-  // The copy issued from this slot two batches ago must have read it.
-  if (slot.copied) slot.copied->synchronize();
+  Staging& slot = free_staging();
+  pending_slot_ = size_t(&slot - staging_.data());
+  slot.issued = ++issued_;
   Tensor host_images = pinned_buffer(slot.images, image_shape, DType::Float32);
   Tensor host_labels = pinned_buffer(slot.labels, {b.size}, DType::Int64);
   // A rank's shard of a batch may be empty: no bytes, and no pointers to copy from.
@@ -72,12 +71,26 @@ void DevicePrefetcher::issue() {
   slot.copied->record(Stream::Copy);
 }
 
+DevicePrefetcher::Staging& DevicePrefetcher::free_staging() {
+  // A copy issued a step or more ago has as a rule finished (a step is
+  // longer than a batch's copy): its buffer is reused without the host
+  // blocking, which a training step must not do.
+  for (Staging& s : staging_)
+    if (!s.copied || s.copied->ready()) return s;
+  if (staging_.size() < kMaxStaging) return staging_.emplace_back();
+  // Copies slower than the steps: wait for the oldest.
+  Staging* oldest = &staging_[0];
+  for (Staging& s : staging_)
+    if (s.issued < oldest->issued) oldest = &s;
+  oldest->copied->synchronize();
+  return *oldest;
+}
+
 bool DevicePrefetcher::next(DeviceBatch& out) {
   if (!has_pending_) return false;
   if (!device_.is_cpu()) {
     // Kernels the caller issues from now on read the copied batch.
-    Staging& slot = staging_[size_t(next_slot_ ^ 1)];
-    slot.copied->wait(Stream::Compute);
+    staging_[pending_slot_].copied->wait(Stream::Compute);
   }
   std::swap(out, pending_);
   issue();

@@ -11,11 +11,17 @@
 // and copied to the device on the copy stream (core/stream.h); next() makes
 // the compute stream wait for that copy, then at once issues the copy of the
 // following batch, so it runs under the kernels the caller issues next. A
-// pinned buffer is refilled only after the copy that read it has finished.
-// On the CPU the batch is wrapped into tensors directly.
+// pinned buffer is refilled only after the copy that read it has finished:
+// one whose copy has finished is reused, else a new one is made (up to
+// kMaxStaging, then the host waits for the oldest copy), so that a steady
+// step does not block the host (two buffers are enough where a step takes
+// longer than a batch's copy). On the CPU the batch is wrapped into tensors
+// directly.
 #pragma once
-#include <array>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/stream.h"
 #include "core/tensor.h"
@@ -47,16 +53,21 @@ class DevicePrefetcher {
   bool next(DeviceBatch& out);
 
  private:
+  static constexpr size_t kMaxStaging = 4;
   struct Staging {
     Tensor images, labels;  // pinned host memory
     std::unique_ptr<Event> copied;  // recorded after the copies that read them
+    uint64_t issued = 0;            // when its last copy was issued (issue()'s count)
   };
   void issue();  // loads the next batch and starts its copy (if any)
+  // A staging buffer no queued copy reads any more.
+  Staging& free_staging();
 
   DataLoader& loader_;
   Device device_;
-  std::array<Staging, 2> staging_;
-  int next_slot_ = 0;
+  std::vector<Staging> staging_;
+  size_t pending_slot_ = 0;  // the staging buffer of pending_'s copy
+  uint64_t issued_ = 0;
   bool has_pending_ = false;
   DeviceBatch pending_;
 };

@@ -29,7 +29,8 @@ struct EpochStats {
 // accuracy are summed on the batches' device; stats() reads them back, which
 // waits for the device, so a callback should call it only when it shows them
 // (a GPU that is waited for after every step idles while the host issues the
-// next one).
+// next one). A steady step itself never waits: on a GPU a label out of range
+// is thrown at that read, or at the epoch's end (Backend::check_labels).
 struct EpochProgress {
   int64_t done = 0;   // batches done
   int64_t total = 0;  // batches in the epoch

@@ -391,6 +391,11 @@ StreamMode stream_mode();
 // deferred stream mode (the default; eager mode runs work as it is queued).
 // Tests use it to keep such waits out of the training step.
 uint64_t host_waits();
+// How many of those blocking calls so far, whether or not they found work
+// queued: each is a point where the host stops until the device has caught
+// up, which a captured CUDA graph cannot hold. Tests use it to keep the
+// training step free of them.
+uint64_t host_syncs();
 
 // The launch audit (docs/kernels.md, "Launch audit"): while it records, every
 // block of every launch is timed (thread CPU time) and each kernel's launches,

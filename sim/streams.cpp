@@ -127,8 +127,10 @@ bool eager() { return mode_setting().load() == anvil::sim::StreamMode::kEager; }
 // Simulated NCCL communicators with ranks in other processes (remote_comm_opened).
 std::atomic<int> remote_comms{0};
 
-// Blocking calls that found device work still to run (anvil::sim::host_waits).
+// Blocking calls that found device work still to run (anvil::sim::host_waits),
+// and all blocking calls (anvil::sim::host_syncs).
 std::atomic<uint64_t> host_wait_count{0};
+std::atomic<uint64_t> host_sync_count{0};
 
 // The first failure among the work one call runs.
 struct Outcome {
@@ -307,6 +309,7 @@ cudaError_t synchronise(const Targets& targets, HostBlocks blocks = HostBlocks::
                         OnStall on_stall = OnStall::kWait) {
   Outcome out;
   const Clock::time_point deadline = Clock::now() + stall_limit();
+  if (blocks == HostBlocks::kYes) host_sync_count.fetch_add(1, std::memory_order_relaxed);
   bool counted = blocks == HostBlocks::kNo;
   for (;;) {
     bool stalled = false;
@@ -484,6 +487,7 @@ void set_stream_mode(StreamMode mode) { mode_setting().store(mode); }
 StreamMode stream_mode() { return mode_setting().load(); }
 
 uint64_t host_waits() { return host_wait_count.load(std::memory_order_relaxed); }
+uint64_t host_syncs() { return host_sync_count.load(std::memory_order_relaxed); }
 
 }  // namespace anvil::sim
 

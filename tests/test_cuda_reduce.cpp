@@ -1,7 +1,7 @@
 // kernels/cuda reductions (kernels/cuda/reduce/): every sum rung against cpu::sum on
 // sizes around the warp, block and grid boundaries, the determinism of the
 // two-pass rung, channel_sum against cpu::channel_sum on ragged shapes,
-// and label_min_max. Runs on the simulator (ANVIL_CUDA=SIM) or on a real GPU.
+// and label_check. Runs on the simulator (ANVIL_CUDA=SIM) or on a real GPU.
 #if defined(ANVIL_CUDA_BACKEND)
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -195,27 +195,37 @@ TEST_CASE("cuda reduce: channel_sum rung 2 is bitwise deterministic", "[cuda][re
   }
 }
 
-TEST_CASE("cuda reduce: label_min_max", "[cuda][reduce]") {
+TEST_CASE("cuda reduce: label_check keeps the first bad label", "[cuda][reduce]") {
   if (!cuda_test::have_device()) return;
-  SECTION("one label") {
-    DeviceBuffer<int64_t> labels(std::vector<int64_t>{42}), out(2);
-    anvil::cuda::label_min_max(1, labels.ptr, out.ptr, nullptr);
-    REQUIRE(out.to_host() == std::vector<int64_t>{42, 42});
+  using anvil::cuda::kLabelRecordSlots;
+  const std::vector<int64_t> clear(kLabelRecordSlots, -1);
+  SECTION("labels in range write nothing") {
+    DeviceBuffer<int64_t> labels(std::vector<int64_t>{0, 9, 3}), record(clear);
+    anvil::cuda::label_check(3, labels.ptr, 10, 1, record.ptr, nullptr);
+    REQUIRE(record.to_host() == clear);
   }
-  SECTION("a batch with the extremes anywhere, beyond 32 bits") {
-    for (int64_t n : {2, 31, 33, 257, 1000}) {
+  SECTION("the first bad position whatever the slice, beyond 32 bits") {
+    for (int64_t n : {1, 2, 31, 33, 257, 1000}) {
       std::vector<int64_t> host(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) host[size_t(i)] = (i * 37) % 11 - 3;
-      host[size_t(n * 2 / 3)] = int64_t{-5} << 40;
-      host[size_t(n / 3)] = int64_t{7} << 40;
-      DeviceBuffer<int64_t> labels(host), out(2);
-      anvil::cuda::label_min_max(n, labels.ptr, out.ptr, nullptr);
+      for (int64_t i = 0; i < n; ++i) host[size_t(i)] = (i * 37) % 11;
+      const int64_t first = n * 2 / 3;
+      host[size_t(first)] = int64_t{-5} << 40;
+      if (n > 2) host[size_t(n - 1)] = 11;  // a later bad one, in another thread's slice
+      DeviceBuffer<int64_t> labels(host), record(clear);
+      anvil::cuda::label_check(n, labels.ptr, 11, 7, record.ptr, nullptr);
       INFO("n " << n);
-      REQUIRE(out.to_host() == std::vector<int64_t>{int64_t{-5} << 40, int64_t{7} << 40});
+      REQUIRE(record.to_host() == std::vector<int64_t>{first, int64_t{-5} << 40, 11, 7, n});
     }
   }
+  SECTION("a record already written is kept") {
+    DeviceBuffer<int64_t> a(std::vector<int64_t>{0, 12}), b(std::vector<int64_t>{-1}),
+        record(clear);
+    anvil::cuda::label_check(2, a.ptr, 10, 1, record.ptr, nullptr);
+    anvil::cuda::label_check(1, b.ptr, 10, 2, record.ptr, nullptr);
+    REQUIRE(record.to_host() == std::vector<int64_t>{1, 12, 10, 1, 2});
+  }
   SECTION("n = 0 is refused") {
-    REQUIRE_THROWS_AS(anvil::cuda::label_min_max(0, nullptr, nullptr, nullptr),
+    REQUIRE_THROWS_AS(anvil::cuda::label_check(0, nullptr, 10, 1, nullptr, nullptr),
                       std::invalid_argument);
   }
 }

@@ -3,12 +3,14 @@
 // step, a checkpoint restores weights and momentum exactly (so 1 + 1 epochs
 // equal 2), and a bad checkpoint is refused, naming the file, without
 // touching the model or the optimizer. On a simulated GPU, an epoch's
-// running totals stay on the device: a step waits for it once, not once per
-// figure. Synthetic images: no dataset needed.
+// running totals stay on the device and a steady step never waits for it; a
+// bad label is reported at the next point that does. Synthetic images: no
+// dataset needed.
 #include <catch2/catch.hpp>
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/precision.h"
@@ -251,13 +253,15 @@ TEST_CASE("A bad run checkpoint is refused, naming the file, and changes nothing
 
 #if defined(ANVIL_CUDA_SIM)
 // train_epoch adds each batch's loss and correct predictions to totals kept
-// on the device and reads them once, at the end. The waits left in a step are
-// cross_entropy's label check (see test_resnet.cpp), one per step; the
-// simulator counts them (anvil::sim::host_waits). A progress callback that
-// reads the figures after every batch adds at least one wait a batch (each
-// copy to the host is one), which this test shows, so it can tell the two
-// apart: before the totals moved to the device, a step waited 3 times.
-TEST_CASE("cuda: train_epoch waits for the device once a step and gives the CPU's figures",
+// on the device, and cross_entropy checks the labels there too
+// (Backend::check_labels): a steady step queues its work and returns without
+// the host ever waiting for the device, so that it could be captured as one
+// CUDA graph. The simulator counts every blocking call (anvil::sim::host_syncs)
+// and those that found work queued (host_waits). The host waits only where the
+// figures are read: a progress callback's stats() (anvil-train's log line)
+// and the epoch's end. Before the label check moved to the device, every step
+// waited once; before the totals did, 3 times.
+TEST_CASE("cuda: a steady train_epoch step never waits for the device and gives the CPU's figures",
           "[train][cuda]") {
   if (!cuda_test::have_device()) return;
   // FP32 on both devices (cuda:0 would take TF32 convolutions by default):
@@ -267,8 +271,10 @@ TEST_CASE("cuda: train_epoch waits for the device once a step and gives the CPU'
   struct Outcome {
     train::EpochStats stats;
     uint64_t waits = 0;
+    std::vector<uint64_t> syncs, step_waits;  // per step, its stats() read included
   };
-  auto epoch_on = [](Device device, int64_t batches, bool read_every_batch) {
+  // log_every > 0: the callback reads the figures after every log_every-th step.
+  auto epoch_on = [](Device device, int64_t batches, int64_t log_every) {
     auto set = synthetic_set(batches * 4);
     data::DataLoader loader(set, 4, true, false, 3);
     Generator gen(5);
@@ -276,26 +282,86 @@ TEST_CASE("cuda: train_epoch waits for the device once a step and gives the CPU'
     model->to(device);
     optim::SGD sgd(model->parameters(), {.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
     train::EpochOptions options;
-    int64_t read = 0;
-    if (read_every_batch)
-      options.progress = [&](const train::EpochProgress& p) { read += p.stats().examples > 0; };
     Outcome out;
+    uint64_t syncs = anvil::sim::host_syncs(), waits = anvil::sim::host_waits();
+    options.progress = [&](const train::EpochProgress& p) {
+      if (log_every > 0 && p.done % log_every == 0) CHECK(p.stats().examples == p.done * 4);
+      out.syncs.push_back(anvil::sim::host_syncs() - std::exchange(syncs, anvil::sim::host_syncs()));
+      out.step_waits.push_back(anvil::sim::host_waits() -
+                               std::exchange(waits, anvil::sim::host_waits()));
+    };
     const uint64_t before = anvil::sim::host_waits();
     out.stats = train::train_epoch(*model, sgd, loader, device, options);
     out.waits = anvil::sim::host_waits() - before;
-    if (read_every_batch) CHECK(read == batches);
+    CHECK(int64_t(out.syncs.size()) == batches);
     return out;
   };
   const Device gpu = Device::cuda(0);
-  const Outcome four = epoch_on(gpu, 4, false), eight = epoch_on(gpu, 8, false);
-  CHECK(eight.waits - four.waits == 4);
-  const Outcome eight_read = epoch_on(gpu, 8, true);
-  CHECK(eight_read.waits - eight.waits >= 8);
+  const Outcome four = epoch_on(gpu, 4, 0), eight = epoch_on(gpu, 8, 0);
+  // Every step after the first (which may make the label record) is steady.
+  for (size_t k = 1; k < eight.syncs.size(); ++k) {
+    INFO("step " << k + 1);
+    CHECK(eight.syncs[k] == 0);
+    CHECK(eight.step_waits[k] == 0);
+  }
+  CHECK(eight.waits == four.waits);  // the epoch's end, whatever its length
+  // Read every 4 steps (a log interval): those steps wait, once a figure
+  // (each copy to the host is one); the others never.
+  const Outcome logged = epoch_on(gpu, 8, 4);
+  for (size_t k = 1; k < logged.syncs.size(); ++k) {
+    INFO("step " << k + 1);
+    if ((k + 1) % 4 == 0) {
+      CHECK(logged.step_waits[k] == 2);
+    } else {
+      CHECK(logged.syncs[k] == 0);
+      CHECK(logged.step_waits[k] == 0);
+    }
+  }
 
-  const Outcome cpu = epoch_on(Device::cpu(), 8, false);
+  const Outcome cpu = epoch_on(Device::cpu(), 8, 0);
   CHECK(eight.stats.examples == 32);
   CHECK(eight.stats.loss == Approx(cpu.stats.loss).epsilon(1e-4));
   CHECK(eight.stats.accuracy == cpu.stats.accuracy);
-  CHECK(eight_read.stats.loss == eight.stats.loss);
+  CHECK(logged.stats.loss == eight.stats.loss);
+}
+
+// A label out of range on a GPU is found by a kernel without a wait and
+// reported where the loop next waits (the log line's figures, the epoch's
+// end), naming the label, its position and the class count; on the CPU at
+// once, in the step that has it.
+TEST_CASE("cuda: train_epoch reports a bad label at its next wait for the device",
+          "[train][cuda]") {
+  if (!cuda_test::have_device()) return;
+  const cuda_test::SyncLaunches no_sync(false);
+  auto reached_on = [](Device device, int64_t log_every) {
+    auto set = std::const_pointer_cast<data::ImageSet>(synthetic_set(16));
+    set->labels[size_t(4 + 1)] = 10;  // batch 2, position 1: LeNet has 10 classes
+    data::DataLoader loader(set, 4, false, false, 3);
+    Generator gen(5);
+    auto model = models::lenet(models::Init::Kaiming, &gen);
+    model->to(device);
+    optim::SGD sgd(model->parameters(), {.lr = 0.05});
+    train::EpochOptions options;
+    int64_t reached = 0;
+    options.progress = [&](const train::EpochProgress& p) {
+      reached = p.done;
+      if (log_every > 0 && p.done % log_every == 0) (void)p.stats();
+    };
+    CHECK_THROWS_WITH(train::train_epoch(*model, sgd, loader, device, options),
+                      Contains("label 10 out of range [0, 10) for 10 classes") &&
+                          Contains("at position 1 of a batch of 4"));
+    return reached;
+  };
+  CHECK(reached_on(Device::cpu(), 3) == 1);    // in step 2, before its callback
+  CHECK(reached_on(Device::cuda(0), 3) == 3);  // at the log point after step 3
+  CHECK(reached_on(Device::cuda(0), 0) == 4);  // at the epoch's end
+  // Reported once: the device's next epoch runs clean.
+  auto set = synthetic_set(8);
+  data::DataLoader loader(set, 4, false, false, 3);
+  Generator gen(5);
+  auto model = models::lenet(models::Init::Kaiming, &gen);
+  model->to(Device::cuda(0));
+  optim::SGD sgd(model->parameters(), {.lr = 0.05});
+  CHECK(train::train_epoch(*model, sgd, loader, Device::cuda(0)).examples == 8);
 }
 #endif

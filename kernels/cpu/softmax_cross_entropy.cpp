@@ -17,6 +17,7 @@
 // float32 island (autocast's policy) without a conversion pass either way.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
@@ -121,10 +122,11 @@ void CpuBackend::count_correct(const Tensor& logits, const Tensor& labels,
         cpu::count_correct(logits.size(0), logits.size(1), logits.data<T>(), int64s(labels));
   });
 }
-std::pair<int64_t, int64_t> CpuBackend::label_range(const Tensor& labels) {
+void CpuBackend::check_labels(const Tensor& labels, int64_t classes) {
   const int64_t* p = int64s(labels);
-  auto [lo, hi] = std::minmax_element(p, p + labels.numel());
-  return {*lo, *hi};
+  for (int64_t i = 0; i < labels.numel(); ++i)
+    if (p[i] < 0 || p[i] >= classes)
+      throw std::invalid_argument(label_error(p[i], classes, i, labels.numel()));
 }
 
 }  // namespace anvil::cpu

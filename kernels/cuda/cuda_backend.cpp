@@ -3,8 +3,13 @@
 // kernels).
 #include "kernels/cuda/cuda_backend.h"
 
+#include <fmt/format.h>
+
 #include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "kernels/cuda/reduce/reduce.h"
 
 namespace anvil::cuda {
 
@@ -19,6 +24,8 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
                                                 : cudaMemcpyDeviceToDevice;
   // Peer copies between devices go through unified addressing (cudaMemcpyDefault).
   if (kind == cudaMemcpyDeviceToDevice && src.device() != dst.device()) kind = cudaMemcpyDefault;
+  // A copy into pageable host memory blocks: the label record comes back with it.
+  if (dst.device().is_cpu()) queue_label_record();
   check(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), bytes, kind, stream_), "cudaMemcpyAsync");
   // A host destination must hold the data on return; a pageable host source
   // has been staged by the time cudaMemcpyAsync returns, but a pinned one is
@@ -29,8 +36,33 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
 
 void CudaBackend::activate() const { check(cudaSetDevice(device_), "cudaSetDevice"); }
 
-void CudaBackend::wait() const {
+void CudaBackend::queue_label_record() {
+  if (labels_checked_ == 0 || label_record_queued_) return;
+  // Bring the record back and clear it, in the stream's order: no wait of
+  // its own.
+  const size_t bytes = kLabelRecordSlots * sizeof(int64_t);
+  check(cudaMemcpyAsync(label_record_host_, label_record_, bytes, cudaMemcpyDeviceToHost,
+                        stream_),
+        "cudaMemcpyAsync");
+  check(cudaMemcpyAsync(label_record_, label_record_host_ + kLabelRecordSlots, bytes,
+                        cudaMemcpyHostToDevice, stream_),
+        "cudaMemcpyAsync");
+  label_record_queued_ = true;
+}
+
+void CudaBackend::wait() {
+  queue_label_record();
   check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  if (!std::exchange(label_record_queued_, false)) return;
+  const int64_t checked = std::exchange(labels_checked_, 0);
+  const int64_t* record = label_record_host_;
+  if (record[kLabelRecordIndex] >= 0)
+    throw std::invalid_argument(label_error(
+        record[kLabelRecordLabel], record[kLabelRecordClasses], record[kLabelRecordIndex],
+        record[kLabelRecordSize],
+        fmt::format("found on cuda:{} when the host next waited for it: label check {} of the {} "
+                    "since the wait before",
+                    device_, record[kLabelRecordBatch], checked)));
 }
 
 Tensor CudaBackend::workspace(size_t floats) const {

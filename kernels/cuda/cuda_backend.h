@@ -18,23 +18,32 @@ std::unique_ptr<Allocator> make_caching_allocator(int device);
 // allocator. Each method is defined beside the kernels it launches, in that
 // family's host file: an op's CUDA code is in one place. Kernels run
 // asynchronously; a method that hands a value to the host (a copy to the
-// CPU, label_range) waits for the stream first.
+// CPU) waits for the stream first. check_labels does not wait: a kernel
+// keeps the first bad label in a record on the device, which every wait
+// brings back with it and which then throws.
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
 
   // copy in cuda_backend.cpp; the others in their family's host file:
   // gemm/gemm.cpp, conv/conv.cpp, reduce/reduce.cpp (channel_sum, sum,
-  // label_range), softmax/softmax.cpp (with count_correct),
+  // check_labels), softmax/softmax.cpp (with count_correct),
   // batch_norm/batch_norm.cpp, pool.cpp, sgd.cpp, elementwise.cpp (fill,
   // convert and the rest).
 #include "kernels/backend_overrides.inc"
 
+  // Waits for the compute stream (before a value goes to the host). Where
+  // labels were checked since the last wait, the label record comes back
+  // with the same wait (a copy queued before it), and a bad label found
+  // throws std::invalid_argument (label_error()), once.
+  void wait();
+
  private:
   // Kernels launch on the current device: make it this backend's.
   void activate() const;
-  // Waits for the compute stream (before a value goes to the host).
-  void wait() const;
+  // Queues the copy of the label record to the host, and its clearing, where
+  // labels were checked since the last wait and they are not queued yet.
+  void queue_label_record();
   // Scratch for one kernel, from the caching allocator; undefined for 0.
   // Freed when the caller returns, which is safe: later work on the same
   // stream runs after the kernel that used it.
@@ -51,6 +60,15 @@ class CudaBackend final : public Backend {
 
   const int device_;
   const cudaStream_t stream_;
+  // check_labels' record (reduce/reduce.h, label_check): kLabelRecordSlots
+  // int64 on the device, and pinned host memory for its copy and for the -1s
+  // that clear it; made at the first check, never freed (as the device's
+  // state). labels_checked_: checks queued since the last wait;
+  // label_record_queued_: the record's copy is queued, for the next wait.
+  int64_t* label_record_ = nullptr;
+  int64_t* label_record_host_ = nullptr;
+  int64_t labels_checked_ = 0;
+  bool label_record_queued_ = false;
 };
 
 // A tensor's elements as the kernels take them (device pointers); null for

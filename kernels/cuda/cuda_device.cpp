@@ -171,8 +171,10 @@ void synchronize(int index) {
   if (!cuda::initialised(index)) return;
   const cuda::DeviceState& s = cuda::state(index);
   cuda::check(cudaSetDevice(index), "cudaSetDevice");
-  cuda::check(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
   cuda::check(cudaStreamSynchronize(s.copy_stream), "cudaStreamSynchronize");
+  // The compute stream through the backend, which reports a bad label its
+  // checks found meanwhile (Backend::check_labels).
+  static_cast<cuda::CudaBackend&>(*s.backend).wait();
 }
 
 }  // namespace anvil::cuda_hooks

@@ -109,16 +109,21 @@ void CudaBackend::sum(const Tensor& x, double scale, const Tensor& out) {
   cuda::sum(kBestSum, x.numel(), floats(x), floats(out), floats(ws), stream_);
   if (scale != 1.0) cuda::scale(1, static_cast<float>(scale), floats(out), floats(out), stream_);
 }
-std::pair<int64_t, int64_t> CudaBackend::label_range(const Tensor& labels) {
+void CudaBackend::check_labels(const Tensor& labels, int64_t classes) {
   activate();
-  Tensor out = Tensor::empty({2}, DType::Int64, labels.device());
-  cuda::label_min_max(labels.numel(), int64s(labels), static_cast<int64_t*>(out.raw_data()),
-                      stream_);
-  int64_t host[2] = {0, 0};
-  check(cudaMemcpyAsync(host, out.raw_data(), sizeof host, cudaMemcpyDeviceToHost, stream_),
-        "cudaMemcpyAsync");
-  wait();
-  return {host[0], host[1]};
+  if (!label_record_) {
+    // The device's record, cleared by a copy of -1s from the second half
+    // of the pinned buffer (which stays -1s), queued like any other copy.
+    const size_t bytes = kLabelRecordSlots * sizeof(int64_t);
+    check(cudaMalloc(&label_record_, bytes), "cudaMalloc");
+    check(cudaMallocHost(&label_record_host_, 2 * bytes), "cudaMallocHost");
+    for (int i = 0; i < 2 * kLabelRecordSlots; ++i) label_record_host_[i] = -1;
+    check(cudaMemcpyAsync(label_record_, label_record_host_ + kLabelRecordSlots, bytes,
+                          cudaMemcpyHostToDevice, stream_),
+          "cudaMemcpyAsync");
+  }
+  cuda::label_check(labels.numel(), int64s(labels), classes, ++labels_checked_, label_record_,
+                    stream_);
 }
 
 }  // namespace anvil::cuda

@@ -1,6 +1,6 @@
 // Reductions: the sum of a vector, per-channel sums of a gradient (bias
-// gradients), and the min and max of int64 labels. Every kernel is launched
-// with 256 threads (__launch_bounds__).
+// gradients), and the check of int64 labels against a class count. Every
+// kernel is launched with 256 threads (__launch_bounds__).
 //
 // sum(rung, n, x, out): out[0] = x[0] + ... + x[n-1], a ladder of rungs:
 //   sum_01_atomic.cu            one atomicAdd per element
@@ -11,7 +11,7 @@
 // dy[o, c, i] over o and i, overwriting db; deterministic in both rungs:
 //   channel_sum_01_block.cu          one block per channel
 //   channel_sum_02_split.cu (ships)  several blocks per channel, a fixed-order fold
-// label_min_max.cu has no ladder; channel_split.cuh is the split shared with
+// label_check.cu has no ladder; channel_split.cuh is the split shared with
 // BatchNorm's rung 02.
 // Run one rung alone (checked against the CPU, then timed):
 //   build/sim/bench_cuda_kernels sum 3
@@ -46,8 +46,21 @@ void channel_sum(int rung, int64_t outer, int64_t C, int64_t inner, const float*
 void channel_sum(int rung, int64_t outer, int64_t C, int64_t inner, const bfloat16* dy,
                  float* db, float* workspace, cudaStream_t stream);
 
-// out[0] = min, out[1] = max of labels[0..n), n >= 1 (out: two int64 of device memory).
-void label_min_max(int64_t n, const int64_t* labels, int64_t* out, cudaStream_t stream);
+// The first label outside [0, classes) in labels[0..n), n >= 1, kept in
+// `record` (kLabelRecordSlots int64 of device memory) unless it already holds
+// one (record[kLabelRecordIndex] >= 0; -1: none): its position, the label,
+// classes, `batch` (the caller's number for this check) and n. Nothing is
+// written when every label is in range.
+enum LabelRecordSlot : int {
+  kLabelRecordIndex,
+  kLabelRecordLabel,
+  kLabelRecordClasses,
+  kLabelRecordBatch,
+  kLabelRecordSize,
+  kLabelRecordSlots
+};
+void label_check(int64_t n, const int64_t* labels, int64_t classes, int64_t batch,
+                 int64_t* record, cudaStream_t stream);
 
 // The rungs' launchers (arguments checked, n > 0 / C > 0).
 namespace sum_rungs {

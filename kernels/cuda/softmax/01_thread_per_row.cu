@@ -28,7 +28,9 @@ __global__ void __launch_bounds__(kRowsPerBlock1) forward_thread_per_row(int64_t
   }
   const float inv = 1.0f / s;
   for (int64_t j = 0; j < C; ++j) p[j] *= inv;
-  loss[row] = row_loss(s, m - x[labels[row]], gap_sum, smoothing, C);
+  const int64_t label = labels[row];
+  loss[row] =
+      row_loss(s, label_in_row(label, C) ? m - x[label] : nanf(""), gap_sum, smoothing, C);
 }
 
 }  // namespace softmax_kernels

@@ -52,7 +52,11 @@ __global__ void __launch_bounds__(kThreads2) forward_block_per_row(int64_t C, co
   sum = red[0];
   const float inv = 1.0f / sum;
   for (int64_t j = t; j < C; j += kThreads2) p[j] *= inv;  // this thread's own writes
-  if (t == 0) loss[row] = row_loss(sum, m - x[labels[row]], red_x[0], smoothing, C);
+  if (t == 0) {
+    const int64_t label = labels[row];
+    loss[row] = row_loss(sum, label_in_row(label, C) ? m - x[label] : nanf(""), red_x[0],
+                         smoothing, C);
+  }
 }
 
 }  // namespace softmax_kernels

@@ -44,7 +44,11 @@ __device__ __forceinline__ void forward_row(int64_t N, int64_t C, const T* __res
 
   const float inv = 1.0f / sum;
   for (int64_t j = lane; j < C; j += 32) p[j] *= inv;
-  if (lane == 0) loss[row] = row_loss(sum, m - load(x[labels[row]]), gap_sum, smoothing, C);
+  if (lane == 0) {
+    const int64_t label = labels[row];
+    loss[row] = row_loss(sum, label_in_row(label, C) ? m - load(x[label]) : nanf(""), gap_sum,
+                         smoothing, C);
+  }
 }
 
 // One kernel per logits type, each with a name of its own for the audits.
