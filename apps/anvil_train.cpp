@@ -112,6 +112,20 @@ int main(int argc, char** argv) {
     std::cout << device_summary();
     return 0;
   }
+  // Every flag of the table, as given or its default: the ranks of an MPI job
+  // compare them all (apps/train_setup.h, agree_on_flags), so that a flag
+  // added above cannot be left out of that check. Only --help and
+  // --list-devices, which end the program here, are not compared.
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string name = opt->get_name();
+    if (name == "--help" || name == "--list-devices" || name.rfind("--", 0) != 0) continue;
+    std::string value = opt->get_default_str().empty() ? "(not given)" : opt->get_default_str();
+    if (opt->count() > 0) {
+      value.clear();
+      for (const std::string& part : opt->results()) value += (value.empty() ? "" : ",") + part;
+    }
+    o.command_line[name.substr(2)] = value;
+  }
   try {
     // The recipe fills every setting it covers; what the command line gave
     // explicitly stays.

@@ -529,4 +529,49 @@ TEST_CASE("ranks started with different flags stop, naming the flag", "[cli][dis
   REQUIRE(r.code != 0);
   REQUIRE_THAT(r.output, Contains("rank 1 was started with --lr 0.2, rank 0 with --lr 0.1"));
 }
+// Every flag of anvil-train's option table is compared, not only the
+// training settings (--stop-after-epoch: one rank would stop and leave the
+// others waiting; --device cpu and cuda: MPI and NCCL communicators that
+// never meet), and so are the data files' contents: each differing rank
+// names the difference at once, before the 20 s deadline.
+TEST_CASE("ranks that differ in any flag or in their data files stop at once, naming it",
+          "[cli][distributed]") {
+  TempDir dir("dist_mismatch_any");
+  write_data(dir.path / "data");
+  const std::string data = (dir.path / "data").string();
+  const std::string common = train_bin() + " --distributed --model lenet --epochs 2 --batch-size 16 "
+                             "--limit-train 64 --limit-test 16 --comm-timeout 20";
+  auto mpmd = [&](const std::string& rank0, const std::string& rank1) {
+    const auto start = Clock::now();
+    const Run r = shell(kMpiEnv + ANVIL_MPIEXEC + std::string(" --oversubscribe -np 1 ") + common +
+                            rank0 + " : -np 1 " + common + rank1,
+                        dir);
+    INFO(r.output);
+    CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 15);
+    CHECK(r.code != 0);
+    return r.output;
+  };
+  const std::string cpu = " --device cpu --data-dir " + data;
+  SECTION("--stop-after-epoch") {
+    REQUIRE_THAT(mpmd(cpu, cpu + " --stop-after-epoch 1"),
+                 Contains("rank 1 was started with --stop-after-epoch \"1\", rank 0 with "
+                          "--stop-after-epoch \"(not given)\""));
+  }
+  SECTION("--device cpu and cuda") {
+    REQUIRE_THAT(mpmd(cpu, " --device cuda --data-dir " + data),
+                 Contains("rank 1 was started with --device \"cuda\", rank 0 with --device \"cpu\""));
+  }
+  SECTION("data files of the same size, another content") {
+    const fs::path other = dir.path / "other";
+    fs::copy(dir.path / "data", other);
+    {  // the last training label, 4 -> 8: still a valid file
+      std::fstream f(other / "train-labels-idx1-ubyte", std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(-1, std::ios::end);
+      f.put(char(8));
+    }
+    REQUIRE_THAT(mpmd(cpu, " --device cpu --data-dir " + other.string()),
+                 Contains("rank 1's --data-dir " + other.string() +
+                          " has train-labels-idx1-ubyte: 308 bytes, checksum 0x"));
+  }
+}
 #endif
