@@ -26,6 +26,7 @@
 #include "core/device.h"
 #include "nn/safetensors.h"
 #include "tests/cuda_test_util.h"
+#include "tests/skip.h"
 #include "tests/test_util.h"
 
 using anvil::testing::read_file;
@@ -314,9 +315,13 @@ TEST_CASE("a rank killed or stopped in training ends the whole job with an error
 // in another order than the whole batch, within FP32's tolerance.
 TEST_CASE("anvil-train --gpus 2 ends where one GPU does, with --accumulate 2 too",
           "[cli][distributed][cuda]") {
-  if (!cuda_test::have_device()) return;
+  if (!cuda_test::have_device("anvil-train on 2 GPU ranks")) {
+    test_skip::skip("no CUDA device: " + anvil::no_gpu_reason());
+    return;
+  }
   if (anvil::device_count() < 2) {
-    WARN("skipped: --gpus 2 needs 2 GPUs; this machine has " << anvil::device_count());
+    test_skip::skip("--gpus 2 needs 2 GPUs; this machine has " +
+                    std::to_string(anvil::device_count()));
     return;
   }
   TempDir dir("gpus2");
@@ -352,9 +357,13 @@ TEST_CASE("anvil-train --gpus 2 ends where one GPU does, with --accumulate 2 too
 // (sim/nccl_sim_remote.cpp).
 TEST_CASE("anvil-train --distributed --device cuda on 2 MPI ranks ends where one GPU does",
           "[cli][distributed][cuda]") {
-  if (!cuda_test::have_device()) return;
+  if (!cuda_test::have_device("anvil-train on 2 GPU ranks")) {
+    test_skip::skip("no CUDA device: " + anvil::no_gpu_reason());
+    return;
+  }
   if (anvil::device_count() < 2) {
-    WARN("skipped: 2 ranks on one machine need 2 GPUs; this machine has " << anvil::device_count());
+    test_skip::skip("2 ranks on one machine need 2 GPUs; this machine has " +
+                    std::to_string(anvil::device_count()));
     return;
   }
   TempDir dir("dist_cuda");
@@ -393,9 +402,13 @@ TEST_CASE("anvil-train --distributed --device cuda on 2 MPI ranks ends where one
 // fits in it on a loaded machine.)
 TEST_CASE("anvil-train --gpus 2 with a failing or hung rank ends with one error, in time",
           "[cli][distributed][cuda]") {
-  if (!cuda_test::have_device()) return;
+  if (!cuda_test::have_device("anvil-train on 2 GPU ranks")) {
+    test_skip::skip("no CUDA device: " + anvil::no_gpu_reason());
+    return;
+  }
   if (anvil::device_count() < 2) {
-    WARN("skipped: --gpus 2 needs 2 GPUs; this machine has " << anvil::device_count());
+    test_skip::skip("--gpus 2 needs 2 GPUs; this machine has " +
+                    std::to_string(anvil::device_count()));
     return;
   }
   TempDir dir("gpus2_fault");
