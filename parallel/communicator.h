@@ -221,7 +221,10 @@ class Communicator {
   std::unique_ptr<InFlight> allreduce_body(const Tensor& tensor, ReduceOp op,
                                            Algorithm algorithm, uint64_t fingerprint, bool later);
   // Numbers the call, checks that every rank asks for the same (returns what
-  // each asked for), and names it for the transport's errors.
+  // each asked for), and names it for the transport's errors. A collective
+  // cut in chunks sets mine.chunk_bytes from chunk_bytes_ itself, once, and
+  // its algorithm uses that value: a set_chunk_bytes in between cannot make
+  // the ring differ from what was agreed.
   std::vector<CallInfo> agree(CallInfo mine);
   // Checks a call's arguments (an error there leaves the communicator
   // usable: no other rank is involved yet), then runs its body, whose first
