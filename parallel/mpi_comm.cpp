@@ -625,6 +625,8 @@ void install_sigterm_handler() {
   sigaction(SIGTERM, &action, nullptr);
 }
 
+void mark_failed() noexcept { g_failed.store(true); }
+
 int world_rank() {
   ensure_initialized();
   int r = 0;
@@ -692,7 +694,13 @@ int mpi_size() { return mpi_detail::world_size(); }
 std::unique_ptr<Communicator> mpi_world(CommOptions options) {
   mpi_detail::ensure_initialized();
   mpi_detail::install_sigterm_handler();
-  return std::make_unique<Communicator>(std::make_unique<MpiTransport>(options.timeout), options);
+  try {
+    return std::make_unique<Communicator>(std::make_unique<MpiTransport>(options.timeout),
+                                          options);
+  } catch (...) {
+    mpi_detail::mark_failed();  // no MPI_Finalize at exit: mpirun ends the job
+    throw;
+  }
 }
 
 }  // namespace anvil::parallel
