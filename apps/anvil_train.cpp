@@ -7,10 +7,12 @@
 //   mpirun -np 4 anvil-train --distributed ...              # data-parallel, one process per rank
 //
 // This file is the command line; apps/train_run.cpp runs the training.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -139,11 +141,21 @@ int main(int argc, char** argv) {
                                    settings.crop_padding));
     return app::run_training(settings);
   } catch (const std::exception& e) {
-    // In an MPI job every rank finds the same bad flag: rank 0 says so.
+    // In an MPI job every rank usually finds the same bad flag: rank 0 says
+    // so, and mpirun ends the others as soon as it exits. A rank whose flags
+    // differ from rank 0's (mpirun's MPMD form) may find it alone, before
+    // MPI starts (once MPI is up, the ranks compare their flags): it waits a
+    // moment for that, then says so itself, naming its rank, and its exit
+    // ends the job.
     const bool usage = dynamic_cast<const UsageError*>(&e) != nullptr;
     const bool this_rank_only = dynamic_cast<const RankUsageError*>(&e) != nullptr;
-    if (!usage || this_rank_only || !o.distributed || parallel::mpi_rank_from_environment() <= 0)
+    const int rank = o.distributed ? parallel::mpi_rank_from_environment() : -1;
+    if (usage && !this_rank_only && rank > 0 && !parallel::mpi_started()) {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      std::cerr << "anvil-train: error: rank " << rank << ": " << e.what() << '\n';
+    } else if (!usage || this_rank_only || rank <= 0) {
       std::cerr << "anvil-train: error: " << e.what() << '\n';
+    }
     return usage ? 2 : 1;
   }
 }

@@ -272,6 +272,8 @@ int mpi_size();
 // The rank mpirun gave this process, read from the environment without
 // starting MPI (-1 when not started by an MPI launcher).
 int mpi_rank_from_environment();
+// Whether this process has started MPI (false in a build without MPI).
+bool mpi_started();
 
 // A group of one rank on `device` (cpu or cuda:N): a run on one device as
 // data-parallel training over one replica, so callers need no second code

@@ -688,6 +688,11 @@ std::shared_ptr<HostChannel> world_channel(std::chrono::milliseconds timeout) {
 
 std::string mpi_missing_reason() { return ""; }
 
+bool mpi_started() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return initialized != 0;
+}
 int mpi_rank() { return mpi_detail::world_rank(); }
 int mpi_size() { return mpi_detail::world_size(); }
 

@@ -12,6 +12,7 @@ constexpr const char* kMissing =
 
 std::string mpi_missing_reason() { return kMissing; }
 int mpi_rank() { return 0; }
+bool mpi_started() { return false; }
 int mpi_size() { return 1; }
 std::unique_ptr<Communicator> mpi_world(CommOptions) { throw CommError(kMissing); }
 

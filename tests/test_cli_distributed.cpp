@@ -587,4 +587,24 @@ TEST_CASE("ranks that differ in any flag or in their data files stop at once, na
                           " has train-labels-idx1-ubyte: 308 bytes, checksum 0x"));
   }
 }
+// A rank that fails at start, alone (its own bad flag, found before MPI
+// starts), ends the job within seconds, naming its rank and the cause, not
+// at rank 0's deadline and not in silence (a plain usage error is left to
+// rank 0, which usually finds the same).
+TEST_CASE("a rank that fails alone at start ends the job at once, naming the rank and the cause",
+          "[cli][distributed]") {
+  TempDir dir("dist_fail_at_start");
+  write_data(dir.path / "data");
+  const std::string common = train_bin() + " --distributed --model lenet --epochs 1 --batch-size 16 "
+                             "--limit-train 64 --limit-test 16 --device cpu --comm-timeout 30 "
+                             "--data-dir " + (dir.path / "data").string();
+  const auto start = Clock::now();
+  const Run r = shell(kMpiEnv + ANVIL_MPIEXEC + std::string(" --oversubscribe -np 1 ") + common +
+                          " : -np 1 " + common + " --init bogus",
+                      dir);
+  INFO(r.output);
+  CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 10);
+  REQUIRE(r.code != 0);
+  REQUIRE_THAT(r.output, Contains("anvil-train: error: rank 1: --init: unknown scheme 'bogus'"));
+}
 #endif
