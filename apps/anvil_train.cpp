@@ -7,10 +7,12 @@
 //   mpirun -np 4 anvil-train --distributed ...              # data-parallel, one process per rank
 //
 // This file is the command line; apps/train_run.cpp runs the training.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -112,6 +114,20 @@ int main(int argc, char** argv) {
     std::cout << device_summary();
     return 0;
   }
+  // Every flag of the table, as given or its default: the ranks of an MPI job
+  // compare them all (apps/train_setup.h, agree_on_flags), so that a flag
+  // added above cannot be left out of that check. Only --help and
+  // --list-devices, which end the program here, are not compared.
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string name = opt->get_name();
+    if (name == "--help" || name == "--list-devices" || name.rfind("--", 0) != 0) continue;
+    std::string value = opt->get_default_str().empty() ? "(not given)" : opt->get_default_str();
+    if (opt->count() > 0) {
+      value.clear();
+      for (const std::string& part : opt->results()) value += (value.empty() ? "" : ",") + part;
+    }
+    o.command_line[name.substr(2)] = value;
+  }
   try {
     // The recipe fills every setting it covers; what the command line gave
     // explicitly stays.
@@ -125,11 +141,21 @@ int main(int argc, char** argv) {
                                    settings.crop_padding));
     return app::run_training(settings);
   } catch (const std::exception& e) {
-    // In an MPI job every rank finds the same bad flag: rank 0 says so.
+    // In an MPI job every rank usually finds the same bad flag: rank 0 says
+    // so, and mpirun ends the others as soon as it exits. A rank whose flags
+    // differ from rank 0's (mpirun's MPMD form) may find it alone, before
+    // MPI starts (once MPI is up, the ranks compare their flags): it waits a
+    // moment for that, then says so itself, naming its rank, and its exit
+    // ends the job.
     const bool usage = dynamic_cast<const UsageError*>(&e) != nullptr;
     const bool this_rank_only = dynamic_cast<const RankUsageError*>(&e) != nullptr;
-    if (!usage || this_rank_only || !o.distributed || parallel::mpi_rank_from_environment() <= 0)
+    const int rank = o.distributed ? parallel::mpi_rank_from_environment() : -1;
+    if (usage && !this_rank_only && rank > 0 && !parallel::mpi_started()) {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      std::cerr << "anvil-train: error: rank " << rank << ": " << e.what() << '\n';
+    } else if (!usage || this_rank_only || rank <= 0) {
       std::cerr << "anvil-train: error: " << e.what() << '\n';
+    }
     return usage ? 2 : 1;
   }
 }

@@ -151,16 +151,8 @@ nlohmann::ordered_json training_settings(const Options& o) {
 
 nlohmann::ordered_json replica_settings(const Options& o) {
   nlohmann::ordered_json j = training_settings(o);
-  j["allreduce"] = o.allreduce;
-  j["bucket-mb"] = o.bucket_mb;
-  j["no-overlap"] = o.no_overlap;
-  j["sync-bn"] = o.sync_bn;
-  j["grad-dtype"] = o.grad_dtype;
-  j["fp32-precision"] = o.fp32_precision;
-  j["amp"] = o.amp;
-  j["bn-recalibrate"] = o.bn_recalibrate;
-  j["accumulate"] = o.accumulate;
-  j["limit-test"] = o.limit_test;
+  for (auto& [flag, value] : o.command_line.items())
+    if (!j.contains(flag)) j[flag] = value;
   return j;
 }
 

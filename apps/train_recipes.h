@@ -75,6 +75,11 @@ struct Options {
   // in bfloat16, float32 master weights, optimizer and loss).
   std::string amp = "off";
   bool amp_bf16() const { return amp == "bf16"; }
+  // Every flag of anvil-train's option table (apps/anvil_train.cpp), keyed by
+  // its name without "--", with its value as given or its default: what the
+  // ranks of one run compare besides the training settings, so that a flag
+  // added to the table is compared too.
+  nlohmann::ordered_json command_line = nlohmann::ordered_json::object();
   // The profiler (apps/train_profile.h): the table after the run, and the
   // Chrome trace of the same steps written to this file.
   bool profile = false;
@@ -130,8 +135,9 @@ models::Init parse_init(const std::string& name);
 // The settings that determine the weights a run produces, keyed by flag name
 // (without "--"): a resumed run must match its checkpoint's exactly.
 nlohmann::ordered_json training_settings(const Options& o);
-// training_settings plus the data-parallel flags: what every rank of one run
-// must agree on (rank 0 sends its own; a rank that differs names the flag).
+// training_settings plus every other flag of the option table (o.command_line):
+// what every rank of one run must agree on (rank 0 sends its own; a rank that
+// differs names the flag).
 nlohmann::ordered_json replica_settings(const Options& o);
 
 // A one-paragraph summary of the presets for --help.

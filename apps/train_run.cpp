@@ -75,8 +75,19 @@ int run_mpi_rank(const Options& o) {
                                  "its local rank; give --device cuda (or cpu, or auto)",
                                  o.device));
   const parallel::CommOptions co = comm_options(o);
+  // The ranks agree on their flags and data over MPI before the run's
+  // communicator is made: ranks that differ in --device would otherwise
+  // make different ones (NCCL and MPI) and wait on each other until the
+  // deadline.
+  std::unique_ptr<parallel::Communicator> world = parallel::mpi_world(co);
+  try {
+    agree_on_flags(o, *world);
+  } catch (const std::exception& e) {
+    world->abort(e.what());
+    throw;
+  }
   std::unique_ptr<parallel::Communicator> comm =
-      gpu ? parallel::nccl_world(co) : parallel::mpi_world(co);
+      gpu ? parallel::nccl_world(co) : std::move(world);
   try {
     if (comm->rank() == 0) check_files(o);
     check_ranks(o, comm->size());

@@ -1,6 +1,10 @@
 #include "apps/train_setup.h"
 
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -50,6 +54,45 @@ Resumed resume_from(const Options& o, nn::Module& model, optim::SGD& optimizer,
   return r;
 }
 
+// A rank's settings against rank 0's: the first flag that differs, named.
+void check_same_settings(const nlohmann::ordered_json& mine, const nlohmann::ordered_json& theirs,
+                         int rank) {
+  for (auto& [key, value] : mine.items())
+    if (!theirs.contains(key) || theirs[key] != value)
+      throw RankUsageError(fmt::format(
+          "rank {} was started with --{} {}, rank 0 with --{} {}: every rank of a run needs "
+          "the same flags",
+          rank, key, value.dump(), key, theirs.contains(key) ? theirs[key].dump() : "(none)"));
+}
+
+// The Fashion-MNIST files in `dir`, as data::load_mnist_split finds them
+// (plain or .gz), each with its size and checksum (64-bit FNV-1a): ranks
+// whose --data-dir has the same path but not the same contents (another
+// machine's copy) differ here.
+nlohmann::ordered_json data_files(const std::string& dir) {
+  nlohmann::ordered_json files = nlohmann::ordered_json::object();
+  for (const char* base : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+    std::string found = "absent";
+    for (const std::string& name : {std::string(base), std::string(base) + ".gz"}) {
+      std::ifstream in(std::filesystem::path(dir) / name, std::ios::binary);
+      if (!in) continue;
+      uint64_t hash = 0xcbf29ce484222325ull, bytes = 0;
+      std::vector<char> buffer(1 << 16);
+      while (in) {
+        in.read(buffer.data(), std::streamsize(buffer.size()));
+        const size_t got = size_t(in.gcount());
+        for (size_t k = 0; k < got; ++k) hash = (hash ^ uint8_t(buffer[k])) * 0x100000001b3ull;
+        bytes += got;
+      }
+      found = fmt::format("{}: {} bytes, checksum {:#018x}", name, bytes, hash);
+      break;
+    }
+    files[base] = found;
+  }
+  return files;
+}
+
 // Rank 0's run settings and epochs done, sent to every rank; a rank started
 // with other flags names the first that differs. Returns rank 0's epochs done.
 int64_t agree_on_run(const Options& o, const Replica& r, const Resumed& resumed) {
@@ -57,13 +100,7 @@ int64_t agree_on_run(const Options& o, const Replica& r, const Resumed& resumed)
                                  {"epochs_done", resumed.epochs_done}};
   const nlohmann::ordered_json root =
       nlohmann::ordered_json::parse(parallel::broadcast_text(*r.comm, mine.dump(), 0));
-  const auto& theirs = root["settings"];
-  for (auto& [key, value] : mine["settings"].items())
-    if (!theirs.contains(key) || theirs[key] != value)
-      throw RankUsageError(fmt::format(
-          "rank {} was started with --{} {}, rank 0 with --{} {}: every rank of a run needs "
-          "the same flags",
-          r.rank(), key, value.dump(), key, theirs.contains(key) ? theirs[key].dump() : "(none)"));
+  check_same_settings(mine["settings"], root["settings"], r.rank());
   return root["epochs_done"].get<int64_t>();
 }
 
@@ -136,6 +173,22 @@ std::shared_ptr<nn::Module> create_model(const Options& o) {
   }
   check_bn_recalibrate(o, *model);
   return model;
+}
+
+void agree_on_flags(const Options& o, parallel::Communicator& comm) {
+  const nlohmann::ordered_json mine = {{"data", data_files(o.data_dir)},
+                                       {"settings", app::replica_settings(o)}};
+  const nlohmann::ordered_json root =
+      nlohmann::ordered_json::parse(parallel::broadcast_text(comm, mine.dump(), 0));
+  for (auto& [base, found] : mine["data"].items())
+    if (root["data"].value(base, "") != found)
+      throw RankUsageError(fmt::format(
+          "rank {}'s --data-dir {} has {}, rank 0's --data-dir {} has {}: every rank of a run "
+          "needs the same data",
+          comm.rank(), o.data_dir, found.get<std::string>(),
+          root["settings"].value("data-dir", std::string("?")),
+          root["data"].value(base, std::string("absent"))));
+  check_same_settings(mine["settings"], root["settings"], comm.rank());
 }
 
 std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {

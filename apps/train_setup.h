@@ -76,6 +76,12 @@ struct Run {
   std::optional<parallel::DataParallel> replicas;  // over r.comm; does nothing for one rank
 };
 
+// Every rank of an MPI job (--distributed) against rank 0, before the run's
+// communicator is made: the data files (size and checksum) and every flag of
+// the option table (replica_settings). A rank that differs throws
+// RankUsageError naming the first difference. A collective over `comm`.
+void agree_on_flags(const Options& o, parallel::Communicator& comm);
+
 // Builds the run: rank 0 reads --init-from or --resume, every rank then
 // checks its flags against rank 0's and gets its weights (and momentum).
 // A collective: every rank of the group calls it.

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/autograd.h"
+#include "core/unfinished_files.h"
 
 namespace anvil::nn {
 
@@ -192,10 +194,24 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors) {
   // not share it), flushed to the disk before the rename and the directory
   // after it: an interrupted save, even by a power cut, leaves either the old
   // file or the new one, never a mix. Removed on any failure.
-  std::string tmp = path + ".tmp.XXXXXX";
-  int fd = mkstemp(tmp.data());
-  if (fd < 0)
-    fail(path, fmt::format("cannot create a temporary file next to it: {}", std::strerror(errno)));
+  // Its name is tracked before the file exists and until it is renamed, so
+  // that a signal that ends the process at any moment in between (parallel/'s
+  // SIGTERM handler) removes it too: mkstemp's, made by hand (O_EXCL).
+  std::string tmp;
+  int fd = -1, tracked = -1;
+  static const char kLetters[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device entropy;
+  for (int attempt = 0; fd < 0; ++attempt) {
+    tmp = path + ".tmp.";
+    for (int i = 0; i < 6; ++i) tmp += kLetters[entropy() % (sizeof kLetters - 1)];
+    tracked = track_unfinished_file(tmp);
+    fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) break;
+    const int error = errno;
+    untrack_unfinished_file(tracked);
+    if (error != EEXIST || attempt == 100)
+      fail(path, fmt::format("cannot create a temporary file next to it: {}", std::strerror(error)));
+  }
   auto write_all = [&](const void* data, size_t n) {
     const char* p = static_cast<const char*>(data);
     while (n > 0) {
@@ -230,8 +246,10 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors) {
   } catch (...) {
     if (fd >= 0) ::close(fd);
     std::remove(tmp.c_str());
+    untrack_unfinished_file(tracked);
     throw;
   }
+  untrack_unfinished_file(tracked);
   // The rename is durable once the directory is on the disk too.
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);

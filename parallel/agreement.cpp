@@ -101,7 +101,9 @@ bool cut_in_chunks(const CallInfo& c) {
 
 std::vector<CallInfo> Communicator::agree(CallInfo mine) {
   mine.seq = ++seq_;
-  if (cut_in_chunks(mine)) mine.chunk_bytes = chunk_bytes_.load();
+  // The caller read the chunk size once (the ring uses that same value);
+  // only a collective cut in chunks compares it.
+  if (!cut_in_chunks(mine)) mine.chunk_bytes = 0;
   const std::string what = describe(mine);
   transport_->set_context(what);
   if (debug_) {

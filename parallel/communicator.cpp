@@ -261,6 +261,8 @@ std::unique_ptr<InFlight> Communicator::allreduce_body(const Tensor& tensor, Red
   mine.algorithm = algorithm;
   mine.op = op;
   mine.fingerprint = fingerprint;
+  mine.chunk_bytes = chunk_bytes_.load();  // read once: agreed on, then used
+  const size_t chunk_bytes = size_t(mine.chunk_bytes);
   agree(mine);
   Transport& t = *transport_;
   t.begin();
@@ -271,7 +273,7 @@ std::unique_ptr<InFlight> Communicator::allreduce_body(const Tensor& tensor, Red
       break;
     case Algorithm::kRing:
       algorithms::allreduce_ring(t, tensor.raw_data(), tensor.numel(), tensor.dtype(), op,
-                                 chunk_bytes_.load());
+                                 chunk_bytes);
       break;
     case Algorithm::kNative:
       if (size() > 1 && tensor.numel() > 0)
@@ -334,6 +336,8 @@ void Communicator::broadcast(const Tensor& tensor, int root, Algorithm algorithm
         CallInfo mine = CallInfo::of(Collective::kBroadcast, tensor);
         mine.root = root;
         mine.algorithm = algorithm;
+        mine.chunk_bytes = chunk_bytes_.load();  // read once: agreed on, then used
+        const size_t chunk_bytes = size_t(mine.chunk_bytes);
         agree(mine);
         transport_->begin();
         transport_->hold(tensor);
@@ -342,7 +346,7 @@ void Communicator::broadcast(const Tensor& tensor, int root, Algorithm algorithm
             transport_->native_broadcast(tensor.raw_data(), tensor.nbytes(), root);
         } else {
           algorithms::chain_broadcast(*transport_, tensor.raw_data(), tensor.nbytes(), root,
-                                      chunk_bytes_.load());
+                                      chunk_bytes);
         }
         transport_->end();
       });
@@ -407,6 +411,8 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op, Algorithm 
         CallInfo mine = CallInfo::of(Collective::kReduceScatter, input);
         mine.op = op;
         mine.algorithm = algorithm;
+        mine.chunk_bytes = chunk_bytes_.load();  // read once: agreed on, then used
+        const size_t chunk_bytes = size_t(mine.chunk_bytes);
         agree(mine);
         const std::vector<int64_t> rows = split_rows(input.size(0), size());
         const std::vector<int64_t> bounds = offsets_of(rows, row_elements(input.shape()));
@@ -430,7 +436,7 @@ Tensor Communicator::reduce_scatter(const Tensor& input, ReduceOp op, Algorithm 
         if (input.nbytes() > 0) transport_->copy(work, input.raw_data(), input.nbytes(), 0);
         algorithms::ring_reduce_scatter(*transport_, work, bounds, input.dtype(),
                                         op == ReduceOp::kAverage ? 1.0f / float(size()) : 1.0f,
-                                        chunk_bytes_.load());
+                                        chunk_bytes);
         const size_t esize = dtype_size(input.dtype());
         if (output.nbytes() > 0)
           transport_->copy(output.raw_data(),

@@ -221,7 +221,10 @@ class Communicator {
   std::unique_ptr<InFlight> allreduce_body(const Tensor& tensor, ReduceOp op,
                                            Algorithm algorithm, uint64_t fingerprint, bool later);
   // Numbers the call, checks that every rank asks for the same (returns what
-  // each asked for), and names it for the transport's errors.
+  // each asked for), and names it for the transport's errors. A collective
+  // cut in chunks sets mine.chunk_bytes from chunk_bytes_ itself, once, and
+  // its algorithm uses that value: a set_chunk_bytes in between cannot make
+  // the ring differ from what was agreed.
   std::vector<CallInfo> agree(CallInfo mine);
   // Checks a call's arguments (an error there leaves the communicator
   // usable: no other rank is involved yet), then runs its body, whose first
@@ -269,6 +272,8 @@ int mpi_size();
 // The rank mpirun gave this process, read from the environment without
 // starting MPI (-1 when not started by an MPI launcher).
 int mpi_rank_from_environment();
+// Whether this process has started MPI (false in a build without MPI).
+bool mpi_started();
 
 // A group of one rank on `device` (cpu or cuda:N): a run on one device as
 // data-parallel training over one replica, so callers need no second code

@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/unfinished_files.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "parallel/mpi_internal.h"
 #include "parallel/watchdog.h"
@@ -108,24 +109,38 @@ void finalize_at_exit() {
 // nothing that is not async-signal-safe: set before the handler is installed.
 volatile std::sig_atomic_t g_signal_rank = -1;
 
-// Another rank failed or was killed, and mpirun is ending the job: say so on
-// this rank too, rather than vanish without a word. Only write() and
-// _exit(): the text is put together by hand.
-void on_sigterm(int) {
-  char text[160];
+// SIGTERM under mpirun: say so on this rank, rather than vanish without a
+// word, and remove the temporary file of a save it cut off. The sender
+// decides the words: mpirun (this process's parent, or its daemon on another
+// machine) ends every rank that is left when one fails or is killed, or
+// when it is stopped itself; any other sender signalled this rank alone.
+// Only write(), getppid(), unlink() and _exit(): the text is put together by
+// hand.
+void on_sigterm(int, siginfo_t* info, void*) {
+  remove_unfinished_files();
+  char text[240];
   size_t n = 0;
   auto put = [&](const char* s) {
     while (*s != '\0' && n < sizeof text) text[n++] = *s++;
   };
-  put("anvil: rank ");
-  char digits[12];
-  int d = 0;
-  for (long r = g_signal_rank < 0 ? 0 : long(g_signal_rank); d == 0 || r > 0; r /= 10)
-    digits[d++] = char('0' + r % 10);
-  if (g_signal_rank < 0) put("?");
-  else
+  auto put_number = [&](long v) {
+    char digits[24];
+    int d = 0;
+    for (long r = v < 0 ? 0 : v; d == 0 || r > 0; r /= 10) digits[d++] = char('0' + r % 10);
     while (d > 0 && n < sizeof text) text[n++] = digits[--d];
-  put(": stopped by SIGTERM: the MPI job is ending (another rank failed or was killed)\n");
+  };
+  put("anvil: rank ");
+  if (g_signal_rank < 0) put("?");
+  else put_number(long(g_signal_rank));
+  const pid_t sender = info != nullptr ? info->si_pid : 0;
+  if (info != nullptr && info->si_code <= 0 && sender != ::getppid()) {
+    put(": stopped by SIGTERM sent to this rank (by process ");
+    put_number(long(sender));
+    put(", not mpirun): the MPI job is ending\n");
+  } else {
+    put(": stopped by SIGTERM from mpirun: the MPI job is ending (another rank failed or was "
+        "killed, or mpirun was stopped)\n");
+  }
   (void)!::write(2, text, n);
   ::_exit(128 + SIGTERM);
 }
@@ -602,12 +617,15 @@ void install_sigterm_handler() {
   g_signal_rank = std::sig_atomic_t(world_rank());
   struct sigaction old {};
   sigaction(SIGTERM, nullptr, &old);
-  if (old.sa_handler != SIG_DFL) return;  // the program's own handler stays
+  if ((old.sa_flags & SA_SIGINFO) != 0 || old.sa_handler != SIG_DFL) return;  // the program's own handler stays
   struct sigaction action {};
-  action.sa_handler = on_sigterm;
+  action.sa_sigaction = on_sigterm;
+  action.sa_flags = SA_SIGINFO;
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
 }
+
+void mark_failed() noexcept { g_failed.store(true); }
 
 int world_rank() {
   ensure_initialized();
@@ -670,13 +688,24 @@ std::shared_ptr<HostChannel> world_channel(std::chrono::milliseconds timeout) {
 
 std::string mpi_missing_reason() { return ""; }
 
+bool mpi_started() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return initialized != 0;
+}
 int mpi_rank() { return mpi_detail::world_rank(); }
 int mpi_size() { return mpi_detail::world_size(); }
 
 std::unique_ptr<Communicator> mpi_world(CommOptions options) {
   mpi_detail::ensure_initialized();
   mpi_detail::install_sigterm_handler();
-  return std::make_unique<Communicator>(std::make_unique<MpiTransport>(options.timeout), options);
+  try {
+    return std::make_unique<Communicator>(std::make_unique<MpiTransport>(options.timeout),
+                                          options);
+  } catch (...) {
+    mpi_detail::mark_failed();  // no MPI_Finalize at exit: mpirun ends the job
+    throw;
+  }
 }
 
 }  // namespace anvil::parallel

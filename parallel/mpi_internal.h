@@ -22,6 +22,11 @@ void ensure_initialized();
 // SIGTERM (mpirun ending the job after another rank failed) the process says
 // so, naming its rank, and exits. Async-signal-safe: the rank is read now.
 void install_sigterm_handler();
+// This process leaves without MPI_Finalize (which would wait for every other
+// rank): a rank that fails before it has a communicator (nccl_world,
+// mpi_world) exits at once, and mpirun, seeing it gone, ends the job rather
+// than let the others wait for it until their deadline.
+void mark_failed() noexcept;
 int world_rank();
 int world_size();
 // This process's rank among the job's processes on its machine.

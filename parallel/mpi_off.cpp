@@ -12,12 +12,14 @@ constexpr const char* kMissing =
 
 std::string mpi_missing_reason() { return kMissing; }
 int mpi_rank() { return 0; }
+bool mpi_started() { return false; }
 int mpi_size() { return 1; }
 std::unique_ptr<Communicator> mpi_world(CommOptions) { throw CommError(kMissing); }
 
 namespace mpi_detail {
 void ensure_initialized() { throw CommError(kMissing); }
 void install_sigterm_handler() {}
+void mark_failed() noexcept {}
 int world_rank() { return 0; }
 int world_size() { return 1; }
 int local_rank() { return 0; }

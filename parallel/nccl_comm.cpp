@@ -621,20 +621,30 @@ std::unique_ptr<Communicator> nccl_world(CommOptions options) {
   mpi_detail::install_sigterm_handler();
   const int rank = mpi_detail::world_rank(), size = mpi_detail::world_size();
   const int local = mpi_detail::local_rank();
-  if (local >= device_count())
-    throw CommError(fmt::format("rank {} (nccl): this is process {} on its machine, which "
-                                "needs cuda:{}, but the machine has {} GPU(s)",
-                                rank, local, local, device_count()));
-  const Device device = Device::cuda(local);
-  check_gpu(device, rank);
-  NcclId id;
-  if (rank == 0) id = nccl_unique_id();
-  mpi_detail::broadcast_bytes(id.bytes.data(), id.bytes.size(), 0, options.timeout,
-                              "sharing NCCL's unique id");
-  return std::make_unique<Communicator>(
-      std::make_unique<NcclTransport>(rank, size, device, mpi_detail::world_channel(options.timeout),
-                                      to_nccl(id), options.timeout),
-      options);
+  // A rank that fails here has no communicator to abort: it leaves without
+  // MPI_Finalize, so that mpirun ends the job at once instead of the others
+  // waiting for it (in the id's broadcast, or in MPI_Finalize) until their
+  // deadline.
+  try {
+    if (local >= device_count())
+      throw CommError(fmt::format("rank {} (nccl): this is process {} on its machine, which "
+                                  "needs cuda:{}, but the machine has {} GPU(s)",
+                                  rank, local, local, device_count()));
+    const Device device = Device::cuda(local);
+    check_gpu(device, rank);
+    NcclId id;
+    if (rank == 0) id = nccl_unique_id();
+    mpi_detail::broadcast_bytes(id.bytes.data(), id.bytes.size(), 0, options.timeout,
+                                "sharing NCCL's unique id");
+    return std::make_unique<Communicator>(
+        std::make_unique<NcclTransport>(rank, size, device,
+                                        mpi_detail::world_channel(options.timeout), to_nccl(id),
+                                        options.timeout),
+        options);
+  } catch (...) {
+    mpi_detail::mark_failed();
+    throw;
+  }
 }
 
 }  // namespace anvil::parallel

@@ -26,6 +26,7 @@
 #include "core/device.h"
 #include "nn/safetensors.h"
 #include "tests/cuda_test_util.h"
+#include "tests/skip.h"
 #include "tests/test_util.h"
 
 using anvil::testing::read_file;
@@ -314,9 +315,13 @@ TEST_CASE("a rank killed or stopped in training ends the whole job with an error
 // in another order than the whole batch, within FP32's tolerance.
 TEST_CASE("anvil-train --gpus 2 ends where one GPU does, with --accumulate 2 too",
           "[cli][distributed][cuda]") {
-  if (!cuda_test::have_device()) return;
+  if (!cuda_test::have_device("anvil-train on 2 GPU ranks")) {
+    test_skip::skip("no CUDA device: " + anvil::no_gpu_reason());
+    return;
+  }
   if (anvil::device_count() < 2) {
-    WARN("skipped: --gpus 2 needs 2 GPUs; this machine has " << anvil::device_count());
+    test_skip::skip("--gpus 2 needs 2 GPUs; this machine has " +
+                    std::to_string(anvil::device_count()));
     return;
   }
   TempDir dir("gpus2");
@@ -352,9 +357,13 @@ TEST_CASE("anvil-train --gpus 2 ends where one GPU does, with --accumulate 2 too
 // (sim/nccl_sim_remote.cpp).
 TEST_CASE("anvil-train --distributed --device cuda on 2 MPI ranks ends where one GPU does",
           "[cli][distributed][cuda]") {
-  if (!cuda_test::have_device()) return;
+  if (!cuda_test::have_device("anvil-train on 2 GPU ranks")) {
+    test_skip::skip("no CUDA device: " + anvil::no_gpu_reason());
+    return;
+  }
   if (anvil::device_count() < 2) {
-    WARN("skipped: 2 ranks on one machine need 2 GPUs; this machine has " << anvil::device_count());
+    test_skip::skip("2 ranks on one machine need 2 GPUs; this machine has " +
+                    std::to_string(anvil::device_count()));
     return;
   }
   TempDir dir("dist_cuda");
@@ -393,9 +402,13 @@ TEST_CASE("anvil-train --distributed --device cuda on 2 MPI ranks ends where one
 // fits in it on a loaded machine.)
 TEST_CASE("anvil-train --gpus 2 with a failing or hung rank ends with one error, in time",
           "[cli][distributed][cuda]") {
-  if (!cuda_test::have_device()) return;
+  if (!cuda_test::have_device("anvil-train on 2 GPU ranks")) {
+    test_skip::skip("no CUDA device: " + anvil::no_gpu_reason());
+    return;
+  }
   if (anvil::device_count() < 2) {
-    WARN("skipped: --gpus 2 needs 2 GPUs; this machine has " << anvil::device_count());
+    test_skip::skip("--gpus 2 needs 2 GPUs; this machine has " +
+                    std::to_string(anvil::device_count()));
     return;
   }
   TempDir dir("gpus2_fault");
@@ -528,5 +541,70 @@ TEST_CASE("ranks started with different flags stop, naming the flag", "[cli][dis
   INFO(r.output);
   REQUIRE(r.code != 0);
   REQUIRE_THAT(r.output, Contains("rank 1 was started with --lr 0.2, rank 0 with --lr 0.1"));
+}
+// Every flag of anvil-train's option table is compared, not only the
+// training settings (--stop-after-epoch: one rank would stop and leave the
+// others waiting; --device cpu and cuda: MPI and NCCL communicators that
+// never meet), and so are the data files' contents: each differing rank
+// names the difference at once, before the 20 s deadline.
+TEST_CASE("ranks that differ in any flag or in their data files stop at once, naming it",
+          "[cli][distributed]") {
+  TempDir dir("dist_mismatch_any");
+  write_data(dir.path / "data");
+  const std::string data = (dir.path / "data").string();
+  const std::string common = train_bin() + " --distributed --model lenet --epochs 2 --batch-size 16 "
+                             "--limit-train 64 --limit-test 16 --comm-timeout 20";
+  auto mpmd = [&](const std::string& rank0, const std::string& rank1) {
+    const auto start = Clock::now();
+    const Run r = shell(kMpiEnv + ANVIL_MPIEXEC + std::string(" --oversubscribe -np 1 ") + common +
+                            rank0 + " : -np 1 " + common + rank1,
+                        dir);
+    INFO(r.output);
+    CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 15);
+    CHECK(r.code != 0);
+    return r.output;
+  };
+  const std::string cpu = " --device cpu --data-dir " + data;
+  SECTION("--stop-after-epoch") {
+    REQUIRE_THAT(mpmd(cpu, cpu + " --stop-after-epoch 1"),
+                 Contains("rank 1 was started with --stop-after-epoch \"1\", rank 0 with "
+                          "--stop-after-epoch \"(not given)\""));
+  }
+  SECTION("--device cpu and cuda") {
+    REQUIRE_THAT(mpmd(cpu, " --device cuda --data-dir " + data),
+                 Contains("rank 1 was started with --device \"cuda\", rank 0 with --device \"cpu\""));
+  }
+  SECTION("data files of the same size, another content") {
+    const fs::path other = dir.path / "other";
+    fs::copy(dir.path / "data", other);
+    {  // the last training label, 4 -> 8: still a valid file
+      std::fstream f(other / "train-labels-idx1-ubyte", std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(-1, std::ios::end);
+      f.put(char(8));
+    }
+    REQUIRE_THAT(mpmd(cpu, " --device cpu --data-dir " + other.string()),
+                 Contains("rank 1's --data-dir " + other.string() +
+                          " has train-labels-idx1-ubyte: 308 bytes, checksum 0x"));
+  }
+}
+// A rank that fails at start, alone (its own bad flag, found before MPI
+// starts), ends the job within seconds, naming its rank and the cause, not
+// at rank 0's deadline and not in silence (a plain usage error is left to
+// rank 0, which usually finds the same).
+TEST_CASE("a rank that fails alone at start ends the job at once, naming the rank and the cause",
+          "[cli][distributed]") {
+  TempDir dir("dist_fail_at_start");
+  write_data(dir.path / "data");
+  const std::string common = train_bin() + " --distributed --model lenet --epochs 1 --batch-size 16 "
+                             "--limit-train 64 --limit-test 16 --device cpu --comm-timeout 30 "
+                             "--data-dir " + (dir.path / "data").string();
+  const auto start = Clock::now();
+  const Run r = shell(kMpiEnv + ANVIL_MPIEXEC + std::string(" --oversubscribe -np 1 ") + common +
+                          " : -np 1 " + common + " --init bogus",
+                      dir);
+  INFO(r.output);
+  CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 10);
+  REQUIRE(r.code != 0);
+  REQUIRE_THAT(r.output, Contains("anvil-train: error: rank 1: --init: unknown scheme 'bogus'"));
 }
 #endif

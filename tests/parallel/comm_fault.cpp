@@ -14,7 +14,9 @@
 //   kill      rank 1 dies (SIGKILL) before the second collective
 //   no-send   rank 1 never sends what rank 0 receives (point to point,
 //             which has no agreement check: the data wait's deadline)
-//   sigterm   the last rank gets SIGTERM (as from mpirun ending the job)
+//   sigterm   the last rank gets SIGTERM, sent by itself (not by mpirun)
+//   sigterm-save  the last rank gets SIGTERM in the middle of a save
+//             (nn::save_safetensors into --dir): its temporary file must go
 //   late-send rank 0's receive times out; rank 1 sends that message after
 //             it: rank 0's tensor must keep what it held (its receive was
 //             cancelled, and completed, before the call returned)
@@ -32,9 +34,12 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "nn/safetensors.h"
 #include "parallel/communicator.h"
 
 namespace par = anvil::parallel;
@@ -45,9 +50,12 @@ int main(int argc, char** argv) {
   double timeout = 2;
   bool nccl = false;
   app.add_option("--fault", fault, "none, silent, hung-native, mismatch, chunk, fingerprint, "
-                                    "kill, no-send, late-send, sigterm or serialized")
+                                    "kill, no-send, late-send, sigterm, sigterm-save or serialized")
       ->check(CLI::IsMember({"none", "silent", "hung-native", "mismatch", "chunk", "fingerprint",
-                             "kill", "no-send", "late-send", "sigterm", "serialized"}));
+                             "kill", "no-send", "late-send", "sigterm", "sigterm-save",
+                             "serialized"}));
+  std::string dir = ".";
+  app.add_option("--dir", dir, "sigterm-save: the directory it saves into");
   app.add_flag("--nccl", nccl, "GPU tensors over nccl_world instead of CPU tensors over mpi_world");
   app.add_option("--timeout", timeout, "the communicator's deadline, in seconds");
   CLI11_PARSE(app, argc, argv);
@@ -74,6 +82,23 @@ int main(int argc, char** argv) {
     if ((fault == "silent" || fault == "hung-native") && rank == size - 1) sleep_past_deadline();
     if (fault == "kill" && rank == 1) std::raise(SIGKILL);
     if (fault == "sigterm" && rank == size - 1) std::raise(SIGTERM);
+    if (fault == "sigterm-save" && rank == size - 1) {
+      // A thread raises SIGTERM as soon as the save's temporary file is
+      // there; the saves (64 MiB each) go on until it does.
+      std::thread([dir] {
+        for (;;) {
+          for (const auto& e : std::filesystem::directory_iterator(dir))
+            if (e.path().filename().string().find(".tmp.") != std::string::npos) std::raise(SIGTERM);
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+      }).detach();
+      const anvil::Tensor big = anvil::Tensor::ones({16 << 20}, anvil::DType::Float32);
+      for (int i = 0; i < 100; ++i)
+        anvil::nn::save_safetensors((std::filesystem::path(dir) / "cut.safetensors").string(),
+                                    {{"big", big}});
+      std::printf("rank %d: 100 saves and no SIGTERM\n", rank);
+      return 1;
+    }
     if (fault == "mismatch" && rank == 1)
       t = anvil::Tensor::ones({1001}, anvil::DType::Float32, device);
     if (fault == "chunk" && rank == 1) comm->set_chunk_bytes(64);

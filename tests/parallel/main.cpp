@@ -19,11 +19,11 @@
 
 namespace {
 
-// Counts the test cases run, for the skip status (ranks.h, skip()).
+// Counts the test cases run, for the skip status (tests/skip.h).
 struct CaseCounter : Catch::TestEventListenerBase {
   using TestEventListenerBase::TestEventListenerBase;
   void testCaseStarting(Catch::TestCaseInfo const& info) override {
-    ++parallel_test::skip_count().cases_run;
+    ++test_skip::skip_count().cases_run;
     TestEventListenerBase::testCaseStarting(info);
   }
 };
@@ -62,7 +62,5 @@ int main(int argc, char** argv) {
     std::cerr << "rank " << rank << ": no test case matches the filter\n";
     return 2;
   }
-  if (result == 0 && skips.cases_run > 0 && int(skips.skipped.size()) == skips.cases_run)
-    return parallel_test::kSkipExitCode;
-  return result;
+  return test_skip::exit_code(result);
 }

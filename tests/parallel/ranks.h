@@ -14,31 +14,15 @@
 
 #include "core/device.h"
 #include "tests/cuda_test_util.h"
+#include "tests/skip.h"
 #include "parallel/communicator.h"
 
 namespace parallel_test {
 
-// Exit status of a run whose every test case was skipped; ctest reports it
-// as "skipped" (SKIP_RETURN_CODE), the code Catch2 3's SKIP uses.
-constexpr int kSkipExitCode = 4;
-
-// Catch2 2 has no SKIP: skip() stands in for it. The test case says why (a
-// warning, and a passing SUCCEED so that --warn NoAssertions accepts it) and
-// returns; main() exits with kSkipExitCode when nothing failed and every
-// test case it ran was skipped.
-struct SkipCount {
-  int cases_run = 0;              // counted by main()'s listener
-  std::set<std::string> skipped;  // test cases that called skip()
-};
-inline SkipCount& skip_count() {
-  static SkipCount count;
-  return count;
-}
-inline void skip(const std::string& reason) {
-  skip_count().skipped.insert(Catch::getResultCapture().getCurrentTestName());
-  WARN("skipped: " << reason);
-  SUCCEED("skipped: " << reason);
-}
+using test_skip::kSkipExitCode;
+using test_skip::skip;
+using test_skip::skip_count;
+using test_skip::SkipCount;
 
 // How many GPUs an NCCL test may use, or 0 after skip(): NCCL missing or no
 // GPU fails the test instead under ANVIL_REQUIRE_CUDA=1; fewer GPUs than
