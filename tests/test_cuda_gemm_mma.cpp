@@ -53,6 +53,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -530,6 +531,31 @@ TEST_CASE("cuda gemm mma: a mutated ldmatrix (swapped registers, .trans ignored)
     REQUIRE(hook == m.name);
     REQUIRE(broken.bound > 10.0);
     REQUIRE(mma::ldmatrix_mutation().empty());
+  }
+}
+
+TEST_CASE("cuda gemm mma: a mutated ldmatrix (swapped registers) breaks rung 11",
+          "[cuda][gemm][tf32][sim]") {
+  namespace mma = anvil::sim::mma;
+  // Rung 11 reads its operands stored contiguous along k by ldmatrix
+  // (without .trans: float32 is not transposed by it), both of them in the
+  // first case, A only in the second.
+  const std::pair<int, Case> swaps[] = {{0, {67, 45, 133, false, true, 0, 1.0f, 0.0f, 4}},
+                                        {1, {67, 45, 133, false, false, 3, 1.0f, 0.0f}}};
+  for (const auto& [first, s] : swaps) {
+    INFO("swap:" << first << ":" << first + 1 << ", " << describe(s));
+    REQUIRE(run_case(kTf32Pipelined, s, 5).bound <= 1.0);
+    mma::set_ldmatrix_swap(first, first + 1);
+    Ratios broken;
+    try {
+      broken = run_case(kTf32Pipelined, s, 5);
+    } catch (...) {
+      mma::clear_ldmatrix_mutation();
+      throw;
+    }
+    mma::clear_ldmatrix_mutation();
+    INFO("worst error / tf32 bound " << broken.bound);
+    REQUIRE(broken.bound > 10.0);
   }
 }
 #endif
