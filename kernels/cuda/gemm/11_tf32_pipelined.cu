@@ -9,8 +9,9 @@
 // Threads. A block of 128 threads (4 warps, 2 x 2) computes a 128 x 128
 // tile of C; each warp 64 x 64 of it, 4 x 8 mma tiles of 16 x 8 (128
 // accumulators a lane). Per 8 of k a warp loads its 4 A and 8 B fragments
-// (8 ldmatrix.x4, or 32 four-byte loads for an operand contiguous along j,
-// below), rounds their 32 registers and issues 32 mma.
+// (4 + 4 ldmatrix.x4; for an operand contiguous along j, below, 8 eight-
+// byte loads for A, 16 four-byte ones for B), rounds their 32 registers
+// and issues 32 mma.
 //
 // Fragments (kernels/cuda/mma.cuh has the PTX ISA's tables). With g =
 // lane / 4, t = lane % 4 the m16n8k8 .tf32 fragments are A: a0 (g, t), a1
@@ -23,10 +24,14 @@
 // order, and of k first is b0, b1 of two n tiles: the bytes and addresses of
 // rung 12's BF16 fragments, half the k. ldmatrix.trans transposes 16-bit
 // elements, so it cannot turn an operand stored contiguous along j (op(A)
-// = A^T, op(B) = B) into fragments: those are read by 32-bit shared loads,
-// lane (g, t) a0 at (k0 + t, j0 + g) and a1..a3 at constant offsets (8
-// columns, 4 rows), b0, b1 likewise (an iterator transposing on the copy
-// would need 4-byte cp.async, four times the copies). Each register is then
+// = A^T, op(B) = B) into fragments; an iterator transposing on the copy
+// would need 4-byte cp.async, four times the copies. Those operands are
+// read by shared loads instead. B: lane (g, t) reads b0 at (k0 + t, j0 +
+// g) and b1 4 rows on, 4 bytes each. A: a lane's a0 and a1 are rows g and
+// g + 8, 8 floats apart in a stage row; the tile permutes which of its
+// rows the mma's rows stand for (mma rows g and g + 8 of each 16 are rows
+// 2g and 2g + 1, the epilogue stores them there), so that a0 a1 (at k0 +
+// t) and a2 a3 (4 rows on) are two 8-byte loads. Each register is then
 // rounded by cvt.rna.tf32.f32: one cvt per register, the same rounding as
 // rung 09's, of the same values.
 //
@@ -37,12 +42,15 @@
 //   contiguous along j: 16 rows k of 128 + 8 floats (32 chunks and a pad of
 //     32 bytes), unswizzled.
 // Bank conflicts. Along k, the ldmatrix phases and 16-byte stores are
-// rung 12's (12_bf16_pipelined.cu): conflict-free. Along j, a 32-bit load
-// is one phase of 32 lanes: lane (g, t) reads word (k0 + t) * 136 + j0 + g
-// (+ a constant), and 136 is 8 mod 32, so the banks are 8t + g + c mod 32:
-// all 32. A store phase (8 lanes of consecutive units) is 8 consecutive
-// chunks of one row, 128 contiguous bytes. Every fragment load and every
-// cp.async store is conflict-free.
+// rung 12's (12_bf16_pipelined.cu): conflict-free. Along j, B's 4-byte
+// load is one phase of 32 lanes: lane (g, t) reads word (k0 + t) * 136 +
+// j0 + g (+ a constant), and 136 is 8 mod 32, so the banks are 8t + g + c
+// mod 32: all 32. A's 8-byte load is two phases of 16 lanes (g = 0..3 or
+// 4..7, t = 0..3), lane (g, t) at words 136 t + 2g (+ c) and the next: 8t
+// + 2g runs over 16 even banks, each with its neighbour: all 32. A store
+// phase (8 lanes of consecutive units) is 8 consecutive chunks of one row,
+// 128 contiguous bytes. Every fragment load and every cp.async store is
+// conflict-free.
 //
 // Pipeline: the mainloop's (mma_multistage.cuh), 4 stages of 16 of k:
 // 4 x 17 KB = 68 KB of dynamic shared memory (each operand's room that of
@@ -51,7 +59,10 @@
 // and operand), src-size short of 16 at ragged edges and 0 outside them
 // (zeros: the products past M, N, K are 0); an operand whose base or row
 // stride is not a multiple of 16 bytes (4 floats) is copied 4 bytes a copy,
-// one cp.async per element (one branch for the block). Step s:
+// one cp.async per element; a block whose chunks all lie inside the
+// operands in every step (aligned, its rows inside M and N, K a multiple of
+// 16) copies through mma_ldmatrix.cuh's FullIterator, without masks (one
+// branch for the block). Step s:
 //   wait_group 2        this thread's copies of stage s have landed
 //   __syncthreads       publishes stage s; every warp is past its mma of
 //                       stage s - 1
@@ -59,7 +70,10 @@
 //   2 x (fragment loads, 32 cvt, 32 mma) per warp on buffer s % 4
 // One barrier per 16 of k, three stages (48 of k) of copies in flight
 // behind the mma. Each accumulator sees the same mma, k ascending in steps
-// of 8, as rung 09's: the same bits (tests/test_cuda_gemm_mma.cpp).
+// of 8, on the same rounded operands as rung 09's: the same bits
+// (tests/test_cuda_gemm_mma.cpp). The main loop's cost (docs/kernels.md,
+// "The issue bound"): 4.4-4.7 instructions per HMMA on sm_90, two of them
+// the cvt (nvcc: a compare with infinity and a predicated add).
 //
 // Split-K and the kernel: mma_rung.cuh's, as 09's.
 //   build/sim/bench_cuda_kernels gemm 11
