@@ -12,6 +12,8 @@
 // staged, the same order of k); so do the CPU and CUDA backends given
 // bfloat16 tensors. Rung 12 reads bfloat16 only: within rung 10's bounds and
 // bitwise rung 10's result (the same products, summed in the same order).
+// Rung 11 (the multistage mainloop's TF32 instance) is bitwise rung 09's,
+// at 2, 3 and 4 stages, on every path of its copies.
 //
 // The bounds, per element of D = alpha * op(A) op(B) + beta * C, with
 // S = sum_k |a_k b_k| over the unrounded operands, u the operands' unit
@@ -51,6 +53,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -259,6 +262,56 @@ TEST_CASE("cuda gemm mma: rungs 9 and 11 (TF32) and 10 (BF16) are within their b
 // Bitwise equality (float == would let -0 stand for +0).
 bool same_bits(const Vec& a, const Vec& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_CASE("cuda gemm mma: rung 11 gives rung 9's bits at 2 to 4 stages on every transpose and "
+          "ragged shapes",
+          "[cuda][gemm][tf32]") {
+  if (!cuda_test::have_device()) return;
+  // Every transpose of a ragged single tile with odd strides (4-byte
+  // copies) and with strides a multiple of 4 floats (16-byte copies, short
+  // at the edges: 67, 45 and 133 are not multiples of 4); of 2 x 2 ragged
+  // tiles with K = 48, whose first block lies wholly inside (the
+  // FullIterator's loop) and the others across the edges; a K of 600 split
+  // over grid.z. Rung 11 runs the same mma, k ascending in steps of 8, on
+  // the same rounded operands as rung 09, so the results are rung 09's
+  // bits; the stage depth changes when a stage lands, never the order of
+  // the sums.
+  std::vector<Case> cases;
+  for (int t = 0; t < 4; ++t) {
+    cases.push_back({67, 45, 133, bool(t & 1), bool(t & 2), 3, 0.5f, -1.5f});
+    cases.push_back({67, 45, 133, bool(t & 1), bool(t & 2), 0, 1.0f, 0.0f, 4});
+    cases.push_back({130, 136, 48, bool(t & 1), bool(t & 2), 0, 1.0f, 0.5f, 4});
+  }
+  cases.push_back({20, 9, 600, false, false, 0, -0.75f, 0.25f, 4});
+  uint32_t seed = 41;
+  for (const Case& s : cases) {
+    INFO(describe(s) << ", alpha " << s.alpha << ", beta " << s.beta);
+    seed += 3;
+    Vec rung09, rung11;
+    const Ratios r = run_case(kTf32Pipelined, s, seed, Operands::kFloat32, &rung11);
+    INFO("worst error / bound: tf32 bound " << r.bound << ", FP32 bound of the rounded operands "
+                                            << r.rounded);
+    REQUIRE(r.padding_kept);
+    REQUIRE(r.bound <= 1.0);
+    REQUIRE(r.rounded <= 1.0);
+    run_case(kTf32, s, seed, Operands::kFloat32, &rung09);
+    REQUIRE(same_bits(rung11, rung09));
+    const Stored st = draw(s, seed, false);
+    const DeviceBuffer<float> dA(st.A), dB(st.B);
+    DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(11, s.M, s.N, s.K), kNaN));
+    for (int stages : {2, 3}) {
+      INFO(stages << " stages");
+      DeviceBuffer<float> dC(st.C);
+      const cu::GemmArgs g{s.ta, s.tb, int(s.M), int(s.N), int(s.K), s.alpha, dA.ptr, st.lda,
+                           dB.ptr, st.ldb, s.beta, dC.ptr, st.ldc, ws.ptr};
+      cu::gemm_rungs::tf32_pipelined_stages(stages, g, nullptr);
+      REQUIRE(same_bits(dC.to_host(), rung11));
+    }
+  }
+  const cu::GemmArgs none{};
+  REQUIRE_THROWS_WITH(cu::gemm_rungs::tf32_pipelined_stages(5, none, nullptr),
+                      "gemm rung 11: 5 stages (2, 3 or 4 are built)");
 }
 
 TEST_CASE("cuda gemm mma: rung 10 reads bfloat16 A and B, bitwise as float32 of the same values",
@@ -478,6 +531,31 @@ TEST_CASE("cuda gemm mma: a mutated ldmatrix (swapped registers, .trans ignored)
     REQUIRE(hook == m.name);
     REQUIRE(broken.bound > 10.0);
     REQUIRE(mma::ldmatrix_mutation().empty());
+  }
+}
+
+TEST_CASE("cuda gemm mma: a mutated ldmatrix (swapped registers) breaks rung 11",
+          "[cuda][gemm][tf32][sim]") {
+  namespace mma = anvil::sim::mma;
+  // Rung 11 reads its operands stored contiguous along k by ldmatrix
+  // (without .trans: float32 is not transposed by it), both of them in the
+  // first case, A only in the second.
+  const std::pair<int, Case> swaps[] = {{0, {67, 45, 133, false, true, 0, 1.0f, 0.0f, 4}},
+                                        {1, {67, 45, 133, false, false, 3, 1.0f, 0.0f}}};
+  for (const auto& [first, s] : swaps) {
+    INFO("swap:" << first << ":" << first + 1 << ", " << describe(s));
+    REQUIRE(run_case(kTf32Pipelined, s, 5).bound <= 1.0);
+    mma::set_ldmatrix_swap(first, first + 1);
+    Ratios broken;
+    try {
+      broken = run_case(kTf32Pipelined, s, 5);
+    } catch (...) {
+      mma::clear_ldmatrix_mutation();
+      throw;
+    }
+    mma::clear_ldmatrix_mutation();
+    INFO("worst error / tf32 bound " << broken.bound);
+    REQUIRE(broken.bound > 10.0);
   }
 }
 #endif

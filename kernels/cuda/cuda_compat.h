@@ -3,7 +3,9 @@
 // by g++) it is sim/cuda_sim.h. Op code launches kernels through
 // anvil::cuda::launch and never writes <<<>>>, which g++ cannot parse.
 #pragma once
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <source_location>
 #include <stdexcept>
@@ -39,6 +41,23 @@ __device__ __forceinline__ T* dynamic_shared() {
 #else
   return static_cast<T*>(anvil::sim::dynamic_shared_bytes());
 #endif
+}
+
+// Lets `kernel` launch with `bytes` of dynamic shared memory, past the 48 KB
+// a kernel gets without opting in: cudaFuncSetAttribute(kernel,
+// cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), once per kernel and
+// device (the attribute is the function's in the current device's
+// context). `devices`: the kernel's own, a bit per device already done.
+template <typename Kernel>
+void opt_in_shared(Kernel kernel, int bytes, std::atomic<uint64_t>& devices,
+                   std::source_location where = std::source_location::current()) {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice", where);
+  const uint64_t bit = uint64_t{1} << (device & 63);
+  if (devices.load(std::memory_order_acquire) & bit) return;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+        "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", where);
+  devices.fetch_or(bit, std::memory_order_release);
 }
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), then a check that

@@ -1,7 +1,7 @@
 // The tensor-core instructions anvil's kernels use, one function each:
 //   mma_m16n8k8_tf32   mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
 //   mma_m16n8k16_bf16  mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
-//   cvt_rna_tf32       cvt.rna.tf32.f32
+//   cvt_rna_tf32       cvt.rna.tf32.f32 (of a float, or of its bits: _bits)
 //   pack_bf16x2        cvt.rn.bf16x2.f32 (two floats to bf16, nearest-even)
 //   ldmatrix<N, Trans> ldmatrix.sync.aligned.m8n8.xN{.trans}.shared.b16
 // and, in the sibling header cp_async.cuh, the asynchronous copies that feed
@@ -53,6 +53,7 @@
 #include "core/tf32.h"
 #include "kernels/cuda/cuda_compat.h"
 #if !defined(__CUDACC__)
+#include <bit>
 #include <source_location>
 
 #include "sim/mma_sim.h"
@@ -146,6 +147,15 @@ __device__ __forceinline__ uint32_t cvt_rna_tf32(float x) {
   return r;
 #else
   return anvil::float_to_tf32_bits(x);
+#endif
+}
+
+// The same, of a register holding a float's bits (as ldmatrix loads them).
+__device__ __forceinline__ uint32_t cvt_rna_tf32_bits(uint32_t bits) {
+#if defined(__CUDACC__)
+  return cvt_rna_tf32(__uint_as_float(bits));
+#else
+  return anvil::float_to_tf32_bits(std::bit_cast<float>(bits));
 #endif
 }
 

@@ -109,11 +109,13 @@ CLAIMS = {
 # fragment loads are 32-bit (no LDS.128 claimed); the global loads of a
 # strided float32 operand are 16-byte where aligned (a bfloat16 one's, the
 # rows "bf16 in memory", 8-byte). Every one also claims HMMA and
-# no FFMA in its main loop (checked below). The pipelined tile
-# (mma_pipeline.cuh, "tf32 ... pipelined") copies global to shared memory
-# with 16-byte cp.async (LDGSTS.128) instead, as does the ldmatrix tile
-# (mma_ldmatrix.cuh, "bf16 ... ldmatrix"), which also claims LDSM in its
-# main loop.
+# no FFMA in its main loop (checked below). The tiles on the multistage
+# mainloop copy global to shared memory with 16-byte cp.async (LDGSTS.128)
+# instead and claim LDSM in their main loops: GEMM rung 12's
+# (mma_ldmatrix.cuh, "bf16 ... ldmatrix"), conv rung 08's ("bf16 ...
+# multistage N") and GEMM rung 11's ("tf32 ... multistage N", whose main
+# loop with both operands contiguous along j reads them by LDS instead: the
+# one the table shows has LDSM).
 MMA_CLAIMS = {"gemm_mma": {"ldg128"}, "forward_warp_tiled": {"ldg128"}}
 PIPELINED_CLAIMS = {"ldgsts128"}
 # What a kernel on a tensor-core tile is, by its tile's math (and pipeline):
@@ -121,7 +123,7 @@ PIPELINED_CLAIMS = {"ldgsts128"}
 # (BF16), not 4 and 5.
 CONV_WARP_TILED = ("forward_warp_tiled", "backward_data_warp_tiled", "backward_weight_warp_tiled")
 MMA_RUNGS = {("gemm_mma", "tf32"): "gemm 9", ("gemm_mma", "bf16"): "gemm 10",
-                ("gemm_mma", "tf32 pipelined"): "gemm 11",
+                ("gemm_mma", "tf32 multistage"): "gemm 11",
                 ("gemm_mma", "bf16 ldmatrix"): "gemm 12",
                 ("forward_nhwc", "bf16 multistage"): "conv 8",
                 ("backward_weight_nhwc", "bf16 multistage"): "conv 8",
@@ -144,19 +146,19 @@ def base_and_tile(demangled):
             break
     shape = re.search(r"warp_tile::Shape<([\d, ]+)>", name)
     mma = re.search(r"mma_tile::Shape<[\w:]*mma_tile::(Tf32|Bf16), (\d+), (\d+), \d+>", name)
-    pipelined = re.search(r"mma_pipeline::Shape<(\d+), (\d+), \d+, \d+>", name)
+    tf32 = re.search(r"mma_ldmatrix::ShapeOf<[\w:]*multistage::Tf32, (\d+), (\d+), (\d+), \d+>", name)
     ldmatrix = re.search(r"mma_ldmatrix::Shape<(\d+), (\d+), \d+, \d+>", name)
     multistage = re.search(r"multistage::Shape<(\d+), (\d+), (\d+), \d+>", name)
     base = re.sub(r"<.*", "", name).split("::")[-1]
+    if tf32:  # GEMM rung 11: 64 x 64 per warp, dynamic shared memory past 48 KB
+        wm, wn, stages = (int(tf32.group(i)) for i in (1, 2, 3))
+        return base, f"tf32 {64 * wm}x{64 * wn} multistage {stages}", 32 * wm * wn
     if multistage:  # 64 x 64 per warp, dynamic shared memory (multistage_shared_bytes)
         wm, wn, stages = (int(multistage.group(i)) for i in (1, 2, 3))
         return base, f"bf16 {64 * wm}x{64 * wn} multistage {stages}", 32 * wm * wn
     if ldmatrix:  # 64 x 64 per warp, bfloat16 operands only
         wm, wn = int(ldmatrix.group(1)), int(ldmatrix.group(2))
         return base, f"bf16 {64 * wm}x{64 * wn} ldmatrix", 32 * wm * wn
-    if pipelined:  # 64 x 64 per warp
-        wm, wn = int(pipelined.group(1)), int(pipelined.group(2))
-        return base, f"tf32 {64 * wm}x{64 * wn} pipelined", 32 * wm * wn
     if mma:  # 64 x 32 per warp; the instantiation that reads bfloat16 operands from memory apart
         wm, wn = int(mma.group(2)), int(mma.group(3))
         operands = ", bf16 in memory" if name.endswith("anvil::bfloat16>") else ""
@@ -175,10 +177,19 @@ def base_and_tile(demangled):
 
 def multistage_shared_bytes(tile):
     """The dynamic shared memory a multistage kernel is launched with
-    (mma_multistage.cuh's Shape::kSharedBytes: stages x (BM + BN) x 32 of k x
-    2 bytes); 0 for another tile."""
+    (mma_multistage.cuh's ShapeOf::kSharedBytes): bf16, stages x (BM + BN) x
+    32 of k x 2 bytes (conv rung 08: always dynamic); tf32, stages x 16 of k
+    x (BM + 8 + BN + 8) x 4 bytes (each operand's room that of its padded
+    layout), dynamic only past 48 KB (GEMM rung 11's 2 stages are static,
+    in ptxas's report); 0 for another tile."""
     m = re.match(r"bf16 (\d+)x(\d+) multistage (\d+)$", tile)
-    return int(m.group(3)) * (int(m.group(1)) + int(m.group(2))) * 32 * 2 if m else 0
+    if m:
+        return int(m.group(3)) * (int(m.group(1)) + int(m.group(2))) * 32 * 2
+    m = re.match(r"tf32 (\d+)x(\d+) multistage (\d+)$", tile)
+    if m:
+        nbytes = int(m.group(3)) * 16 * (int(m.group(1)) + 8 + int(m.group(2)) + 8) * 4
+        return nbytes if nbytes > 48 * 1024 else 0
+    return 0
 
 
 def source_file(stem):
@@ -303,7 +314,7 @@ def kernel_rows(folder):
             base, tile, shape_threads = base_and_tile(names.get(mangled, mangled))
             rung, threads = KERNELS.get(base, ("", 256))
             if tile.startswith(("tf32", "bf16")):
-                math_key = tile[:4] + next((" " + w for w in ("pipelined", "ldmatrix", "multistage")
+                math_key = tile[:4] + next((" " + w for w in ("ldmatrix", "multistage")
                                             if w in tile), "")
                 rung = MMA_RUNGS.get((base, math_key), rung)
             threads = shape_threads or threads
@@ -343,7 +354,7 @@ def kernel_table(rows):
         claims = MMA_CLAIMS.get(base, set()) if mma else CLAIMS.get((base, tile), CLAIMS.get(base, set()))
         if tile.endswith("bf16 in memory"):  # a quad of bfloat16 is one 8-byte load
             claims = claims - {"ldg128"}
-        if tile.endswith(("pipelined", "ldmatrix")) or "multistage" in tile:
+        if tile.endswith("ldmatrix") or "multistage" in tile:
             claims = PIPELINED_CLAIMS
         cells = []
         for what in ("ldg128", "lds128", "ldgsts128"):
@@ -372,7 +383,9 @@ def kernel_table(rows):
             if tile.endswith("ldmatrix") or "multistage" in tile:
                 loop_cell = (f"HMMA {fewest}, LDSM {ldsm}, FFMA {worst_ffma} / {longest} "
                              f"(**{per_hmma:.2f}** per HMMA)")
-                if ldsm == 0:
+                # (GEMM rung 11 reads operands contiguous along j by LDS: with
+                # both so, its main loop has no LDSM.)
+                if ldsm == 0 and not tile.startswith("tf32"):
                     problems.append(f"{base} {tile}: no LDSM in its main loop ({loop_cell})")
                 # The multistage mainloop's bound: an SM issues 4 instructions a
                 # clock and finishes about one HMMA a clock (docs/kernels.md).

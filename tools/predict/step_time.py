@@ -243,11 +243,12 @@ def show(key):
 # The TF32 rungs' kernels (conv 06, GEMM 11) by the FP32 kernel whose tiles
 # and split plans they keep: mma_tile::Shape<Tf32, 1, 4, 3> is conv 05's
 # 64x128 tile (128 threads), Shape<Tf32, 2, 4, 2> the 128x128 one (256
-# threads); GEMM 11's mma_pipeline::Shape<2, 2, 4, 2> is GEMM 08's 128x128
-# (in 128 threads) with its 2 blocks per SM in the split plan.
+# threads); GEMM 11's mma_ldmatrix::ShapeOf<multistage::Tf32, 2, 2, 4, 2>
+# is GEMM 08's 128x128 (in 128 threads) with its 2 blocks per SM in the
+# split plan.
 TF32_TILES = {"64x128": "mma_tile::Shape<mma_tile::Tf32,1,4,3>",
               "128x128": "mma_tile::Shape<mma_tile::Tf32,2,4,2>"}
-TF32_GEMM = "mma_pipeline::Shape<2,2,4,2>"
+TF32_GEMM = "mma_ldmatrix::ShapeOf<multistage::Tf32,2,2,4,2>"
 
 
 # The BF16 rungs' kernels (conv 07, GEMM 10): conv 05's tiles as

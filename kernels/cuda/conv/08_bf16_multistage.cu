@@ -166,27 +166,13 @@ void to_channels_last(int64_t N, int64_t C, int64_t H, int64_t W, int64_t Cp, co
          int(C), int(H * W), int(Cp), int(tiles_hw), in, out);
 }
 
-// The kernel's dynamic shared memory, opted in to once per kernel and
-// device (more than 48 KB needs it; the attribute is the function's in the
-// current device's context). `devices`: a bit per device already done.
-template <class Kernel>
-void opt_in(Kernel kernel, int bytes, std::atomic<uint64_t>& devices) {
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  const uint64_t bit = uint64_t{1} << (device & 63);
-  if (devices.load(std::memory_order_acquire) & bit) return;
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-        "cudaFuncSetAttribute(conv rung 08, MaxDynamicSharedMemorySize)");
-  devices.fetch_or(bit, std::memory_order_release);
-}
-
 template <class S, class TY>
 void launch_forward(const NhwcGeo& g, const bfloat16* x, const bfloat16* w, const float* bias,
                     TY* y, cudaStream_t stream) {
   void (*kernel)(NhwcGeo, const bfloat16*, const bfloat16*, const float*, TY*) =
       conv_kernels::forward_nhwc<S>;
   static std::atomic<uint64_t> devices{0};  // this kernel's (one per S, TY)
-  opt_in(kernel, S::kSharedBytes, devices);
+  opt_in_shared(kernel, S::kSharedBytes, devices);
   const int64_t M = int64_t(g.N) * g.P * g.Q;
   const dim3 grid(unsigned((M + S::kBM - 1) / S::kBM), unsigned((g.K + S::kBN - 1) / S::kBN));
   launch(kernel, grid, dim3(S::kThreads), S::kSharedBytes, stream, g, x, w, bias, y);
@@ -260,7 +246,7 @@ void backward_weight_on(const Conv2dShape& s, const T* x, const T* dy, float* dw
   void (*kernel)(conv_kernels::WgradGeo, const bfloat16*, const bfloat16*, float*) =
       conv_kernels::backward_weight_nhwc<S>;
   static std::atomic<uint64_t> devices{0};
-  opt_in(kernel, S::kSharedBytes, devices);
+  opt_in_shared(kernel, S::kSharedBytes, devices);
   const int64_t M = s.R * s.S * Cp;
   const dim3 grid(unsigned((M + S::kBM - 1) / S::kBM), unsigned((s.K + S::kBN - 1) / S::kBN),
                   unsigned(plan.splits));

@@ -47,7 +47,7 @@ struct NhwcGeo {
 // The rows a thread copies, and where their chunks go in a stage.
 template <int Threads, int BJ>
 struct ChunkRows {
-  using L = multistage::Layout<false, BJ>;
+  using L = multistage::Layout<multistage::Bf16, false, BJ>;
   static constexpr int kUnits = L::kChunks / Threads;
   static_assert(kUnits * Threads == L::kChunks && Threads % 32 == 0);
   __device__ __forceinline__ static int chunk() { return int(threadIdx.x) % 4; }

@@ -46,8 +46,8 @@ struct WgradGeo {
 
 template <int Threads, int BJ>
 struct RowChunks {
-  using L = multistage::Layout<true, BJ>;
-  static_assert(Threads == 4 * multistage::kBK, "four threads a row");
+  using L = multistage::Layout<multistage::Bf16, true, BJ>;
+  static_assert(Threads == 4 * multistage::Bf16::kBK, "four threads a row");
   static_assert(BJ % 64 == 0, "an even number of units (u ^ 1 stays a unit)");
   static constexpr int kUnits = BJ / 32;
   __device__ __forceinline__ static int row() { return int(threadIdx.x) / 4; }

@@ -1,74 +1,91 @@
-// GEMM rung 11, TF32 tensor cores fed by a cp.async pipeline: rung 09's
-// numerics (operands rounded by cvt.rna.tf32.f32, mma.sync.m16n8k8, FP32
-// accumulation, so its error bounds hold) and its split-K, with fewer
-// instructions around each mma. The tile is mma_pipeline.cuh's.
+// GEMM rung 11, TF32 tensor cores on the multistage mainloop: rung 09's
+// numerics (every operand rounded by cvt.rna.tf32.f32, nearest with ties
+// away, mma.sync.m16n8k8, FP32 accumulation, so its error bounds hold) and
+// its split-K, on the mainloop of rung 12 (mma_multistage.cuh, its Tf32
+// kind) fed by the GEMM iterator of mma_ldmatrix.cuh. float32 operands are
+// copied as they are stored and rounded in registers after the fragment
+// load: no rounding pass through shared memory, no extra barrier.
 //
 // Threads. A block of 128 threads (4 warps, 2 x 2) computes a 128 x 128
 // tile of C; each warp 64 x 64 of it, 4 x 8 mma tiles of 16 x 8 (128
-// accumulators a lane). Per 8 of k a warp loads 8 B fragments and 4 A
-// fragments with 16 eight-byte shared loads, for 32 mma (rung 09: 24
-// four-byte loads for 16).
+// accumulators a lane). Per 8 of k a warp loads its 4 A and 8 B fragments
+// (4 + 4 ldmatrix.x4; for an operand contiguous along j, below, 8 eight-
+// byte loads for A, 16 four-byte ones for B), rounds their 32 registers
+// and issues 32 mma.
 //
-// Fragments, as in 09 (kernels/cuda/mma.cuh has the PTX ISA's tables): with
-// g = lane / 4, t = lane % 4, a lane holds a0 (g, t), a1 (g+8, t), a2
-// (g, t+4), a3 (g+8, t+4) of A and b0 (k = t, n = g), b1 (k = t+4, g) of B.
-// So A's registers come in pairs of rows (m, m+8) and B's in pairs along k
-// (t, t+4), and shared memory stores each pair as two adjacent words: one
-// 8-byte load per pair, landing in the two consecutive registers the mma
-// takes.
+// Fragments (kernels/cuda/mma.cuh has the PTX ISA's tables). With g =
+// lane / 4, t = lane % 4 the m16n8k8 .tf32 fragments are A: a0 (g, t), a1
+// (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B: b0 (k = t, n = g), b1 (k = t+4,
+// n = g), one float each. An 8 x 8 ldmatrix matrix of 16-bit elements is 8
+// rows of 16 bytes, 4 floats, and hands lane l the 32-bit word (row l / 4,
+// word l % 4): (g, t). So for an operand stored contiguous along k (op(A) =
+// A, op(B) = B^T), whose stage rows are (j, 4 k) per chunk, an ldmatrix.x4
+// of rows j0..j0+7 / j0+8..j0+15 by k0..k0+3 / k0+4..k0+7 is a0..a3 in that
+// order, and of k first is b0, b1 of two n tiles: the bytes and addresses of
+// rung 12's BF16 fragments, half the k. ldmatrix.trans transposes 16-bit
+// elements, so it cannot turn an operand stored contiguous along j (op(A)
+// = A^T, op(B) = B) into fragments; an iterator transposing on the copy
+// would need 4-byte cp.async, four times the copies. Those operands are
+// read by shared loads instead. B: lane (g, t) reads b0 at (k0 + t, j0 +
+// g) and b1 4 rows on, 4 bytes each. A: a lane's a0 and a1 are rows g and
+// g + 8, 8 floats apart in a stage row; the tile permutes which of its
+// rows the mma's rows stand for (mma rows g and g + 8 of each 16 are rows
+// 2g and 2g + 1, the epilogue stores them there), so that a0 a1 (at k0 +
+// t) and a2 a3 (4 rows on) are two 8-byte loads. Each register is then
+// rounded by cvt.rna.tf32.f32: one cvt per register, the same rounding as
+// rung 09's, of the same values.
 //
-// Shared memory. A stage holds 8 of k of each operand as 32-bit words. A
-// thread owns one unit of 8 words (4 pairs) per operand and stage: it
-// copies two quads of the stored matrix there, x at (j, k) and y at its
-// partner (A: (j + 8, k); B: (j, k + 4)), each 4 elements along the
-// contiguous index, and once they have landed rounds them in place,
-// interleaved as x0 y0 x1 y1 x2 y2 x3 y3. Pair rows: for A, rows m and
-// m + 8 of each 16 (64 pair rows); for B, each column n (128). The layout
-// follows the operand's storage:
-//   contiguous along j (op(A) = A^T, op(B) = B):
-//     A: 8 rows k of 128 + 8 words, pair (m, k) at 2 * pair row;
-//     B: 4 rows k % 4 of 256 + 8 words, pair (n, k) at 2n.
-//   contiguous along k (op(A) = A, op(B) = B^T):
-//     A: 64 pair rows of 16 words, pair (m, k) at 2 (k ^ 4) in pair rows
-//        2 and 3 of every 4, at 2k in the others (the swizzle below);
-//     B: 128 rows of 8 words, pair (n, k) at 2k.
-// Bank conflicts. An 8-byte load is served per half warp (16 lanes, 128
-// bytes): lanes 0-15 are g = 0..3 and t = 0..3, and must hit 16 different
-// bank pairs. Along j, lane (g, t) reads word 136t + 2g (A) or 264t + 2g
-// (B) past a multiple of 32: 136 and 264 are 8 mod 32, so 8t + 2g runs over
-// 0..30 step 2. Along k, B: 8g + 2t, again 0..30. Along k, A: 16g + 2t in
-// pair rows of 16 words would put g = 0 and 2 on the same banks; swapping
-// the halves of k in pair rows 2 and 3 adds 8 words to those, so the four
-// g cover banks 0-7, 16-23, 8-15, 24-31. Fragment loads are conflict-free.
-// (The rounding pass's 16-byte loads and stores, units 8 words apart, are
-// 2-way conflicted: once per element staged, against the 4 (A) or 2 (B)
-// warps that read it.)
+// Shared memory. A stage holds 16 of k of each operand as stored, in
+// 16-byte chunks of 4 floats along the contiguous index:
+//   contiguous along k: 128 rows j of 64 bytes (4 chunks); chunk c of row j
+//     at position c ^ (j / 2 % 4): rung 12's layout, byte for byte;
+//   contiguous along j: 16 rows k of 128 + 8 floats (32 chunks and a pad of
+//     32 bytes), unswizzled.
+// Bank conflicts. Along k, the ldmatrix phases and 16-byte stores are
+// rung 12's (12_bf16_pipelined.cu): conflict-free. Along j, B's 4-byte
+// load is one phase of 32 lanes: lane (g, t) reads word (k0 + t) * 136 +
+// j0 + g (+ a constant), and 136 is 8 mod 32, so the banks are 8t + g + c
+// mod 32: all 32. A's 8-byte load is two phases of 16 lanes (g = 0..3 or
+// 4..7, t = 0..3), lane (g, t) at words 136 t + 2g (+ c) and the next: 8t
+// + 2g runs over 16 even banks, each with its neighbour: all 32. A store
+// phase (8 lanes of consecutive units) is 8 consecutive chunks of one row,
+// 128 contiguous bytes. Every fragment load and every cp.async store is
+// conflict-free.
 //
-// Pipeline: 4 stages. Stage s is copied into buffer s % 4 by cp.async: 16
-// bytes a copy from operands whose base and row stride are 16-byte
-// aligned, with src-size short of 16 at the ragged edges and 0 outside (the
-// edges become zeros); 4 bytes a copy otherwise (one branch for the whole
-// launch, so the fast loop holds no fallback code). One commit group per
-// stage, empty past the end, so each step finds the same count. Step s:
-//   wait_group 2        this thread's copies of stage s have landed (the
-//                       groups of s+1 and s+2 may still be in flight)
-//   round own units     in place, in buffer s % 4
-//   __syncthreads       publishes stage s (every thread's copies and
-//                       roundings); every warp is past its mma of stage
-//                       s - 1
+// Pipeline: the mainloop's (mma_multistage.cuh), 4 stages of 16 of k:
+// 4 x 17 KB = 68 KB of dynamic shared memory (each operand's room that of
+// its padded layout), opted in to by the launcher (mma_rung.cuh). Stage s
+// is copied into buffer s % 4 by cp.async.cg, 16 bytes a copy (4 per thread
+// and operand), src-size short of 16 at ragged edges and 0 outside them
+// (zeros: the products past M, N, K are 0); an operand whose base or row
+// stride is not a multiple of 16 bytes (4 floats) is copied 4 bytes a copy,
+// one cp.async per element; a block whose chunks all lie inside the
+// operands in every step (aligned, its rows inside M and N, K a multiple of
+// 16) copies through mma_ldmatrix.cuh's FullIterator, without masks (one
+// branch for the block). Step s:
+//   wait_group 2        this thread's copies of stage s have landed
+//   __syncthreads       publishes stage s; every warp is past its mma of
+//                       stage s - 1
 //   copy stage s + 3    into buffer (s + 3) % 4 = (s - 1) % 4, just freed
-//   32 mma per warp     on buffer s % 4
-// One barrier per step, three stages (24 of k) of copies in flight behind
-// the mma. Shared memory: at most 4 x (1088 + 1056) words, 34 KB.
+//   2 x (fragment loads, 32 cvt, 32 mma) per warp on buffer s % 4
+// One barrier per 16 of k, three stages (48 of k) of copies in flight
+// behind the mma. Each accumulator sees the same mma, k ascending in steps
+// of 8, on the same rounded operands as rung 09's: the same bits
+// (tests/test_cuda_gemm_mma.cpp). The main loop's cost (docs/kernels.md,
+// "The issue bound"): 4.4-4.7 instructions per HMMA on sm_90, two of them
+// the cvt (nvcc: a compare with infinity and a predicated add).
 //
 // Split-K and the kernel: mma_rung.cuh's, as 09's.
 //   build/sim/bench_cuda_kernels gemm 11
-#include "kernels/cuda/gemm/mma_pipeline.cuh"
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/gemm/mma_ldmatrix.cuh"
 #include "kernels/cuda/gemm/mma_rung.cuh"
 
 namespace anvil::cuda {
 
-using PipelinedRung = gemm_kernels::MmaRung<mma_pipeline::Tf32>;
+using PipelinedRung = gemm_kernels::MmaRung<mma_ldmatrix::Tf32>;
 
 size_t gemm_rungs::tf32_pipelined_workspace_floats(int64_t M, int64_t N, int64_t K) {
   return PipelinedRung::workspace_floats(M, N, K);
@@ -76,6 +93,22 @@ size_t gemm_rungs::tf32_pipelined_workspace_floats(int64_t M, int64_t N, int64_t
 
 void gemm_rungs::tf32_pipelined(const GemmArgs& g, cudaStream_t stream) {
   gemm_kernels::by_transpose<PipelinedRung::Run>(g, stream);
+}
+
+// The stage-depth sweep of the tests: 2 stages (34 KB, static shared
+// memory), 3 (51 KB, dynamic) or the rung's 4. The split plan, hence the
+// workspace, is the rung's (the same block tile and kMinBlocks).
+void gemm_rungs::tf32_pipelined_stages(int stages, const GemmArgs& g, cudaStream_t stream) {
+  using Two = mma_ldmatrix::ShapeOf<multistage::Tf32, 2, 2, 2, 2>;
+  using Three = mma_ldmatrix::ShapeOf<multistage::Tf32, 2, 2, 3, 2>;
+  static_assert(Two::kDynamicSharedBytes == 0 && Three::kDynamicSharedBytes > 0);
+  switch (stages) {
+    case 2: return gemm_kernels::by_transpose<gemm_kernels::MmaRung<Two>::Run>(g, stream);
+    case 3: return gemm_kernels::by_transpose<gemm_kernels::MmaRung<Three>::Run>(g, stream);
+    case 4: return tf32_pipelined(g, stream);
+  }
+  throw std::invalid_argument("gemm rung 11: " + std::to_string(stages) +
+                              " stages (2, 3 or 4 are built)");
 }
 
 }  // namespace anvil::cuda

@@ -19,11 +19,14 @@
 //   10_bf16_mma.cu           9 with BF16 operands (mma.sync m16n8k16), read
 //                            as bfloat16 from memory when given them; C
 //                            float32, or bfloat16 rounded in the epilogue
-//   11_tf32_pipelined.cu     9's numerics fed by a 4-stage cp.async pipeline,
-//   (ships)                  64 x 64 warp tiles: matmuls under --fp32-precision tf32
+//   11_tf32_pipelined.cu     9's numerics on the multistage mainloop
+//   (ships)                  (mma_multistage.cuh: 64 x 64 warp tiles, 4 cp.async
+//                            stages of 16 of k, fragments by ldmatrix from
+//                            XOR-swizzled rows, rounded in registers):
+//                            matmuls under --fp32-precision tf32
 //   12_bf16_pipelined.cu     10's numerics (bfloat16 operands; float32 ones run
-//                            10), 11's pipeline, fragments loaded by ldmatrix
-//                            from XOR-swizzled stages; not yet measured on a GPU
+//                            10) on the same mainloop, 3 stages of 32 of k;
+//                            not yet measured on a GPU
 // Run one rung alone (checked against the CPU, then timed; simulated in the
 // sim build, on the GPU in the release build):
 //   build/sim/bench_cuda_kernels gemm 3
@@ -121,6 +124,10 @@ void bf16_mma_to_bf16(const Bf16OutGemmArgs&, cudaStream_t);  // ... and C store
 size_t bf16_mma_workspace_floats(int64_t M, int64_t N, int64_t K);
 void tf32_pipelined(const GemmArgs&, cudaStream_t);
 size_t tf32_pipelined_workspace_floats(int64_t M, int64_t N, int64_t K);
+// Rung 11 with `stages` (2, 3 or 4) pipeline stages (the rung runs 4):
+// every depth gives the same bits, which the tests check.
+// std::invalid_argument for another depth.
+void tf32_pipelined_stages(int stages, const GemmArgs&, cudaStream_t);
 void bf16_pipelined(const GemmArgs&, cudaStream_t);  // runs bf16_mma
 void bf16_pipelined_of_bf16(const Bf16GemmArgs&, cudaStream_t);
 void bf16_pipelined_to_bf16(const Bf16OutGemmArgs&, cudaStream_t);

@@ -1,11 +1,14 @@
-// What GEMM rungs 09 (TF32), 10 (BF16) and 11 (TF32, pipelined) share: the
-// kernel on a tensor-core tile of shape S (mma_tile.cuh's, or rung 11's in
-// mma_pipeline.cuh; S::multiply computes it) over one K-slice per
-// blockIdx.z, and the launcher with rung 08's split-K (split_k.h): where the
-// tiles fill less than one wave and K is long, grid.z chunks of K write
-// FP32 partial tiles to the workspace and rung 08's second pass adds them
-// in a fixed order.
+// What the tensor-core GEMM rungs 09 (TF32), 10 (BF16), 11 (TF32) and 12
+// (BF16) share: the kernel on a tensor-core tile of shape S (mma_tile.cuh's,
+// or the multistage one of mma_ldmatrix.cuh; S::multiply computes it) over
+// one K-slice per blockIdx.z, and the launcher with rung 08's split-K
+// (split_k.h): where the tiles fill less than one wave and K is long,
+// grid.z chunks of K write FP32 partial tiles to the workspace and rung
+// 08's second pass adds them in a fixed order. A shape whose stages live in
+// dynamic shared memory (S::kDynamicSharedBytes, past 48 KB) is launched
+// with it, opted in to once per kernel and device.
 #pragma once
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/cuda/gemm/mma_tile.cuh"
@@ -38,6 +41,23 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   gemm_mma_tile<S, TA, TB, T>(M, N, K, chunk, a, b, c);
 }
 
+// The dynamic shared memory a shape's kernel is launched with: 0 for static.
+template <class S>
+constexpr int dynamic_shared_bytes() {
+  if constexpr (requires { S::kDynamicSharedBytes; }) return S::kDynamicSharedBytes;
+  return 0;
+}
+
+// Launches kernel with S's dynamic shared memory, opted in to first where
+// it has any (`devices`: the kernel's own).
+template <class S, class Kernel, class... Args>
+void launch_on(Kernel kernel, dim3 grid, cudaStream_t stream, std::atomic<uint64_t>& devices,
+               Args&&... args) {
+  constexpr int kBytes = dynamic_shared_bytes<S>();
+  if constexpr (kBytes > 0) opt_in_shared(kernel, kBytes, devices);
+  launch(kernel, grid, dim3(S::kThreads), kBytes, stream, std::forward<Args>(args)...);
+}
+
 template <class S>
 split_k::Plan mma_split_plan(int64_t M, int64_t N, int64_t K) {
   const int64_t tiles = ((M + S::kBM - 1) / S::kBM) * ((N + S::kBN - 1) / S::kBN);
@@ -60,12 +80,14 @@ struct MmaRung {
       using ToC = void (*)(int, int, int, int, OpA<TA, T>, OpB<TB, T>, StoreCOf<TC>);
       using ToPartials = void (*)(int, int, int, int, OpA<TA, T>, OpB<TB, T>, StoreCOf<float>);
       if (plan.splits == 1) {
-        launch(ToC(gemm_mma<S, TA, TB, T>), grid, dim3(S::kThreads), 0, stream, g.M, g.N, g.K,
-               g.K, a, b, store_c(g.C, g.ldc, g.alpha, g.beta, g.bias));
+        static std::atomic<uint64_t> to_c{0};  // the devices opted in, per kernel
+        launch_on<S>(ToC(gemm_mma<S, TA, TB, T>), grid, stream, to_c, g.M, g.N, g.K, g.K, a, b,
+                     store_c(g.C, g.ldc, g.alpha, g.beta, g.bias));
         return;
       }
-      launch(ToPartials(gemm_mma<S, TA, TB, T>), grid, dim3(S::kThreads), 0, stream, g.M, g.N,
-             g.K, int(plan.chunk), a, b, store_c(g.workspace, g.N, 1.0f, 0.0f));
+      static std::atomic<uint64_t> to_partials{0};
+      launch_on<S>(ToPartials(gemm_mma<S, TA, TB, T>), grid, stream, to_partials, g.M, g.N, g.K,
+                   int(plan.chunk), a, b, store_c(g.workspace, g.N, 1.0f, 0.0f));
       split_k::sum_split_k(plan.splits, g.M, g.N, g.workspace, g.alpha, g.beta, g.bias, g.C,
                            g.ldc, stream);
     }
