@@ -16,9 +16,10 @@
 //   08_split_k.cu  (ships)   7 plus chunks of K over grid.z when tiles are few
 //   09_tf32_mma.cu           TF32 tensor cores (mma.sync m16n8k8), FP32 accumulation,
 //                            split-K as 8
-//   10_bf16_mma.cu           9 with BF16 operands (mma.sync m16n8k16), read
+//   10_bf16_mma.cu  (ships)  9 with BF16 operands (mma.sync m16n8k16), read
 //                            as bfloat16 from memory when given them; C
-//                            float32, or bfloat16 rounded in the epilogue
+//                            float32, or bfloat16 rounded in the epilogue:
+//                            matmuls under autocast
 //   11_tf32_pipelined.cu     9's numerics on the multistage mainloop
 //   (ships)                  (mma_multistage.cuh: 64 x 64 warp tiles, 4 cp.async
 //                            stages of 16 of k, fragments by ldmatrix from
