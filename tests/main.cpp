@@ -8,22 +8,9 @@
 
 #include <iostream>
 
+#include "tests/case_counter.h"
 #include "tests/cuda_test_util.h"
 #include "tests/skip.h"
-
-namespace {
-
-// Counts the test cases run, for the skip status (tests/skip.h).
-struct CaseCounter : Catch::TestEventListenerBase {
-  using TestEventListenerBase::TestEventListenerBase;
-  void testCaseStarting(Catch::TestCaseInfo const& info) override {
-    ++test_skip::skip_count().cases_run;
-    TestEventListenerBase::testCaseStarting(info);
-  }
-};
-CATCH_REGISTER_LISTENER(CaseCounter)
-
-}  // namespace
 
 int main(int argc, char** argv) {
   Catch::Session session;

@@ -498,6 +498,12 @@ TEST_CASE("cuda gemm mma: a swapped fragment register in the emulated tensor cor
   }
 }
 
+// Clears the simulator's ldmatrix mutation when it leaves scope, thrown
+// through or not.
+struct ClearLdmatrixMutation {
+  ~ClearLdmatrixMutation() { anvil::sim::mma::clear_ldmatrix_mutation(); }
+};
+
 TEST_CASE("cuda gemm mma: a mutated ldmatrix (swapped registers, .trans ignored) breaks rung 12",
           "[cuda][gemm][bf16][sim]") {
   namespace mma = anvil::sim::mma;
@@ -520,13 +526,10 @@ TEST_CASE("cuda gemm mma: a mutated ldmatrix (swapped registers, .trans ignored)
     m.set();
     const std::string hook = mma::ldmatrix_mutation();
     Ratios broken;
-    try {
+    {
+      const ClearLdmatrixMutation clear;
       broken = run_case(kBf16Ldmatrix, m.s, 5, Operands::kBf16);
-    } catch (...) {
-      mma::clear_ldmatrix_mutation();
-      throw;
     }
-    mma::clear_ldmatrix_mutation();
     INFO("worst error / bf16 bound " << broken.bound);
     REQUIRE(hook == m.name);
     REQUIRE(broken.bound > 10.0);
@@ -547,13 +550,10 @@ TEST_CASE("cuda gemm mma: a mutated ldmatrix (swapped registers) breaks rung 11"
     REQUIRE(run_case(kTf32Pipelined, s, 5).bound <= 1.0);
     mma::set_ldmatrix_swap(first, first + 1);
     Ratios broken;
-    try {
+    {
+      const ClearLdmatrixMutation clear;
       broken = run_case(kTf32Pipelined, s, 5);
-    } catch (...) {
-      mma::clear_ldmatrix_mutation();
-      throw;
     }
-    mma::clear_ldmatrix_mutation();
     INFO("worst error / tf32 bound " << broken.bound);
     REQUIRE(broken.bound > 10.0);
   }
