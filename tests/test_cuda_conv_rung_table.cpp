@@ -14,13 +14,6 @@ using anvil::Conv2dShape;
 using Math = cu::gemm_rungs::Math;
 using Direction = cu::ConvDirection;
 
-namespace {
-Conv2dShape shape_of(const cu::ConvRungEntry& e) {
-  return {e.N,        e.C,        e.H,     e.W,     e.K, e.R, e.S, e.stride_h,
-          e.stride_w, e.pad_h, e.pad_w, 0, 0};
-}
-}  // namespace
-
 TEST_CASE("conv rung table: an entry fits its own shape, direction and arithmetic only, the "
           "default rung elsewhere",
           "[conv][rung-table]") {
@@ -28,7 +21,7 @@ TEST_CASE("conv rung table: an entry fits its own shape, direction and arithmeti
   const cu::ConvRungEntry table[] = {
       {Math::kBf16, Direction::kBackwardWeight, 256, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1, 8, 0.5},
       {Math::kTf32, Direction::kForward, 256, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1, 6, 0.75}};
-  const Conv2dShape s = shape_of(table[0]);
+  const Conv2dShape s = table[0].shape();
   CHECK(cu::pick_conv_rung(table, Math::kBf16, Direction::kBackwardWeight, s, 7) == 8);
   CHECK(cu::pick_conv_rung(table, Math::kTf32, Direction::kForward, s, 0) == 6);
   CHECK(cu::pick_conv_rung(table, Math::kBf16, Direction::kForward, s, 7) == 7);
@@ -66,7 +59,7 @@ TEST_CASE("conv rung table: an entry fits its own shape, direction and arithmeti
       INFO("entry N" << e.N << " C" << e.C << " K" << e.K << " rung " << e.rung);
       REQUIRE(cu::conv_rungs::rung(e.rung).math == e.math);
       if (e.math != Math::kBf16 || cu::bf16_conv_rung() == cu::kBf16Conv)
-        CHECK(cu::shipped_conv_rung(e.math, e.direction, shape_of(e)) == e.rung);
+        CHECK(cu::shipped_conv_rung(e.math, e.direction, e.shape()) == e.rung);
     }
     // A shape no GPU has measured (batch 3) runs its arithmetic's default.
     Conv2dShape unmeasured = s;

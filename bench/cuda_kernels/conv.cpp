@@ -209,10 +209,6 @@ cu::ConvRungEntry entry(const Conv2dShape& s, Math math, int dir, int rung, doub
   return {math, cu::ConvDirection(dir), s.N, s.C, s.H, s.W, s.K, s.R, s.S, s.stride_h,
           s.stride_w, s.pad_h, s.pad_w, rung, ms};
 }
-// An entry's shape (its inputs: what an entry fits by).
-Conv2dShape shape_of(const cu::ConvRungEntry& e) {
-  return {e.N, e.C, e.H, e.W, e.K, e.R, e.S, e.stride_h, e.stride_w, e.pad_h, e.pad_w, 0, 0};
-}
 
 }  // namespace
 
@@ -449,7 +445,7 @@ void Bench::conv(const char* name, const Conv2dShape& s) {
 
 void Bench::keep_if_fastest(cu::ConvRungEntry e) {
   for (cu::ConvRungEntry& kept : fastest_conv_rungs)
-    if (cu::pick_conv_rung(std::span(&kept, 1), e.math, e.direction, shape_of(e), 0) != 0) {
+    if (kept.fits(e.math, e.direction, e.shape())) {
       if (e.ms < kept.ms) kept = e;
       return;
     }

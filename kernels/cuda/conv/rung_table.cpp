@@ -28,13 +28,13 @@ const char* direction_word(Direction d) {
                                          : "kBackwardWeight";
 }
 
-bool fits(const ConvRungEntry& e, Math math, Direction direction, const Conv2dShape& s) {
-  return e.math == math && e.direction == direction && e.N == s.N && e.C == s.C && e.H == s.H &&
-         e.W == s.W && e.K == s.K && e.R == s.R && e.S == s.S && e.stride_h == s.stride_h &&
-         e.stride_w == s.stride_w && e.pad_h == s.pad_h && e.pad_w == s.pad_w;
-}
-
 }  // namespace
+
+bool ConvRungEntry::fits(Math m, Direction d, const Conv2dShape& s) const {
+  return math == m && direction == d && N == s.N && C == s.C && H == s.H && W == s.W &&
+         K == s.K && R == s.R && S == s.S && stride_h == s.stride_h && stride_w == s.stride_w &&
+         pad_h == s.pad_h && pad_w == s.pad_w;
+}
 
 std::span<const ConvRungEntry> measured_conv_rungs() {
   return std::span(kMeasured).first(std::size(kMeasured) - 1);
@@ -43,7 +43,7 @@ std::span<const ConvRungEntry> measured_conv_rungs() {
 int pick_conv_rung(std::span<const ConvRungEntry> table, Math math, Direction direction,
                    const Conv2dShape& s, int fallback) {
   for (const ConvRungEntry& e : table)
-    if (fits(e, math, direction, s)) return e.rung;
+    if (e.fits(math, direction, s)) return e.rung;
   return fallback;
 }
 

@@ -29,6 +29,12 @@ struct ConvRungEntry {
   int64_t N, C, H, W, K, R, S, stride_h, stride_w, pad_h, pad_w;
   int rung;
   double ms;  // what it took where it was measured
+  // The shape it fits (P and Q left 0: no entry compares them).
+  Conv2dShape shape() const {
+    return {N, C, H, W, K, R, S, stride_h, stride_w, pad_h, pad_w, 0, 0};
+  }
+  // Whether it fits (math, direction, s): every input field equal.
+  bool fits(gemm_rungs::Math m, ConvDirection d, const Conv2dShape& s) const;
 };
 
 // The committed table (rung_table.inc; empty until a GPU has measured).
@@ -39,7 +45,7 @@ int pick_conv_rung(std::span<const ConvRungEntry> table, gemm_rungs::Math math,
                    ConvDirection direction, const Conv2dShape& s, int fallback);
 
 // The rung the backend runs: the committed table's, else the arithmetic's
-// default; for BF16, ANVIL_CONV_BF16_RUNG (bf16_conv_rung) overrides both.
+// default; for BF16, ANVIL_CONV_BF16_RUNG=8 (bf16_conv_rung) overrides both.
 int shipped_conv_rung(gemm_rungs::Math math, ConvDirection direction, const Conv2dShape& s);
 
 // Writes `entries` as rung_table.inc's text: a comment naming `source`
