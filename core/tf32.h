@@ -10,18 +10,21 @@ namespace anvil {
 
 constexpr uint32_t kTf32Mask = 0xffffe000u;  // the 19 bits a tensor core reads
 
-// cvt.rna.tf32.f32 as sm_80 and sm_90 execute it (their SASS: a test for
-// |x| >= Inf or NaN, an integer add of 0x1000 to the bits of the other
-// values, then an AND with 0xffffe000). So finite values round to nearest
-// with ties away from zero, a carry into the exponent included: from
-// 0x7f7ff000 (halfway between the largest tf32, 0x7f7fe000, and 2^128) up,
-// the result is Inf, as IEEE rounding gives. Inf stays Inf. A NaN is only
-// masked: a quiet NaN (bit 22 set) stays NaN, but a signalling NaN whose
-// payload lies only in the 13 low bits becomes Inf, as on the GPU.
+// float32 rounded to TF32 as anvil's tensor-core rungs round their operands
+// (kernels/cuda/mma.cuh, cvt_tf32): to nearest, ties to even, as bfloat16
+// (core/bfloat16.h), and as sm_90's cvt.rn.tf32.f32, one instruction there
+// (F2FP.TF32.F32); sm_80 has only cvt.rna (ties away), so mma.cuh spells the
+// same rounding out in integer instructions for it. Finite values: add
+// 0xfff plus the lowest kept bit (bit 13) and clear the 13 low bits; a carry
+// runs into the exponent, so from 0x7f7ff000 (halfway between the largest
+// tf32, 0x7f7fe000, and 2^128, whose kept part is odd) up the result is
+// Inf, as IEEE rounding gives. Inf stays Inf; a NaN becomes the quiet NaN
+// 0x7fffe000 (what the tensor core reads of CUDA's canonical 0x7fffffff).
 ANVIL_HOST_DEVICE constexpr uint32_t float_to_tf32_bits(float f) {
-  uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) < 0x7f800000u) u += 0x1000u;
-  return u & kTf32Mask;
+  const uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffe000u;  // NaN
+  if ((u & 0x7fffffffu) == 0x7f800000u) return u;           // Inf
+  return (u + 0xfffu + (u >> 13 & 1u)) & kTf32Mask;
 }
 
 // The value a tensor core reads from a 32-bit TF32 operand register: its top

@@ -5,7 +5,7 @@
 
 namespace sim_mma_kernels {
 
-using anvil::cuda::tc::cvt_rna_tf32;
+using anvil::cuda::tc::cvt_tf32;
 using anvil::cuda::tc::mma_m16n8k16_bf16;
 using anvil::cuda::tc::mma_m16n8k8_tf32;
 using anvil::cuda::tc::pack_bf16x2;
@@ -31,17 +31,17 @@ __global__ void registers_mma(const uint32_t* a, const uint32_t* b, const float*
 // Correct: one warp computes D (16 x 8) = A (16 x k) * B (k x 8) + C, all
 // row-major float32, in steps of 8 along k: each lane loads its fragments by
 // the PTX ISA's m16n8k8 .tf32 layout (g = lane / 4, t = lane % 4), rounds
-// them with cvt.rna.tf32.f32, and accumulates in place (D is C).
+// them with tc::cvt_tf32, and accumulates in place (D is C).
 __global__ void tf32_tile(const float* A, const float* B, const float* C, float* D, int k) {
   const int lane = static_cast<int>(threadIdx.x), g = lane / 4, t = lane % 4;
   float acc[4] = {C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1], C[(g + 8) * 8 + 2 * t],
                   C[(g + 8) * 8 + 2 * t + 1]};
   for (int k0 = 0; k0 < k; k0 += 8) {
-    const uint32_t a[4] = {cvt_rna_tf32(A[g * k + k0 + t]), cvt_rna_tf32(A[(g + 8) * k + k0 + t]),
-                           cvt_rna_tf32(A[g * k + k0 + t + 4]),
-                           cvt_rna_tf32(A[(g + 8) * k + k0 + t + 4])};
-    const uint32_t b[2] = {cvt_rna_tf32(B[(k0 + t) * 8 + g]),
-                           cvt_rna_tf32(B[(k0 + t + 4) * 8 + g])};
+    const uint32_t a[4] = {cvt_tf32(A[g * k + k0 + t]), cvt_tf32(A[(g + 8) * k + k0 + t]),
+                           cvt_tf32(A[g * k + k0 + t + 4]),
+                           cvt_tf32(A[(g + 8) * k + k0 + t + 4])};
+    const uint32_t b[2] = {cvt_tf32(B[(k0 + t) * 8 + g]),
+                           cvt_tf32(B[(k0 + t + 4) * 8 + g])};
     mma_m16n8k8_tf32(acc, a, b, acc);
   }
   D[g * 8 + 2 * t] = acc[0];

@@ -1,5 +1,5 @@
-// Tensor cores: cvt.rna.tf32.f32 bit for bit against a reference from the
-// definition (every build), and in the simulator build the emulated
+// Tensor cores: the float32-to-TF32 rounding (core/tf32.h, tc::cvt_tf32) bit
+// for bit against a reference from the definition (every build), and in the simulator build the emulated
 // mma.sync: its fragment mapping against the PTX ISA's formulas written out
 // here, independently of the emulation; one-hot matrices through real mma
 // calls; whole-warp products against FP64; the register-swap mutation hook;
@@ -46,23 +46,18 @@ float reference_round(float x, int mantissa, bool ties_even) {
   return static_cast<float>(std::copysign(v, static_cast<double>(x)));  // exact
 }
 
-// What cvt.rna.tf32.f32 gives, from the definition (round to nearest, ties
-// away, to 10 mantissa bits) and, for NaN, from the sm_80/sm_90 SASS: a NaN
-// is not rounded, its 13 low bits are cleared; so a NaN keeps its sign and
-// its top 10 payload bits, and one with none of those set becomes Inf.
+// TF32 rounding from the definition: round to nearest, ties to even, to 10
+// mantissa bits (the PTX ISA's cvt.rn.tf32.f32); Inf stays Inf and a NaN
+// becomes the quiet NaN 0x7fffe000.
 uint32_t reference_tf32(float x) {
-  const uint32_t u = bits_of(x);
-  if (std::isnan(x)) {
-    const uint32_t sign = u & 0x80000000u, top_payload = u & 0x007fe000u;
-    return sign | 0x7f800000u | top_payload;  // Inf when top_payload is 0
-  }
-  if (std::isinf(x)) return u;
-  return bits_of(reference_round(x, 10, false));
+  if (std::isnan(x)) return 0x7fffe000u;
+  if (std::isinf(x)) return bits_of(x);
+  return bits_of(reference_round(x, 10, true));
 }
 
 }  // namespace
 
-TEST_CASE("tf32: cvt.rna.tf32.f32's emulation is bit-exact against a reference", "[mma][tf32]") {
+TEST_CASE("tf32: rounding float32 to tf32 is bit-exact against a reference", "[mma][tf32]") {
   auto check = [](uint32_t u) {
     const float x = float_of(u);
     const uint32_t got = anvil::float_to_tf32_bits(x), want = reference_tf32(x);
@@ -80,24 +75,26 @@ TEST_CASE("tf32: cvt.rna.tf32.f32's emulation is bit-exact against a reference",
         {0x00000000u, 0x00000000u}, {0x80000000u, 0x80000000u},  // zeros keep their sign
         {0x3f800000u, 0x3f800000u},                              // 1.0
         {0x3f800fffu, 0x3f800000u},                              // below the tie: down
-        {0x3f801000u, 0x3f802000u},                              // tie, even kept part: away
-        {0x3f803000u, 0x3f804000u},                              // tie, odd kept part: away
-        {0xbf801000u, 0xbf802000u},                              // negative tie: away from 0
+        {0x3f801000u, 0x3f800000u},                              // tie, even kept part: stays
+        {0x3f801001u, 0x3f802000u},                              // just above the tie: up
+        {0x3f803000u, 0x3f804000u},                              // tie, odd kept part: up
+        {0xbf801000u, 0xbf800000u},                              // negative tie to even
+        {0xbf803000u, 0xbf804000u},                              // negative tie, odd: away
         {0x3fffffffu, 0x40000000u},                              // carry into the exponent
         {0x7f7fe000u, 0x7f7fe000u},                              // largest tf32
         {0x7f7fefffu, 0x7f7fe000u},                              // rounds down to it
-        {0x7f7ff000u, 0x7f800000u},                              // tie above it: Inf
+        {0x7f7ff000u, 0x7f800000u},                              // tie above it (odd): Inf
         {0x7f7fffffu, 0x7f800000u},                              // largest float: Inf
         {0xff7fffffu, 0xff800000u},                              // and -Inf
         {0x00000001u, 0x00000000u},                              // smallest subnormal: 0
-        {0x00001000u, 0x00002000u},                              // subnormal tie: away
+        {0x00001000u, 0x00000000u},                              // subnormal tie: to even 0
+        {0x00003000u, 0x00004000u},                              // subnormal tie, odd: up
         {0x80000fffu, 0x80000000u},                              // -subnormal below the tie
         {0x007ff000u, 0x00800000u},                              // subnormal up to normal
         {0x7f800000u, 0x7f800000u}, {0xff800000u, 0xff800000u},  // Inf stays Inf
-        {0x7fc00000u, 0x7fc00000u}, {0xffc00001u, 0xffc00000u},  // quiet NaN stays NaN
-        {0x7fffffffu, 0x7fffe000u},                              // no carry out of a NaN
-        {0x7f800001u, 0x7f800000u},                              // sNaN, low payload: Inf (GPU)
-        {0x7f802000u, 0x7f802000u},                              // sNaN, payload kept
+        {0x7fc00000u, 0x7fffe000u}, {0xffc00001u, 0x7fffe000u},  // NaN: the quiet NaN
+        {0x7fffffffu, 0x7fffe000u},                              // CUDA's NaN: no carry out
+        {0x7f800001u, 0x7fffe000u},                              // sNaN, low payload: NaN
     };
     for (const Case& c : cases) {
       INFO("input 0x" << std::hex << c.in);
@@ -409,7 +406,7 @@ double tile_error(bool bf16, int k, bool rounded, uint32_t seed) {
   const std::vector<float> D = dd.to_host();
   auto round = [&](float x) {
     if (!rounded) return static_cast<double>(x);
-    return static_cast<double>(bf16 ? reference_round(x, 7, true) : reference_round(x, 10, false));
+    return static_cast<double>(bf16 ? reference_round(x, 7, true) : reference_round(x, 10, true));
   };
   double worst = 0.0;
   for (int i = 0; i < 16; ++i)

@@ -1,6 +1,6 @@
 // core/precision.h: the float32 precision settings and what each backend does
 // under them. On the CPU, bitwise: ieee is the exact FP32 algorithm (no
-// Winograd), tf32 is that algorithm on operands rounded by cvt.rna.tf32's
+// Winograd), tf32 is that algorithm on operands rounded by core/tf32.h's
 // rule, the bias gradient stays FP32. On cuda:0 (simulated or real): the
 // default runs convolutions on the TF32 rung and matmuls on the FP32 one,
 // and the CPU's emulation agrees with the tensor cores to within FP32

@@ -103,7 +103,7 @@ void fill(int64_t n, float value, float* y);
 // NaN, overflow gives Inf); bfloat16 -> float32 is exact.
 void float_to_bf16(int64_t n, const float* x, bfloat16* y);
 void bf16_to_float(int64_t n, const bfloat16* x, float* y);
-// y = x rounded to TF32 as cvt.rna.tf32.f32 does (core/tf32.h): the value a
+// y = x rounded to TF32 as the tensor-core rungs round (core/tf32.h): the value a
 // tensor core multiplies. y may be x.
 void round_to_tf32(int64_t n, const float* x, float* y);
 // y[outer, C, inner] = x + bias[C]

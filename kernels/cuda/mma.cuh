@@ -1,7 +1,7 @@
 // The tensor-core instructions anvil's kernels use, one function each:
 //   mma_m16n8k8_tf32   mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
 //   mma_m16n8k16_bf16  mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
-//   cvt_rna_tf32       cvt.rna.tf32.f32 (of a float, or of its bits: _bits)
+//   cvt_tf32           float32 to TF32, nearest even (of a float, or of its bits: _bits)
 //   pack_bf16x2        cvt.rn.bf16x2.f32 (two floats to bf16, nearest-even)
 //   ldmatrix<N, Trans> ldmatrix.sync.aligned.m8n8.xN{.trans}.shared.b16
 // and, in the sibling header cp_async.cuh, the asynchronous copies that feed
@@ -31,7 +31,7 @@
 //
 // The TF32 and BF16 A fragments differ: TF32's a1 is the next row, BF16's
 // second register is. A TF32 operand is the top 19 bits of its register: a
-// float passed without cvt_rna_tf32 is truncated by the tensor core.
+// float passed without cvt_tf32 is truncated by the tensor core.
 //
 // ldmatrix, from the PTX ISA, "Warp-level matrix load instruction:
 // ldmatrix": N (1, 2 or 4) 8 x 8 matrices of 16-bit elements, each row 16
@@ -137,23 +137,34 @@ __device__ __forceinline__ void ldmatrix(uint32_t (&d)[N], const void* row ANVIL
 #undef ANVIL_MMA_SITE
 #undef ANVIL_MMA_SITE_ARG
 
-// x rounded to TF32 (nearest, ties away from zero), as a TF32 operand
-// register: 13 low bits zero. Inf stays Inf; a quiet NaN stays NaN (see
-// core/tf32.h for the largest finite values and signalling NaNs).
-__device__ __forceinline__ uint32_t cvt_rna_tf32(float x) {
-#if defined(__CUDACC__)
+// x rounded to TF32 (nearest, ties to even: core/tf32.h), as a TF32 operand
+// register: 13 low bits zero. Inf stays Inf, a NaN stays a NaN.
+//   sm_90   cvt.rn.tf32.f32, one instruction (F2FP.TF32.F32)
+//   sm_80   no cvt.rn.tf32 (its ISA has only cvt.rna, ties away): the same
+//           rounding in integer instructions, four (FSETP, LOP3, LEA.HI,
+//           IADD3; ptxas drops the AND when an mma reads the register, as
+//           it does for cvt.rna's). A NaN keeps its bits there, so one whose
+//           payload lies only in the 13 low bits (no arithmetic makes one)
+//           would read as Inf.
+//   simulator  core/tf32.h's float_to_tf32_bits
+__device__ __forceinline__ uint32_t cvt_tf32(float x) {
+#if defined(__CUDACC__) && __CUDA_ARCH__ >= 900
   uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return r;
+#elif defined(__CUDACC__)
+  const uint32_t u = __float_as_uint(x);
+  const uint32_t r = fabsf(x) < __int_as_float(0x7f800000) ? u + 0xfffu + ((u & 0x2000u) >> 13) : u;
+  return r & anvil::kTf32Mask;
 #else
   return anvil::float_to_tf32_bits(x);
 #endif
 }
 
 // The same, of a register holding a float's bits (as ldmatrix loads them).
-__device__ __forceinline__ uint32_t cvt_rna_tf32_bits(uint32_t bits) {
+__device__ __forceinline__ uint32_t cvt_tf32_bits(uint32_t bits) {
 #if defined(__CUDACC__)
-  return cvt_rna_tf32(__uint_as_float(bits));
+  return cvt_tf32(__uint_as_float(bits));
 #else
   return anvil::float_to_tf32_bits(std::bit_cast<float>(bits));
 #endif

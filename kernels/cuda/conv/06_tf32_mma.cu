@@ -1,7 +1,7 @@
 // Convolution rung 06, TF32 tensor cores: rung 5's three implicit GEMMs (the
 // same operand readers, operands.cuh; the same split-K, split_k.h; the same
 // output index functions, warp_tile_kernels.cuh) on GEMM rung 09's tile
-// (mma_tile::multiply): operands rounded to TF32 (cvt.rna.tf32.f32) as
+// (mma_tile::multiply): operands rounded to TF32 (tc::cvt_tf32) as
 // they are staged in shared memory, mma.sync.m16n8k8 with FP32
 // accumulation. Not FP32: each product carries a relative error up to about
 // 2^-10 (tests/test_cuda_conv_tf32.cpp derives the bound), so the backend's

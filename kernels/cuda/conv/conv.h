@@ -56,7 +56,7 @@ constexpr int kBf16Conv = 7;  // ... and in BF16 (autocast)
 int bf16_conv_rung();
 // Rungs 1..kConvFp32Rungs compute in FP32; the rungs after them on
 // tensor cores with FP32 accumulation, operands rounded to TF32 (06: 10
-// mantissa bits, nearest, ties away) or BF16 (07: 7 bits, nearest even).
+// mantissa bits) or BF16 (07: 7 bits), both nearest even.
 constexpr int kConvFp32Rungs = 5;
 
 // The workspace (floats) a rung needs for all three directions of `s`,

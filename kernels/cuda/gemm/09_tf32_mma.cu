@@ -1,6 +1,6 @@
 // GEMM rung 09, TF32 tensor cores: the product on mma.sync.m16n8k8 with TF32
-// operands (10 explicit mantissa bits, rounded to nearest, ties away, by
-// cvt.rna.tf32.f32) and FP32 accumulation, with rung 08's split-K. Not
+// operands (10 explicit mantissa bits, rounded to nearest, ties to even, by
+// tc::cvt_tf32) and FP32 accumulation, with rung 08's split-K. Not
 // FP32: each product carries a relative error up to about 2^-10 (tests/
 // test_cuda_gemm_mma.cpp derives the bound), so the backend's default stays
 // rung 08; this is what a TF32 setting will run. The core is mma_tile.cuh.

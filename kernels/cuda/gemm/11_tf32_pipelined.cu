@@ -1,6 +1,6 @@
 // GEMM rung 11, TF32 tensor cores on the multistage mainloop: rung 09's
-// numerics (every operand rounded by cvt.rna.tf32.f32, nearest with ties
-// away, mma.sync.m16n8k8, FP32 accumulation, so its error bounds hold) and
+// numerics (every operand rounded by tc::cvt_tf32, nearest with ties to
+// even, mma.sync.m16n8k8, FP32 accumulation, so its error bounds hold) and
 // its split-K, on the mainloop of rung 12 (mma_multistage.cuh, its Tf32
 // kind) fed by the GEMM iterator of mma_ldmatrix.cuh. float32 operands are
 // copied as they are stored and rounded in registers after the fragment
@@ -32,7 +32,7 @@
 // rows the mma's rows stand for (mma rows g and g + 8 of each 16 are rows
 // 2g and 2g + 1, the epilogue stores them there), so that a0 a1 (at k0 +
 // t) and a2 a3 (4 rows on) are two 8-byte loads. Each register is then
-// rounded by cvt.rna.tf32.f32: one cvt per register, the same rounding as
+// rounded by tc::cvt_tf32: one cvt per register, the same rounding as
 // rung 09's, of the same values.
 //
 // Shared memory. A stage holds 16 of k of each operand as stored, in

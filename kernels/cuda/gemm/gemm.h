@@ -135,7 +135,7 @@ void bf16_pipelined_to_bf16(const Bf16OutGemmArgs&, cudaStream_t);
 size_t bf16_pipelined_workspace_floats(int64_t M, int64_t N, int64_t K);
 
 // What a rung's arithmetic is: FP32 throughout, or TF32 operands (rounded
-// to 10 mantissa bits, nearest, ties away) or BF16 operands (7 mantissa
+// to 10 mantissa bits, nearest, ties to even) or BF16 operands (7 mantissa
 // bits, nearest, ties to even) with FP32 accumulation.
 enum class Math { kFp32, kTf32, kBf16 };
 

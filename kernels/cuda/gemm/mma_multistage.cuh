@@ -3,7 +3,7 @@
 // filled by cp.async kStages - 1 steps ahead of the mma, the fragments
 // loaded from XOR-swizzled rows by ldmatrix. One loop, two kinds of mma:
 //   Bf16  bfloat16 as stored, mma.sync.m16n8k16, 32 of k a stage
-//   Tf32  float32 as stored, rounded by cvt.rna.tf32.f32 in registers after
+//   Tf32  float32 as stored, rounded by tc::cvt_tf32 in registers after
 //         the fragment load, mma.sync.m16n8k8, 16 of k a stage
 // A stage row along k is 64 bytes in both (four 16-byte chunks), so the
 // layouts, the copies and the ldmatrix addresses are the same bytes.
@@ -157,9 +157,9 @@ struct Layout {
   static constexpr bool kPermutedRows = kPadded;
 
   // The mma's operand registers, from the register as loaded: Tf32 rounds
-  // to TF32 here (nearest, ties away), Bf16 takes the bits as they are.
+  // to TF32 here (nearest even), Bf16 takes the bits as they are.
   __device__ __forceinline__ static uint32_t operand(uint32_t bits) {
-    if constexpr (std::is_same_v<Kind, Tf32>) return tc::cvt_rna_tf32_bits(bits);
+    if constexpr (std::is_same_v<Kind, Tf32>) return tc::cvt_tf32_bits(bits);
     return bits;
   }
 
@@ -176,7 +176,7 @@ struct Layout {
       load_pair(p, v[0], v[1]);
       load_pair(p + 4 * kRow, v[2], v[3]);
       #pragma unroll
-      for (int r = 0; r < 4; ++r) a[r] = tc::cvt_rna_tf32(v[r]);
+      for (int r = 0; r < 4; ++r) a[r] = tc::cvt_tf32(v[r]);
     } else {
       tc::ldmatrix<4, AlongJ>(a, fragment_row<true>(tile, lane, j0, k0));
       #pragma unroll
@@ -193,10 +193,10 @@ struct Layout {
                                                 uint32_t (&b0)[2], uint32_t (&b1)[2]) {
     if constexpr (kPadded) {
       const float* p = tile + (k0 + (lane & 3)) * kRow + j0 + (lane >> 2);
-      b0[0] = tc::cvt_rna_tf32(p[0]);
-      b0[1] = tc::cvt_rna_tf32(p[4 * kRow]);
-      b1[0] = tc::cvt_rna_tf32(p[8]);
-      b1[1] = tc::cvt_rna_tf32(p[4 * kRow + 8]);
+      b0[0] = tc::cvt_tf32(p[0]);
+      b0[1] = tc::cvt_tf32(p[4 * kRow]);
+      b1[0] = tc::cvt_tf32(p[8]);
+      b1[1] = tc::cvt_tf32(p[4 * kRow + 8]);
     } else {
       uint32_t r[4];
       tc::ldmatrix<4, AlongJ>(r, fragment_row<false>(tile, lane, j0, k0));

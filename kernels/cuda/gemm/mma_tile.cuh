@@ -63,7 +63,7 @@ struct Layout {
   }
 };
 
-// TF32: each element rounded by cvt.rna.tf32.f32 into its own word.
+// TF32: each element rounded by tc::cvt_tf32 (nearest even) into its own word.
 // One thread's share of one operand's stage: kQuads quads fetched from
 // global memory into registers, then converted and stored into shared
 // memory with one 16-byte store each. Quad e covers (j..j+3, k) of a KMajor
@@ -99,8 +99,8 @@ struct Tf32 {
       #pragma unroll
       for (int q = 0; q < kQuads; ++q) {
         const int e = int(threadIdx.x) + q * Threads;
-        const uint32_t w[4] = {tc::cvt_rna_tf32(r[q].x), tc::cvt_rna_tf32(r[q].y),
-                               tc::cvt_rna_tf32(r[q].z), tc::cvt_rna_tf32(r[q].w)};
+        const uint32_t w[4] = {tc::cvt_tf32(r[q].x), tc::cvt_tf32(r[q].y),
+                               tc::cvt_tf32(r[q].z), tc::cvt_tf32(r[q].w)};
         store_words(tile + L::at(quad_j(e), quad_k(e)), w);
       }
     }
