@@ -72,8 +72,9 @@
 // behind the mma. Each accumulator sees the same mma, k ascending in steps
 // of 8, on the same rounded operands as rung 09's: the same bits
 // (tests/test_cuda_gemm_mma.cpp). The main loop's cost (docs/kernels.md,
-// "The issue bound"): 4.4-4.7 instructions per HMMA on sm_90, two of them
-// the cvt (nvcc: a compare with infinity and a predicated add).
+// "The issue bound"): 3.25-3.69 instructions per HMMA on sm_90, one of them
+// the cvt (cvt.rn.tf32.f32: F2FP.TF32.F32); on sm_80, with no cvt.rn.tf32,
+// 6.25-6.59, four of them the rounding in integer instructions.
 //
 // Split-K and the kernel: mma_rung.cuh's, as 09's.
 //   build/sim/bench_cuda_kernels gemm 11
