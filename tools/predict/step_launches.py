@@ -455,8 +455,13 @@ def loss_and_sgd(step, b, params):
     """Cross-entropy (core/ops_nn.cpp), the trainer's bookkeeping (nn/train.cpp)
     and one SGD launch per parameter tensor."""
     logits, labels = F * b * CLASSES, 8 * b
+    # The labels checked on the device (reduce/label_check.cu): one block reads
+    # them; its record is written only for a bad label. The baseline's frozen
+    # audit ran label_min_max_kernel there (one block, the labels' min and max).
+    step.add("shipped", RED + "label_check_kernel", 0, labels, blocks=1)
+    step.add("baseline", RED + "label_min_max_kernel", 0, labels, row=RED + "label_check_kernel", blocks=1)
     for kernel, nbytes in (
-            (RED + "label_min_max_kernel", labels), (SOFT + "forward_warp_per_row", 2 * logits + F * b + labels),
+            (SOFT + "forward_warp_per_row", 2 * logits + F * b + labels),
             (RED + "sum_partials", F * b), (RED + "sum_final", 8), (EW + "scale_kernel", 8),
             (SOFT + "count_correct_kernel", logits + labels + 8), (EW + "axpy_kernel", 12),
             (EW + "fill_kernel<float>", 4), (EW + "fill_kernel<float>", 4), (EW + "fill_kernel<long>", 8),

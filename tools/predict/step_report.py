@@ -25,6 +25,8 @@ WHY = [("warp_tiled", "conv 3's 64x64 implicit GEMM, unsplit -> conv 5 (conv 4's
        ("channel_sum_split", "one block per channel (conv dbias: bias_grad) -> C x S slices"),
        ("column_sum_rows", "one block per channel (linear bias: channel_sum_kernel, a column of dy "
                            "read one float per row) -> coalesced column sums over row slices"),
+       ("label_check", "the labels' min and max, which the host waited for -> the first label outside "
+                       "[0, classes), kept on the device until the next wait"),
        ("_split", "BatchNorm 1: one block per channel, one kernel a direction (its whole cost on the "
                   "stats / sums row) -> rung 2: C x S slices, stats|sums, fold, normalise|dx")]
 

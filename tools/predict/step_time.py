@@ -167,7 +167,7 @@ def main():
     failed = [f"{p['model']} {p['batch']}" for p in preds if p["checks"]]
     if a.check and failed:
         sys.exit(f"step_time: the model disagrees with the launch audit for {', '.join(failed)} "
-                 f"(the checks above); update tools/predict/step_time.py or rerun the audits")
+                 f"(the checks above); update tools/predict/step_launches.py or rerun the audits")
 
 
 if __name__ == "__main__":
