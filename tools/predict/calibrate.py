@@ -21,13 +21,13 @@ predicts it (with the 4 µs floor). Standard library only.
 """
 import argparse
 import math
-import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kernel_table as kt  # noqa: E402
-import step_time as st  # noqa: E402
+import step_launches as sl  # noqa: E402
+import step_predict as sp  # noqa: E402
 
 F = 4
 STEPS_PER_EPOCH = {256: math.ceil(60000 / 256), 128: math.ceil(60000 / 128)}  # Fashion-MNIST's 60,000
@@ -35,7 +35,7 @@ STEPS_PER_EPOCH = {256: math.ceil(60000 / 256), 128: math.ceil(60000 / 128)}  # 
 
 def resident(file, kernel):
     """Blocks per SM of a kernel-table row (file, kernel cell)."""
-    lines = (st.GENERATED / "kernel-table.md").read_text().splitlines()
+    lines = (sp.GENERATED / "kernel-table.md").read_text().splitlines()
     head = next(l for l in lines if l.startswith("| file |"))
     col = [c.strip() for c in head.strip("|").split("|")].index("blocks/SM (limit)")
     for l in lines:
@@ -47,7 +47,7 @@ def resident(file, kernel):
 
 def per_hmma(prefix, suffix=""):
     """The most instructions per HMMA over the instantiations whose key starts with prefix."""
-    loops = {k: v for k, v in st.main_loops().items() if k.startswith(prefix) and k.endswith(suffix)}
+    loops = {k: v for k, v in sp.main_loops().items() if k.startswith(prefix) and k.endswith(suffix)}
     if not loops:
         sys.exit(f"calibrate: no main loop for {prefix}...{suffix} in docs/kernel-resources.json")
     return max(loops.values())
@@ -60,7 +60,7 @@ def launch_us(m, n, k, flops, nbytes, peak, per_sm, bm=128, bn=128, hmma_peak=No
     fill = kt.fill(tiles * splits, per_sm)
     out = F * (splits * m * n if splits > 1 else m * n)
     roof = max(flops / peak, (nbytes + out) / kt.HBM_BW)
-    issue = flops / hmma_peak * instr / st.ISSUE_PER_CLOCK if instr else 0.0
+    issue = flops / hmma_peak * instr / sp.ISSUE_PER_CLOCK if instr else 0.0
     partials = F * (splits + 1) * m * n / kt.HBM_BW if splits > 1 else 0.0
     return (roof / fill + partials) * 1e6, (max(roof, issue) / fill + partials) * 1e6, splits, fill
 
@@ -71,9 +71,9 @@ def gemm_rows():
     rungs = [  # (rung, kernel-table row, peak, HMMA rate, instructions per HMMA, {size: TFLOP/s measured})
         ("GEMM 08 split-K (FP32)", ("gemm/08_split_k.cu", "`gemm_split_k`"), kt.FP32_PEAK, None, 0.0,
          {1024: (0.997, 30.9), 4096: (0.805, 51.0)}),
-        ("GEMM 09 TF32 mma", ("gemm/09_tf32_mma.cu", "`gemm_mma` tf32 128x128"), st.TF32_PEAK, st.TF32_PEAK, tf32,
+        ("GEMM 09 TF32 mma", ("gemm/09_tf32_mma.cu", "`gemm_mma` tf32 128x128"), sp.TF32_PEAK, sp.TF32_PEAK, tf32,
          {1024: (0.566, 75.2), 2048: (0.314, 266), 4096: (0.228, 392)}),
-        ("GEMM 10 BF16 mma", ("gemm/10_bf16_mma.cu", "`gemm_mma` bf16 128x128"), st.BF16_PEAK, st.BF16_PEAK, bf16,
+        ("GEMM 10 BF16 mma", ("gemm/10_bf16_mma.cu", "`gemm_mma` bf16 128x128"), sp.BF16_PEAK, sp.BF16_PEAK, bf16,
          {1024: (0.704, 74.8), 2048: (0.500, 267), 4096: (0.380, 392)}),
     ]
     out = []
@@ -86,7 +86,7 @@ def gemm_rows():
             measured = flops / (share * vendor * 1e12) * 1e6
             what = f"{name}, {size}^3 ({splits} split{'s' if splits > 1 else ''}, fill {fill:.2f}" + (
                 f", {instr:.1f} instr./HMMA)" if instr else ")")
-            src = (f"{100 * share:.1f}% of cuBLAS {'SGEMM' if peak == kt.FP32_PEAK else 'TF32' if rate == st.TF32_PEAK else 'BF16'}"
+            src = (f"{100 * share:.1f}% of cuBLAS {'SGEMM' if peak == kt.FP32_PEAK else 'TF32' if rate == sp.TF32_PEAK else 'BF16'}"
                    f" {vendor:g} TFLOP/s = {share * vendor:.1f}")
             out.append((what, measured, "µs", src, before, after))
     return out
@@ -103,14 +103,14 @@ def conv_rows():
             ("conv 05 backward-data, ResNet-96 stage 4", s4,
              ("conv/05_split_k.cu", "`backward_data_warp_tiled` 128x128"), kt.FP32_PEAK, None, 0.0, 430),
             ("conv 06 TF32 backward-data, ResNet-96 stage 4", s4,
-             ("conv/06_tf32_mma.cu", "`backward_data_warp_tiled` tf32 128x128"), st.TF32_PEAK, st.TF32_PEAK,
+             ("conv/06_tf32_mma.cu", "`backward_data_warp_tiled` tf32 128x128"), sp.TF32_PEAK, sp.TF32_PEAK,
              tf32, 335),
             ("conv 05 backward-data, LeNet conv1 (C = 1)", l1,
              ("conv/05_split_k.cu", "`backward_data_warp_tiled` 64x128"), kt.FP32_PEAK, None, 0.0, 444)):
         _, m, n, k, nbytes = kt.conv_gemms(s)[1]
         # The FLOPs the implicit GEMM executes (step_time.py's): its reduction
         # in whole k-steps, the zero taps of an unpadded conv's border included.
-        step = st.K_STEP["tf32" if rate else "fp32"]
+        step = sl.K_STEP["tf32" if rate else "fp32"]
         executed = 2.0 * m * n * -(-k // step) * step
         bm = 64 if m <= 64 else 128
         before, after, splits, fill = launch_us(m, n, k, executed, nbytes - F * m * n, peak,
@@ -136,7 +136,7 @@ def step_rows():
         for issue in (False, True):
             a = argparse.Namespace(amp="off", fp32_precision=precision, docs=True, tc_efficiency=1.0,
                                    launch_us=4.0, issue_bound=issue)
-            p = st.predict(model, batch, a)
+            p = sp.predict(model, batch, a)
             preds.append(p["totals"]["shipped"]["floored"] * 1e3)
         steps = STEPS_PER_EPOCH[batch]
         out.append((label, seconds / steps * 1e3, "ms", f"{note} / {steps} steps", *preds))
@@ -150,7 +150,7 @@ def main():
     a = ap.parse_args()
     lines = table()
     print("\n".join(lines))
-    if a.check and "\n".join(lines) not in (st.ROOT / "docs" / "kernels.md").read_text():
+    if a.check and "\n".join(lines) not in (sp.ROOT / "docs" / "kernels.md").read_text():
         sys.exit("calibrate: docs/kernels.md's calibration table is not what the model gives; "
                  "paste python3 tools/predict/calibrate.py's table into it")
 
