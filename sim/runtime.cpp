@@ -132,6 +132,16 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureMerge: return "cudaErrorStreamCaptureMerge";
+    case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorCapturedEvent: return "cudaErrorCapturedEvent";
+    case cudaErrorStreamCaptureWrongThread: return "cudaErrorStreamCaptureWrongThread";
   }
   return "cudaErrorUnknown";
 }
@@ -149,6 +159,22 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureMerge:
+      return "operation would result in a merge of separate capture sequences";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not ended in the same stream as it began";
+    case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation:
+      return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent:
+      return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
     case cudaErrorLaunchFailure:
       // Names the kernel, so that anvil::cuda::check's exception does.
       return t_launch_failure_text.empty() ? "unspecified launch failure"
@@ -168,6 +194,8 @@ cudaError_t cudaPeekAtLastError() { return t_last_error; }
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (ptr == nullptr) return fail(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
   *ptr = nullptr;
+  if (cudaError_t e = anvil::sim::detail::capture_unsafe_call("cudaMalloc"); e != cudaSuccess)
+    return e;
   std::lock_guard lock(registry().mutex);
   size_t& used = registry().used[t_device];
   if (bytes > device_memory() - used)
@@ -189,6 +217,8 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 
 cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  if (cudaError_t e = anvil::sim::detail::capture_unsafe_call("cudaFree"); e != cudaSuccess)
+    return e;
   {
     std::lock_guard lock(registry().mutex);
     if (registry().allocations.count(reinterpret_cast<uintptr_t>(ptr)) == 0)
@@ -211,6 +241,8 @@ cudaError_t cudaFree(void* ptr) {
 cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int flags) {
   if (ptr == nullptr) return fail(cudaErrorInvalidValue, "cudaHostAlloc: null result pointer");
   *ptr = nullptr;
+  if (cudaError_t e = anvil::sim::detail::capture_unsafe_call("cudaHostAlloc"); e != cudaSuccess)
+    return e;
   if ((flags & ~cudaHostAllocPortable) != 0)
     return fail(cudaErrorInvalidValue,
                 "cudaHostAlloc: flags " + std::to_string(flags) + " are not supported");
@@ -230,6 +262,8 @@ cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
 
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  if (cudaError_t e = anvil::sim::detail::capture_unsafe_call("cudaFreeHost"); e != cudaSuccess)
+    return e;
   {
     std::lock_guard lock(registry().mutex);
     if (registry().pinned.count(reinterpret_cast<uintptr_t>(ptr)) == 0)

@@ -75,6 +75,13 @@ cudaError_t check_copy(const char* api, void* dst, const void* src, size_t bytes
                        cudaMemcpyKind& kind);
 cudaError_t check_memset(const char* api, void* p, size_t bytes);
 
+// ---- capture.cpp ----
+// A potentially unsafe call during stream capture (cudaMalloc, cudaFree,
+// cudaHostAlloc, cudaMallocHost, cudaFreeHost): cudaErrorStreamCaptureUnsupported
+// where cudaThreadExchangeStreamCaptureMode's rules prohibit it, the captures
+// that prohibit it invalidated; else cudaSuccess.
+cudaError_t capture_unsafe_call(const char* api);
+
 // ---- streams.cpp: the implicit synchronisations of runtime calls ----
 // Runs every queued item of every stream of every device (cudaFree and
 // cudaFreeHost wait for that); returns a deferred kernel's error, if one failed.

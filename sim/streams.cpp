@@ -36,83 +36,69 @@
 #include <utility>
 #include <vector>
 
-#include "sim/sim_internal.h"
+#include "sim/streams_internal.h"
 
-namespace {
+namespace anvil::sim::detail {
 
-using Clock = std::chrono::steady_clock;
-using anvil::sim::detail::fail;
-
-enum class WorkKind : unsigned char { kKernel, kCopy, kMemset, kRecord, kWait, kComm };
-
-struct Work {
-  uint64_t seq = 0;  // its place in the stream, from 1
-  WorkKind kind = WorkKind::kKernel;
-  std::unique_ptr<anvil::sim::detail::KernelLaunch> kernel;
-  // kCopy, kMemset
-  void* dst = nullptr;
-  const void* src = nullptr;          // null when the source bytes were staged
-  std::vector<unsigned char> staged;  // a pageable source, copied when queued
-  size_t bytes = 0;
-  int value = 0;
-  // kRecord: the event; kWait: run `other` up to item `until`
-  std::shared_ptr<CUevent_st> event;
-  std::shared_ptr<CUstream_st> other;
-  uint64_t until = 0;
-  // kComm: a group of simulated NCCL operations
-  std::shared_ptr<anvil::sim::detail::CommWork> comm;
-};
-
-}  // namespace
-
-namespace anvil_sim_rt {
-
-struct CUstream_st {
-  int device = 0;
-  bool blocking = true;   // cudaStreamDefault: ordered with the legacy default stream
-  bool legacy = false;    // the device's legacy default stream (handle 0)
-  bool destroyed = false; // its handle is gone; kept until its queue has run
-  std::deque<Work> queue;
-  uint64_t queued = 0;     // the last item queued
-  uint64_t completed = 0;  // the last item run
-  bool running = false;    // an item of it is running
-  uint64_t not_ready_told = 0;  // cudaStreamQuery answered "not ready" with this much queued
-  std::string eager_error;      // eager mode: a failure of work run when queued, for the next sync
-};
-
-struct CUevent_st {
-  bool timing = true;
-  std::shared_ptr<CUstream_st> stream;  // where the latest record was queued (null: never)
-  uint64_t seq = 0;                     // the latest record's item
-  Clock::time_point time;               // when that record ran
-  bool not_ready_told = false;          // cudaEventQuery answered "not ready" for that record
-};
-
-}  // namespace anvil_sim_rt
-
-namespace {
-
-using StreamPtr = std::shared_ptr<CUstream_st>;
-
-struct Registry {
-  std::mutex running;  // held while queued work runs
-  std::mutex mutex;    // everything below, and the streams' and events' fields
-  std::map<cudaStream_t, StreamPtr> streams;  // live handles
-  std::map<cudaEvent_t, std::shared_ptr<CUevent_st>> events;
-  // Per device: its legacy stream first, then every stream that has a handle
-  // or still has work, in creation order (the order device syncs run them).
-  std::map<int, std::vector<StreamPtr>> by_device;
-  // Counts every item queued and every abort, so that a blocking call waiting
-  // for a stalled stream wakes when there may be something new to run.
-  uint64_t generation = 0;
-  std::condition_variable changed;
-};
 // Leaked on purpose, like the memory registry: queued work may be synchronised
 // for by a static destructor.
 Registry& reg() {
   static auto* r = new Registry();
   return *r;
 }
+
+std::vector<StreamPtr>& device_streams(int device) {
+  auto& list = reg().by_device[device];
+  if (list.empty()) {
+    auto legacy = std::make_shared<CUstream_st>();
+    legacy->device = device;
+    legacy->legacy = true;
+    list.push_back(std::move(legacy));
+  }
+  return list;
+}
+
+StreamPtr resolve(cudaStream_t handle) {
+  if (handle == nullptr) return device_streams(anvil::sim::detail::current_device()).front();
+  auto it = reg().streams.find(handle);
+  return it == reg().streams.end() ? nullptr : it->second;
+}
+
+}  // namespace anvil::sim::detail
+
+namespace {
+
+using namespace anvil::sim::detail;
+
+// Defined below.
+bool eager();
+void run_eagerly(const StreamPtr& s, uint64_t seq);
+uint64_t push(CUstream_st& s, Work w);
+cudaError_t unknown_stream(const char* api);
+
+}  // namespace
+
+namespace anvil::sim::detail {
+
+Queued enqueue(cudaStream_t handle, Work w, const char* api) {
+  StreamPtr s;
+  uint64_t seq = 0;
+  {
+    std::lock_guard lock(reg().mutex);
+    s = resolve(handle);
+    if (!s) return {nullptr, 0, unknown_stream(api)};
+    bool captured = false;
+    if (cudaError_t e = capture_work(*s, w, api, captured); e != cudaSuccess) return {s, 0, e};
+    if (captured) return {s, 0, cudaSuccess};
+    seq = push(*s, std::move(w));
+  }
+  if (eager()) run_eagerly(s, seq);
+  return {s, seq, cudaSuccess};
+}
+
+}  // namespace anvil::sim::detail
+
+namespace {
 
 std::atomic<anvil::sim::StreamMode>& mode_setting() {
   static std::atomic<anvil::sim::StreamMode> mode = [] {
@@ -145,24 +131,6 @@ struct Outcome {
 
 // ---- queueing (caller holds reg().mutex) ----
 
-std::vector<StreamPtr>& device_streams(int device) {
-  auto& list = reg().by_device[device];
-  if (list.empty()) {
-    auto legacy = std::make_shared<CUstream_st>();
-    legacy->device = device;
-    legacy->legacy = true;
-    list.push_back(std::move(legacy));
-  }
-  return list;
-}
-
-// The stream a handle names (0: the current device's legacy stream), or null.
-StreamPtr resolve(cudaStream_t handle) {
-  if (handle == nullptr) return device_streams(anvil::sim::detail::current_device()).front();
-  auto it = reg().streams.find(handle);
-  return it == reg().streams.end() ? nullptr : it->second;
-}
-
 bool pending(const CUstream_st& s) { return s.queued > s.completed; }
 
 uint64_t push_item(CUstream_st& s, Work w) {
@@ -189,7 +157,7 @@ uint64_t push(CUstream_st& s, Work w) {
   if (s.legacy) {
     for (auto& other : list)
       if (!other->legacy && other->blocking && pending(*other)) push_item(s, wait_item(other));
-  } else if (s.blocking && pending(*list.front())) {
+  } else if (s.blocking && !s.capture && pending(*list.front())) {
     push_item(s, wait_item(list.front()));
   }
   return push_item(s, std::move(w));
@@ -225,12 +193,29 @@ struct OutcomeScope {
   ~OutcomeScope() { t_outcome = nullptr; }
 };
 
+// A graph's node, or an item of the same kind.
+void run_node(WorkKind kind, const KernelLaunch* kernel, void* dst, const void* src, size_t bytes,
+              int value) {
+  switch (kind) {
+    case WorkKind::kKernel: run_kernel(*kernel); break;
+    case WorkKind::kCopy: std::memmove(dst, src, bytes); break;
+    case WorkKind::kMemset: std::memset(dst, value, bytes); break;
+    default: throw std::logic_error("sim streams: a graph node that is not a kernel, copy or memset");
+  }
+}
+
 void execute(CUstream_st& s, Work& w, Outcome& out) {
   try {
     switch (w.kind) {
-      case WorkKind::kKernel: anvil::sim::detail::run_kernel(*w.kernel); break;
-      case WorkKind::kCopy: std::memmove(w.dst, w.src ? w.src : w.staged.data(), w.bytes); break;
-      case WorkKind::kMemset: std::memset(w.dst, w.value, w.bytes); break;
+      case WorkKind::kKernel:
+      case WorkKind::kCopy:
+      case WorkKind::kMemset:
+        run_node(w.kind, w.kernel.get(), w.dst, w.src ? w.src : w.staged.data(), w.bytes, w.value);
+        break;
+      case WorkKind::kGraph:
+        for (const GraphNode& n : *w.graph)
+          run_node(n.kind, n.kernel.get(), n.dst, n.src, n.bytes, n.value);
+        break;
       case WorkKind::kRecord: {
         std::lock_guard lock(reg().mutex);
         // An event re-recorded since keeps the time of its latest record only.
@@ -390,21 +375,6 @@ cudaError_t synchronise_legacy(std::initializer_list<const void*> pointers) {
   return synchronise(targets, HostBlocks::kYes);
 }
 
-// Queues w on the stream `handle` names; in eager mode runs it at once.
-// Returns the stream and the item's number (null stream: unknown handle).
-std::pair<StreamPtr, uint64_t> enqueue(cudaStream_t handle, Work w) {
-  StreamPtr s;
-  uint64_t seq = 0;
-  {
-    std::lock_guard lock(reg().mutex);
-    s = resolve(handle);
-    if (!s) return {nullptr, 0};
-    seq = push(*s, std::move(w));
-  }
-  if (eager()) run_eagerly(s, seq);
-  return {s, seq};
-}
-
 cudaError_t unknown_stream(const char* api) {
   return fail(cudaErrorInvalidResourceHandle, std::string(api) + ": unknown stream");
 }
@@ -416,6 +386,13 @@ std::shared_ptr<CUevent_st> find_event(cudaEvent_t e) {  // caller holds reg().m
 
 cudaError_t unknown_event(const char* api) {
   return fail(cudaErrorInvalidResourceHandle, std::string(api) + ": unknown event");
+}
+
+// A synchronous call on the current device's legacy stream, while a
+// blocking stream of the device captures: an error (capture.cpp).
+cudaError_t legacy_capture_rule(const char* api) {
+  std::lock_guard lock(reg().mutex);
+  return capture_legacy(api, current_device());
 }
 
 }  // namespace
@@ -430,11 +407,10 @@ void launch_kernel(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stre
                               where);
   Work w;
   w.kind = WorkKind::kKernel;
-  w.kernel = std::make_unique<detail::KernelLaunch>(
+  w.kernel = std::make_shared<const detail::KernelLaunch>(
       detail::KernelLaunch{grid, block, shared_bytes, where, std::move(call)});
-  if (!enqueue(stream, std::move(w)).first)
-    throw std::runtime_error(detail::launch_site(where) +
-                             ": invalid resource handle: unknown stream");
+  if (detail::enqueue(stream, std::move(w), "kernel launch").error != cudaSuccess)
+    throw std::runtime_error(detail::launch_site(where) + ": " + last_error_detail());
 }
 
 cudaError_t detail::drain_all_devices() {
@@ -456,6 +432,8 @@ bool detail::enqueue_comm(cudaStream_t stream, std::shared_ptr<CommWork> work) {
     Work w;
     w.kind = WorkKind::kComm;
     w.comm = work;
+    bool captured = false;  // never: a capture refuses it (capture.cpp)
+    if (capture_work(*s, w, "a simulated NCCL operation", captured) != cudaSuccess) return false;
     seq = push(*s, std::move(w));
     work->queued(s, seq);
   }
@@ -500,6 +478,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   if (cudaError_t e = anvil::sim::detail::check_copy("cudaMemcpy", dst, src, bytes, kind);
       e != cudaSuccess)
     return e;
+  if (cudaError_t e = legacy_capture_rule("cudaMemcpy"); e != cudaSuccess) return e;
   if (cudaError_t e = synchronise_legacy({dst, src}); e != cudaSuccess) return e;
   std::memmove(dst, src, bytes);
   return cudaSuccess;
@@ -526,15 +505,23 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   }
   // And a pageable destination holds the bytes when the call returns.
   const bool wait_here = dst_host && !is_pinned(dst, bytes);
-  auto [s, seq] = enqueue(stream, std::move(w));
-  if (!s) return unknown_stream("cudaMemcpyAsync");
-  return wait_here ? synchronise(Targets{{s, seq}}, HostBlocks::kYes) : cudaSuccess;
+  if (!w.staged.empty() || wait_here) {  // a capturing stream cannot hold either
+    std::lock_guard lock(reg().mutex);
+    StreamPtr s = resolve(stream);
+    if (!s) return unknown_stream("cudaMemcpyAsync");
+    if (cudaError_t e = capture_pageable_copy(*s, "cudaMemcpyAsync"); e != cudaSuccess) return e;
+  }
+  const Queued q = enqueue(stream, std::move(w), "cudaMemcpyAsync");
+  if (q.error != cudaSuccess) return q.error;
+  return wait_here && q.seq ? synchronise(Targets{{q.stream, q.seq}}, HostBlocks::kYes)
+                            : cudaSuccess;
 }
 
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   if (bytes == 0) return cudaSuccess;
   if (cudaError_t e = anvil::sim::detail::check_memset("cudaMemset", ptr, bytes); e != cudaSuccess)
     return e;
+  if (cudaError_t e = legacy_capture_rule("cudaMemset"); e != cudaSuccess) return e;
   if (cudaError_t e = synchronise_legacy({ptr}); e != cudaSuccess) return e;
   std::memset(ptr, value, bytes);
   return cudaSuccess;
@@ -550,14 +537,18 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t str
   w.dst = ptr;
   w.bytes = bytes;
   w.value = value;
-  return enqueue(stream, std::move(w)).first ? cudaSuccess : unknown_stream("cudaMemsetAsync");
+  return enqueue(stream, std::move(w), "cudaMemsetAsync").error;
 }
 
 cudaError_t cudaDeviceSynchronize() {
   Targets targets;
   {
     std::lock_guard lock(reg().mutex);
-    add_device(targets, anvil::sim::detail::current_device(), false);
+    const int device = anvil::sim::detail::current_device();
+    if (cudaError_t e = capture_sync("cudaDeviceSynchronize", nullptr, nullptr, device);
+        e != cudaSuccess)
+      return e;
+    add_device(targets, device, false);
   }
   return synchronise(targets, HostBlocks::kYes);
 }
@@ -600,6 +591,9 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     std::lock_guard lock(reg().mutex);
     StreamPtr s = resolve(stream);
     if (!s) return unknown_stream("cudaStreamSynchronize");
+    if (cudaError_t e = capture_sync("cudaStreamSynchronize", s.get(), nullptr, -1);
+        e != cudaSuccess)
+      return e;
     if (s->legacy)
       add_device(targets, s->device, true);  // the legacy stream waits for the blocking ones
     else
@@ -614,6 +608,8 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
     std::lock_guard lock(reg().mutex);
     StreamPtr s = resolve(stream);
     if (!s) return unknown_stream("cudaStreamQuery");
+    if (cudaError_t e = capture_sync("cudaStreamQuery", s.get(), nullptr, -1); e != cudaSuccess)
+      return e;
     if (s->legacy)
       add_device(targets, s->device, true);
     else
@@ -645,6 +641,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     if (!e) return unknown_event("cudaStreamWaitEvent");
     s = resolve(stream);
     if (!s) return unknown_stream("cudaStreamWaitEvent");
+    bool captured = false;
+    if (cudaError_t err = capture_wait(*s, *e, captured); err != cudaSuccess) return err;
+    if (captured) return cudaSuccess;
     // Never recorded, already reached, or on the same stream: nothing to wait for.
     if (!e->stream || e->stream == s || e->stream->completed >= e->seq) return cudaSuccess;
     Work w;
@@ -693,6 +692,9 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     if (!e) return unknown_event("cudaEventRecord");
     s = resolve(stream);
     if (!s) return unknown_stream("cudaEventRecord");
+    bool captured = false;
+    if (cudaError_t err = capture_record(*e, *s, captured); err != cudaSuccess) return err;
+    if (captured) return cudaSuccess;
     Work w;
     w.kind = WorkKind::kRecord;
     w.event = e;
@@ -719,6 +721,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     std::lock_guard lock(reg().mutex);
     auto e = find_event(event);
     if (!e) return unknown_event("cudaEventSynchronize");
+    if (cudaError_t err = capture_sync("cudaEventSynchronize", nullptr, e.get(), -1);
+        err != cudaSuccess)
+      return err;
     if (!e->stream) return cudaSuccess;  // never recorded: nothing to wait for
     targets.emplace_back(e->stream, e->seq);
   }
@@ -731,6 +736,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
     std::lock_guard lock(reg().mutex);
     auto e = find_event(event);
     if (!e) return unknown_event("cudaEventQuery");
+    if (cudaError_t err = capture_sync("cudaEventQuery", nullptr, e.get(), -1); err != cudaSuccess)
+      return err;
     if (!e->stream) return cudaSuccess;
     // Not ready once for the same record, then run up to it: a polling loop ends.
     if (e->stream->completed < e->seq && !e->not_ready_told) {

@@ -404,6 +404,10 @@ if [[ "$part" == 6 ]]; then
     step "anvil: ResNet-18, seed recipe, 2 epochs on cuda:0, --amp bf16, conv rung 8 (ANVIL_CONV_BF16_RUNG=8)" \
       train.log 60 env ANVIL_CONV_BF16_RUNG=8 "${train[@]}" --amp bf16 \
       --metrics "$work/anvil-resnet18-bf16-conv8.jsonl"
+    # The simulator's stream capture against the GPU's runtime: the same
+    # tests, whose expected errors come from CUDA's documentation.
+    step "anvil-tests [graph]: stream capture and graphs on the GPU's runtime" tests.log 20 \
+      env ANVIL_REQUIRE_CUDA=1 "$files/bin/anvil-tests" "[graph]"
     step "compute-sanitizer racecheck over the tensor-core rungs' tests ($racecheck_tests)" \
       sanitizer.log 90 sanitizer racecheck "$racecheck_tests"
   else
