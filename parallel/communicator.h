@@ -14,7 +14,9 @@
 //   - MPI, for CPU tensors: one rank per process (mpi_world), on one machine
 //     or several (`mpirun --hostfile`).
 // A build without MPI or NCCL still links; asking for the missing one throws
-// an error that says how to get it.
+// an error that says how to get it. A communicator splits into groups of its
+// ranks (split; parallel/mesh.h makes a dp × pp × tp mesh of them), and two
+// of its ranks exchange tensors point to point (send, recv, sendrecv).
 //
 // Ordering. On a GPU a collective is asynchronous, like a kernel: it starts
 // after the work already issued on the tensor's device (its compute stream),
