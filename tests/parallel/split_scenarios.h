@@ -32,17 +32,16 @@ inline std::vector<double> bytes_of(Communicator& c, const Tensor& t) {
 
 // Rank r's tensor of `dtype` and `shape` for point-to-point tests: values
 // every rank can make, all bits in play (random float32 and bfloat16 words,
-// int64 near 2^57).
+// int64 near 2^57). Made on the host (no kernel to simulate), then moved.
 inline Tensor p2p_tensor(const Communicator& c, int r, DType dtype, const Shape& shape,
                          uint64_t seed) {
   const int64_t n = anvil::shape_numel(shape);
   if (dtype == DType::Int64) {
     std::vector<int64_t> v(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) v[size_t(i)] = int_value(r, i + int64_t(seed));
-    return Tensor::from_vector(v, shape, c.device());
+    return Tensor::from_vector(v, shape).to(c.device());
   }
-  const std::vector<float> v = make(r, n, false, seed);
-  return Tensor::from_vector(v, shape, c.device()).to(dtype);
+  return Tensor::from_vector(make(r, n, false, seed), shape).to(dtype).to(c.device());
 }
 
 // The ranks `group` holds, by their world rank, in the group's rank order.
