@@ -38,6 +38,10 @@ std::string describe(const CallInfo& c) {
       break;
     case Collective::kAllGather: s += fmt::format(" ({})", algorithm_name(c.algorithm)); break;
     case Collective::kScatter: s += fmt::format(" from rank {}", c.root); break;
+    case Collective::kSplit:
+      s += c.color < 0 ? fmt::format(" (no group, key {})", c.key)
+                       : fmt::format(" (color {}, key {})", c.color, c.key);
+      break;
     default: break;
   }
   if (c.ndim >= 0) s += fmt::format(" of {} {}", dtype_name(c.dtype), shape_str(c.tensor_shape()));
@@ -67,7 +71,10 @@ bool compatible(const CallInfo& ref, const CallInfo& other) {
       return ref.algorithm == other.algorithm && ref.dtype == other.dtype &&
              ref.ndim == other.ndim &&
              std::equal(ref.shape + 1, ref.shape + std::max(ref.ndim, 1), other.shape + 1);
-    case Collective::kBarrier: return true;
+    case Collective::kBarrier:
+    case Collective::kSplit: return true;  // colors and keys differ by design
+    case Collective::kSend:
+    case Collective::kRecv: return false;  // point to point: agree_with_peers
   }
   return false;
 }
@@ -114,7 +121,8 @@ std::vector<CallInfo> Communicator::agree(CallInfo mine) {
   // skip the exchange.
   const bool answer_needed = mine.collective == Collective::kScatter ||
                              mine.collective == Collective::kAllGather ||
-                             mine.collective == Collective::kBarrier;
+                             mine.collective == Collective::kBarrier ||
+                             mine.collective == Collective::kSplit;
   if (!check_calls_.load() && !answer_needed) return {};
   std::vector<CallInfo> all =
       transport_->channel().exchange(mine, options_.timeout, transport_->error_prefix());
@@ -142,6 +150,67 @@ std::vector<CallInfo> Communicator::agree(CallInfo mine) {
         all[size_t(ref)].chunk_bytes, j, all[size_t(j)].chunk_bytes));
   }
   return all;
+}
+
+}  // namespace anvil::parallel
+
+namespace anvil::parallel {
+
+namespace {
+
+bool same_tensor(const CallInfo& a, const CallInfo& b) {
+  if (a.ndim < 0 || b.ndim < 0) return a.ndim < 0 && b.ndim < 0;
+  return a.dtype == b.dtype && a.ndim == b.ndim && std::equal(a.shape, a.shape + a.ndim, b.shape);
+}
+
+// "rank 0 sends float32 [4, 8] to rank 1": one side of a point-to-point call.
+std::string describe_side(const Transport& t, int rank, const PeerCall& c, int peer) {
+  std::string s = t.peer_name(rank);
+  const bool sends = c.send.ndim >= 0, receives = c.recv.ndim >= 0;
+  if (sends)
+    s += fmt::format(" sends {} {} to {}", dtype_name(c.send.dtype),
+                     shape_str(c.send.tensor_shape()), t.peer_name(peer));
+  if (sends && receives) s += " and";
+  if (receives)
+    s += fmt::format(" receives {} {} from {}", dtype_name(c.recv.dtype),
+                     shape_str(c.recv.tensor_shape()), t.peer_name(peer));
+  return s;
+}
+
+}  // namespace
+
+void Communicator::agree_with_peers(std::vector<int> peers, std::vector<PeerCall> mine) {
+  if (peer_calls_.empty()) peer_calls_.assign(size_t(size()), 0);
+  for (size_t i = 0; i < peers.size(); ++i) mine[i].seq = ++peer_calls_[size_t(peers[i])];
+  if (!check_calls_.load()) return;
+  const std::vector<PeerCall> theirs = transport_->channel().exchange_with(
+      peers, mine, options_.timeout, transport_->error_prefix());
+  ++checked_;
+  for (size_t i = 0; i < peers.size(); ++i) {
+    const PeerCall& a = mine[i];
+    const PeerCall& b = theirs[i];
+    if (a.seq == b.seq && same_tensor(a.send, b.recv) && same_tensor(a.recv, b.send)) continue;
+    // The same words on both ranks: the lower rank's side first.
+    const int peer = peers[i];
+    const bool first = rank() < peer;
+    const std::string mine_text = describe_side(*transport_, rank(), a, peer);
+    const std::string their_text = describe_side(*transport_, peer, b, rank());
+    std::string hint;
+    if (a.seq != b.seq)
+      hint = fmt::format(" ({} is at its call #{} with {}, {} at #{})",
+                         transport_->peer_name(rank()), a.seq, transport_->peer_name(peer),
+                         transport_->peer_name(peer), b.seq);
+    else if (a.recv.ndim < 0 && b.recv.ndim < 0)
+      hint = " (both send, neither receives: one must recv, or both sendrecv)";
+    else if (a.send.ndim < 0 && b.send.ndim < 0)
+      hint = " (both receive, neither sends)";
+    throw CommError(fmt::format(
+        "{}point-to-point call #{} between {} and {} does not match: {}; {}{}",
+        transport_->error_prefix(),
+        std::min(a.seq, b.seq), transport_->peer_name(std::min(rank(), peer)),
+        transport_->peer_name(std::max(rank(), peer)), first ? mine_text : their_text,
+        first ? their_text : mine_text, hint));
+  }
 }
 
 }  // namespace anvil::parallel

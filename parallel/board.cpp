@@ -5,7 +5,9 @@
 // one rank reports ends the others' waits at once.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -26,12 +28,16 @@ struct Board {
   };
   std::map<uint64_t, Round> rounds;  // by exchange number
   std::vector<uint64_t> exchanges;   // how many each rank has started
+  // Point to point: what rank a has posted for rank b and b has not yet
+  // read, by (a, b), oldest first.
+  std::map<std::pair<int, int>, std::deque<PeerCall>> mail;
   std::string failure;               // the first failure a rank reported
 };
 
 class BoardChannel final : public HostChannel {
  public:
-  BoardChannel(std::shared_ptr<Board> board, int rank) : board_(std::move(board)), rank_(rank) {}
+  BoardChannel(std::shared_ptr<Board> board, std::string name, int rank)
+      : board_(std::move(board)), name_(std::move(name)), rank_(rank) {}
 
   std::vector<CallInfo> exchange(const CallInfo& mine, std::chrono::milliseconds timeout,
                                  const std::string& who) override {
@@ -70,6 +76,47 @@ class BoardChannel final : public HostChannel {
     return out;
   }
 
+  std::vector<PeerCall> exchange_with(std::span<const int> peers, std::span<const PeerCall> mine,
+                                      std::chrono::milliseconds timeout,
+                                      const std::string& who) override {
+    Board& b = *board_;
+    std::unique_lock lock(b.mutex);
+    for (size_t i = 0; i < peers.size(); ++i) b.mail[{rank_, peers[i]}].push_back(mine[i]);
+    b.posted.notify_all();
+    auto arrived = [&](int peer) { return !b.mail[{peer, rank_}].empty(); };
+    auto everyone = [&] {
+      return !b.failure.empty() || std::all_of(peers.begin(), peers.end(), arrived);
+    };
+    b.posted.wait_for(lock, timeout, everyone);
+    if (!std::all_of(peers.begin(), peers.end(), arrived)) {
+      if (!b.failure.empty())
+        throw CommError(fmt::format("{}another rank failed: {}", who, b.failure));
+      std::string missing;
+      for (size_t i = 0; i < peers.size(); ++i)
+        if (!arrived(peers[i]))
+          missing += fmt::format("{}rank {}", missing.empty() ? "" : " and ", peers[i]);
+      throw CommError(fmt::format("{}{} did not post its side of point-to-point call #{} "
+                                  "within {} (ANVIL_COMM_TIMEOUT)",
+                                  who, missing, mine[0].seq, timeout_text(timeout)));
+    }
+    std::vector<PeerCall> theirs;
+    for (int peer : peers) {
+      auto& queue = b.mail[{peer, rank_}];
+      theirs.push_back(queue.front());
+      queue.pop_front();
+    }
+    return theirs;
+  }
+
+  std::shared_ptr<HostChannel> split(int color, int, int rank, int size,
+                                     std::chrono::milliseconds, const std::string&) override {
+    // Every rank splits at the same point: the k-th split of each names the
+    // same boards, one per color.
+    const uint64_t k = splits_++;
+    if (color < 0) return nullptr;
+    return shared_board(fmt::format("{}/split {} color {}", name_, k, color), rank, size);
+  }
+
   void report_failure(const std::string& what) noexcept override {
     try {
       std::lock_guard lock(board_->mutex);
@@ -90,7 +137,9 @@ class BoardChannel final : public HostChannel {
                        [](const auto& c) { return c.has_value(); });
   }
   std::shared_ptr<Board> board_;
+  std::string name_;  // in the registry
   int rank_;
+  uint64_t splits_ = 0;  // split() calls so far
 };
 
 }  // namespace
@@ -112,7 +161,7 @@ std::shared_ptr<HostChannel> shared_board(const std::string& name, int rank, int
     throw CommError(fmt::format("rank {}: creating the communicator: this rank says {} ranks, "
                                 "another said {}",
                                 rank, size, board->size));
-  return std::make_shared<BoardChannel>(std::move(board), rank);
+  return std::make_shared<BoardChannel>(std::move(board), name, rank);
 }
 
 }  // namespace anvil::parallel

@@ -39,6 +39,9 @@ std::string_view collective_name(Collective c) {
     case Collective::kReduceScatter: return "reduce_scatter";
     case Collective::kAllGather: return "all_gather";
     case Collective::kBarrier: return "barrier";
+    case Collective::kSplit: return "split";
+    case Collective::kSend: return "send";
+    case Collective::kRecv: return "recv";
   }
   return "?";
 }

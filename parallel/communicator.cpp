@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <deque>
 #include <future>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <cstring>
 #include <stdexcept>
@@ -177,8 +179,8 @@ void Communicator::run(const char* name, Check&& check, Body&& body) {
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
       const std::string line = fmt::format(
-          "anvil comm: rank {} ({}, {}): {}: {} bytes, {:.3f} ms {}\n", rank(), backend(),
-          device().str(), debug_call_, debug_bytes_, ms,
+          "anvil comm: {}: {}: {} bytes, {:.3f} ms {}\n", transport_->identity(), debug_call_,
+          debug_bytes_, ms,
           transport_->host_synchronous() ? "(done)" : "(issued; the device finishes later)");
       std::fputs(line.c_str(), stderr);
     }
@@ -220,6 +222,22 @@ void check_rank(const Transport& t, const char* collective, const char* what, in
   if (r < 0 || r >= t.size())
     throw std::invalid_argument(fmt::format("{}: {}: {} {} is not a rank of a communicator of {}",
                                             t.identity(), collective, what, r, t.size()));
+}
+
+// A point-to-point peer: a rank of the communicator, and not this one (but
+// sendrecv's ring of one, which sends to itself and receives from itself).
+void check_peer(const Transport& t, const char* call, const char* what, int r, bool sending,
+                bool ring_of_one) {
+  check_rank(t, call, what, r);
+  if (r != t.rank() || ring_of_one) return;
+  const char* verb = sending ? "send to" : "receive from";
+  throw std::invalid_argument(
+      t.size() == 1
+          ? fmt::format("{}: {}: {} {} is this rank: a group of one rank has no other rank to {}",
+                        t.identity(), call, what, r, verb)
+          : fmt::format("{}: {}: {} {} is this rank, which does not {} itself (sendrecv to and "
+                        "from itself copies)",
+                        t.identity(), call, what, r, verb));
 }
 
 // Rows per rank, as the data loader shares a batch (data/shard.h).
@@ -501,69 +519,111 @@ void Communicator::barrier() {
       });
 }
 
-namespace {
-// One grouped post of up to two messages, bracketed as a collective is.
-void exchange(Transport& t, std::initializer_list<Message> messages,
-              std::initializer_list<Tensor> tensors) {
-  std::vector<Message> nonempty;
-  for (const Message& m : messages)
-    if (m.bytes > 0) nonempty.push_back(m);
-  t.begin();
-  for (const Tensor& tensor : tensors) t.hold(tensor);
-  t.post(nonempty);
-  t.end();
-}
-}  // namespace
-
-void Communicator::send(const Tensor& tensor, int peer) {
+void Communicator::point_to_point(const char* name, const Tensor* out, int to, const Tensor* in,
+                                  int from) {
   run(
-      "send",
+      name,
       [&] {
-        check_tensor(*transport_, "send", "the tensor", tensor, false);
-        check_rank(*transport_, "send", "peer", peer);
+        const bool ring_of_one = out && in && to == rank() && from == rank();
+        if (out) {
+          check_tensor(*transport_, name, in ? "the tensor to send" : "the tensor", *out, false);
+          check_peer(*transport_, name, in ? "destination" : "peer", to, true, ring_of_one);
+        }
+        if (in) {
+          check_tensor(*transport_, name, out ? "the tensor to receive" : "the tensor", *in, false);
+          check_peer(*transport_, name, out ? "source" : "peer", from, false, ring_of_one);
+        }
       },
       [&] {
-        transport_->set_context(fmt::format("send of {} {} to rank {}",
-                                            dtype_name(tensor.dtype()), shape_str(tensor.shape()),
-                                            peer));
-        exchange(*transport_, {{Message::kSend, peer, tensor.raw_data(), tensor.nbytes()}},
-                 {tensor});
+        std::string what;
+        if (out)
+          what = fmt::format("send of {} {} to {}", dtype_name(out->dtype()),
+                             shape_str(out->shape()), transport_->peer_name(to));
+        if (in)
+          what += fmt::format("{}receive of {} {} from {}", what.empty() ? "" : " and ",
+                              dtype_name(in->dtype()), shape_str(in->shape()),
+                              transport_->peer_name(from));
+        transport_->set_context(what);
+        debug_call_ = what;
+        debug_bytes_ = (out ? out->nbytes() : 0) + (in ? in->nbytes() : 0);
+        // This rank's side with each peer (one, or two in a ring).
+        std::vector<int> peers;
+        std::vector<PeerCall> sides;
+        auto side = [&](int peer) -> PeerCall& {
+          for (size_t i = 0; i < peers.size(); ++i)
+            if (peers[i] == peer) return sides[i];
+          peers.push_back(peer);
+          return sides.emplace_back();
+        };
+        if (out) side(to).send = CallInfo::of(Collective::kSend, *out);
+        if (in) side(from).recv = CallInfo::of(Collective::kRecv, *in);
+        agree_with_peers(std::move(peers), std::move(sides));
+        std::vector<Message> messages;
+        if (out && out->nbytes() > 0)
+          messages.push_back({Message::kSend, to, out->raw_data(), out->nbytes()});
+        if (in && in->nbytes() > 0)
+          messages.push_back({Message::kRecv, from, in->raw_data(), in->nbytes()});
+        transport_->begin();
+        if (out) transport_->hold(*out);
+        if (in) transport_->hold(*in);
+        transport_->post(messages);
+        transport_->end();
       });
+}
+
+void Communicator::send(const Tensor& tensor, int peer) {
+  point_to_point("send", &tensor, peer, nullptr, -1);
 }
 
 void Communicator::recv(const Tensor& tensor, int peer) {
-  run(
-      "recv",
-      [&] {
-        check_tensor(*transport_, "recv", "the tensor", tensor, false);
-        check_rank(*transport_, "recv", "peer", peer);
-      },
-      [&] {
-        transport_->set_context(fmt::format("receive of {} {} from rank {}",
-                                            dtype_name(tensor.dtype()), shape_str(tensor.shape()),
-                                            peer));
-        exchange(*transport_, {{Message::kRecv, peer, tensor.raw_data(), tensor.nbytes()}},
-                 {tensor});
-      });
+  point_to_point("recv", nullptr, -1, &tensor, peer);
 }
 
 void Communicator::sendrecv(const Tensor& send_tensor, int to, const Tensor& recv_tensor,
                             int from) {
+  point_to_point("sendrecv", &send_tensor, to, &recv_tensor, from);
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
+  std::unique_ptr<Communicator> group;
   run(
-      "sendrecv",
+      "split",
       [&] {
-        check_tensor(*transport_, "sendrecv", "the tensor to send", send_tensor, false);
-        check_tensor(*transport_, "sendrecv", "the tensor to receive", recv_tensor, false);
-        check_rank(*transport_, "sendrecv", "destination", to);
-        check_rank(*transport_, "sendrecv", "source", from);
+        if (color < 0 && color != kNoColor)
+          throw std::invalid_argument(fmt::format(
+              "{}: split: color {} is negative: a group's color is 0 or more, and kNoColor "
+              "({}) joins no group",
+              transport_->identity(), color, kNoColor));
       },
       [&] {
-        transport_->set_context(fmt::format("sendrecv to rank {} and from rank {}", to, from));
-        exchange(*transport_,
-                 {{Message::kSend, to, send_tensor.raw_data(), send_tensor.nbytes()},
-                  {Message::kRecv, from, recv_tensor.raw_data(), recv_tensor.nbytes()}},
-                 {send_tensor, recv_tensor});
+        CallInfo mine;
+        mine.collective = Collective::kSplit;
+        mine.color = color;
+        mine.key = key;
+        // Every rank's color and key: the agreement's answer.
+        const std::vector<CallInfo> all = agree(mine);
+        Transport::Place place;
+        if (color != kNoColor) {
+          std::vector<int> members;  // in rank order, so the stable sort breaks ties by rank
+          std::set<int> colors;
+          for (int j = 0; j < size(); ++j) {
+            if (all[size_t(j)].color >= 0) colors.insert(all[size_t(j)].color);
+            if (all[size_t(j)].color == color) members.push_back(j);
+          }
+          std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+            return all[size_t(a)].key < all[size_t(b)].key;
+          });
+          place.size = int(members.size());
+          place.rank = int(std::find(members.begin(), members.end(), rank()) - members.begin());
+          for (int m : members) place.world.push_back(transport_->world_rank(m));
+          place.label = fmt::format("{}group {} of {}", name.empty() ? "" : name + " ",
+                                    std::distance(colors.begin(), colors.find(color)),
+                                    colors.size());
+        }
+        std::unique_ptr<Transport> t = transport_->split(color, key, place);
+        if (t) group = std::make_unique<Communicator>(std::move(t), options());
       });
+  return group;
 }
 
 void Communicator::abort(const std::string& why) {

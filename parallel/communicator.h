@@ -14,7 +14,9 @@
 //   - MPI, for CPU tensors: one rank per process (mpi_world), on one machine
 //     or several (`mpirun --hostfile`).
 // A build without MPI or NCCL still links; asking for the missing one throws
-// an error that says how to get it.
+// an error that says how to get it. A communicator splits into groups of its
+// ranks (split; parallel/mesh.h makes a dp × pp × tp mesh of them), and two
+// of its ranks exchange tensors point to point (send, recv, sendrecv).
 //
 // Ordering. On a GPU a collective is asynchronous, like a kernel: it starts
 // after the work already issued on the tensor's device (its compute stream),
@@ -111,6 +113,7 @@ struct CommOptions {
 
 class Transport;  // parallel/transport.h
 struct CallInfo;  // parallel/transport.h
+struct PeerCall;  // parallel/transport.h
 struct InFlight;  // parallel/transport.h
 
 // A collective in flight (allreduce_async).
@@ -195,10 +198,40 @@ class Communicator {
   // Returns once every rank has called it (a collective of nothing).
   void barrier();
 
-  // ---- point to point (no agreement check: a pair must match sizes) ----
+  // ---- groups ----
+  // The color of a rank that joins no group (MPI_UNDEFINED, NCCL_SPLIT_NOCOLOR).
+  static constexpr int kNoColor = -1;
+  // A collective: every rank of this communicator calls it at the same point.
+  // The ranks that pass the same color (>= 0) form a new communicator, ranked
+  // by key, ties by their rank here (MPI_Comm_split, ncclCommSplit); a rank
+  // that passes kNoColor gets null. The group has this communicator's backend,
+  // device and options (deadline, chunk size, per-call check), and its own
+  // agreement, numbering and failure: a group's failure does not break its
+  // parent, nor the parent's its groups. `name` says what the group is for
+  // ("dp"): its ranks call themselves "dp group 1 of 2, rank 0 of 2 (...,
+  // world rank 2)" in errors and in ANVIL_COMM_DEBUG's lines, where groups
+  // are numbered in the order of their colors. Over MPI the split is
+  // MPI_Comm_split, over NCCL ncclCommSplit, on one rank a group of one.
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name = "");
+
+  // ---- point to point ----
+  // `tensor` to rank `peer`, which calls recv for it (or sendrecv). The two
+  // ends agree first, as the collectives do (CommOptions::check_calls): both
+  // post what they are about to move to each other and compare, so that a
+  // send that meets a receive of another dtype or shape, or another send,
+  // stops both ranks with one error naming both, the dtype and the shape,
+  // instead of a hang or a garbled tensor; a peer that never posts is named
+  // at the deadline. Calls between two ranks pair in the order they are made
+  // (the k-th call of a with b meets the k-th of b with a). Over NCCL,
+  // ncclSend/ncclRecv on the communicator's stream, after the work issued on
+  // the device, like a collective; over MPI, MPI_Isend/MPI_Irecv waited for
+  // within the deadline. Not to this rank itself.
   void send(const Tensor& tensor, int peer);
+  // Into `tensor` (its dtype and shape those of the send it meets) from `peer`.
   void recv(const Tensor& tensor, int peer);
-  // Both at once, so that ranks exchanging in a ring do not wait on each other.
+  // Both at once (one NCCL group, one wait over MPI), so that ranks exchanging
+  // in a ring, or two ranks exchanging with each other, do not wait on each
+  // other. `to` and `from` may be the same rank.
   void sendrecv(const Tensor& send_tensor, int to, const Tensor& recv_tensor, int from);
 
   // The host waits until everything issued so far has finished, within the
@@ -226,6 +259,11 @@ class Communicator {
   // its algorithm uses that value: a set_chunk_bytes in between cannot make
   // the ring differ from what was agreed.
   std::vector<CallInfo> agree(CallInfo mine);
+  // The same for a point-to-point call: this rank's side with each peer
+  // against the peer's (agreement.cpp). Numbers the call with each peer.
+  void agree_with_peers(std::vector<int> peers, std::vector<PeerCall> mine);
+  // send, recv and sendrecv: `out` to `to` and/or `in` from `from` (null: none).
+  void point_to_point(const char* name, const Tensor* out, int to, const Tensor* in, int from);
   // Checks a call's arguments (an error there leaves the communicator
   // usable: no other rank is involved yet), then runs its body, whose first
   // failure breaks the communicator.
@@ -249,6 +287,7 @@ class Communicator {
   std::atomic<bool> check_calls_;
   std::atomic<uint64_t> checked_{0};
   std::atomic<uint64_t> seq_{0};
+  std::vector<uint64_t> peer_calls_;  // point-to-point calls so far with each rank
   mutable std::mutex failure_mutex_;
   std::string failure_;
   std::unique_ptr<CommThread> thread_;  // host-synchronous transports only
@@ -278,7 +317,8 @@ bool mpi_started();
 // A group of one rank on `device` (cpu or cuda:N): a run on one device as
 // data-parallel training over one replica, so callers need no second code
 // path (MLX's EmptyGroup). Every collective leaves its tensor as it is
-// (scatter and all_gather copy it); send and recv have no peer and throw.
+// (scatter and all_gather copy it); send and recv have no peer and throw;
+// split gives another group of one (or null for kNoColor).
 // backend() is "local". Nothing waits on another rank: ANVIL_COMM_TIMEOUT
 // is not read.
 std::unique_ptr<Communicator> one_rank_group(Device device);

@@ -15,12 +15,10 @@
 // CommError with MPI's text.
 #include <fmt/format.h>
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,7 +28,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/unfinished_files.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "parallel/mpi_internal.h"
 #include "parallel/watchdog.h"
@@ -105,46 +102,6 @@ void finalize_at_exit() {
   if (!finalized && !g_failed.load()) MPI_Finalize();
 }
 
-// This process's rank in the job, for the SIGTERM handler, which may call
-// nothing that is not async-signal-safe: set before the handler is installed.
-volatile std::sig_atomic_t g_signal_rank = -1;
-
-// SIGTERM under mpirun: say so on this rank, rather than vanish without a
-// word, and remove the temporary file of a save it cut off. The sender
-// decides the words: mpirun (this process's parent, or its daemon on another
-// machine) ends every rank that is left when one fails or is killed, or
-// when it is stopped itself; any other sender signalled this rank alone.
-// Only write(), getppid(), unlink() and _exit(): the text is put together by
-// hand.
-void on_sigterm(int, siginfo_t* info, void*) {
-  remove_unfinished_files();
-  char text[240];
-  size_t n = 0;
-  auto put = [&](const char* s) {
-    while (*s != '\0' && n < sizeof text) text[n++] = *s++;
-  };
-  auto put_number = [&](long v) {
-    char digits[24];
-    int d = 0;
-    for (long r = v < 0 ? 0 : v; d == 0 || r > 0; r /= 10) digits[d++] = char('0' + r % 10);
-    while (d > 0 && n < sizeof text) text[n++] = digits[--d];
-  };
-  put("anvil: rank ");
-  if (g_signal_rank < 0) put("?");
-  else put_number(long(g_signal_rank));
-  const pid_t sender = info != nullptr ? info->si_pid : 0;
-  if (info != nullptr && info->si_code <= 0 && sender != ::getppid()) {
-    put(": stopped by SIGTERM sent to this rank (by process ");
-    put_number(long(sender));
-    put(", not mpirun): the MPI job is ending\n");
-  } else {
-    put(": stopped by SIGTERM from mpirun: the MPI job is ending (another rank failed or was "
-        "killed, or mpirun was stopped)\n");
-  }
-  (void)!::write(2, text, n);
-  ::_exit(128 + SIGTERM);
-}
-
 // A duplicate of MPI_COMM_WORLD made without blocking, within the deadline.
 MPI_Comm duplicate_world(std::chrono::milliseconds timeout, const std::string& who) {
   MPI_Comm comm = MPI_COMM_NULL;
@@ -162,6 +119,37 @@ MPI_Comm duplicate_world(std::chrono::milliseconds timeout, const std::string& w
   check(code, "MPI_Comm_idup", who);
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   return comm;
+}
+
+// A blocking MPI call that passes its deadline cannot be taken back: the
+// whole job ends (MPI_Abort, allowed from any thread at MPI_THREAD_MULTIPLE).
+void abort_job(const std::string& why) {
+  std::fprintf(stderr, "anvil: %s: ending the job\n", why.c_str());
+  g_failed.store(true);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+// This rank's part of `parent` after MPI_Comm_split (MPI_COMM_NULL for a
+// color < 0: MPI_UNDEFINED), checked to rank it `rank` as the split's
+// agreement did. MPI_Comm_split blocks and has no non-blocking twin: a
+// watchdog keeps its deadline (every rank has already agreed to make it).
+MPI_Comm split_comm(MPI_Comm parent, int color, int key, int rank,
+                    std::chrono::milliseconds timeout, const std::string& who) {
+  Watchdog dog(abort_job);
+  const uint64_t armed = dog.arm(who + "MPI_Comm_split ", timeout);
+  MPI_Comm out = MPI_COMM_NULL;
+  const int code = MPI_Comm_split(parent, color < 0 ? MPI_UNDEFINED : color, key, &out);
+  dog.disarm(armed);
+  check(code, "MPI_Comm_split", who);
+  if (out == MPI_COMM_NULL) return out;
+  MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN);
+  int got = -1;
+  MPI_Comm_rank(out, &got);
+  if (got != rank)
+    throw CommError(fmt::format("{}MPI_Comm_split ranked this rank {} in its group, where the "
+                                "split's agreement ranked it {}",
+                                who, got, rank));
+  return out;
 }
 
 // Outstanding requests with the peer and direction of each, for the message
@@ -266,14 +254,22 @@ struct Requests {
 constexpr size_t kMaxPiece = size_t(1) << 30;
 std::atomic<size_t> g_max_piece{kMaxPiece};
 
+// The message tags of the check channel: every rank's call, and a
+// point-to-point call's two sides.
+constexpr int kCallTag = 0;
+constexpr int kPeerTag = 1;
+
 class MpiChannel final : public HostChannel {
  public:
-  explicit MpiChannel(std::chrono::milliseconds timeout)
-      : comm_(duplicate_world(timeout, fmt::format("rank {} (mpi, cpu): creating the communicator: ",
-                                                   mpi_detail::world_rank()))) {
+  // A channel of its own over `comm` (which it frees).
+  explicit MpiChannel(MPI_Comm comm) : comm_(comm) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
+  // Over every process of the job.
+  explicit MpiChannel(std::chrono::milliseconds timeout)
+      : MpiChannel(duplicate_world(timeout, fmt::format("rank {} (mpi, cpu): creating the communicator: ",
+                                                        mpi_detail::world_rank()))) {}
   ~MpiChannel() override {
     if (!g_failed.load()) MPI_Comm_free(&comm_);
   }
@@ -290,10 +286,11 @@ class MpiChannel final : public HostChannel {
       for (int j = 0; j < size_; ++j) {
         if (j == rank_) continue;
         MPI_Request r;
-        check(MPI_Irecv(&(*all)[size_t(j)], sizeof(CallInfo), MPI_BYTE, j, 0, comm_, &r),
+        check(MPI_Irecv(&(*all)[size_t(j)], sizeof(CallInfo), MPI_BYTE, j, kCallTag, comm_, &r),
               "MPI_Irecv", who);
         requests.add(r, j, false, sizeof(CallInfo));
-        check(MPI_Isend(&(*all)[size_t(rank_)], sizeof(CallInfo), MPI_BYTE, j, 0, comm_, &r),
+        check(MPI_Isend(&(*all)[size_t(rank_)], sizeof(CallInfo), MPI_BYTE, j, kCallTag, comm_,
+                        &r),
               "MPI_Isend", who);
         requests.add(r, j, true, 0);
       }
@@ -311,10 +308,54 @@ class MpiChannel final : public HostChannel {
     return std::move(*all);
   }
 
+  std::vector<PeerCall> exchange_with(std::span<const int> peers, std::span<const PeerCall> mine,
+                                      std::chrono::milliseconds timeout,
+                                      const std::string& who) override {
+    // Both on the heap, for the same reason as exchange()'s.
+    auto buffers = std::make_unique<std::vector<PeerCall>>(mine.begin(), mine.end());
+    buffers->resize(2 * mine.size());  // then the peers' sides
+    Requests requests;
+    bool done = false;
+    try {
+      for (size_t i = 0; i < peers.size(); ++i) {
+        MPI_Request r;
+        check(MPI_Irecv(&(*buffers)[mine.size() + i], sizeof(PeerCall), MPI_BYTE, peers[i],
+                        kPeerTag, comm_, &r),
+              "MPI_Irecv", who);
+        requests.add(r, peers[i], false, sizeof(PeerCall));
+        check(MPI_Isend(&(*buffers)[i], sizeof(PeerCall), MPI_BYTE, peers[i], kPeerTag, comm_, &r),
+              "MPI_Isend", who);
+        requests.add(r, peers[i], true, 0);
+      }
+      done = requests.wait(timeout, who);
+    } catch (...) {
+      give_up(requests, std::move(buffers), timeout);
+      throw;
+    }
+    if (!done) {
+      const std::string missing = requests.pending_peers(false);
+      give_up(requests, std::move(buffers), timeout);
+      throw CommError(fmt::format("{}{} did not post its side of point-to-point call #{} within "
+                                  "{} (ANVIL_COMM_TIMEOUT)",
+                                  who, missing.empty() ? "a peer" : missing, mine[0].seq,
+                                  timeout_text(timeout)));
+    }
+    return {buffers->begin() + std::ptrdiff_t(mine.size()), buffers->end()};
+  }
+
+  std::shared_ptr<HostChannel> split(int color, int key, int rank, int,
+                                     std::chrono::milliseconds timeout,
+                                     const std::string& who) override {
+    MPI_Comm group = split_comm(comm_, color, key, rank, timeout, who);
+    if (group == MPI_COMM_NULL) return nullptr;
+    return std::make_shared<MpiChannel>(group);
+  }
+
   void report_failure(const std::string&) noexcept override { g_failed.store(true); }
 
  private:
-  static void give_up(Requests& requests, std::unique_ptr<std::vector<CallInfo>> buffers,
+  template <typename Buffers>
+  static void give_up(Requests& requests, std::unique_ptr<Buffers> buffers,
                       std::chrono::milliseconds timeout) noexcept {
     if (!requests.cancel(cancel_wait(timeout))) (void)buffers.release();  // still theirs
   }
@@ -325,19 +366,32 @@ class MpiChannel final : public HostChannel {
 
 class MpiTransport final : public Transport {
  public:
+  // Every process of the job.
   explicit MpiTransport(std::chrono::milliseconds timeout)
       : Transport(mpi_detail::world_rank(), mpi_detail::world_size(), Device::cpu()),
         channel_(std::make_shared<MpiChannel>(timeout)),
         data_(duplicate_world(timeout, error_prefix())),
-        // A blocking MPI call that passes its deadline cannot be taken back:
-        // the whole job ends (MPI_Abort, allowed from any thread at
-        // MPI_THREAD_MULTIPLE).
-        watchdog_([](const std::string& why) {
-          std::fprintf(stderr, "anvil: %s: ending the job\n", why.c_str());
-          g_failed.store(true);
-          MPI_Abort(MPI_COMM_WORLD, 1);
-        }) {
+        watchdog_(abort_job) {
     set_timeout(timeout);
+  }
+  // A group: its data communicator and check channel, made by split().
+  MpiTransport(const Place& place, MPI_Comm data, std::shared_ptr<HostChannel> channel,
+               std::chrono::milliseconds timeout)
+      : Transport(place, Device::cpu()),
+        channel_(std::move(channel)),
+        data_(data),
+        watchdog_(abort_job) {
+    set_timeout(timeout);
+  }
+
+  // Both of its communicators split alike: the check channel's, then the data's.
+  std::unique_ptr<Transport> split(int color, int key, const Place& place) override {
+    wait_pending();
+    std::shared_ptr<HostChannel> channel =
+        channel_->split(color, key, place.rank, place.size, timeout(), error_prefix());
+    MPI_Comm data = split_comm(data_, color, key, place.rank, timeout(), error_prefix());
+    if (data == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiTransport>(place, data, std::move(channel), timeout());
   }
   ~MpiTransport() override {
     give_up();
@@ -571,7 +625,7 @@ class MpiTransport final : public Transport {
     for (int64_t i = 0; i < n; ++i) p[i] *= factor;
   }
 
-  std::shared_ptr<MpiChannel> channel_;
+  std::shared_ptr<HostChannel> channel_;
   MPI_Comm data_;
   Requests pending_;
   uint64_t posted_ = 0;
@@ -610,19 +664,6 @@ void ensure_initialized() {
                       : ": this MPI library was built without thread support");
   });
   if (!problem.empty()) throw CommError(problem);
-}
-
-void install_sigterm_handler() {
-  if (mpi_rank_from_environment() < 0) return;  // not started by mpirun: nobody sends it
-  g_signal_rank = std::sig_atomic_t(world_rank());
-  struct sigaction old {};
-  sigaction(SIGTERM, nullptr, &old);
-  if ((old.sa_flags & SA_SIGINFO) != 0 || old.sa_handler != SIG_DFL) return;  // the program's own handler stays
-  struct sigaction action {};
-  action.sa_sigaction = on_sigterm;
-  action.sa_flags = SA_SIGINFO;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGTERM, &action, nullptr);
 }
 
 void mark_failed() noexcept { g_failed.store(true); }

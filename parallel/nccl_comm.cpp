@@ -49,13 +49,11 @@ namespace {
 
 class NcclTransport final : public Transport {
  public:
+  // A rank of a new clique (ncclCommInitRankConfig).
   NcclTransport(int rank, int size, Device device, std::shared_ptr<HostChannel> channel,
                 const ncclUniqueId& id, std::chrono::milliseconds timeout)
       : Transport(rank, size, device), channel_(std::move(channel)) {
-    set_timeout(timeout);
-    set_context("creating the communicator");
-    try {
-      activate();
+    create(timeout, [&] {
       // Every rank arrives here first, so that a missing one is named.
       CallInfo hello;
       hello.collective = Collective::kBarrier;
@@ -63,6 +61,54 @@ class NcclTransport final : public Transport {
       ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
       config.blocking = 0;
       nccl(ncclCommInitRankConfig(&comm_, size, id, rank, &config), "ncclCommInitRankConfig");
+    });
+  }
+
+  // A group: the communicator ncclCommSplit made, perhaps still being
+  // created (non-blocking): polled here until it is ready.
+  NcclTransport(const Place& place, Device device, std::shared_ptr<HostChannel> channel,
+                ncclComm_t comm, std::chrono::milliseconds timeout)
+      : Transport(place, device), channel_(std::move(channel)), comm_(comm) {
+    create(timeout, [&] { nccl(ncclInProgress, "ncclCommSplit"); });
+  }
+
+  std::unique_ptr<Transport> split(int color, int key, const Place& place) override {
+#if defined(ANVIL_CUDA_SIM) || NCCL_VERSION_CODE >= 21800
+    activate();
+    std::shared_ptr<HostChannel> channel =
+        channel_->split(color, key, place.rank, place.size, timeout(), error_prefix());
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t child = nullptr;
+    ncclResult_t r = ncclSuccess;
+    {
+      std::lock_guard lock(mutex_);
+      check_live();
+      r = ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
+    }
+    nccl(r, "ncclCommSplit");  // in progress: the parent is polled until NCCL is done with it
+    if (color < 0) return nullptr;
+    if (child == nullptr)
+      throw CommError(error_prefix() + "ncclCommSplit gave this rank no communicator");
+    return std::make_unique<NcclTransport>(place, device(), std::move(channel), child, timeout());
+#else
+    (void)color, (void)key, (void)place;
+    throw CommError(fmt::format("{}this NCCL ({}) has no ncclCommSplit: groups need NCCL 2.18 "
+                                "or later",
+                                error_prefix(), NCCL_VERSION_CODE));
+#endif
+  }
+
+ private:
+  // The constructors' shared part: `join` makes comm_ (and waits for it),
+  // then the streams, events and watchdog; a failure lets go of all of it.
+  template <typename Join>
+  void create(std::chrono::milliseconds timeout, Join&& join) {
+    set_timeout(timeout);
+    set_context("creating the communicator");
+    try {
+      activate();
+      join();
       cuda::check(cudaStreamCreateWithFlags(&wire_, cudaStreamNonBlocking), "cudaStreamCreate");
       cuda::check(cudaStreamCreateWithFlags(&lane_, cudaStreamNonBlocking), "cudaStreamCreate");
       for (cudaEvent_t* e : {&start_, &wire_done_, &lane_done_})
@@ -82,6 +128,7 @@ class NcclTransport final : public Transport {
     }
   }
 
+ public:
   ~NcclTransport() override {
     quiesce();  // before what the watchdog polls goes; this thread is now the only one
     if (comm_ != nullptr) {

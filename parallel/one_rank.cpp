@@ -21,11 +21,26 @@ class OneRankChannel final : public HostChannel {
                                  const std::string&) override {
     return {mine};
   }
+  // The only peer is this rank itself (sendrecv's ring of one).
+  std::vector<PeerCall> exchange_with(std::span<const int>, std::span<const PeerCall> mine,
+                                      std::chrono::milliseconds, const std::string&) override {
+    return {mine.begin(), mine.end()};
+  }
+  std::shared_ptr<HostChannel> split(int color, int, int, int, std::chrono::milliseconds,
+                                     const std::string&) override {
+    return color < 0 ? nullptr : std::make_shared<OneRankChannel>();
+  }
 };
 
 class OneRankTransport final : public Transport {
  public:
   explicit OneRankTransport(Device device) : Transport(0, 1, device) {}
+  OneRankTransport(const Place& place, Device device) : Transport(place, device) {}
+  // Its group is itself again.
+  std::unique_ptr<Transport> split(int color, int, const Place& place) override {
+    if (color < 0) return nullptr;
+    return std::make_unique<OneRankTransport>(place, device());
+  }
   std::string_view name() const override { return "local"; }
   HostChannel& channel() override { return channel_; }
   // The work (copies only) runs on the compute stream, already in order.
@@ -33,6 +48,12 @@ class OneRankTransport final : public Transport {
   void end() override { held_.clear(); }
 
   uint64_t post(std::span<const Message> messages) override {
+    // sendrecv's ring of one: a copy.
+    if (messages.size() == 2 && messages[0].kind == Message::kSend &&
+        messages[1].kind == Message::kRecv && messages[0].bytes == messages[1].bytes) {
+      copy(messages[1].data, messages[0].data, messages[0].bytes, 0);
+      return ++posted_;
+    }
     for (const Message& m : messages)
       if (m.bytes > 0)
         throw CommError(error_prefix() + "a group of one rank has no other rank to " +

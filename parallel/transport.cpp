@@ -11,7 +11,14 @@
 namespace anvil::parallel {
 
 std::string Transport::identity() const {
-  return fmt::format("rank {} ({}, {})", rank_, name(), device_.str());
+  if (label_.empty()) return fmt::format("rank {} ({}, {})", rank_, name(), device_.str());
+  return fmt::format("{}, rank {} of {} ({}, {}, world rank {})", label_, rank_, size_, name(),
+                     device_.str(), world_rank(rank_));
+}
+
+std::string Transport::peer_name(int rank) const {
+  if (label_.empty() || rank < 0 || rank >= size_) return fmt::format("rank {}", rank);
+  return fmt::format("rank {} (world rank {})", rank, world_rank(rank));
 }
 
 std::string Transport::error_prefix() const {
@@ -30,6 +37,20 @@ std::unique_ptr<InFlight> Transport::end_later() {
     void wait() override {}
   };
   return std::make_unique<Done>();
+}
+
+// A channel or transport without them (a test's stand-in) says so.
+std::vector<PeerCall> HostChannel::exchange_with(std::span<const int>, std::span<const PeerCall>,
+                                                 std::chrono::milliseconds,
+                                                 const std::string& who) {
+  throw CommError(who + "this channel has no point-to-point agreement");
+}
+std::shared_ptr<HostChannel> HostChannel::split(int, int, int, int, std::chrono::milliseconds,
+                                                const std::string& who) {
+  throw CommError(who + "this channel cannot be split");
+}
+std::unique_ptr<Transport> Transport::split(int, int, const Place&) {
+  throw CommError(error_prefix() + "this transport cannot be split");
 }
 
 int64_t CallInfo::numel() const { return ndim < 0 ? 0 : shape_numel(tensor_shape()); }

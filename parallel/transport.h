@@ -41,7 +41,7 @@ namespace anvil::parallel {
 // learn the shapes they need (scatter's input, all_gather's shards) from it.
 // Plain bytes: it travels over MPI as they are.
 enum class Collective : uint8_t { kAllreduce, kBroadcast, kScatter, kReduceScatter, kAllGather,
-                                  kBarrier };
+                                  kBarrier, kSplit, kSend, kRecv };
 std::string_view collective_name(Collective c);
 
 struct CallInfo {
@@ -62,11 +62,26 @@ struct CallInfo {
   // Which tensor the caller says this is (Communicator::allreduce's
   // fingerprint); 0: unsaid. Part of what ranks must agree on.
   uint64_t fingerprint = 0;
+  // split: the group this rank asks for (Communicator::kNoColor: none) and
+  // its place in it. Ranks differ here by design; the exchange tells every
+  // rank every other's.
+  int32_t color = 0;
+  int32_t key = 0;
 
   Shape tensor_shape() const { return Shape(shape, shape + (ndim > 0 ? ndim : 0)); }
   int64_t numel() const;
   // A collective's call on tensor t: its dtype and shape (agreement.cpp).
   static CallInfo of(Collective collective, const Tensor& t);
+};
+
+// One rank's side of a point-to-point call with one peer: what it sends to
+// the peer and what it receives from it (CallInfo::ndim -1: nothing), under
+// the call's number between the two (from 1). The two sides of a call must
+// mirror each other: one's send is the other's receive, dtype and shape alike.
+struct PeerCall {
+  uint64_t seq = 0;
+  CallInfo send;  // collective kSend
+  CallInfo recv;  // collective kRecv
 };
 
 // The host-side channel the ranks check their calls over. Thread ranks share
@@ -80,6 +95,22 @@ class HostChannel {
   // begins with `who` ("rank 1 (mpi, cpu): allreduce #2 (...): ").
   virtual std::vector<CallInfo> exchange(const CallInfo& mine, std::chrono::milliseconds timeout,
                                          const std::string& who) = 0;
+  // This rank's PeerCall with each of `peers` (distinct, not this rank), and
+  // each peer's with this rank back, in the same order: the k-th exchange of
+  // rank a with rank b meets the k-th of b with a, whatever either exchanged
+  // with other ranks in between. Throws CommError naming the peers that did
+  // not post within `timeout`.
+  virtual std::vector<PeerCall> exchange_with(std::span<const int> peers,
+                                              std::span<const PeerCall> mine,
+                                              std::chrono::milliseconds timeout,
+                                              const std::string& who);
+  // The channel of this rank's group after a split that every rank of this
+  // channel makes at the same point, each with its color (< 0: no group;
+  // then null comes back) and key; `rank` and `size` are this rank's place
+  // and its group's size, as the split's agreement computed them.
+  virtual std::shared_ptr<HostChannel> split(int color, int key, int rank, int size,
+                                             std::chrono::milliseconds timeout,
+                                             const std::string& who);
   // Tells the other ranks that this one failed, so that their waits end at
   // once instead of at their deadline (thread ranks; processes end the job).
   virtual void report_failure(const std::string& /*what*/) noexcept {}
@@ -165,6 +196,19 @@ class Transport {
   // Stops the transport's own threads that call back into the Communicator
   // (NCCL's watchdog): the Communicator's destructor calls it first.
   virtual void quiesce() noexcept {}
+  // This rank's transport in its group after a split (MPI_Comm_split,
+  // ncclCommSplit): every rank of this transport calls it at the same point
+  // (after the split's agreement), with its color (< 0: no group; then null
+  // comes back) and key, and `place`: its rank, the group's size and name
+  // as the agreement computed them. The new transport has this one's
+  // deadline and device.
+  struct Place {
+    int rank = 0;
+    int size = 1;
+    std::string label;           // "dp group 0 of 2"
+    std::vector<int> world;      // the world rank of each of the group's ranks
+  };
+  virtual std::unique_ptr<Transport> split(int color, int key, const Place& place);
 
   // What the running collective is, for error messages ("allreduce #3 (ring,
   // sum, float32 [1000])"), and the deadline of every wait.
@@ -173,8 +217,16 @@ class Transport {
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
-  // "rank 2 (nccl, cuda:2)": who this rank is, in every message it writes.
+  // "rank 2 (nccl, cuda:2)": who this rank is, in every message it writes;
+  // in a group, "dp group 0 of 2, rank 1 of 2 (nccl, cuda:2, world rank 2)".
   std::string identity() const;
+  // "rank 1", or in a group "rank 1 (world rank 3)": a peer as messages name it.
+  std::string peer_name(int rank) const;
+  // The group's name ("" for the world) and the world rank of each of its ranks.
+  const std::string& label() const { return label_; }
+  int world_rank(int rank) const {
+    return world_.empty() ? rank : world_[size_t(rank)];
+  }
   // "rank 2 (nccl, cuda:2): <context>: " — how every error of this rank begins.
   std::string error_prefix() const;
 
@@ -187,6 +239,10 @@ class Transport {
 
  protected:
   Transport(int rank, int size, Device device) : rank_(rank), size_(size), device_(device) {}
+  // A group's transport: its place from split().
+  Transport(const Place& place, Device device)
+      : rank_(place.rank), size_(place.size), device_(device), label_(place.label),
+        world_(place.world) {}
   // The running collective's scratch tensors (see scratch()).
   std::vector<Tensor> held_;
   void report_failure(const std::string& why) {
@@ -197,6 +253,8 @@ class Transport {
   int rank_;
   int size_;
   Device device_;
+  std::string label_;
+  std::vector<int> world_;  // empty: this is the world
   std::string context_;
   std::chrono::milliseconds timeout_{300000};
   std::function<void(const std::string&)> failure_handler_;

@@ -73,10 +73,6 @@ struct PendingOp {
 };
 thread_local std::vector<PendingOp> t_group;
 
-ncclResult_t fail(ncclResult_t code, std::string detail) {
-  t_last_error = std::move(detail);
-  return code;
-}
 
 // Caller holds state().mutex. Completes an operation: it leaves the tables.
 void finish(Op& op) {
@@ -264,6 +260,11 @@ struct anvil_sim_nccl::detail::Item final : anvil::sim::detail::CommWork {
   }
 };
 
+ncclResult_t anvil_sim_nccl::detail::fail(ncclResult_t code, std::string detail) {
+  t_last_error = std::move(detail);
+  return code;
+}
+
 namespace {
 
 std::string id_key(const ncclUniqueId& id) { return std::string(id.internal, sizeof id.internal); }
@@ -271,11 +272,6 @@ std::string id_key(const ncclUniqueId& id) { return std::string(id.internal, siz
 CommState* live(ncclComm_t comm);
 
 }  // namespace
-
-// The handle NCCL calls ncclComm_t.
-struct anvil_sim_nccl::ncclComm {
-  std::shared_ptr<CommState> state;
-};
 
 namespace {
 CommState* live(ncclComm_t comm) { return comm ? comm->state.get() : nullptr; }

@@ -102,6 +102,17 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id);
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
                                     ncclConfig_t* config);
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank);
+// The color of a rank that joins no communicator in ncclCommSplit.
+#define NCCL_SPLIT_NOCOLOR -1
+// A collective over `comm`'s ranks: those with the same color (>= 0) form a
+// new communicator, ranked by key, ties by their rank in `comm`; a rank with
+// NCCL_SPLIT_NOCOLOR gets null. Every rank's color and key travel by an
+// all-gather over `comm`, which the call waits for (up to
+// ANVIL_SIM_STALL_TIMEOUT, as a blocking synchronisation does); the new
+// communicator then answers as ncclCommInitRankConfig's does (config null:
+// `comm`'s blocking mode). Ranks that are processes split as threads do.
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                           ncclConfig_t* config);
 ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "sim/nccl_sim.h"
@@ -33,6 +34,7 @@ struct CommState {
   // operations meet through files, not the clique's tables.
   std::shared_ptr<Remote> remote;
   ncclUniqueId id{};  // the clique's
+  uint64_t splits = 0;  // ncclCommSplit calls so far (the owning thread's)
 };
 
 struct Op {
@@ -59,6 +61,10 @@ struct Op {
   size_t dst_bytes() const;
 };
 using OpPtr = std::shared_ptr<Op>;
+
+// Records `detail` as the calling thread's last error (ncclGetLastError)
+// and returns `code`.
+ncclResult_t fail(ncclResult_t code, std::string detail);
 
 size_t dtype_bytes(ncclDataType_t t);
 const char* op_name(Op::Kind k);
@@ -93,3 +99,8 @@ void remote_leave(const Remote& r);
 void remote_sweep(int64_t idle_seconds = 60);
 
 }  // namespace anvil_sim_nccl::detail
+
+// The handle NCCL calls ncclComm_t.
+struct anvil_sim_nccl::ncclComm {
+  std::shared_ptr<anvil_sim_nccl::detail::CommState> state;
+};

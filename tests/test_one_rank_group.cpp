@@ -54,6 +54,31 @@ TEST_CASE("one_rank_group: rank 0 of 1, its collectives keep the data", "[one-ra
   CHECK_THROWS_WITH(comm->send(t, 0), Contains("no other rank to send to"));
 }
 
+// A group of one splits into a group of one (or none), so that a mesh of
+// one rank needs no second code path; sendrecv to itself (a ring of one) copies.
+TEST_CASE("one_rank_group: split gives a group of one or none, and a ring of one copies",
+          "[one-rank]") {
+  auto comm = parallel::one_rank_group(Device::cpu());
+  std::unique_ptr<parallel::Communicator> group = comm->split(3, -5, "dp");
+  REQUIRE(group != nullptr);
+  CHECK(group->rank() == 0);
+  CHECK(group->size() == 1);
+  CHECK(group->backend() == "local");
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f};
+  Tensor t = Tensor::from_vector(values, {3});
+  group->allreduce(t);
+  CHECK(t.to_vector() == values);
+  CHECK(comm->split(parallel::Communicator::kNoColor, 0) == nullptr);
+  CHECK(comm->collectives() == 2);
+  Tensor in = Tensor::zeros({3});
+  group->sendrecv(t, 0, in, 0);
+  CHECK(in.to_vector() == values);
+  CHECK_THROWS_WITH(group->send(t, 0),
+                    Contains("dp group 0 of 1, rank 0 of 1 (local, cpu, world rank 0): send: peer "
+                             "0 is this rank: a group of one rank has no other rank to send to"));
+  CHECK_THROWS_WITH(comm->split(-2, 0), Contains("split: color -2 is negative"));
+}
+
 TEST_CASE("one_rank_group on a GPU: scatter and all_gather copy on the device", "[one-rank]") {
   if (!cuda_test::have_device("one_rank_group on cuda:0")) return;
   auto comm = parallel::one_rank_group(Device::cuda(0));

@@ -1,7 +1,8 @@
 // anvil-comm-fault: a small MPI job that runs a few collectives with one
 // fault injected, for the fault tests (tests/parallel/CMakeLists.txt runs it
 // under mpiexec and checks how the whole job ends, and how soon):
-//   none      every rank behaves: prints "all collectives done", exits 0
+//   none      every rank behaves, in the world and in a group of the ranks
+//             of its parity: prints "all collectives done", exits 0
 //   silent    the last rank never calls the second collective
 //   hung-native  the per-call check is off and the all-reduces are MPI's
 //             own (MPI_Allreduce): the last rank never calls the second, so
@@ -12,14 +13,17 @@
 //   fingerprint  rank 1 says its tensor is another one (allreduce's
 //             fingerprint) than rank 0 does
 //   kill      rank 1 dies (SIGKILL) before the second collective
-//   no-send   rank 1 never sends what rank 0 receives (point to point,
-//             which has no agreement check: the data wait's deadline)
+//   no-send   rank 1 never sends what rank 0 receives (point to point:
+//             rank 0's wait for rank 1's side of the call passes its deadline)
+//   p2p-mismatch  rank 0 sends float32 [4, 8] where rank 1 receives
+//             bfloat16 [4, 16] (the same bytes)
 //   sigterm   the last rank gets SIGTERM, sent by itself (not by mpirun)
 //   sigterm-save  the last rank gets SIGTERM in the middle of a save
 //             (nn::save_safetensors into --dir): its temporary file must go
-//   late-send rank 0's receive times out; rank 1 sends that message after
-//             it: rank 0's tensor must keep what it held (its receive was
-//             cancelled, and completed, before the call returned)
+//   late-send rank 0's receive times out (the per-call check off: the
+//             data's wait); rank 1 sends that message after it: rank 0's
+//             tensor must keep what it held (its receive was cancelled, and
+//             completed, before the call returned)
 //   serialized  the program initialises MPI itself at MPI_THREAD_SERIALIZED
 //             before asking for a communicator
 // --nccl runs the collectives on GPU tensors over nccl_world (one process
@@ -50,9 +54,11 @@ int main(int argc, char** argv) {
   double timeout = 2;
   bool nccl = false;
   app.add_option("--fault", fault, "none, silent, hung-native, mismatch, chunk, fingerprint, "
-                                    "kill, no-send, late-send, sigterm, sigterm-save or serialized")
+                                    "kill, no-send, p2p-mismatch, late-send, sigterm, sigterm-save or "
+                                    "serialized")
       ->check(CLI::IsMember({"none", "silent", "hung-native", "mismatch", "chunk", "fingerprint",
-                             "kill", "no-send", "late-send", "sigterm", "sigterm-save",
+                             "kill", "no-send", "p2p-mismatch", "late-send", "sigterm",
+                             "sigterm-save",
                              "serialized"}));
   std::string dir = ".";
   app.add_option("--dir", dir, "sigterm-save: the directory it saves into");
@@ -106,6 +112,7 @@ int main(int argc, char** argv) {
       // A second communicator for the barriers: the first fails on rank 0.
       auto sync = nccl ? par::nccl_world(options) : par::mpi_world(options);
       const anvil::Tensor mine = anvil::Tensor::full({16}, -1.0, anvil::DType::Float32, device);
+      comm->set_check_calls(false);
       if (rank == 0) {
         try {
           comm->recv(mine, 1);
@@ -137,12 +144,20 @@ int main(int argc, char** argv) {
     if (fault == "no-send") {
       if (rank == 1) sleep_past_deadline();
       if (rank == 0) comm->recv(anvil::Tensor::zeros({10}, anvil::DType::Float32, device), 1);
+    } else if (fault == "p2p-mismatch") {
+      if (rank == 0) comm->send(anvil::Tensor::zeros({4, 8}, anvil::DType::Float32, device), 1);
+      if (rank == 1) comm->recv(anvil::Tensor::zeros({4, 16}, anvil::DType::BFloat16, device), 0);
     } else if (fault == "fingerprint") {
       comm->allreduce(t, par::ReduceOp::kSum, par::Algorithm::kRing, rank == 1 ? 0x52 : 0x51);
     } else {
       comm->allreduce(t, par::ReduceOp::kSum, algorithm);
     }
     comm->synchronize();
+    if (fault == "none") {  // and in a group (ANVIL_COMM_DEBUG names it)
+      auto group = comm->split(rank % 2, rank, "dp");
+      group->allreduce(t);
+      group->synchronize();
+    }
     std::printf("rank %d: all collectives done\n", rank);
     return 0;
   } catch (const std::exception& e) {
