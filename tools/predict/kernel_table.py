@@ -148,8 +148,8 @@ def base_and_tile(demangled):
             break
     shape = re.search(r"warp_tile::Shape<([\d, ]+)>", name)
     mma = re.search(r"mma_tile::Shape<[\w:]*mma_tile::(Tf32|Bf16), (\d+), (\d+), \d+>", name)
-    tf32 = re.search(r"(?:mma_ldmatrix|multistage)::ShapeOf<[\w:]*multistage::Tf32, (\d+), (\d+), (\d+), \d+>",
-                     name)
+    tf32 = re.search(r"(?:mma_ldmatrix|multistage)::ShapeOf<[\w:]*multistage::Tf32(?:Rounded)?, (\d+), (\d+), "
+                     r"(\d+), \d+>", name)
     ldmatrix = re.search(r"mma_ldmatrix::Shape<(\d+), (\d+), \d+, \d+>", name)
     multistage = re.search(r"multistage::Shape<(\d+), (\d+), (\d+), \d+>", name)
     base = re.sub(r"<.*", "", name).split("::")[-1]

@@ -2,12 +2,23 @@
 // 08's structure (every direction an implicit GEMM on channels-last
 // operands, 08_bf16_multistage.cu) with rung 06's numerics. The same
 // iterators (implicit_nhwc.cuh, wgrad_nhwc.cuh) and host side
-// (nhwc_rung.cuh), instanced on the mainloop's Tf32 kind (gemm/
-// mma_multistage.cuh, as GEMM rung 11): float32 operands copied by cp.async
-// as stored, each fragment register rounded by cvt.rna.tf32.f32 (nearest,
-// ties away) after its load, mma.sync.m16n8k8, FP32 accumulation. Each
-// product is that of rung 06's rounded operands, summed in FP32 in another
-// order, so rung 06's bounds hold (tests/test_cuda_conv_tf32.cpp).
+// (nhwc_rung.cuh), instanced on the mainloop's Tf32Rounded kind
+// (gemm/mma_multistage.cuh): float32 operands rounded to TF32 by
+// cvt.rna.tf32.f32 (nearest, ties away) as the conversions write them,
+// copied by cp.async as stored, fed to mma.sync.m16n8k8 as loaded, FP32
+// accumulation. Each product is that of rung 06's rounded operands, summed
+// in FP32 in another order, so rung 06's bounds hold
+// (tests/test_cuda_conv_tf32.cpp).
+//
+// Where the rounding is. Every operand reaches the kernels through a
+// conversion pass (to_channels_last, flipped_to_channels_last) that reads
+// and writes each element once; the cvt there costs nothing beside the
+// pass's bytes. Rounded in registers instead (the Tf32 kind, GEMM rung
+// 11's), each fragment register takes a cvt, one per HMMA with 64 x 64
+// warp tiles, and nvcc makes each cvt two instructions: the main loops
+// held 5.1-5.9 instructions per HMMA that way, 3.1-3.8 this way (sm_90;
+// docs/kernels-conv.md has the table), the same values reaching the mma
+// (the simulator gives the same bits both ways).
 //
 // Chunks and stages. A 16-byte chunk is 4 float32 channels, so C (and K,
 // backward-data's and backward-weight's channels of dy) is padded with
@@ -29,14 +40,14 @@
 // lane l the word (l / 4, l % 4) = (g, t). Forward and backward-data store
 // both operands contiguous along k (rows j of 4 chunks), so one ldmatrix.x4
 // of rows j0..j0+15 by k0..k0+3 / k0+4..k0+7 is a0..a3, and of k first b0,
-// b1 of two n tiles: per 8 of k a warp issues 4 + 4 ldmatrix.x4, rounds
-// their 32 registers and issues 32 mma. Backward-weight stores both
-// contiguous along j (a stage row is 16 consecutive channels of x, or of
-// dy's k, at one position): ldmatrix.trans transposes 16-bit elements, not
-// 32-bit ones, so A is read by 8-byte loads (the mma's rows g and g + 8 of
-// each 16 stand for the tile's rows 2g and 2g + 1: a0 a1 side by side;
-// multistage::put_warp_tile stores them where they belong) and B by 4-byte
-// loads: per 8 of k 8 + 16 shared loads for 32 mma.
+// b1 of two n tiles: per 8 of k a warp issues 4 + 4 ldmatrix.x4 and 32
+// mma. Backward-weight stores both contiguous along j (a stage row is 16
+// consecutive channels of x, or of dy's k, at one position):
+// ldmatrix.trans transposes 16-bit elements, not 32-bit ones, so A is read
+// by 8-byte loads (the mma's rows g and g + 8 of each 16 stand for the
+// tile's rows 2g and 2g + 1: a0 a1 side by side; multistage::put_warp_tile
+// stores them where they belong) and B by 4-byte loads: per 8 of k 8 + 16
+// shared loads for 32 mma.
 //
 // Shared memory and bank conflicts. Contiguous along k: rows of 64 bytes,
 // chunk c of row j at c ^ (j / 2 % 4): rung 08's (and GEMM rung 12's)
@@ -54,16 +65,15 @@
 // each operand's room that of its padded along-j layout (the larger):
 // 17 KB (wide) or 21 KB (narrow) a stage, 68 or 84 KB, opted in to once per
 // kernel. Step s: wait for stage s's copies, one barrier, issue the copies
-// of stage s + 3 into the buffer just freed, 2 x (fragment loads, 32 cvt,
-// 32 mma) per warp on stage s. The copies' address and mask arithmetic is
-// rung 08's: additions only, no division or modulo in the loop.
+// of stage s + 3 into the buffer just freed, 2 x (fragment loads, 32 mma)
+// per warp on stage s. The copies' address and mask arithmetic is rung
+// 08's: additions only, no division or modulo in the loop.
 //
 // What reaches the kernel. The backend's tensors are NCHW float32, so x and
 // w (backward-data: dy and the class's flipped filters; backward-weight: x
-// and dy) are first converted into the workspace (to_channels_last:
-// float32 as stored, C padded; no rounding there, the cvt in registers
-// rounds), y and dx written NCHW by the epilogue (the bias added in FP32),
-// dw KCRS (split over N*P*Q where its tiles are few, chunks of whole
+// and dy) are first converted into the workspace (float32 NHWC rounded to
+// TF32, C padded), y and dx written NCHW by the epilogue (the bias added in
+// FP32), dw KCRS (split over N*P*Q where its tiles are few, chunks of whole
 // k-steps of 16, summed by split_k::sum_split_k). Backward-data without
 // structural zeros, one launch per residue class of the stride, as rung 08.
 //   build/sim/bench_cuda_kernels conv 9
@@ -72,7 +82,7 @@
 
 namespace anvil::cuda {
 
-using Tf32Rung = conv_kernels::NhwcRung<multistage::Tf32>;
+using Tf32Rung = conv_kernels::NhwcRung<multistage::Tf32Rounded>;
 
 void conv_rungs::tf32_multistage_forward(int stages, const Conv2dShape& s, const float* x,
                                          const float* w, const float* bias, float* y, float* ws,

@@ -31,8 +31,9 @@
 //                            tiles are few
 //   09_tf32_multistage.cu    06's numerics on 08's structure: the same
 //                            iterators and launches over the mainloop's
-//                            TF32 kind (float32 channels-last operands,
-//                            cvt.rna in registers, mma.sync m16n8k8)
+//                            TF32 kind (float32 channels-last operands
+//                            rounded to TF32 by the conversions,
+//                            mma.sync m16n8k8)
 // "(ships)": the rung the CUDA backend runs in its arithmetic (FP32, TF32,
 // BF16; kBestConv, kTf32Conv, kBf16Conv below) wherever the table measured
 // on a GPU (rung_table.h) names no other rung of that arithmetic for the

@@ -1,12 +1,12 @@
 // The forward convolution as an implicit GEMM on channels-last operands, on
 // the multistage mainloop (gemm/mma_multistage.cuh), over its kind of mma:
 // convolution rungs 08 (Bf16, 08_bf16_multistage.cu explains the rung) and
-// 09 (Tf32, 09_tf32_multistage.cu); nhwc_rung.cuh launches them.
+// 09 (Tf32Rounded, 09_tf32_multistage.cu); nhwc_rung.cuh launches them.
 //
 //   y[(n,p,q), k] = sum over (r, s, c) of x[n, p*sh - ph + r, q*sw - pw + s, c] * w[k, r, s, c]
 //
 // x is NHWC and w KRSC, in the kind's operand type (Operand<Kind>: bfloat16
-// for Bf16, float32 for Tf32), with C padded with zeros to Cp, a multiple of
+// for Bf16, float32 for the Tf32 kinds), with C padded with zeros to Cp, a multiple of
 // kChunk (8 bfloat16 or 4 floats): then kChunk consecutive channels of one
 // pixel (or one tap of one filter) are one whole, 16-byte aligned chunk,
 // what a cp.async moves. The GEMM: M = N*P*Q rows (A: the activations), N =
@@ -25,6 +25,7 @@
 // copies chunk t % 4 (channels cb*kBK + kChunk*(t % 4) ..) of rows
 // t / 4 + u * Threads / 4, u = 0 .. kUnits - 1.
 #pragma once
+#include <bit>
 #include <climits>
 #include <cstdint>
 #include <type_traits>
@@ -33,14 +34,34 @@
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/gemm/mma_multistage.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/element.h"
 
 namespace anvil::cuda::conv_kernels {
 
 // What a kind's operands are in global memory: bfloat16 (Bf16) or float32
-// (Tf32), the bits the stages hold.
+// (Tf32, Tf32Rounded), the bits the stages hold.
 template <class Kind>
-using Operand = std::conditional_t<std::is_same_v<Kind, multistage::Tf32>, float, bfloat16>;
+using Operand =
+    std::conditional_t<std::is_same_v<typename Kind::Element, float>, float, bfloat16>;
+
+// An operand element as the conversions below write it for kind Kind:
+// bfloat16 rounded to nearest even (Bf16), float32 rounded to TF32
+// (Tf32Rounded: cvt.rna.tf32.f32, nearest with ties away, the rounding the
+// Tf32 kind does in registers, done once per element here instead of once
+// per fragment load), or float32 as it is (Tf32).
+template <class Kind>
+__device__ __forceinline__ Operand<Kind> to_operand(float v) {
+  if constexpr (std::is_same_v<Kind, multistage::Tf32Rounded>) {
+#if defined(__CUDACC__)
+    return __uint_as_float(tc::cvt_rna_tf32(v));
+#else
+    return std::bit_cast<float>(tc::cvt_rna_tf32(v));
+#endif
+  } else {
+    return anvil::store<Operand<Kind>>(v);
+  }
+}
 
 // The shape, as the kernels see it (checked to fit int on the host).
 // Where output (n, k, p, q) is stored: y[n, k, oh0 + osh * p, ow0 + osw * q]
@@ -228,9 +249,9 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   forward_nhwc_tile<S>(g, x, w, bias, y);
 }
 
-// out[n, hw, c] (c < Cp) = in[n, c, hw] as TO: bfloat16 (float32 rounded
-// to nearest even, as rung 07 stages it) or float32 (as it is: the Tf32
-// mainloop rounds in registers), zeros for c >= C: x [N, C, H*W] into
+// out[n, hw, c] (c < Cp) = in[n, c, hw] as kind Kind's operand (to_operand:
+// bfloat16 rounded to nearest even, as rung 07 stages it, or float32
+// rounded to TF32), zeros for c >= C: x [N, C, H*W] into
 // NHWC, or w [K, C, R*S] into KRSC (n = k, hw = the tap). Each image's
 // C x HW matrix is transposed through shared memory, 32 x 32 elements a
 // block of 32 x 8 threads (blockIdx.x = n * tiles_hw + the hw tile,
@@ -240,10 +261,10 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
 // tile's rows are 33 floats, so a warp reading a column of it hits 32
 // banks.
 constexpr int kTransposeTile = 32, kTransposeRows = 8;
-template <class T, class TO>
+template <class T, class Kind>
 __global__ void __launch_bounds__(kTransposeTile * kTransposeRows)
     to_channels_last(int C, int HW, int Cp, int tiles_hw, const T* __restrict__ in,
-                     TO* __restrict__ out) {
+                     Operand<Kind>* __restrict__ out) {
   __shared__ float tile[kTransposeTile][kTransposeTile + 1];
   const int n = int(blockIdx.x) / tiles_hw, hw0 = int(blockIdx.x) % tiles_hw * kTransposeTile;
   const int c0 = int(blockIdx.y) * kTransposeTile;
@@ -257,7 +278,7 @@ __global__ void __launch_bounds__(kTransposeTile * kTransposeRows)
   #pragma unroll
   for (int i = ty; i < kTransposeTile; i += kTransposeRows) {
     const int hw = hw0 + i, c = c0 + tx;
-    if (hw < HW && c < Cp) out[(int64_t(n) * HW + hw) * Cp + c] = anvil::store<TO>(tile[tx][i]);
+    if (hw < HW && c < Cp) out[(int64_t(n) * HW + hw) * Cp + c] = to_operand<Kind>(tile[tx][i]);
   }
 }
 
@@ -267,21 +288,21 @@ struct ClassTaps {
   int K, C, R, S, r0, s0, sh, sw, T, U, Kp;
 };
 // out[c, t, u, k] (k < Kp) = w[k, c, r0 + sh (T-1-t), s0 + sw (U-1-u)] as
-// TO (to_channels_last's), zeros for k >= K: the filter of a backward-data class as a
+// kind Kind's operand (to_operand), zeros for k >= K: the filter of a backward-data class as a
 // forward convolution (its taps flipped, input and output channels
 // swapped), KRSC with the roles of K and C exchanged. One thread per
 // output element.
-template <class T, class TO>
+template <class T, class Kind>
 __global__ void flipped_to_channels_last(ClassTaps f, const T* __restrict__ w,
-                                         TO* __restrict__ out) {
+                                         Operand<Kind>* __restrict__ out) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(f.C) * f.T * f.U * f.Kp) return;
   const int k = int(i % f.Kp);
   const int64_t tu = i / f.Kp;
   const int u = int(tu % f.U), t = int(tu / f.U % f.T), c = int(tu / f.U / f.T);
   const int r = f.r0 + f.sh * (f.T - 1 - t), s = f.s0 + f.sw * (f.U - 1 - u);
-  out[i] = anvil::store<TO>(k < f.K ? anvil::load(w[((int64_t(k) * f.C + c) * f.R + r) * f.S + s])
-                                    : 0.0f);
+  out[i] = to_operand<Kind>(k < f.K ? anvil::load(w[((int64_t(k) * f.C + c) * f.R + r) * f.S + s])
+                                     : 0.0f);
 }
 
 }  // namespace anvil::cuda::conv_kernels

@@ -1,7 +1,7 @@
 // The host side of the convolution rungs on the multistage mainloop over
 // channels-last operands, one template over the kind of mma: rung 08
-// (multistage::Bf16, 08_bf16_multistage.cu) and rung 09 (multistage::Tf32,
-// 09_tf32_multistage.cu). The conversions into the workspace, the
+// (multistage::Bf16, 08_bf16_multistage.cu) and rung 09
+// (multistage::Tf32Rounded, 09_tf32_multistage.cu). The conversions into the workspace, the
 // backward-data residue classes, the backward-weight split and the
 // launches; the kernels are implicit_nhwc.cuh's and wgrad_nhwc.cuh's.
 #pragma once
@@ -125,7 +125,7 @@ struct NhwcRung {
                       T* out, cudaStream_t stream) {
     const int64_t tiles_hw = (H * W + kTransposeTile - 1) / kTransposeTile;
     const dim3 grid(unsigned(N * tiles_hw), unsigned((Cp + kTransposeTile - 1) / kTransposeTile));
-    launch(to_channels_last<TI, T>, grid, dim3(kTransposeTile, kTransposeRows), 0, stream, int(C),
+    launch(to_channels_last<TI, Kind>, grid, dim3(kTransposeTile, kTransposeRows), 0, stream, int(C),
            int(H * W), int(Cp), int(tiles_hw), in, out);
   }
 
@@ -192,7 +192,7 @@ struct NhwcRung {
     to_nhwc(s.N, s.K, s.P, s.Q, Kp, dy, dyh, stream);
     for (const DgradClass& c : classes) {
       if (c.taps.T == 0 || c.taps.U == 0) continue;
-      launch_1d(flipped_to_channels_last<TI, T>, s.C * c.taps.T * c.taps.U * Kp, stream, c.taps, w,
+      launch_1d(flipped_to_channels_last<TI, Kind>, s.C * c.taps.T * c.taps.U * Kp, stream, c.taps, w,
                 wh);
       if (s.C <= Narrow::kBN)
         launch_forward<Narrow>(c.geo, dyh, wh, nullptr, dx, stream);

@@ -1,6 +1,6 @@
 // Backward-weight as an implicit GEMM on channels-last operands, on the
 // multistage mainloop (gemm/mma_multistage.cuh), over its kind of mma:
-// convolution rungs 08's (Bf16) and 09's (Tf32) third direction
+// convolution rungs 08's (Bf16) and 09's (Tf32Rounded) third direction
 // (08_bf16_multistage.cu and 09_tf32_multistage.cu explain the rungs).
 //
 //   dw[k, c, r, s] = sum over (n, p, q) of x[n, p*sh - ph + r, q*sw - pw + s, c] * dy[n, p, q, k]
@@ -17,7 +17,8 @@
 // 16-byte chunk), so their stages are the Layout's "contiguous along j"
 // form: kBK rows i of BJ / kChunk chunks, read by ldmatrix.trans for Bf16
 // (as GEMM rung 12's row-major B), by 8-byte (A, its rows permuted) and
-// 4-byte (B) shared loads from padded rows for Tf32 (as GEMM rung 11's).
+// 4-byte (B) shared loads from padded rows for the Tf32 kinds (as GEMM
+// rung 11's).
 //
 // Which chunks a thread copies (RowChunks). With 128 threads, kTpr =
 // 128 / kBK (4 or 8) share each of a stage's rows: thread t copies row i =
@@ -28,10 +29,10 @@
 // lands at unit 0's chunk + 4u, a constant offset. A warp's store (8 rows,
 // 32 chunks) hits each of the 8 bank groups 4 times: 4 wavefronts for 512
 // bytes, the least there is; its 8 rows' global reads are 64 contiguous
-// bytes each (dy). Tf32: rows unswizzled (padded by 8 floats), v = u, unit u
-// at unit 0's chunk + 8u (32 floats on); a warp's store is 4 rows of 8
-// consecutive chunks, each phase of 8 lanes 128 contiguous bytes of one row:
-// conflict-free; its global reads 128 contiguous bytes a row.
+// bytes each (dy). Tf32 kinds: rows unswizzled (padded by 8 floats), v =
+// u, unit u at unit 0's chunk + 8u (32 floats on); a warp's store is 4 rows
+// of 8 consecutive chunks, each phase of 8 lanes 128 contiguous bytes of one
+// row: conflict-free; its global reads 128 contiguous bytes a row.
 #pragma once
 #include <climits>
 #include <cstdint>
@@ -194,7 +195,7 @@ struct ColumnIterator {
 // dw (KCRS, float32) of tile (blockIdx.x: rows of R*S*Cp, blockIdx.y:
 // columns of K) over split blockIdx.z's positions, into out + z*K*C*R*S
 // (out: dw itself when unsplit, else the partials); rows of padded
-// channels are dropped. (A Tf32 A stage's fragments permute its rows:
+// channels are dropped. (A Tf32 kind's A stage permutes its rows:
 // multistage::put_warp_tile puts each sum where it belongs.)
 template <class S>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
