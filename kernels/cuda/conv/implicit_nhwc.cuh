@@ -6,10 +6,10 @@
 //   y[(n,p,q), k] = sum over (r, s, c) of x[n, p*sh - ph + r, q*sw - pw + s, c] * w[k, r, s, c]
 //
 // x is NHWC and w KRSC, in the kind's operand type (Operand<Kind>: bfloat16
-// for Bf16, float32 for the Tf32 kinds), with C padded with zeros to Cp, a multiple of
-// kChunk (8 bfloat16 or 4 floats): then kChunk consecutive channels of one
-// pixel (or one tap of one filter) are one whole, 16-byte aligned chunk,
-// what a cp.async moves. The GEMM: M = N*P*Q rows (A: the activations), N =
+// for Bf16, float32 for the Tf32 kinds), with C padded with zeros to Cp, a
+// multiple of kChunk (8 bfloat16 or 4 floats): then kChunk consecutive
+// channels of one pixel (or one tap of one filter) are one whole, 16-byte
+// aligned chunk, what a cp.async moves. The GEMM: M = N*P*Q rows (A: the activations), N =
 // K columns (B: the filters), reduction over the taps (r, s) and, within
 // each tap, channel blocks of kBK (32 or 16: one stage): k-step t = (r * S +
 // s) * Cb + cb, Cb = ceil(Cp / kBK). Channels past Cp in the last block are
@@ -44,24 +44,6 @@ namespace anvil::cuda::conv_kernels {
 template <class Kind>
 using Operand =
     std::conditional_t<std::is_same_v<typename Kind::Element, float>, float, bfloat16>;
-
-// An operand element as the conversions below write it for kind Kind:
-// bfloat16 rounded to nearest even (Bf16), float32 rounded to TF32
-// (Tf32Rounded: cvt.rna.tf32.f32, nearest with ties away, the rounding the
-// Tf32 kind does in registers, done once per element here instead of once
-// per fragment load), or float32 as it is (Tf32).
-template <class Kind>
-__device__ __forceinline__ Operand<Kind> to_operand(float v) {
-  if constexpr (std::is_same_v<Kind, multistage::Tf32Rounded>) {
-#if defined(__CUDACC__)
-    return __uint_as_float(tc::cvt_rna_tf32(v));
-#else
-    return std::bit_cast<float>(tc::cvt_rna_tf32(v));
-#endif
-  } else {
-    return anvil::store<Operand<Kind>>(v);
-  }
-}
 
 // The shape, as the kernels see it (checked to fit int on the host).
 // Where output (n, k, p, q) is stored: y[n, k, oh0 + osh * p, ow0 + osw * q]
@@ -234,38 +216,66 @@ __device__ __forceinline__ void forward_nhwc_tile(const NhwcGeo& g,
                               out[plane] = anvil::store<TY>(v.y + (bias ? bias[k + 1] : 0.0f));
                           });
 }
+// The kernels, one overload per operand type, so that a kernel's name
+// says its types as written (bfloat16 operands: rung 08, float32 y or
+// bfloat16 y; float32 operands: rung 09); each checks its shape's kind.
 template <class S>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
-    forward_nhwc(NhwcGeo g, const Operand<typename S::Kind>* __restrict__ x,
-                 const Operand<typename S::Kind>* __restrict__ w, const float* __restrict__ bias,
-                 float* __restrict__ y) {
+    forward_nhwc(NhwcGeo g, const bfloat16* __restrict__ x, const bfloat16* __restrict__ w,
+                 const float* __restrict__ bias, float* __restrict__ y) {
+  static_assert(std::is_same_v<Operand<typename S::Kind>, bfloat16>);
   forward_nhwc_tile<S>(g, x, w, bias, y);
 }
 template <class S>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
-    forward_nhwc(NhwcGeo g, const Operand<typename S::Kind>* __restrict__ x,
-                 const Operand<typename S::Kind>* __restrict__ w, const float* __restrict__ bias,
-                 bfloat16* __restrict__ y) {
+    forward_nhwc(NhwcGeo g, const bfloat16* __restrict__ x, const bfloat16* __restrict__ w,
+                 const float* __restrict__ bias, bfloat16* __restrict__ y) {
+  static_assert(std::is_same_v<Operand<typename S::Kind>, bfloat16>);
+  forward_nhwc_tile<S>(g, x, w, bias, y);
+}
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    forward_nhwc(NhwcGeo g, const float* __restrict__ x, const float* __restrict__ w,
+                 const float* __restrict__ bias, float* __restrict__ y) {
+  static_assert(std::is_same_v<Operand<typename S::Kind>, float>);
   forward_nhwc_tile<S>(g, x, w, bias, y);
 }
 
-// out[n, hw, c] (c < Cp) = in[n, c, hw] as kind Kind's operand (to_operand:
-// bfloat16 rounded to nearest even, as rung 07 stages it, or float32
-// rounded to TF32), zeros for c >= C: x [N, C, H*W] into
-// NHWC, or w [K, C, R*S] into KRSC (n = k, hw = the tap). Each image's
-// C x HW matrix is transposed through shared memory, 32 x 32 elements a
-// block of 32 x 8 threads (blockIdx.x = n * tiles_hw + the hw tile,
-// blockIdx.y the channel tile): a warp loads 32 consecutive hw of one
-// channel and stores 32 consecutive channels of one pixel, so both sides
-// coalesce (one thread per output element would read H*W apart). The
-// tile's rows are 33 floats, so a warp reading a column of it hits 32
-// banks.
+// An operand element as the conversions below write it: bfloat16 rounded
+// to nearest even (rung 08's operands, as rung 07 stages them), or float32
+// rounded to TF32 by cvt.rna.tf32.f32, nearest with ties away (rung 09's:
+// the mainloop's Tf32Rounded kind feeds them to the mma as loaded; the
+// rounding the Tf32 kind does per fragment register, done once per element
+// here).
+template <class TO>
+__device__ __forceinline__ TO to_operand(float v) {
+  if constexpr (std::is_same_v<TO, float>) {
+#if defined(__CUDACC__)
+    return __uint_as_float(tc::cvt_rna_tf32(v));
+#else
+    return std::bit_cast<float>(tc::cvt_rna_tf32(v));
+#endif
+  } else {
+    return bfloat16(v);
+  }
+}
+
+// out[n, hw, c] (c < Cp) = in[n, c, hw] as an operand (to_operand), zeros
+// for c >= C: x [N, C, H*W] into NHWC, or w [K, C, R*S] into KRSC (n = k,
+// hw = the tap). Each image's C x HW matrix is transposed through shared
+// memory, 32 x 32 elements a block of 32 x 8 threads (blockIdx.x = n *
+// tiles_hw + the hw tile, blockIdx.y the channel tile): a warp loads 32
+// consecutive hw of one channel and stores 32 consecutive channels of one
+// pixel, so both sides coalesce (one thread per output element would read
+// H*W apart). The tile's rows are 33 floats, so a warp reading a column of
+// it hits 32 banks. One kernel per output type (to_channels_last below).
 constexpr int kTransposeTile = 32, kTransposeRows = 8;
-template <class T, class Kind>
-__global__ void __launch_bounds__(kTransposeTile * kTransposeRows)
-    to_channels_last(int C, int HW, int Cp, int tiles_hw, const T* __restrict__ in,
-                     Operand<Kind>* __restrict__ out) {
-  __shared__ float tile[kTransposeTile][kTransposeTile + 1];
+using TransposeTile = float[kTransposeTile][kTransposeTile + 1];
+template <class T, class TO>
+__device__ __forceinline__ void transpose_to_channels_last(TransposeTile& tile, int C, int HW,
+                                                           int Cp, int tiles_hw,
+                                                           const T* __restrict__ in,
+                                                           TO* __restrict__ out) {
   const int n = int(blockIdx.x) / tiles_hw, hw0 = int(blockIdx.x) % tiles_hw * kTransposeTile;
   const int c0 = int(blockIdx.y) * kTransposeTile;
   const int tx = int(threadIdx.x), ty = int(threadIdx.y);
@@ -278,8 +288,22 @@ __global__ void __launch_bounds__(kTransposeTile * kTransposeRows)
   #pragma unroll
   for (int i = ty; i < kTransposeTile; i += kTransposeRows) {
     const int hw = hw0 + i, c = c0 + tx;
-    if (hw < HW && c < Cp) out[(int64_t(n) * HW + hw) * Cp + c] = to_operand<Kind>(tile[tx][i]);
+    if (hw < HW && c < Cp) out[(int64_t(n) * HW + hw) * Cp + c] = to_operand<TO>(tile[tx][i]);
   }
+}
+template <class T>
+__global__ void __launch_bounds__(kTransposeTile * kTransposeRows)
+    to_channels_last(int C, int HW, int Cp, int tiles_hw, const T* __restrict__ in,
+                     bfloat16* __restrict__ out) {
+  __shared__ TransposeTile tile;
+  transpose_to_channels_last(tile, C, HW, Cp, tiles_hw, in, out);
+}
+template <class T>
+__global__ void __launch_bounds__(kTransposeTile * kTransposeRows)
+    to_channels_last(int C, int HW, int Cp, int tiles_hw, const T* __restrict__ in,
+                     float* __restrict__ out) {
+  __shared__ TransposeTile tile;
+  transpose_to_channels_last(tile, C, HW, Cp, tiles_hw, in, out);
 }
 
 // The taps of one residue class of backward-data: filter rows r0, r0 + sh,
@@ -288,21 +312,31 @@ struct ClassTaps {
   int K, C, R, S, r0, s0, sh, sw, T, U, Kp;
 };
 // out[c, t, u, k] (k < Kp) = w[k, c, r0 + sh (T-1-t), s0 + sw (U-1-u)] as
-// kind Kind's operand (to_operand), zeros for k >= K: the filter of a backward-data class as a
-// forward convolution (its taps flipped, input and output channels
-// swapped), KRSC with the roles of K and C exchanged. One thread per
-// output element.
-template <class T, class Kind>
-__global__ void flipped_to_channels_last(ClassTaps f, const T* __restrict__ w,
-                                         Operand<Kind>* __restrict__ out) {
+// an operand (to_operand), zeros for k >= K: the filter of a backward-data
+// class as a forward convolution (its taps flipped, input and output
+// channels swapped), KRSC with the roles of K and C exchanged. One thread
+// per output element; one kernel per output type.
+template <class T, class TO>
+__device__ __forceinline__ void flip_to_channels_last(const ClassTaps& f, const T* __restrict__ w,
+                                                      TO* __restrict__ out) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(f.C) * f.T * f.U * f.Kp) return;
   const int k = int(i % f.Kp);
   const int64_t tu = i / f.Kp;
   const int u = int(tu % f.U), t = int(tu / f.U % f.T), c = int(tu / f.U / f.T);
   const int r = f.r0 + f.sh * (f.T - 1 - t), s = f.s0 + f.sw * (f.U - 1 - u);
-  out[i] = to_operand<Kind>(k < f.K ? anvil::load(w[((int64_t(k) * f.C + c) * f.R + r) * f.S + s])
-                                     : 0.0f);
+  out[i] = to_operand<TO>(k < f.K ? anvil::load(w[((int64_t(k) * f.C + c) * f.R + r) * f.S + s])
+                                  : 0.0f);
+}
+template <class T>
+__global__ void flipped_to_channels_last(ClassTaps f, const T* __restrict__ w,
+                                         bfloat16* __restrict__ out) {
+  flip_to_channels_last(f, w, out);
+}
+template <class T>
+__global__ void flipped_to_channels_last(ClassTaps f, const T* __restrict__ w,
+                                         float* __restrict__ out) {
+  flip_to_channels_last(f, w, out);
 }
 
 }  // namespace anvil::cuda::conv_kernels

@@ -112,11 +112,9 @@ struct NhwcRung {
 
   static NhwcGeo nhwc_geo(const Conv2dShape& s) {
     const int Cp = int(up(s.C)), P = int(s.P), Q = int(s.Q);
-    return NhwcGeo{int(s.N),        int(s.H),        int(s.W),     Cp,           int(s.K),
-                   int(s.R),        int(s.S),        int(s.stride_h), int(s.stride_w),
-                   int(s.pad_h),    int(s.pad_w),    P,            Q,            (Cp + kBK - 1) / kBK,
-                   P,               Q,               0,            0,            1,
-                   1};
+    return NhwcGeo{int(s.N), int(s.H), int(s.W), Cp, int(s.K), int(s.R), int(s.S),
+                   int(s.stride_h), int(s.stride_w), int(s.pad_h), int(s.pad_w), P, Q,
+                   (Cp + kBK - 1) / kBK, P, Q, 0, 0, 1, 1};
   }
 
   // in [N, C, H, W] (float32 or bfloat16) into out, NHWC with C padded to Cp.
@@ -125,8 +123,9 @@ struct NhwcRung {
                       T* out, cudaStream_t stream) {
     const int64_t tiles_hw = (H * W + kTransposeTile - 1) / kTransposeTile;
     const dim3 grid(unsigned(N * tiles_hw), unsigned((Cp + kTransposeTile - 1) / kTransposeTile));
-    launch(to_channels_last<TI, Kind>, grid, dim3(kTransposeTile, kTransposeRows), 0, stream, int(C),
-           int(H * W), int(Cp), int(tiles_hw), in, out);
+    void (*kernel)(int, int, int, int, const TI*, T*) = to_channels_last<TI>;
+    launch(kernel, grid, dim3(kTransposeTile, kTransposeRows), 0, stream, int(C), int(H * W),
+           int(Cp), int(tiles_hw), in, out);
   }
 
   template <class S, class TY>
@@ -192,8 +191,8 @@ struct NhwcRung {
     to_nhwc(s.N, s.K, s.P, s.Q, Kp, dy, dyh, stream);
     for (const DgradClass& c : classes) {
       if (c.taps.T == 0 || c.taps.U == 0) continue;
-      launch_1d(flipped_to_channels_last<TI, Kind>, s.C * c.taps.T * c.taps.U * Kp, stream, c.taps, w,
-                wh);
+      void (*flip)(ClassTaps, const TI*, T*) = flipped_to_channels_last<TI>;
+      launch_1d(flip, s.C * c.taps.T * c.taps.U * Kp, stream, c.taps, w, wh);
       if (s.C <= Narrow::kBN)
         launch_forward<Narrow>(c.geo, dyh, wh, nullptr, dx, stream);
       else
@@ -213,10 +212,10 @@ struct NhwcRung {
     T* dyh = xh + x_elems(s);
     to_nhwc(s.N, s.C, s.H, s.W, Cp, x, xh, stream);
     to_nhwc(s.N, s.K, s.P, s.Q, Kp, dy, dyh, stream);
-    const WgradGeo g{int(s.N),        int(s.H),        int(s.W),     int(s.C),
-                     int(Cp),         int(s.K),        int(Kp),      int(s.R),
-                     int(s.S),        int(s.stride_h), int(s.stride_w), int(s.pad_h),
-                     int(s.pad_w),    int(s.P),        int(s.Q),     int(plan.chunk)};
+    const WgradGeo g{int(s.N),        int(s.H),        int(s.W),     int(s.C), int(Cp),
+                     int(s.K),        int(Kp),         int(s.R),     int(s.S), int(s.stride_h),
+                     int(s.stride_w), int(s.pad_h),    int(s.pad_w), int(s.P), int(s.Q),
+                     int(plan.chunk)};
     void (*kernel)(WgradGeo, const T*, const T*, float*) = backward_weight_nhwc<S>;
     static std::atomic<uint64_t> devices{0};
     opt_in_shared(kernel, S::kSharedBytes, devices);

@@ -198,10 +198,9 @@ struct ColumnIterator {
 // channels are dropped. (A Tf32 kind's A stage permutes its rows:
 // multistage::put_warp_tile puts each sum where it belongs.)
 template <class S>
-__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
-    backward_weight_nhwc(WgradGeo g, const Operand<typename S::Kind>* __restrict__ x,
-                         const Operand<typename S::Kind>* __restrict__ dy,
-                         float* __restrict__ out) {
+__device__ __forceinline__ void backward_weight_nhwc_tile(
+    const WgradGeo& g, const Operand<typename S::Kind>* __restrict__ x,
+    const Operand<typename S::Kind>* __restrict__ dy, float* __restrict__ out) {
   using Kind = typename S::Kind;
   using IA = ColumnIterator<Kind, S::kThreads, S::kBM>;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
@@ -225,6 +224,22 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
         at[0] = v.x;
         if (valid > 1) at[CRS] = v.y;
       });
+}
+// One kernel per operand type (its name says the types as written):
+// bfloat16 (rung 08) or float32 (rung 09).
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    backward_weight_nhwc(WgradGeo g, const bfloat16* __restrict__ x,
+                         const bfloat16* __restrict__ dy, float* __restrict__ out) {
+  static_assert(std::is_same_v<Operand<typename S::Kind>, bfloat16>);
+  backward_weight_nhwc_tile<S>(g, x, dy, out);
+}
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    backward_weight_nhwc(WgradGeo g, const float* __restrict__ x, const float* __restrict__ dy,
+                         float* __restrict__ out) {
+  static_assert(std::is_same_v<Operand<typename S::Kind>, float>);
+  backward_weight_nhwc_tile<S>(g, x, dy, out);
 }
 
 }  // namespace anvil::cuda::conv_kernels

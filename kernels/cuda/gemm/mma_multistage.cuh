@@ -1,5 +1,5 @@
 // The multistage mainloop of the tensor-core rungs on it (GEMM rungs 11 and
-// 12, convolution rung 08): kStages stages of kBK of k in shared memory,
+// 12, convolution rungs 08 and 09): kStages stages of kBK of k in shared memory,
 // filled by cp.async kStages - 1 steps ahead of the mma, the fragments
 // loaded from XOR-swizzled rows by ldmatrix. One loop, two kinds of mma:
 //   Bf16  bfloat16 as stored, mma.sync.m16n8k16, 32 of k a stage
