@@ -1,19 +1,19 @@
 // kernels/cuda convolution on tensor cores, rungs 06 (TF32, 06_tf32_mma.cu),
-// 07 (BF16, 07_bf16_mma.cu) and 08 (BF16, its forward on channels-last
-// operands and the multistage mainloop, 08_bf16_multistage.cu): forward,
-// backward-data and backward-weight against an FP64 reference,
-// element by element, on LeNet-like and ragged small shapes (strides, pads,
-// a non-square window, more than 64 channels for the 128-row tile, a
-// backward-weight that splits K); a control that shows the operands are
-// rounded; in the simulator build, a swapped fragment register in the
-// emulated tensor core must break every direction of both rungs. Rung 07
-// also reads bfloat16 x, w and dy: within the bounds of FP64 of those
-// operands, and bitwise the same as from float32 holding the same values
-// (the same words staged, the same order of k); so do the CPU and CUDA
-// backends given bfloat16 tensors. Rung 08's forward also over strides,
-// windows, pads, channel counts that leave its last channel block partial
-// and output channels that leave its tiles ragged, and bitwise the same at
-// every pipeline depth.
+// 07 (BF16, 07_bf16_mma.cu), 08 (BF16) and 09 (TF32), the last two every
+// direction on channels-last operands and the multistage mainloop
+// (08_bf16_multistage.cu, 09_tf32_multistage.cu): forward, backward-data
+// and backward-weight against an FP64 reference, element by element, on
+// LeNet-like and ragged small shapes (strides, pads, a non-square window,
+// more than 64 channels for the 128-row tile, a backward-weight that splits
+// K); a control that shows the operands are rounded; in the simulator
+// build, a swapped fragment register in the emulated tensor core must break
+// every direction of every rung. Rung 07 also reads bfloat16 x, w and dy:
+// within the bounds of FP64 of those operands, and bitwise the same as from
+// float32 holding the same values (the same words staged, the same order of
+// k); so do the CPU and CUDA backends given bfloat16 tensors. Rungs 08 and
+// 09 also over strides, windows, pads, channel counts that leave their last
+// channel block partial and output channels that leave their tiles ragged,
+// and bitwise the same at every pipeline depth.
 //
 // The bounds are GEMM rungs 09's and 10's (tests/test_cuda_gemm_mma.cpp
 // derives them), each direction a GEMM with reduction length R: C*R*S
@@ -72,7 +72,8 @@ double tf32(float x) { return double(std::bit_cast<float>(anvil::float_to_tf32_b
 double bf16(float x) { return double(anvil::bf16_bits_to_float(anvil::float_to_bf16_bits(x))); }
 constexpr Rung kTf32{6, 0x1p-11, tf32, cu::gemm_rungs::Math::kTf32},
     kBf16{7, 0x1p-8, bf16, cu::gemm_rungs::Math::kBf16},
-    kBf16Multistage{8, 0x1p-8, bf16, cu::gemm_rungs::Math::kBf16};
+    kBf16Multistage{8, 0x1p-8, bf16, cu::gemm_rungs::Math::kBf16},
+    kTf32Multistage{9, 0x1p-11, tf32, cu::gemm_rungs::Math::kTf32};
 
 Conv2dShape make_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t R,
                        int64_t S, int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
@@ -309,32 +310,31 @@ TEST_CASE("cuda conv mma: rung 7 reads bfloat16 x, w and dy, bitwise as float32 
                       Catch::Contains("cuda::conv2d_backward_weight: rung 1"));
 }
 
-// Rung 08 in every direction on the ladder's shapes, from bfloat16 tensors
-// bitwise as from float32 ones, and on shapes that exercise its iterators
-// (at stride 2 backward-data runs one convolution per residue class;
-// backward-weight walks N*P*Q with carries, split where its tiles are few:
-// LeNet's conv1 at batch 2 and 3 in 9 and 19 chunks, the last one 48
-// positions; rows of 40 positions, longer than a step, once): C of 1, 13 and 40 (padded to 8, 16, 40 channels: a channel
-// block of 32 partly or mostly outside), K of 6, 24, 33, 64, 70 and 128
-// (the 256 x 64 tile up to 64, the 128 x 128 one above, ragged), windows
-// 1x1, 3x3 and 5x5, strides 1 and 2 (mixed), pads 0, 1 and 2, batches 1 to
-// 7; ResNet-18's stride-2 transition and 1x1 shortcut, LeNet's conv1
-// (d2l's pad 2). And at 2, 3 and 4 pipeline stages, the same bits: the
-// depth changes when a stage lands, never what is summed or in what order.
-// (Named apart from "cuda conv mma", which ThreadSanitizer runs: there the
-// fragment-register test below runs rung 8 in every direction.)
-TEST_CASE("cuda conv rung 8: every direction within its bounds on channels-last operands over "
-          "strides, windows, pads and channel counts, the same bits at every pipeline depth",
-          "[cuda][conv][bf16]") {
-  if (!cuda_test::have_device()) return;
+// The rungs on the multistage mainloop (08 BF16, 09 TF32: one set of
+// iterators over the mma's kind) in every direction on the ladder's shapes
+// and on shapes that exercise their iterators (at stride 2 backward-data
+// runs one convolution per residue class; backward-weight walks N*P*Q with
+// carries, split where its tiles are few: LeNet's conv1 at batch 2 and 3,
+// the last chunk partial; rows of 40 positions, longer than a step, once):
+// C of 1, 13 and 40 (padded to whole 16-byte chunks, 8 bfloat16 or 4
+// floats: a channel block of 32 or 16 partly or mostly outside), K of 6,
+// 24, 33, 64, 70 and 128 (the 256 x 64 tile up to 64, the 128 x 128 one
+// above, ragged), windows 1x1, 3x3 and 5x5, strides 1 and 2 (mixed), pads
+// 0, 1 and 2, batches 1 to 7; ResNet-18's stride-2 transition and 1x1
+// shortcut, LeNet's conv1 (d2l's pad 2). And at 2, 3 and 4 pipeline stages
+// (forward_at), the same bits: the depth changes when a stage lands, never
+// what is summed or in what order.
+using ForwardAt = void (*)(int stages, const Conv2dShape&, const float*, const float*,
+                           const float*, float*, float*, cudaStream_t);
+static void require_multistage_rung(const Rung& rung, ForwardAt forward_at, uint32_t seed) {
+  REQUIRE(cu::conv_rungs::rung(rung.rung).math == rung.math);
   for (const Conv2dShape& s : test_shapes()) {
     INFO(describe(s));
-    const Result r = run_shape(kBf16Multistage, s, 110);
+    const Result r = run_shape(rung, s, seed - 10);
     require_within(r.forward, "forward");
     require_within(r.backward_data, "backward-data");
     require_within(r.backward_weight, "backward-weight");
   }
-  require_bf16_reads_as_float32(kBf16Multistage, 90);
   const Conv2dShape shapes[] = {make_shape(1, 13, 7, 9, 70, 3, 3, 2, 2, 1, 1),
                                 make_shape(7, 40, 5, 5, 24, 1, 1, 1, 1, 0, 0),
                                 make_shape(2, 8, 11, 10, 33, 5, 5, 1, 2, 2, 2),
@@ -344,43 +344,64 @@ TEST_CASE("cuda conv rung 8: every direction within its bounds on channels-last 
                                 make_shape(1, 64, 8, 8, 128, 1, 1, 2, 2, 0, 0),
                                 make_shape(1, 8, 3, 40, 16, 1, 3, 1, 1, 0, 1)};
   // LeNet's conv1 at batch 3 splits backward-weight: its workspace holds
-  // at least two chunks' partials besides x and dy in NHWC.
+  // at least two chunks' partials besides x and dy in NHWC (C = 1 and K =
+  // 6 padded to a whole chunk, 8 bfloat16 (a float holds two) or 4 floats).
   const Conv2dShape lenet = shapes[5];
-  REQUIRE(cu::conv2d_workspace_floats(8, lenet) >=
-          size_t(2 * lenet.K * lenet.R * lenet.S + (lenet.N * lenet.H * lenet.W * 8 +
-                                                    lenet.N * lenet.P * lenet.Q * 8) / 2));
-  uint32_t seed = 120;
+  const int64_t chunk = rung.math == cu::gemm_rungs::Math::kBf16 ? 8 : 4;
+  const int64_t per_float = rung.math == cu::gemm_rungs::Math::kBf16 ? 2 : 1;
+  REQUIRE(cu::conv2d_workspace_floats(rung.rung, lenet) >=
+          size_t(2 * lenet.K * lenet.R * lenet.S +
+                 (lenet.N * lenet.H * lenet.W * chunk + lenet.N * lenet.P * lenet.Q * 8) /
+                     per_float));
   for (const Conv2dShape& s : shapes) {
     INFO(describe(s));
     const Inputs in = draw(s, seed += 5, false);
     const DeviceBuffer<float> x(in.x), w(in.w), bias(in.bias), dy(in.dy);
-    DeviceBuffer<float> ws(Vec(cu::conv2d_workspace_floats(8, s), kNaN));
+    DeviceBuffer<float> ws(Vec(cu::conv2d_workspace_floats(rung.rung, s), kNaN));
     DeviceBuffer<float> y(Vec(in.dy.size(), kNaN)), dx(Vec(in.x.size(), kNaN)),
         dw(Vec(in.w.size(), kNaN));
-    cu::conv2d_forward(8, s, x.ptr, w.ptr, bias.ptr, y.ptr, ws.ptr, nullptr);
-    cu::conv2d_backward_data(8, s, dy.ptr, w.ptr, dx.ptr, ws.ptr, nullptr);
-    cu::conv2d_backward_weight(8, s, x.ptr, dy.ptr, dw.ptr, nullptr, ws.ptr, nullptr);
+    cu::conv2d_forward(rung.rung, s, x.ptr, w.ptr, bias.ptr, y.ptr, ws.ptr, nullptr);
+    cu::conv2d_backward_data(rung.rung, s, dy.ptr, w.ptr, dx.ptr, ws.ptr, nullptr);
+    cu::conv2d_backward_weight(rung.rung, s, x.ptr, dy.ptr, dw.ptr, nullptr, ws.ptr, nullptr);
     const Vec rung_y = y.to_host();
-    const Result r = compare(kBf16Multistage, s, in, rung_y, dx.to_host(), dw.to_host());
+    const Result r = compare(rung, s, in, rung_y, dx.to_host(), dw.to_host());
     require_within(r.forward, "forward");
     require_within(r.backward_data, "backward-data");
     require_within(r.backward_weight, "backward-weight");
-    if (s.C != 64 && s.C != 13) continue;  // the depth sweep: 9 and 18 k-steps, both tiles' rows
+    if (s.C != 64 && s.C != 13) continue;  // the depth sweep: several k-steps, both tiles' rows
     for (int stages : {2, 3, 4}) {
       INFO(stages << " stages");
       DeviceBuffer<float> y_at(Vec(in.dy.size(), kNaN));
-      cu::conv_rungs::bf16_multistage_forward(stages, s, x.ptr, w.ptr, bias.ptr, y_at.ptr, ws.ptr,
-                                              nullptr);
+      forward_at(stages, s, x.ptr, w.ptr, bias.ptr, y_at.ptr, ws.ptr, nullptr);
       const Vec got = y_at.to_host();
       CHECK(same_bits(got, rung_y));
-      const Result at = compare(kBf16Multistage, s, in, got, Vec(in.x.size()), Vec(in.w.size()));
+      const Result at = compare(rung, s, in, got, Vec(in.x.size()), Vec(in.w.size()));
       require_within(at.forward, "forward");
     }
   }
   const Conv2dShape s = shapes[0];
-  CHECK_THROWS_WITH(cu::conv_rungs::bf16_multistage_forward(5, s, nullptr, nullptr, nullptr,
-                                                            nullptr, nullptr, nullptr),
-                    "conv rung 08: 5 stages (2, 3 or 4 are built)");
+  CHECK_THROWS_WITH(forward_at(5, s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+                    "conv rung 0" + std::to_string(rung.rung) +
+                        ": 5 stages (2, 3 or 4 are built)");
+}
+
+// Rung 08 also from bfloat16 tensors, bitwise as from float32 ones.
+// (Named apart from "cuda conv mma", which ThreadSanitizer runs: there the
+// fragment-register test below runs rungs 8 and 9 in every direction.)
+TEST_CASE("cuda conv rung 8: every direction within its bounds on channels-last operands over "
+          "strides, windows, pads and channel counts, the same bits at every pipeline depth",
+          "[cuda][conv][bf16]") {
+  if (!cuda_test::have_device()) return;
+  require_multistage_rung(kBf16Multistage, cu::conv_rungs::bf16_multistage_forward, 120);
+  require_bf16_reads_as_float32(kBf16Multistage, 90);
+}
+
+// Rung 09: rung 06's bounds (TF32 operands, FP32 sums) on rung 08's shapes.
+TEST_CASE("cuda conv rung 9: every direction within the TF32 bounds on channels-last operands "
+          "over strides, windows, pads and channel counts, the same bits at every pipeline depth",
+          "[cuda][conv][tf32]") {
+  if (!cuda_test::have_device()) return;
+  require_multistage_rung(kTf32Multistage, cu::conv_rungs::tf32_multistage_forward, 120);
 }
 
 TEST_CASE("conv backends: bfloat16 operands on the CPU and cuda:0 against FP64, and bitwise as "
@@ -438,47 +459,61 @@ TEST_CASE("conv backends: bfloat16 operands on the CPU and cuda:0 against FP64, 
   }
 }
 
-// Run by ctest with ANVIL_CONV_BF16_RUNG=8 (tests/CMakeLists.txt): the
-// backend's BF16 convolutions then give rung 8's bits exactly.
-TEST_CASE("cuda conv: ANVIL_CONV_BF16_RUNG=8 puts the backend's BF16 convolutions on rung 8",
-          "[.][conv-bf16-rung]") {
-  if (!cuda_test::have_device("ANVIL_CONV_BF16_RUNG test")) return;
+// Run by ctest with ANVIL_CONV_BF16_RUNG=8 and ANVIL_CONV_TF32_RUNG=9
+// (tests/CMakeLists.txt): the backend's BF16 convolutions then give rung
+// 8's bits exactly, and its TF32 ones (float32 tensors under the default
+// precision) rung 9's.
+TEST_CASE("cuda conv: ANVIL_CONV_BF16_RUNG=8 and ANVIL_CONV_TF32_RUNG=9 put the backend's BF16 "
+          "and TF32 convolutions on rungs 8 and 9",
+          "[.][conv-rung-override]") {
+  if (!cuda_test::have_device("ANVIL_CONV_*_RUNG test")) return;
   REQUIRE(cu::bf16_conv_rung() == 8);
+  REQUIRE(cu::tf32_conv_rung() == 9);
+  REQUIRE(anvil::fp32_math(anvil::OpFamily::kConv, anvil::DeviceType::CUDA) ==
+          anvil::Fp32Math::kTf32);
   using anvil::DType;
   using anvil::Tensor;
   const anvil::Device d = anvil::Device::cuda(0);
-  uint32_t seed = 150;
-  for (const Conv2dShape& s : test_shapes()) {
-    INFO(describe(s));
-    const Inputs in = draw(s, seed += 5, true);
-    auto tensor = [&](const Vec& v, const anvil::Shape& shape) {
-      return Tensor::from_vector(v, shape).to(DType::BFloat16).to(d);
-    };
-    const Tensor x = tensor(in.x, {s.N, s.C, s.H, s.W}), w = tensor(in.w, {s.K, s.C, s.R, s.S});
-    const Tensor dy = tensor(in.dy, {s.N, s.K, s.P, s.Q});
-    const Tensor bias = Tensor::from_vector(in.bias, {s.K}).to(d);
-    const Tensor y = Tensor::empty(dy.shape(), DType::Float32, d);
-    const Tensor dx = Tensor::empty(x.shape(), DType::Float32, d);
-    const Tensor dw = Tensor::empty(w.shape(), DType::Float32, d);
-    const Tensor dbias = Tensor::empty({s.K}, DType::Float32, d);
-    anvil::Backend& be = anvil::backend_for(d);
-    be.conv2d_forward(s, x, w, bias, y);
-    be.conv2d_backward_data(s, dy, w, dx);
-    be.conv2d_backward_weight(s, x, dy, dw, dbias);
-    const Result direct = run_shape(kBf16Multistage, s, seed, Operands::kBf16);
-    CHECK(same_bits(y.to_vector(), direct.y));
-    CHECK(same_bits(dx.to_vector(), direct.dx));
-    CHECK(same_bits(dw.to_vector(), direct.dw));
+  struct Case {
+    DType dtype;
+    const Rung& rung;
+    Operands operands;
+  };
+  for (const Case& c : {Case{DType::BFloat16, kBf16Multistage, Operands::kBf16},
+                        Case{DType::Float32, kTf32Multistage, Operands::kFloat32}}) {
+    uint32_t seed = 150;
+    for (const Conv2dShape& s : test_shapes()) {
+      INFO("rung " << c.rung.rung << ", " << describe(s));
+      const Inputs in = draw(s, seed += 5, c.operands != Operands::kFloat32);
+      auto tensor = [&](const Vec& v, const anvil::Shape& shape) {
+        return Tensor::from_vector(v, shape).to(c.dtype).to(d);
+      };
+      const Tensor x = tensor(in.x, {s.N, s.C, s.H, s.W}), w = tensor(in.w, {s.K, s.C, s.R, s.S});
+      const Tensor dy = tensor(in.dy, {s.N, s.K, s.P, s.Q});
+      const Tensor bias = Tensor::from_vector(in.bias, {s.K}).to(d);
+      const Tensor y = Tensor::empty(dy.shape(), DType::Float32, d);
+      const Tensor dx = Tensor::empty(x.shape(), DType::Float32, d);
+      const Tensor dw = Tensor::empty(w.shape(), DType::Float32, d);
+      const Tensor dbias = Tensor::empty({s.K}, DType::Float32, d);
+      anvil::Backend& be = anvil::backend_for(d);
+      be.conv2d_forward(s, x, w, bias, y);
+      be.conv2d_backward_data(s, dy, w, dx);
+      be.conv2d_backward_weight(s, x, dy, dw, dbias);
+      const Result direct = run_shape(c.rung, s, seed, c.operands);
+      CHECK(same_bits(y.to_vector(), direct.y));
+      CHECK(same_bits(dx.to_vector(), direct.dx));
+      CHECK(same_bits(dw.to_vector(), direct.dw));
+    }
   }
 }
 
 #if defined(ANVIL_CUDA_SIM)
-TEST_CASE("cuda conv mma: a swapped fragment register in the emulated tensor core breaks rungs 6, "
-          "7 and 8",
+TEST_CASE("cuda conv mma: a swapped fragment register in the emulated tensor core breaks rungs 6 "
+          "to 9",
           "[cuda][conv][tf32][sim]") {
   namespace mma = anvil::sim::mma;
   const Conv2dShape s = make_shape(2, 3, 9, 8, 5, 3, 2, 2, 1, 1, 0);
-  for (const Rung& rung : {kTf32, kBf16, kBf16Multistage}) {
+  for (const Rung& rung : {kTf32, kBf16, kBf16Multistage, kTf32Multistage}) {
     INFO("rung " << rung.rung);
     mma::set_register_swap(mma::Operand::kA, 1, 2);
     Result broken;

@@ -127,6 +127,8 @@ MMA_RUNGS = {("gemm_mma", "tf32"): "gemm 9", ("gemm_mma", "bf16"): "gemm 10",
                 ("gemm_mma", "bf16 ldmatrix"): "gemm 12",
                 ("forward_nhwc", "bf16 multistage"): "conv 8",
                 ("backward_weight_nhwc", "bf16 multistage"): "conv 8",
+                ("forward_nhwc", "tf32 multistage"): "conv 9",
+                ("backward_weight_nhwc", "tf32 multistage"): "conv 9",
                 **{(base, "tf32"): "conv 6" for base in CONV_WARP_TILED},
                 **{(base, "bf16"): "conv 7" for base in CONV_WARP_TILED}}
 
@@ -146,11 +148,12 @@ def base_and_tile(demangled):
             break
     shape = re.search(r"warp_tile::Shape<([\d, ]+)>", name)
     mma = re.search(r"mma_tile::Shape<[\w:]*mma_tile::(Tf32|Bf16), (\d+), (\d+), \d+>", name)
-    tf32 = re.search(r"mma_ldmatrix::ShapeOf<[\w:]*multistage::Tf32, (\d+), (\d+), (\d+), \d+>", name)
+    tf32 = re.search(r"(?:mma_ldmatrix|multistage)::ShapeOf<[\w:]*multistage::Tf32(?:Rounded)?, (\d+), (\d+), "
+                     r"(\d+), \d+>", name)
     ldmatrix = re.search(r"mma_ldmatrix::Shape<(\d+), (\d+), \d+, \d+>", name)
     multistage = re.search(r"multistage::Shape<(\d+), (\d+), (\d+), \d+>", name)
     base = re.sub(r"<.*", "", name).split("::")[-1]
-    if tf32:  # GEMM rung 11: 64 x 64 per warp, dynamic shared memory past 48 KB
+    if tf32:  # GEMM rung 11, conv rung 09: 64 x 64 per warp, dynamic shared memory
         wm, wn, stages = (int(tf32.group(i)) for i in (1, 2, 3))
         return base, f"tf32 {64 * wm}x{64 * wn} multistage {stages}", 32 * wm * wn
     if multistage:  # 64 x 64 per warp, dynamic shared memory (multistage_shared_bytes)
@@ -175,20 +178,21 @@ def base_and_tile(demangled):
     return base, f"{bm}x{bn}", 32 * wm * wn
 
 
-def multistage_shared_bytes(tile):
+def multistage_shared_bytes(tile, base=""):
     """The dynamic shared memory a multistage kernel is launched with
     (mma_multistage.cuh's ShapeOf::kSharedBytes): bf16, stages x (BM + BN) x
     32 of k x 2 bytes (conv rung 08: always dynamic); tf32, stages x 16 of k
     x (BM + 8 + BN + 8) x 4 bytes (each operand's room that of its padded
-    layout), dynamic only past 48 KB (GEMM rung 11's 2 stages are static,
-    in ptxas's report); 0 for another tile."""
+    layout), dynamic only past 48 KB for GEMM rung 11 (its 2 stages are
+    static, in ptxas's report), always for conv rung 09 (a kernel `base`
+    ending in _nhwc); 0 for another tile."""
     m = re.match(r"bf16 (\d+)x(\d+) multistage (\d+)$", tile)
     if m:
         return int(m.group(3)) * (int(m.group(1)) + int(m.group(2))) * 32 * 2
     m = re.match(r"tf32 (\d+)x(\d+) multistage (\d+)$", tile)
     if m:
         nbytes = int(m.group(3)) * 16 * (int(m.group(1)) + 8 + int(m.group(2)) + 8) * 4
-        return nbytes if nbytes > 48 * 1024 else 0
+        return nbytes if nbytes > 48 * 1024 or base.endswith("_nhwc") else 0
     return 0
 
 
@@ -326,7 +330,7 @@ def kernel_rows(folder):
                                         "local": 0, "loop": [], "block": [], "hmma": []})
             row["count"] += 1
             row["regs"].append(r["regs"])
-            row["smem"] = max(row["smem"], r["smem"] + multistage_shared_bytes(tile))
+            row["smem"] = max(row["smem"], r["smem"] + multistage_shared_bytes(tile, base))
             row["stack"] = max(row["stack"], r["stack"])
             row["spill"] = max(row["spill"], r["spill"])
             row["ldg128"].append(facts["ldg128"])

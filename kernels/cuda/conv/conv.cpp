@@ -21,7 +21,7 @@ namespace {
 constexpr const conv_rungs::Rung* kRungs[kConvRungs] = {
     &conv_rungs::kDirect, &conv_rungs::kIm2col, &conv_rungs::kImplicitGemm,
     &conv_rungs::kImplicitWarpTile, &conv_rungs::kSplitK, &conv_rungs::kTf32Mma,
-    &conv_rungs::kBf16Mma, &conv_rungs::kBf16Multistage};
+    &conv_rungs::kBf16Mma, &conv_rungs::kBf16Multistage, &conv_rungs::kTf32Multistage};
 
 [[noreturn]] void bad_shape(const char* fn, const std::string& what) {
   throw std::invalid_argument(std::string("cuda::") + fn + ": " + what);
@@ -202,15 +202,26 @@ void conv2d_backward_weight(int number, const Conv2dShape& s, const bfloat16* x,
   backward_weight(number, s, x, dy, dw, nullptr, workspace, stream);
 }
 
+namespace {
+// The rung an environment variable names: `fallback` when unset or empty,
+// `other` when it says so; std::invalid_argument naming it otherwise.
+int rung_from_env(const char* name, const char* math, int fallback, int other) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  const std::string text(v);
+  if (text == std::to_string(fallback) || text == std::to_string(other)) return std::stoi(text);
+  throw std::invalid_argument(std::string(name) + "=" + text + ": the " + math +
+                              " convolution rungs are " + std::to_string(fallback) + " and " +
+                              std::to_string(other));
+}
+}  // namespace
+
 int bf16_conv_rung() {
-  static const int rung = [] {
-    const char* v = std::getenv("ANVIL_CONV_BF16_RUNG");
-    if (v == nullptr || *v == '\0') return kBf16Conv;
-    const std::string text(v);
-    if (text == "7" || text == "8") return std::stoi(text);
-    throw std::invalid_argument("ANVIL_CONV_BF16_RUNG=" + text +
-                                ": the BF16 convolution rungs are 7 and 8");
-  }();
+  static const int rung = rung_from_env("ANVIL_CONV_BF16_RUNG", "BF16", kBf16Conv, 8);
+  return rung;
+}
+int tf32_conv_rung() {
+  static const int rung = rung_from_env("ANVIL_CONV_TF32_RUNG", "TF32", kTf32Conv, 9);
   return rung;
 }
 

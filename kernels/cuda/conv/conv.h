@@ -29,6 +29,11 @@
 //                            residue class of the stride (no zero taps);
 //                            backward-weight split over N*P*Q where its
 //                            tiles are few
+//   09_tf32_multistage.cu    06's numerics on 08's structure: the same
+//                            iterators and launches over the mainloop's
+//                            TF32 kind (float32 channels-last operands
+//                            rounded to TF32 by the conversions,
+//                            mma.sync m16n8k8)
 // "(ships)": the rung the CUDA backend runs in its arithmetic (FP32, TF32,
 // BF16; kBestConv, kTf32Conv, kBf16Conv below) wherever the table measured
 // on a GPU (rung_table.h) names no other rung of that arithmetic for the
@@ -46,7 +51,7 @@
 
 namespace anvil::cuda {
 
-constexpr int kConvRungs = 8;
+constexpr int kConvRungs = 9;
 constexpr int kBestConv = 5;  // the one the backend uses in FP32
 constexpr int kTf32Conv = 6;  // ... and in TF32 (core/precision.h)
 constexpr int kBf16Conv = 7;  // ... and in BF16 (autocast)
@@ -54,9 +59,11 @@ constexpr int kBf16Conv = 7;  // ... and in BF16 (autocast)
 // 8; read once, std::invalid_argument naming it otherwise) until a table
 // measured on a GPU picks per layer shape.
 int bf16_conv_rung();
+// ... and the TF32 one: kTf32Conv, or ANVIL_CONV_TF32_RUNG (6 or 9).
+int tf32_conv_rung();
 // Rungs 1..kConvFp32Rungs compute in FP32; the rungs after them on
-// tensor cores with FP32 accumulation, operands rounded to TF32 (06: 10
-// mantissa bits) or BF16 (07: 7 bits), both nearest even.
+// tensor cores with FP32 accumulation, operands rounded to TF32 (06, 09: 10
+// mantissa bits) or BF16 (07, 08: 7 bits), both nearest even.
 constexpr int kConvFp32Rungs = 5;
 
 // The workspace (floats) a rung needs for all three directions of `s`,
@@ -122,11 +129,13 @@ struct Rung {
                                  bfloat16* dx, float* workspace, cudaStream_t) = nullptr;
 };
 extern const Rung kDirect, kIm2col, kImplicitGemm, kImplicitWarpTile, kSplitK, kTf32Mma,
-    kBf16Mma, kBf16Multistage;
-// Rung 08's forward with `stages` (2, 3 or 4) pipeline stages on its 128 x
-// 128 tile (the rung runs 4): every depth gives the same bits, which the
-// tests check. std::invalid_argument for another depth.
+    kBf16Mma, kBf16Multistage, kTf32Multistage;
+// Rung 08's (09's) forward with `stages` (2, 3 or 4) pipeline stages on
+// its 128 x 128 tile (the rung runs 4): every depth gives the same bits,
+// which the tests check. std::invalid_argument for another depth.
 void bf16_multistage_forward(int stages, const Conv2dShape& s, const float* x, const float* w,
+                             const float* bias, float* y, float* workspace, cudaStream_t stream);
+void tf32_multistage_forward(int stages, const Conv2dShape& s, const float* x, const float* w,
                              const float* bias, float* y, float* workspace, cudaStream_t stream);
 // Rung `rung` (1 to kConvRungs; std::invalid_argument otherwise).
 const Rung& rung(int rung);

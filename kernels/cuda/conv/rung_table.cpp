@@ -49,6 +49,7 @@ int pick_conv_rung(std::span<const ConvRungEntry> table, Math math, Direction di
 
 int shipped_conv_rung(Math math, Direction direction, const Conv2dShape& s) {
   if (math == Math::kBf16 && bf16_conv_rung() != kBf16Conv) return bf16_conv_rung();
+  if (math == Math::kTf32 && tf32_conv_rung() != kTf32Conv) return tf32_conv_rung();
   const int fallback = math == Math::kFp32 ? kBestConv : math == Math::kTf32 ? kTf32Conv : kBf16Conv;
   return pick_conv_rung(measured_conv_rungs(), math, direction, s, fallback);
 }

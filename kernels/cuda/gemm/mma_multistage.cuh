@@ -1,10 +1,13 @@
 // The multistage mainloop of the tensor-core rungs on it (GEMM rungs 11 and
-// 12, convolution rung 08): kStages stages of kBK of k in shared memory,
+// 12, convolution rungs 08 and 09): kStages stages of kBK of k in shared memory,
 // filled by cp.async kStages - 1 steps ahead of the mma, the fragments
 // loaded from XOR-swizzled rows by ldmatrix. One loop, two kinds of mma:
 //   Bf16  bfloat16 as stored, mma.sync.m16n8k16, 32 of k a stage
 //   Tf32  float32 as stored, rounded by tc::cvt_tf32 in registers after
 //         the fragment load, mma.sync.m16n8k8, 16 of k a stage
+//   Tf32Rounded  Tf32 on float32 already rounded to TF32 where it was
+//         written (conv rung 09's conversions): the same stages and loads,
+//         no cvt
 // A stage row along k is 64 bytes in both (four 16-byte chunks), so the
 // layouts, the copies and the ldmatrix addresses are the same bytes.
 // 12_bf16_pipelined.cu explains the fragment mapping, the layout and why
@@ -27,6 +30,7 @@
 // additions: no division or modulo in the loop (GEMM: mma_ldmatrix.cuh's
 // iterator; convolutions: conv/implicit_nhwc.cuh's).
 #pragma once
+#include <bit>
 #include <cstdint>
 #include <type_traits>
 #if !defined(__CUDACC__)
@@ -59,6 +63,7 @@ struct Tf32 {
     tc::mma_m16n8k8_tf32(acc, a, b, acc);
   }
 };
+struct Tf32Rounded : Tf32 {};
 
 // r0, r1 = p[0], p[1]: one 8-byte shared-memory load (p 8-byte aligned).
 __device__ __forceinline__ void load_pair(const float* p, float& r0, float& r1) {
@@ -90,7 +95,8 @@ struct Layout {
   static constexpr int kChunk = Kind::kChunk, kShift = Kind::kShift, kBK = Kind::kBK;
   static constexpr int kRowChunks = kBK / kChunk;  // chunks of a row along k: 4
   static_assert(kRowChunks == 4 && kChunk * int(sizeof(Element)) == 16);
-  static constexpr bool kPadded = AlongJ && std::is_same_v<Kind, Tf32>;
+  static constexpr bool kTf32 = std::is_base_of_v<Tf32, Kind>;  // float32 stages, m16n8k8
+  static constexpr bool kPadded = AlongJ && kTf32;
   static constexpr int kRow = kPadded ? BJ + 8 : AlongJ ? BJ : kBK;  // elements a stored row
   static constexpr int kElems = (AlongJ ? kBK : BJ) * kRow;
   static constexpr int kChunks = BJ * kBK / kChunk;  // the chunks copied into a stage
@@ -142,7 +148,7 @@ struct Layout {
     const int i = lane >> 3, r = lane & 7;
     const int hj = JFirst ? (i & 1) : (i >> 1), hk = JFirst ? (i >> 1) : (i & 1);
     if constexpr (AlongJ) return tile + chunk(j0 + 8 * hj, k0 + 8 * hk + r);
-    if constexpr (std::is_same_v<Kind, Tf32>)
+    if constexpr (kTf32)
       return tile + (j0 + 8 * hj + r) * kBK + (((k0 >> kShift) + hk) ^ ((r >> 1) & 3)) * kChunk;
     return tile + chunk(j0 + 8 * hj + r, k0 + kChunk * hk);
   }
@@ -157,10 +163,19 @@ struct Layout {
   static constexpr bool kPermutedRows = kPadded;
 
   // The mma's operand registers, from the register as loaded: Tf32 rounds
-  // to TF32 here (nearest even), Bf16 takes the bits as they are.
+  // to TF32 here (nearest even), Bf16 and Tf32Rounded take the bits as
+  // they are.
   __device__ __forceinline__ static uint32_t operand(uint32_t bits) {
     if constexpr (std::is_same_v<Kind, Tf32>) return tc::cvt_tf32_bits(bits);
     return bits;
+  }
+  __device__ __forceinline__ static uint32_t operand(float v) {
+    if constexpr (std::is_same_v<Kind, Tf32>) return tc::cvt_tf32(v);
+#if defined(__CUDACC__)
+    return __float_as_uint(v);
+#else
+    return std::bit_cast<uint32_t>(v);
+#endif
   }
 
   // a[0..3]: the A fragment of rows j0..j0+15 at k0..k0+kMmaK-1.
@@ -176,7 +191,7 @@ struct Layout {
       load_pair(p, v[0], v[1]);
       load_pair(p + 4 * kRow, v[2], v[3]);
       #pragma unroll
-      for (int r = 0; r < 4; ++r) a[r] = tc::cvt_tf32(v[r]);
+      for (int r = 0; r < 4; ++r) a[r] = operand(v[r]);
     } else {
       tc::ldmatrix<4, AlongJ>(a, fragment_row<true>(tile, lane, j0, k0));
       #pragma unroll
@@ -193,10 +208,10 @@ struct Layout {
                                                 uint32_t (&b0)[2], uint32_t (&b1)[2]) {
     if constexpr (kPadded) {
       const float* p = tile + (k0 + (lane & 3)) * kRow + j0 + (lane >> 2);
-      b0[0] = tc::cvt_tf32(p[0]);
-      b0[1] = tc::cvt_tf32(p[4 * kRow]);
-      b1[0] = tc::cvt_tf32(p[8]);
-      b1[1] = tc::cvt_tf32(p[4 * kRow + 8]);
+      b0[0] = operand(p[0]);
+      b0[1] = operand(p[4 * kRow]);
+      b1[0] = operand(p[8]);
+      b1[1] = operand(p[4 * kRow + 8]);
     } else {
       uint32_t r[4];
       tc::ldmatrix<4, AlongJ>(r, fragment_row<false>(tile, lane, j0, k0));
