@@ -66,9 +66,14 @@ struct RowChunks {
     const int v = L::kPadded ? u : u ^ (row() >> 2 & 1);
     return Kind::kChunk * (int(threadIdx.x) % kTpr + kTpr * v);
   }
-  // Unit 0's place in a stage; unit u is 32 u elements (kTpr chunks)
-  // further.
-  __device__ __forceinline__ static int first() { return L::chunk(j(0), row()); }
+  // Unit 0's place in a stage, L::chunk(j(0), row()); unit u is 32 u
+  // elements (kTpr chunks) further. Bf16 writes the swizzle out ((a + 4 (i
+  // / 4 % 2)) ^ (i % 8) = a ^ (i % 4)), the form of rung 08's SASS as
+  // measured.
+  __device__ __forceinline__ static int first() {
+    if constexpr (L::kPadded) return L::chunk(j(0), row());
+    return row() * BJ + 8 * ((int(threadIdx.x) % kTpr) ^ (row() & 3));
+  }
 };
 
 // B: the output gradient, dy [N*P*Q, Kp], row i, columns n0 .. n0 + BJ.
