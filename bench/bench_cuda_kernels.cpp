@@ -51,6 +51,8 @@
 // CUDA build under ANVIL_REQUIRE_CUDA=1 (the GPU check's: no passing by skipping).
 #include <fstream>
 
+#include <CLI/CLI.hpp>
+
 #include "bench/cuda_kernels/bench.h"
 
 namespace bench_cuda {
