@@ -268,8 +268,15 @@ bool run_until(CUstream_st& s, uint64_t until, Outcome& out) {
     s.running = false;
     if (!done) return false;
     if (head != nullptr) {
+      // A communication item that ran may have finished its peers' items too
+      // (sim/nccl_sim.cpp): a host waiting for one of them must look again.
+      const bool comm = head->kind == WorkKind::kComm;
       s.completed = head->seq;
       s.queue.pop_front();
+      if (comm) {
+        ++reg().generation;
+        reg().changed.notify_all();
+      }
     } else {
       s.completed = w.seq;
     }
