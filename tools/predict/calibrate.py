@@ -4,8 +4,8 @@ time that docs/results.md ("GPU runs", 2026-11-26) records for anvil's own
 kernels, with the model's prediction without and with the issue bound
 (tools/predict/step_time.py) and measured / predicted.
 
-    python3 tools/predict/calibrate.py          # the table in docs/kernels.md, "Calibration"
-    python3 tools/predict/calibrate.py --check  # exit 1 unless docs/kernels.md holds it
+    python3 tools/predict/calibrate.py          # the table in docs/step-model.md, "Calibration"
+    python3 tools/predict/calibrate.py --check  # exit 1 unless docs/step-model.md holds it
 
 The measured figures are copied here from docs/results.md (each row says
 where); nothing is measured by this script. The model is the H100 SXM5's
@@ -146,12 +146,12 @@ def step_rows():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true",
-                    help="exit 1 unless docs/kernels.md holds this table as printed")
+                    help="exit 1 unless docs/step-model.md holds this table as printed")
     a = ap.parse_args()
     lines = table()
     print("\n".join(lines))
-    if a.check and "\n".join(lines) not in (sp.ROOT / "docs" / "kernels.md").read_text():
-        sys.exit("calibrate: docs/kernels.md's calibration table is not what the model gives; "
+    if a.check and "\n".join(lines) not in (sp.ROOT / "docs" / "step-model.md").read_text():
+        sys.exit("calibrate: docs/step-model.md's calibration table is not what the model gives; "
                  "paste python3 tools/predict/calibrate.py's table into it")
 
 
