@@ -1,6 +1,6 @@
 // The listener that counts the test cases a runner runs, for the skip
 // status (tests/skip.h). Included once per test binary, by its runner
-// (tests/main.cpp, tests/parallel/main.cpp), after Catch2 with
+// (tests/runner.cpp), after Catch2 with
 // CATCH_CONFIG_RUNNER: the listener's base class is in Catch2's runner part.
 #pragma once
 #include <catch2/catch.hpp>

@@ -98,18 +98,26 @@ void gemm_rungs::tf32_pipelined(const GemmArgs& g, cudaStream_t stream) {
 
 // The stage-depth sweep of the tests: 2 stages (34 KB, static shared
 // memory), 3 (51 KB, dynamic) or the rung's 4. The split plan, hence the
-// workspace, is the rung's (the same block tile and kMinBlocks).
+// workspace, is the rung's (the same block tile and kMinBlocks). The 2- and
+// 3-stage builds take A along k only, with B either way: the depth changes
+// the pipeline, which both of B's iterators feed and A's transpose does not
+// touch, and each instance is compiled for two GPUs (nvcc's longest file).
 void gemm_rungs::tf32_pipelined_stages(int stages, const GemmArgs& g, cudaStream_t stream) {
   using Two = mma_ldmatrix::ShapeOf<multistage::Tf32, 2, 2, 2, 2>;
   using Three = mma_ldmatrix::ShapeOf<multistage::Tf32, 2, 2, 3, 2>;
   static_assert(Two::kDynamicSharedBytes == 0 && Three::kDynamicSharedBytes > 0);
-  switch (stages) {
-    case 2: return gemm_kernels::by_transpose<gemm_kernels::MmaRung<Two>::Run>(g, stream);
-    case 3: return gemm_kernels::by_transpose<gemm_kernels::MmaRung<Three>::Run>(g, stream);
-    case 4: return tf32_pipelined(g, stream);
-  }
-  throw std::invalid_argument("gemm rung 11: " + std::to_string(stages) +
-                              " stages (2, 3 or 4 are built)");
+  if (stages == 4) return tf32_pipelined(g, stream);
+  if (stages != 2 && stages != 3)
+    throw std::invalid_argument("gemm rung 11: " + std::to_string(stages) +
+                                " stages (2, 3 or 4 are built)");
+  if (g.trans_a)
+    throw std::invalid_argument("gemm rung 11: " + std::to_string(stages) +
+                                " stages are built for A along k only (trans_a false)");
+  if (stages == 2)
+    return g.trans_b ? gemm_kernels::MmaRung<Two>::Run<false, true>::run(g, stream)
+                     : gemm_kernels::MmaRung<Two>::Run<false, false>::run(g, stream);
+  return g.trans_b ? gemm_kernels::MmaRung<Three>::Run<false, true>::run(g, stream)
+                   : gemm_kernels::MmaRung<Three>::Run<false, false>::run(g, stream);
 }
 
 }  // namespace anvil::cuda
