@@ -171,6 +171,23 @@ thread_local char t_barrier_sync[2];       // sync addresses of even and odd bar
 thread_local char t_warp_sync[32][2];      // the same per warp, for __syncwarp
 #endif
 
+#if defined(ANVIL_SIM_TSAN)
+// TSan's contexts of the CUDA threads, kept per worker thread and reused by
+// its blocks: __tsan_create_fiber and __tsan_destroy_fiber each map, clear
+// and unmap a thread state, which took most of a simulated launch under TSan
+// (perf: 80% in its memset and page faults). Reuse hides no race: a worker
+// runs its blocks one after another, every fiber of a block ends with a
+// synchronising switch to the host, and every fiber of the next block starts
+// with one from it, so consecutive blocks were ordered already.
+struct TsanFiberPool {
+  std::vector<void*> fibers;
+  ~TsanFiberPool() {
+    for (void* f : fibers) __tsan_destroy_fiber(f);
+  }
+};
+thread_local TsanFiberPool t_tsan_fibers;
+#endif
+
 // Switches TSan's view to `fiber` (host: null); `sync` orders everything
 // before the switch before everything after it.
 inline void tsan_switch([[maybe_unused]] void* fiber, [[maybe_unused]] bool sync) {
@@ -302,13 +319,9 @@ void run_block(const KernelCall& call, const std::source_location& where) {
                          });
   }
 #if defined(ANVIL_SIM_TSAN)
-  for (auto& t : threads) t.tsan_fiber = __tsan_create_fiber(0);
-  struct DestroyFibers {
-    std::vector<SimThread>& threads;
-    ~DestroyFibers() {
-      for (auto& t : threads) __tsan_destroy_fiber(t.tsan_fiber);
-    }
-  } destroy_fibers{threads};
+  std::vector<void*>& pool = t_tsan_fibers.fibers;
+  while (pool.size() < n) pool.push_back(__tsan_create_fiber(0));
+  for (size_t i = 0; i < n; ++i) threads[i].tsan_fiber = pool[i];
   for (auto& t : threads) resume(t);  // the synchronising first switches (see the fiber)
 #endif
 
