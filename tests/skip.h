@@ -1,7 +1,7 @@
 // Catch2 2 has no SKIP: skip() stands in for it, in anvil-tests and
 // anvil-parallel-tests alike. The test case says why (a warning, and a
 // passing SUCCEED so that --warn NoAssertions accepts it) and returns; the
-// runner (tests/main.cpp, tests/parallel/main.cpp) exits with kSkipExitCode
+// runner (tests/runner.cpp) exits with kSkipExitCode
 // when nothing failed and every test case it ran was skipped, which ctest
 // reports as "skipped" (SKIP_RETURN_CODE), not as passed.
 #pragma once
