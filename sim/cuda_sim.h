@@ -62,6 +62,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <source_location>
 #include <string>
@@ -456,6 +457,25 @@ void finish_launch_audit();
 // unwritten, so the run's numeric results are invalid.
 void set_sample_blocks(uint64_t count);
 uint64_t sample_blocks();
+
+// Which blocks run, for tests of shapes too large to simulate whole: while a
+// BlockFilter lives, every launch of a kernel whose short name
+// (core/symbol_name.h's short_kernel_name) contains `kernel` runs only the
+// blocks `keep` accepts, in block order, and skips the others, leaving their
+// outputs unwritten; launches of other kernels run every block (and
+// ANVIL_SIM_SAMPLE_BLOCKS does not apply to the filtered ones). One filter
+// at a time: a second throws std::logic_error.
+class BlockFilter {
+ public:
+  using Keep = std::function<bool(const dim3& grid, const uint3& block)>;
+  BlockFilter(std::string kernel, Keep keep);
+  ~BlockFilter();
+  BlockFilter(const BlockFilter&) = delete;
+  BlockFilter& operator=(const BlockFilter&) = delete;
+  // The filtered launches so far, and the blocks they ran.
+  uint64_t launches() const;
+  uint64_t blocks_run() const;
+};
 
 // Limits the launch enforces (a compute-capability 8.x/9.x device's).
 constexpr unsigned kMaxThreadsPerBlock = 1024;

@@ -28,6 +28,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -411,6 +412,7 @@ struct LaunchJob {
   const detail::KernelLaunch& launch;
   uint64_t blocks = 0;
   uint64_t run = 0;  // the blocks that run: all, or ANVIL_SIM_SAMPLE_BLOCKS of them
+  const std::vector<uint64_t>* chosen = nullptr;  // a BlockFilter's blocks, else null
   double* seconds = nullptr;  // per block, while the launch audit records
   std::atomic<uint64_t> next{0};
   std::atomic<bool> failed{false};
@@ -430,7 +432,9 @@ struct LaunchJob {
       // A sample is spread evenly: the middle block of each run-th of the grid.
       using Wide = unsigned __int128;  // (2 taken + 1) * blocks may pass 2^64
       const uint64_t b =
-          run == blocks ? taken : static_cast<uint64_t>((2 * Wide(taken) + 1) * blocks / (2 * run));
+          chosen ? (*chosen)[taken]
+          : run == blocks ? taken
+                          : static_cast<uint64_t>((2 * Wide(taken) + 1) * blocks / (2 * run));
       blockIdx = uint3{static_cast<unsigned>(b % g.x), static_cast<unsigned>(b / g.x % g.y),
                        static_cast<unsigned>(b / (uint64_t{g.x} * g.y))};
       try {
@@ -548,12 +552,83 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
   return t->result;
 }
 
+namespace {
+
+// The live BlockFilter (cuda_sim.h): what it keeps, and what it has run.
+struct FilterState {
+  std::mutex mutex;
+  bool active = false;
+  std::string kernel;
+  BlockFilter::Keep keep;
+  uint64_t launches = 0, blocks = 0;
+};
+FilterState& filter_state() {
+  static FilterState state;
+  return state;
+}
+
+// The blocks of `launch` the live filter keeps, in block order, if one is
+// live and names its kernel; else nullopt (every block, or the sample).
+std::optional<std::vector<uint64_t>> filtered_blocks(const detail::KernelLaunch& launch,
+                                                     uint64_t blocks) {
+  FilterState& f = filter_state();
+  std::lock_guard lock(f.mutex);
+  if (!f.active) return std::nullopt;
+  const void* address = launch.call->kernel_address();
+  const std::string mangled = address ? mangled_name_at(address) : std::string();
+  if (mangled.empty() || short_kernel_name(demangle(mangled.c_str())).find(f.kernel) == std::string::npos)
+    return std::nullopt;
+  const dim3 g = launch.grid;
+  std::vector<uint64_t> chosen;
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint3 block{static_cast<unsigned>(b % g.x), static_cast<unsigned>(b / g.x % g.y),
+                      static_cast<unsigned>(b / (uint64_t{g.x} * g.y))};
+    if (f.keep(g, block)) chosen.push_back(b);
+  }
+  ++f.launches;
+  f.blocks += chosen.size();
+  return chosen;
+}
+
+}  // namespace
+
+BlockFilter::BlockFilter(std::string kernel, Keep keep) {
+  FilterState& f = filter_state();
+  std::lock_guard lock(f.mutex);
+  if (f.active) throw std::logic_error("sim::BlockFilter: another filter is live (one at a time)");
+  f.active = true;
+  f.launches = f.blocks = 0;
+  f.kernel = std::move(kernel);
+  f.keep = std::move(keep);
+}
+BlockFilter::~BlockFilter() {
+  FilterState& f = filter_state();
+  std::lock_guard lock(f.mutex);
+  f.active = false;
+  f.keep = nullptr;
+}
+uint64_t BlockFilter::launches() const {
+  std::lock_guard lock(filter_state().mutex);
+  return filter_state().launches;
+}
+uint64_t BlockFilter::blocks_run() const {
+  std::lock_guard lock(filter_state().mutex);
+  return filter_state().blocks;
+}
+
 void detail::run_kernel(const detail::KernelLaunch& launch) {
   LaunchJob job(launch);
   const dim3 g = launch.grid;
   job.blocks = uint64_t{g.x} * g.y * g.z;
-  const uint64_t sample = detail::sample_blocks_for_launch();
-  job.run = sample > 0 && sample < job.blocks ? sample : job.blocks;
+  const std::optional<std::vector<uint64_t>> chosen = filtered_blocks(launch, job.blocks);
+  if (chosen) {
+    job.chosen = &*chosen;
+    job.run = chosen->size();
+  } else {
+    const uint64_t sample = detail::sample_blocks_for_launch();
+    job.run = sample > 0 && sample < job.blocks ? sample : job.blocks;
+  }
+  if (job.run == 0) return;  // a filter that keeps none of its blocks
   std::vector<double> seconds;  // negative: not run (sampled out)
   if (detail::launch_audit_recording()) {
     seconds.assign(job.blocks, -1.0);

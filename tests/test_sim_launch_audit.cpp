@@ -155,6 +155,53 @@ TEST_CASE("sim: ANVIL_SIM_SAMPLE_BLOCKS runs an evenly spread sample of each lau
   CHECK(equal["predicted_sm_utilisation"].get<double>() > 0.9);
 }
 
+TEST_CASE("sim: a BlockFilter runs only the blocks it keeps of the kernels it names",
+          "[sim][audit]") {
+  const dim3 grid(5, 3, 2);
+  const size_t blocks = 5 * 3 * 2;
+  cuda_test::DeviceBuffer<float> out(std::vector<float>(blocks, 0.0f));
+  const auto ran = [&] {
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    std::vector<size_t> which;
+    const std::vector<float> v = out.to_host();
+    for (size_t b = 0; b < blocks; ++b) {
+      if (v[b] != 0.0f) {
+        CHECK(v[b] == float(b + 1));  // the block that ran is the one that wrote
+        which.push_back(b);
+      }
+    }
+    return which;
+  };
+  {
+    // The edge blocks of x and the last of z: (0 or 4, any y, 1).
+    anvil::sim::BlockFilter filter("sim_audit_kernels::mark_blocks", [](const dim3& g, const uint3& b) {
+      return (b.x == 0 || b.x == g.x - 1) && b.z == g.z - 1;
+    });
+    CHECK_THROWS_WITH(anvil::sim::BlockFilter("anything", [](const dim3&, const uint3&) { return true; }),
+                      Contains("another filter is live"));
+    anvil::cuda::launch(sim_audit_kernels::mark_blocks, grid, 32, 0, nullptr, out.ptr);
+    CHECK(ran() == std::vector<size_t>{15, 19, 20, 24, 25, 29});
+    CHECK(filter.launches() == 1);
+    CHECK(filter.blocks_run() == 6);
+    // A kernel it does not name runs whole ("mark_all_blocks" does not contain
+    // "mark_blocks").
+    anvil::cuda::launch(sim_audit_kernels::mark_all_blocks, grid, 32, 0, nullptr, out.ptr);
+    CHECK(ran().size() == blocks);
+    CHECK(filter.launches() == 1);
+  }
+  {  // A filter that keeps nothing runs nothing.
+    REQUIRE(cudaMemset(out.ptr, 0, blocks * sizeof(float)) == cudaSuccess);
+    anvil::sim::BlockFilter none("mark_blocks", [](const dim3&, const uint3&) { return false; });
+    anvil::cuda::launch(sim_audit_kernels::mark_blocks, grid, 32, 0, nullptr, out.ptr);
+    CHECK(ran().empty());
+    CHECK(none.launches() == 1);
+  }
+  // Without a filter, every block runs again.
+  REQUIRE(cudaMemset(out.ptr, 0, blocks * sizeof(float)) == cudaSuccess);
+  anvil::cuda::launch(sim_audit_kernels::mark_blocks, grid, 32, 0, nullptr, out.ptr);
+  CHECK(ran().size() == blocks);
+}
+
 TEST_CASE("sim: ANVIL_SIM_LAUNCH_AUDIT writes a training step's kernels at exit, or says why not",
           "[sim][audit][cli]") {
   TempDir dir("audit");
