@@ -1,4 +1,4 @@
-// The BF16 rungs' bfloat16 outputs (GEMM rung 10, conv rung 07: y and dx)
+// The BF16 rungs' bfloat16 outputs (GEMM rung 10, conv rungs 07 and 08: y and dx)
 // and channel_sum's bfloat16 dy. A bfloat16 output is the float32 output of
 // the same rung, rounded once to nearest even: the tests hold every element
 // to that bit for bit, on ragged shapes, unsplit and split (split-K's second
@@ -33,7 +33,7 @@ using cuda_test::DeviceBuffer;
 namespace cu = anvil::cuda;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr int kBf16Gemm = cu::kBf16Gemm, kBf16Conv = cu::kBf16Conv;
+constexpr int kBf16Gemm = cu::kBf16Gemm;
 
 Bf16s to_bf16(const Vec& v) {
   Bf16s out;
@@ -137,8 +137,8 @@ Conv2dShape make_shape(int64_t N, int64_t C, int64_t H, int64_t K, int64_t R, in
 
 }  // namespace
 
-TEST_CASE("cuda bfloat16 epilogue: conv rung 07's bfloat16 y and dx are its float32 ones rounded, "
-          "bit for bit",
+TEST_CASE("cuda bfloat16 epilogue: conv rungs 07 and 08 give bfloat16 y and dx that are their float32 "
+          "ones rounded, bit for bit",
           "[cuda][conv][bf16]") {
   if (!cuda_test::have_device("bf16 epilogue test")) return;
   // Batch 7: forward unsplit (67 channels: the 128-row tile), backward-data
@@ -147,29 +147,31 @@ TEST_CASE("cuda bfloat16 epilogue: conv rung 07's bfloat16 y and dx are its floa
   const std::vector<Conv2dShape> shapes = {make_shape(7, 15, 9, 67, 3, 1, 1),
                                            make_shape(1, 70, 5, 45, 3, 2, 1),
                                            make_shape(7, 5, 8, 13, 3, 1, 0)};
-  REQUIRE(cu::conv2d_workspace_floats(kBf16Conv, shapes[1]) > 0);
-  uint32_t seed = 70;
-  for (const Conv2dShape& s : shapes) {
-    for (const bool with_bias : {false, true}) {
-      INFO("N " << s.N << ", C " << s.C << ", H " << s.H << ", K " << s.K << ", stride "
-                << s.stride_h << (with_bias ? ", bias" : ""));
-      const size_t nx = size_t(s.N * s.C * s.H * s.W), nw = size_t(s.K * s.C * s.R * s.S),
-                   ny = size_t(s.N * s.K * s.P * s.Q);
-      const DeviceBuffer<anvil::bfloat16> x(to_bf16(cuda_test::random_floats(nx, ++seed)));
-      const DeviceBuffer<anvil::bfloat16> w(to_bf16(cuda_test::random_floats(nw, ++seed)));
-      const DeviceBuffer<anvil::bfloat16> dy(to_bf16(cuda_test::random_floats(ny, ++seed)));
-      const DeviceBuffer<float> bias(cuda_test::random_floats(size_t(s.K), ++seed));
-      DeviceBuffer<float> ws(Vec(cu::conv2d_workspace_floats(kBf16Conv, s) + 1, kNaN));
-      DeviceBuffer<float> y32(Vec(ny, kNaN)), dx32(Vec(nx, kNaN));
-      DeviceBuffer<anvil::bfloat16> y16(ny), dx16(nx);
-      const float* b = with_bias ? bias.ptr : nullptr;
-      cu::conv2d_forward(kBf16Conv, s, x.ptr, w.ptr, b, y32.ptr, ws.ptr, nullptr);
-      cu::conv2d_forward(kBf16Conv, s, x.ptr, w.ptr, b, y16.ptr, ws.ptr, nullptr);
-      require_rounded(y16.to_host(), y32.to_host());
-      if (with_bias) continue;  // backward-data has no bias
-      cu::conv2d_backward_data(kBf16Conv, s, dy.ptr, w.ptr, dx32.ptr, ws.ptr, nullptr);
-      cu::conv2d_backward_data(kBf16Conv, s, dy.ptr, w.ptr, dx16.ptr, ws.ptr, nullptr);
-      require_rounded(dx16.to_host(), dx32.to_host());
+  for (const int rung : {7, cu::kBf16Conv}) {
+    REQUIRE(cu::conv2d_workspace_floats(rung, shapes[1]) > 0);
+    uint32_t seed = 70;
+    for (const Conv2dShape& s : shapes) {
+      for (const bool with_bias : {false, true}) {
+        INFO("rung " << rung << ", N " << s.N << ", C " << s.C << ", H " << s.H << ", K " << s.K
+                     << ", stride " << s.stride_h << (with_bias ? ", bias" : ""));
+        const size_t nx = size_t(s.N * s.C * s.H * s.W), nw = size_t(s.K * s.C * s.R * s.S),
+                     ny = size_t(s.N * s.K * s.P * s.Q);
+        const DeviceBuffer<anvil::bfloat16> x(to_bf16(cuda_test::random_floats(nx, ++seed)));
+        const DeviceBuffer<anvil::bfloat16> w(to_bf16(cuda_test::random_floats(nw, ++seed)));
+        const DeviceBuffer<anvil::bfloat16> dy(to_bf16(cuda_test::random_floats(ny, ++seed)));
+        const DeviceBuffer<float> bias(cuda_test::random_floats(size_t(s.K), ++seed));
+        DeviceBuffer<float> ws(Vec(cu::conv2d_workspace_floats(rung, s) + 1, kNaN));
+        DeviceBuffer<float> y32(Vec(ny, kNaN)), dx32(Vec(nx, kNaN));
+        DeviceBuffer<anvil::bfloat16> y16(ny), dx16(nx);
+        const float* b = with_bias ? bias.ptr : nullptr;
+        cu::conv2d_forward(rung, s, x.ptr, w.ptr, b, y32.ptr, ws.ptr, nullptr);
+        cu::conv2d_forward(rung, s, x.ptr, w.ptr, b, y16.ptr, ws.ptr, nullptr);
+        require_rounded(y16.to_host(), y32.to_host());
+        if (with_bias) continue;  // backward-data has no bias
+        cu::conv2d_backward_data(rung, s, dy.ptr, w.ptr, dx32.ptr, ws.ptr, nullptr);
+        cu::conv2d_backward_data(rung, s, dy.ptr, w.ptr, dx16.ptr, ws.ptr, nullptr);
+        require_rounded(dx16.to_host(), dx32.to_host());
+      }
     }
   }
 }

@@ -15,25 +15,20 @@
 // channel block partial and output channels that leave their tiles ragged,
 // and bitwise the same at every pipeline depth.
 //
-// The bounds are GEMM rungs 09's and 10's (tests/test_cuda_gemm_mma.cpp
-// derives them), each direction a GEMM with reduction length R: C*R*S
-// (forward), K*R*S (backward-data), N*P*Q (backward-weight). With S =
-// sum |a b| over the terms of an element (unrounded operands) and u the
-// operands' unit roundoff (TF32 2^-11, BF16 2^-8), the bound is
-//   |d - ref| <= c * 2u * S + 2^-23 |bias|,  c = 1 + u/2 + (R + 1) * 2^-23 / (2u)
-// (the bias is added in FP32 after the sum: one rounding); against the FP64
-// sum of the operands rounded as the rung rounds them, the FP32 bound
-// (R + 2) * 2^-23 * (S~ + |bias|); the control: the result fails R * 2^-24 * (S + |bias|),
-// a bound that an FP32 convolution of the unrounded operands meets, asserted
-// for R <= 256 only (test_cuda_gemm_mma.cpp says why; LeNet's conv1
-// backward-weight at batch 2 has R = 1152 and relies on the rounded-operand
-// comparison).
+// The bounds (tests/conv_test_util.h derives them): each direction a GEMM
+// with reduction length R: C*R*S (forward), K*R*S (backward-data), N*P*Q
+// (backward-weight), the rung's bound from its unit roundoff, the FP32
+// bound against the rounded operands, and the control: the result fails
+// the bound an FP32 convolution of the unrounded operands meets, asserted
+// for R <= 256 only (LeNet's conv1 backward-weight at batch 2 has R = 1152
+// and relies on the rounded-operand comparison).
 #if defined(ANVIL_CUDA_BACKEND)
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -48,6 +43,7 @@
 #include "core/tf32.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/shapes.h"
+#include "tests/conv_test_util.h"
 #include "tests/cuda_test_util.h"
 #if defined(ANVIL_CUDA_SIM)
 #include "sim/mma_sim.h"
@@ -60,96 +56,13 @@ using anvil::Conv2dShape;
 using cuda_test::DeviceBuffer;
 namespace cu = anvil::cuda;
 
+using namespace conv_test;
+
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-// A tensor-core rung: its rung, unit roundoff and rounding.
-struct Rung {
-  int rung;
-  double u;
-  double (*round)(float);
-  cu::gemm_rungs::Math math;
-};
-double tf32(float x) { return double(std::bit_cast<float>(anvil::float_to_tf32_bits(x))); }
-double bf16(float x) { return double(anvil::bf16_bits_to_float(anvil::float_to_bf16_bits(x))); }
-constexpr Rung kTf32{6, 0x1p-11, tf32, cu::gemm_rungs::Math::kTf32},
-    kBf16{7, 0x1p-8, bf16, cu::gemm_rungs::Math::kBf16},
-    kBf16Multistage{8, 0x1p-8, bf16, cu::gemm_rungs::Math::kBf16},
-    kTf32Multistage{9, 0x1p-11, tf32, cu::gemm_rungs::Math::kTf32};
-
-Conv2dShape make_shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t R,
-                       int64_t S, int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
-  Conv2dShape s{N, C, H, W, K, R, S, sh, sw, ph, pw, 0, 0};
-  s.P = Conv2dShape::out_size(H, R, sh, ph);
-  s.Q = Conv2dShape::out_size(W, S, sw, pw);
-  return s;
-}
-
-std::string describe(const Conv2dShape& s) {
-  std::ostringstream o;
-  o << "N" << s.N << " C" << s.C << " H" << s.H << " W" << s.W << " K" << s.K << " R" << s.R
-    << " S" << s.S << " stride " << s.stride_h << "," << s.stride_w << " pad " << s.pad_h << ","
-    << s.pad_w << " -> P" << s.P << " Q" << s.Q;
-  return o.str();
-}
-
-// One output element's sums over its terms a * b.
-struct Sums {
-  double exact = 0, rounded = 0, mag = 0, mag_rounded = 0;
-  void add(float a, float b, double (*round)(float)) {
-    exact += double(a) * b;
-    rounded += round(a) * round(b);
-    mag += std::fabs(double(a) * b);
-    mag_rounded += std::fabs(round(a) * round(b));
-  }
-};
-
-// The worst |d - ref| / bound of a direction's elements (the three
-// comparisons of the top of this file).
-struct Ratios {
-  double bound = 0, fp32 = 0, rounded = 0;
-  int64_t R = 0;  // the reduction length
-  void check(double d, const Sums& s, double bias, int64_t R_, double u) {
-    R = R_;
-    const double c = 1 + u / 2 + double(R + 1) * 0x1p-23 / (2 * u), b = std::fabs(bias);
-    const double e = std::fabs(d - (s.exact + bias));
-    bound = std::max(bound, e / (c * 2 * u * s.mag + 0x1p-23 * b));
-    fp32 = std::max(fp32, e / (double(R) * 0x1p-24 * (s.mag + b)));
-    rounded = std::max(rounded, std::fabs(d - (s.rounded + bias)) /
-                                    (double(R + 2) * 0x1p-23 * (s.mag_rounded + b)));
-    if (std::isnan(d)) bound = rounded = std::numeric_limits<double>::infinity();
-  }
-};
-
 struct Result {
   Ratios forward, backward_data, backward_weight;
   Vec y, dx, dw;  // what the rung wrote
 };
-
-int64_t at4(int64_t a, int64_t B, int64_t b, int64_t C, int64_t c, int64_t D, int64_t d) {
-  return ((a * B + b) * C + c) * D + d;
-}
-
-struct Inputs {
-  Vec x, w, bias, dy;
-};
-
-// Random x, w, bias and dy for s; with bf16_values, x, w and dy rounded to
-// bfloat16 (the bias stays float32, as autocast keeps it).
-Inputs draw(const Conv2dShape& s, uint32_t seed, bool bf16_values) {
-  Inputs in{cuda_test::random_floats(size_t(s.N * s.C * s.H * s.W), seed),
-            cuda_test::random_floats(size_t(s.K * s.C * s.R * s.S), seed + 1),
-            cuda_test::random_floats(size_t(s.K), seed + 2),
-            cuda_test::random_floats(size_t(s.N * s.K * s.P * s.Q), seed + 3)};
-  if (bf16_values)
-    for (Vec* v : {&in.x, &in.w, &in.dy})
-      for (float& e : *v) e = float(bf16(e));
-  return in;
-}
-
-std::vector<anvil::bfloat16> to_bf16(const Vec& v) {
-  std::vector<anvil::bfloat16> out;
-  for (float e : v) out.push_back(anvil::bfloat16(e));
-  return out;
-}
 
 // The three outputs y, dx, dw of a rung against FP64 of the inputs.
 Result compare(const Rung& rung, const Conv2dShape& s, const Inputs& in, Vec y, Vec dx, Vec dw) {
@@ -303,7 +216,7 @@ TEST_CASE("cuda conv mma: rung 7 reads bfloat16 x, w and dy, bitwise as float32 
   float* no_output = nullptr;
   REQUIRE_THROWS_WITH(cu::conv2d_forward(6, s, none, none, nullptr, no_output, nullptr, nullptr),
                       "cuda::conv2d_forward: rung 6 (tf32 mma) reads float32 operands only; "
-                      "bfloat16 ones need rung 7 (bf16 mma)");
+                      "bfloat16 ones need rung 8 (bf16 multistage)");
   REQUIRE_THROWS_WITH(cu::conv2d_backward_data(5, s, none, none, no_output, nullptr, nullptr),
                       Catch::Contains("cuda::conv2d_backward_data: rung 5"));
   REQUIRE_THROWS_WITH(cu::conv2d_backward_weight(1, s, none, none, nullptr, nullptr, nullptr),
@@ -459,16 +372,22 @@ TEST_CASE("conv backends: bfloat16 operands on the CPU and cuda:0 against FP64, 
   }
 }
 
-// Run by ctest with ANVIL_CONV_BF16_RUNG=8 and ANVIL_CONV_TF32_RUNG=9
-// (tests/CMakeLists.txt): the backend's BF16 convolutions then give rung
-// 8's bits exactly, and its TF32 ones (float32 tensors under the default
-// precision) rung 9's.
-TEST_CASE("cuda conv: ANVIL_CONV_BF16_RUNG=8 and ANVIL_CONV_TF32_RUNG=9 put the backend's BF16 "
-          "and TF32 convolutions on rungs 8 and 9",
+// Run by ctest twice (tests/CMakeLists.txt): as shipped, where the backend's
+// BF16 convolutions must give rung 8's bits exactly and its TF32 ones
+// (float32 tensors under the default precision) rung 9's, and with
+// ANVIL_CONV_BF16_RUNG=7 ANVIL_CONV_TF32_RUNG=6, rungs 7's and 6's. The
+// rungs sum in different orders, so a backend on the wrong rung fails.
+TEST_CASE("cuda conv: the backend's BF16 and TF32 convolutions run the shipped rungs 8 and 9, "
+          "or the ones ANVIL_CONV_BF16_RUNG and ANVIL_CONV_TF32_RUNG name",
           "[.][conv-rung-override]") {
   if (!cuda_test::have_device("ANVIL_CONV_*_RUNG test")) return;
-  REQUIRE(cu::bf16_conv_rung() == 8);
-  REQUIRE(cu::tf32_conv_rung() == 9);
+  const auto named = [](const char* var, int shipped) {
+    const char* v = std::getenv(var);
+    return v == nullptr || *v == '\0' ? shipped : std::atoi(v);
+  };
+  const int bf16 = named("ANVIL_CONV_BF16_RUNG", 8), tf32 = named("ANVIL_CONV_TF32_RUNG", 9);
+  REQUIRE(cu::bf16_conv_rung() == bf16);
+  REQUIRE(cu::tf32_conv_rung() == tf32);
   REQUIRE(anvil::fp32_math(anvil::OpFamily::kConv, anvil::DeviceType::CUDA) ==
           anvil::Fp32Math::kTf32);
   using anvil::DType;
@@ -479,8 +398,9 @@ TEST_CASE("cuda conv: ANVIL_CONV_BF16_RUNG=8 and ANVIL_CONV_TF32_RUNG=9 put the 
     const Rung& rung;
     Operands operands;
   };
-  for (const Case& c : {Case{DType::BFloat16, kBf16Multistage, Operands::kBf16},
-                        Case{DType::Float32, kTf32Multistage, Operands::kFloat32}}) {
+  for (const Case& c : {Case{DType::BFloat16, bf16 == 8 ? kBf16Multistage : kBf16, Operands::kBf16},
+                        Case{DType::Float32, tf32 == 9 ? kTf32Multistage : kTf32,
+                             Operands::kFloat32}}) {
     uint32_t seed = 150;
     for (const Conv2dShape& s : test_shapes()) {
       INFO("rung " << c.rung.rung << ", " << describe(s));

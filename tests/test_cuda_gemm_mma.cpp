@@ -349,7 +349,7 @@ TEST_CASE("cuda gemm mma: rung 10 reads bfloat16 A and B, bitwise as float32 of 
   REQUIRE_THROWS_WITH(cu::gemm(9, false, false, 4, 4, 4, 1.0f, none, 4, none, 4, 0.0f, nullptr, 4,
                                nullptr, nullptr),
                       "cuda::gemm: rung 9 (tf32 mma) reads float32 operands only; bfloat16 "
-                      "ones need rung 10 (bf16 mma)");
+                      "ones need rung 12 (bf16 mma ldmatrix)");
 }
 
 namespace {

@@ -377,7 +377,7 @@ if [[ "$part" == 6 ]]; then
     echo "$n"
   }
   gemm_rungs=$(seq -s, 8 "$(top gemm 12)")
-  conv_rungs=$(seq -s, 5 "$(top conv 7)")
+  conv_rungs=$(seq -s, 5 "$(top conv 9)")
   if ((gpu)); then
     step "bench_cuda_kernels gemm: rungs $gemm_rungs at 2048 and 4096 vs cuBLAS FP32, TF32, BF16" \
       bench.log 60 "${bench[@]}" gemm --rungs "$gemm_rungs" --gemm-sizes 2048,4096
@@ -399,11 +399,12 @@ if [[ "$part" == 6 ]]; then
     else
       skip "pytorch: ResNet-18 at its defaults and at its best" "no python3 with torch found"
     fi
-    # The same bf16 run with the backend's BF16 convolutions on conv rung 8
-    # (the multistage mainloop; kernels/cuda/conv/conv.h: bf16_conv_rung).
-    step "anvil: ResNet-18, seed recipe, 2 epochs on cuda:0, --amp bf16, conv rung 8 (ANVIL_CONV_BF16_RUNG=8)" \
-      train.log 60 env ANVIL_CONV_BF16_RUNG=8 "${train[@]}" --amp bf16 \
-      --metrics "$work/anvil-resnet18-bf16-conv8.jsonl"
+    # The same TF32 run with the backend's TF32 convolutions on conv rung 6,
+    # the single-stage rung the multistage rung 9 replaced as the default
+    # (kernels/cuda/conv/conv.h: tf32_conv_rung): the step's change, measured.
+    step "anvil: ResNet-18, seed recipe, 2 epochs on cuda:0, TF32 on conv rung 6 (ANVIL_CONV_TF32_RUNG=6)" \
+      train.log 60 env ANVIL_CONV_TF32_RUNG=6 "${train[@]}" \
+      --metrics "$work/anvil-resnet18-tf32-conv6.jsonl"
     # The simulator's stream capture against the GPU's runtime: the same
     # tests, whose expected errors come from CUDA's documentation.
     step "anvil-tests [graph]: stream capture and graphs on the GPU's runtime" tests.log 20 \

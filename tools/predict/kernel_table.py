@@ -112,7 +112,7 @@ CLAIMS = {
 # no FFMA in its main loop (checked below). The tiles on the multistage
 # mainloop copy global to shared memory with 16-byte cp.async (LDGSTS.128)
 # instead and claim LDSM in their main loops: GEMM rung 12's
-# (mma_ldmatrix.cuh, "bf16 ... ldmatrix"), conv rung 08's ("bf16 ...
+# (mma_ldmatrix.cuh, "bf16 ... ldmatrix N"), conv rung 08's ("bf16 ...
 # multistage N") and GEMM rung 11's ("tf32 ... multistage N", whose main
 # loop with both operands contiguous along j reads them by LDS instead: the
 # one the table shows has LDSM).
@@ -150,7 +150,7 @@ def base_and_tile(demangled):
     mma = re.search(r"mma_tile::Shape<[\w:]*mma_tile::(Tf32|Bf16), (\d+), (\d+), \d+>", name)
     tf32 = re.search(r"(?:mma_ldmatrix|multistage)::ShapeOf<[\w:]*multistage::Tf32(?:Rounded)?, (\d+), (\d+), "
                      r"(\d+), \d+>", name)
-    ldmatrix = re.search(r"mma_ldmatrix::Shape<(\d+), (\d+), \d+, \d+>", name)
+    ldmatrix = re.search(r"mma_ldmatrix::Shape<(\d+), (\d+), (\d+), \d+>", name)
     multistage = re.search(r"multistage::Shape<(\d+), (\d+), (\d+), \d+>", name)
     base = re.sub(r"<.*", "", name).split("::")[-1]
     if tf32:  # GEMM rung 11, conv rung 09: 64 x 64 per warp, dynamic shared memory
@@ -159,9 +159,9 @@ def base_and_tile(demangled):
     if multistage:  # 64 x 64 per warp, dynamic shared memory (multistage_shared_bytes)
         wm, wn, stages = (int(multistage.group(i)) for i in (1, 2, 3))
         return base, f"bf16 {64 * wm}x{64 * wn} multistage {stages}", 32 * wm * wn
-    if ldmatrix:  # 64 x 64 per warp, bfloat16 operands only
-        wm, wn = int(ldmatrix.group(1)), int(ldmatrix.group(2))
-        return base, f"bf16 {64 * wm}x{64 * wn} ldmatrix", 32 * wm * wn
+    if ldmatrix:  # GEMM rung 12: 64 x 64 per warp, bfloat16 operands only
+        wm, wn, stages = (int(ldmatrix.group(i)) for i in (1, 2, 3))
+        return base, f"bf16 {64 * wm}x{64 * wn} ldmatrix {stages}", 32 * wm * wn
     if mma:  # 64 x 32 per warp; the instantiation that reads bfloat16 operands from memory apart
         wm, wn = int(mma.group(2)), int(mma.group(3))
         operands = ", bf16 in memory" if name.endswith("anvil::bfloat16>") else ""
@@ -181,7 +181,8 @@ def base_and_tile(demangled):
 def multistage_shared_bytes(tile, base=""):
     """The dynamic shared memory a multistage kernel is launched with
     (mma_multistage.cuh's ShapeOf::kSharedBytes): bf16, stages x (BM + BN) x
-    32 of k x 2 bytes (conv rung 08: always dynamic); tf32, stages x 16 of k
+    32 of k x 2 bytes (conv rung 08: always dynamic; GEMM rung 12, "ldmatrix N",
+    only past 48 KB); tf32, stages x 16 of k
     x (BM + 8 + BN + 8) x 4 bytes (each operand's room that of its padded
     layout), dynamic only past 48 KB for GEMM rung 11 (its 2 stages are
     static, in ptxas's report), always for conv rung 09 (a kernel `base`
@@ -189,6 +190,10 @@ def multistage_shared_bytes(tile, base=""):
     m = re.match(r"bf16 (\d+)x(\d+) multistage (\d+)$", tile)
     if m:
         return int(m.group(3)) * (int(m.group(1)) + int(m.group(2))) * 32 * 2
+    m = re.match(r"bf16 (\d+)x(\d+) ldmatrix (\d+)$", tile)
+    if m:
+        nbytes = int(m.group(3)) * (int(m.group(1)) + int(m.group(2))) * 32 * 2
+        return nbytes if nbytes > 48 * 1024 else 0
     m = re.match(r"tf32 (\d+)x(\d+) multistage (\d+)$", tile)
     if m:
         nbytes = int(m.group(3)) * 16 * (int(m.group(1)) + 8 + int(m.group(2)) + 8) * 4
@@ -358,7 +363,7 @@ def kernel_table(rows):
         claims = MMA_CLAIMS.get(base, set()) if mma else CLAIMS.get((base, tile), CLAIMS.get(base, set()))
         if tile.endswith("bf16 in memory"):  # a quad of bfloat16 is one 8-byte load
             claims = claims - {"ldg128"}
-        if tile.endswith("ldmatrix") or "multistage" in tile:
+        if "ldmatrix" in tile or "multistage" in tile:
             claims = PIPELINED_CLAIMS
         cells = []
         for what in ("ldg128", "lds128", "ldgsts128"):
@@ -384,7 +389,7 @@ def kernel_table(rows):
             ldsm = min(m for _, _, _, m in r["hmma"])
             per_hmma = longest / fewest if fewest else float("inf")
             loop_cell = f"HMMA {fewest}, FFMA {worst_ffma} / {longest} ({per_hmma:.2f} per HMMA)"
-            if tile.endswith("ldmatrix") or "multistage" in tile:
+            if "ldmatrix" in tile or "multistage" in tile:
                 loop_cell = (f"HMMA {fewest}, LDSM {ldsm}, FFMA {worst_ffma} / {longest} "
                              f"(**{per_hmma:.2f}** per HMMA)")
                 # (GEMM rung 11 reads operands contiguous along j by LDS: with

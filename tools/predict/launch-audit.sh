@@ -27,11 +27,14 @@
 # the names (MODEL-BATCH-tf32.jsonl). --amp bf16 runs the step under bfloat16
 # autocast (docs/mixed-precision.md), as anvil-train's --amp; its files are
 # tagged -bf16 (MODEL-BATCH-bf16.jsonl) and --write puts its table in
-# docs/generated/launch-audit-bf16.md. With ANVIL_CONV_BF16_RUNG=8 in the
-# environment (conv rung 08 for every BF16 convolution, kernels/cuda/conv/
-# conv.cpp) the bf16 files are tagged -bf16-rung8 and --write puts the table
-# in docs/generated/launch-audit-bf16-rung8.md (7, or unset: the shipped
-# rung 07, the names above). ANVIL_NO_BUILD=1 runs the train_step
+# docs/generated/launch-audit-bf16.md. The convolutions' rung is set for the
+# run, whatever the backend ships (kernels/cuda/conv/conv.h): the BF16 ones
+# on ANVIL_CONV_BF16_RUNG (7 when unset, the names above; 8, the shipped
+# rung, tags the bf16 files -bf16-rung8 and --write puts the table in
+# docs/generated/launch-audit-bf16-rung8.md), the TF32 ones on
+# ANVIL_CONV_TF32_RUNG (6 when unset; 9, the shipped rung, tags the tf32
+# files -tf32-rung9, docs/generated/launch-audit-tf32-rung9.md).
+# ANVIL_NO_BUILD=1 runs the train_step
 # already in the build folder without (re)building it (another checkout's
 # build, say).
 set -euo pipefail
@@ -55,6 +58,10 @@ done
 [[ $amp == off || $amp == bf16 ]] || { echo "launch-audit: --amp '$amp' is not off or bf16" >&2; exit 2; }
 rung=${ANVIL_CONV_BF16_RUNG:-7}
 [[ $rung == 7 || $rung == 8 ]] || { echo "launch-audit: ANVIL_CONV_BF16_RUNG '$rung' is not 7 or 8" >&2; exit 2; }
+tf32_rung=${ANVIL_CONV_TF32_RUNG:-6}
+[[ $tf32_rung == 6 || $tf32_rung == 9 ]] || { echo "launch-audit: ANVIL_CONV_TF32_RUNG '$tf32_rung' is not 6 or 9" >&2; exit 2; }
+rung9=
+[[ $precision == tf32 && $amp == off && $tf32_rung == 9 ]] && rung9=1
 [[ $batch =~ ^[1-9][0-9]*$ ]] || { echo "launch-audit: BATCH '$batch' is not a positive number" >&2; exit 2; }
 [[ $sample =~ ^[0-9]+$ ]] || { echo "launch-audit: --sample '$sample' is not a block count" >&2; exit 2; }
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "launch-audit: --runs '$runs' is not a positive count" >&2; exit 2; }
@@ -72,11 +79,13 @@ tag=""  # the FP32 audits keep the names tools/predict/step_time.py reads
 [[ $precision != ieee ]] && tag="-$precision"
 [[ $amp != off ]] && tag+="-$amp"
 [[ $amp != off && $rung == 8 ]] && tag+="-rung8"  # conv rung 08 (ANVIL_CONV_BF16_RUNG=8)
+[[ -n $rung9 ]] && tag+="-rung9"  # conv rung 09 (ANVIL_CONV_TF32_RUNG=9)
 audits=()
 start=$(date +%s)
 for ((run = 1; run <= runs; ++run)); do
   audit="$out/$model-$batch$tag-run$run.jsonl"
   ANVIL_SIM_LAUNCH_AUDIT="$audit" ANVIL_SIM_SAMPLE_BLOCKS="$sample" \
+    ANVIL_CONV_BF16_RUNG="$rung" ANVIL_CONV_TF32_RUNG="$tf32_rung" \
     nice -n 19 "$build/train_step" --model "$model" --batch-size "$batch" --recipe "$recipe" \
       --fp32-precision "$precision" --amp "$amp" >&2
   audits+=("$audit")
@@ -85,6 +94,7 @@ seconds=$(( ($(date +%s) - start) / runs ))
 
 cmd="tools/predict/launch-audit.sh $model $batch"
 [[ $amp != off && $rung == 8 ]] && cmd="ANVIL_CONV_BF16_RUNG=8 $cmd"
+[[ -n $rung9 ]] && cmd="ANVIL_CONV_TF32_RUNG=9 $cmd"
 [[ $sample != 0 ]] && cmd+=" --sample $sample"
 [[ $recipe != seed ]] && cmd+=" --recipe $recipe"
 [[ $precision != ieee ]] && cmd+=" --fp32-precision $precision"
@@ -93,6 +103,7 @@ cmd="tools/predict/launch-audit.sh $model $batch"
 what="fp32 precision $precision"
 [[ $amp != off ]] && what+=", amp $amp"
 [[ $amp != off && $rung == 8 ]] && what+=", conv rung 08"
+[[ -n $rung9 ]] && what+=", conv rung 09"
 title="**$model, batch $batch, one training step ($recipe recipe, $what)**, \`$cmd\` ($(date -u +%Y-%m-%d), ${seconds} s a run on this machine)"
 args=("${audits[@]}" --title "$title" --save "$out/$model-$batch$tag.jsonl")
 [[ -n $write ]] && args+=(--write "$model $batch")

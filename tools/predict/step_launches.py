@@ -7,8 +7,9 @@ blocks and part of the step, for the configurations step_time.py compares
 The step under bfloat16 autocast (--amp bf16): its launches, as the op
 layer and the CUDA backend issue them (core/ops_nn.cpp, core/ops.cpp,
 core/autocast.cpp, kernels/cuda/conv/conv.cpp, kernels/cuda/gemm/gemm.cpp):
-- convolutions on conv rung 07 and linear layers on GEMM rung 10 (BF16
-  mma.sync m16n8k16), with conv 05's / GEMM 08's tiles and split plans,
+- convolutions on conv rung 07 (BF16 mma.sync m16n8k16, conv 05's tiles
+  and split plans) and linear layers on GEMM rung 12 (the same mma on the
+  multistage mainloop, GEMM 08's tile and split plan),
   reading bfloat16 operands (2 bytes an element; a bias, float32, 4) and
   storing forward y and backward dx as bfloat16 (2 bytes) from their
   epilogues, the bias added in FP32 first (a linear layer's too: no
@@ -42,7 +43,7 @@ FP32 kernel (as in the tf32 mode) or by the float32 kernel whose bfloat16
 instantiation runs.
 
 The same step with every BF16 convolution on conv rung 08
-(--conv-bf16-rung 8; conv_rung8() below, kernels/cuda/conv/
+(--conv-bf16-rung 8; conv_multistage() below, kernels/cuda/conv/
 08_bf16_multistage.cu), per layer
 - forward: to_channels_last of x (NCHW -> NHWC bfloat16, C padded to
   Cp = up8(C)) and of w (KCRS -> KRSC), then forward_nhwc on 256 x 64
@@ -58,7 +59,11 @@ The same step with every BF16 convolution on conv rung 08
   by split_k.h's plan at 2 blocks an SM with chunks rounded up to 32,
   then add_partials over K*C*R*S where split.
 Every operand is read and written as bfloat16 (2 bytes; the bias and dw's
-partials float32). Standard library only.
+partials float32). The TF32 step with every convolution on conv rung 09
+(--fp32-precision tf32 --conv-tf32-rung 9, 09_tf32_multistage.cu) launches
+the same, with float32 operands (4 bytes), C and K padded to a multiple of
+4, k-steps of 16 channels (backward-weight's chunks rounded up to 16), and
+the TF32 peak. Standard library only.
 """
 import math
 import re
@@ -86,16 +91,18 @@ TF32_TILES = {"64x128": "mma_tile::Shape<mma_tile::Tf32,1,4,3>",
 TF32_GEMM = "mma_ldmatrix::ShapeOf<multistage::Tf32,2,2,4,2>"
 
 
-# The BF16 rungs' kernels (conv 07, GEMM 10): conv 05's tiles as
-# mma_tile::Shape<Bf16, ...>, GEMM 08's 128x128 as Shape<Bf16, 2, 4, 2>.
+# The BF16 rungs' kernels: conv 07's, conv 05's tiles as
+# mma_tile::Shape<Bf16, ...>; GEMM 12's, GEMM 08's 128x128 (in 128 threads)
+# on the multistage mainloop, 4 stages, with GEMM 10's split plan.
 BF16_TILES = {"64x128": "mma_tile::Shape<mma_tile::Bf16,1,4,3>",
               "128x128": "mma_tile::Shape<mma_tile::Bf16,2,4,2>"}
+BF16_GEMM = "mma_ldmatrix::Shape<2,2,4,2>"
 
 
 def instance(kernel, math):
     """The kernel that runs an FP32 kernel's work (named by its family, as
     the model does: conv tiles as 64x128, no element type) in math "fp32",
-    "tf32" (conv 06, GEMM 11) or "bf16" (conv 07, GEMM 10, and the other
+    "tf32" (conv 06, GEMM 11) or "bf16" (conv 07, GEMM 12, and the other
     kernels' bfloat16 instances under autocast): its name in that audit.
     The kernels templated on their element type take it as the last
     parameter; only the conv and GEMM rungs change with tf32."""
@@ -108,7 +115,7 @@ def instance(kernel, math):
     if m:
         if math == "fp32":
             return kernel
-        shape = TF32_GEMM if math == "tf32" else BF16_TILES["128x128"]
+        shape = TF32_GEMM if math == "tf32" else BF16_GEMM
         return f"gemm_kernels::gemm_mma<{shape},{m.group(1)},{m.group(2)},{elem}>"
     if math == "tf32":
         raise ValueError(f"step_time: no TF32 rung for {kernel}")
@@ -128,9 +135,10 @@ class Step:
     the TF32 rungs in the convolutions and GEMMs ("shipped"): everything
     else launches the shipped kernels in both."""
 
-    def __init__(self, tf32=False, amp=False, rung8=False):
+    def __init__(self, tf32=False, amp=False, rung8=False, rung9=False):
         self.launches = {"baseline": [], "shipped": []}
         self.tf32, self.amp, self.rung8 = tf32, amp, rung8 and amp
+        self.rung9 = rung9 and tf32 and not amp
         self.e = 2 if amp else F  # bytes per activation element
         self.first_step = []  # with amp: the weight casts of the first step
         self.part = "rest"  # the part of the step (PARTS) the launches being added belong to
@@ -269,9 +277,10 @@ def conv(step, s, need_dx=True):
     if not need_dx:  # amp: the images, cast to bfloat16 for the first conv
         step.convert(s["N"] * s["C"] * s["H"] ** 2, True)
     step.convert(s["K"] * s["C"] * s["R"] ** 2, True, first_step=True)  # amp: the weight's copy
-    if step.rung8:
-        conv_rung8(step, s, need_dx)
-    for d, m, n, k, nbytes in [] if step.rung8 else kt.conv_gemms(s):
+    multistage = step.rung8 or step.rung9
+    if multistage:
+        conv_multistage(step, s, need_dx)
+    for d, m, n, k, nbytes in [] if multistage else kt.conv_gemms(s):
         if d == "bwdD" and not need_dx:
             continue
         step.part = PART_OF[d]
@@ -307,40 +316,57 @@ def dgrad_classes(s):
     return out
 
 
-def conv_rung8(step, s, need_dx):
-    """Conv rung 08's launches for one layer (kernels/cuda/conv/
-    08_bf16_multistage.cu), amp only: every operand bfloat16, converted to
+# The multistage conv rungs by arithmetic: bytes an operand element, the
+# channels of a 16-byte chunk (C and K are padded to a multiple), a k-step's
+# channels of a tap (or positions of backward-weight's N*P*Q), the mainloop
+# shapes' names as the audit has them (256 x 64 for <= 64 GEMM columns, else
+# 128 x 128), the conversions' kernels and the peak their FLOPs go at.
+MULTISTAGE = {
+    "bf16": dict(e=2, chunk=8, kstep=32, narrow="multistage::Shape<4,1,4,2>",
+                 wide="multistage::Shape<2,2,4,2>", elem=BF16, tc="bf16"),
+    "tf32": dict(e=4, chunk=4, kstep=16, narrow="multistage::ShapeOf<multistage::Tf32Rounded,4,1,4,2>",
+                 wide="multistage::ShapeOf<multistage::Tf32Rounded,2,2,4,2>", elem="float", tc=True),
+}
+
+
+def conv_multistage(step, s, need_dx):
+    """The launches of conv rung 08 (amp: bfloat16 operands) or 09 (tf32:
+    float32 operands rounded to TF32 by the conversions) for one layer
+    (kernels/cuda/conv/nhwc_rung.cuh): every operand converted to
     channels-last (to_channels_last: NCHW -> NHWC, channels padded to a
-    multiple of 8) before each direction's GEMM on the multistage mainloop:
-    256 x 64 tiles ("Narrow", multistage::Shape<4,1,4,2>) where the GEMM's
-    columns are <= 64, else 128 x 128 ("Wide", Shape<2,2,4,2>); 128
-    threads, 2 blocks an SM. Executed FLOPs: the reduction as the main loop
-    steps it, whole k-steps of 32 channels a tap (C = 1 runs 32 channels);
+    whole 16-byte chunk) before each direction's GEMM on the multistage
+    mainloop: 256 x 64 tiles ("Narrow") where the GEMM's columns are <= 64,
+    else 128 x 128 ("Wide"); 128 threads, 2 blocks an SM. Executed FLOPs:
+    the reduction as the main loop steps it, whole k-steps of a tap's
+    channels (32 bfloat16 or 16 float32; C = 1 runs a whole step);
     backward-weight's GEMM rows are R*S*Cp."""
+    ms = MULTISTAGE["bf16" if step.rung8 else "tf32"]
     n, c, h, k, r, p = s["N"], s["C"], s["H"], s["K"], s["R"], s["P"]
-    cp, kp, e = up(c, 8), up(k, 8), 2
+    e, ks = ms["e"], ms["kstep"]
+    cp, kp = up(c, ms["chunk"]), up(k, ms["chunk"])
     useful = 2.0 * n * k * p * p * c * r * r
+    cast = f"{CONV}to_channels_last<{ms['elem']}>"
 
     def tile(cols):
-        return ("Shape<4,1,4,2>", 256, 64) if cols <= 64 else ("Shape<2,2,4,2>", 128, 128)
+        return (ms["narrow"], 256, 64) if cols <= 64 else (ms["wide"], 128, 128)
 
     def to_nhwc(images, chans, hw, padded):
         """[images, chans, hw] (NCHW, or KCRS) read, [images, hw, padded]
         written: tiles of 32 hw x 32 channels, one block each."""
-        step.add("shipped", NHWC_CAST, 0, e * images * hw * (chans + padded),
+        step.add("shipped", cast, 0, e * images * hw * (chans + padded),
                  blocks=images * math.ceil(hw / 32) * math.ceil(padded / 32))
 
-    def gemm(kernel, rows, cols, flops, executed, nbytes, blocks):
-        step.launches["shipped"].append(step.launch(kernel, kernel, executed, nbytes, blocks, "bf16",
+    def gemm(kernel, flops, executed, nbytes, blocks):
+        step.launches["shipped"].append(step.launch(kernel, kernel, executed, nbytes, blocks, ms["tc"],
                                                     useful=flops))
 
-    # forward: x and w to NHWC / KRSC, then y = forward_nhwc (bias in the epilogue, y bfloat16)
+    # forward: x and w to NHWC / KRSC, then y = forward_nhwc (bias in the epilogue)
     step.part = "conversions"
     to_nhwc(n, c, h * h, cp)
     to_nhwc(k, c, r * r, cp)
     step.part = "forward"
     shape, bm, bn = tile(k)
-    gemm(f"{CONV}forward_nhwc<multistage::{shape}>", n * p * p, k, useful, 2.0 * n * p * p * k * r * r * up(c, 32),
+    gemm(f"{CONV}forward_nhwc<{shape}>", useful, 2.0 * n * p * p * k * r * r * up(c, ks),
          e * (n * h * h * cp + k * r * r * cp + n * k * p * p) + F * k,
          math.ceil(n * p * p / bm) * math.ceil(k / bn))
     if need_dx:  # backward-data: one stride-1 forward convolution per residue class with taps
@@ -360,12 +386,12 @@ def conv_rung8(step, s, need_dx):
             if t == 0 or u == 0:
                 continue
             step.part = "conversions"  # the class's taps, flipped, as a C x T x U x Kp filter
-            step.add("shipped", f"{CONV}flipped_to_channels_last<{BF16}>", 0, e * (k * c * t * u + c * t * u * kp),
-                     blocks=math.ceil(c * t * u * kp / 256))
+            step.add("shipped", f"{CONV}flipped_to_channels_last<{ms['elem']}>", 0,
+                     e * (k * c * t * u + c * t * u * kp), blocks=math.ceil(c * t * u * kp / 256))
             step.part = "backward-data"
             pixels = n * rows * cols
-            gemm(f"{CONV}forward_nhwc<multistage::{shape}>", pixels, c, useful * pixels * t * u / spans,
-                 2.0 * pixels * c * t * u * up(k, 32), e * (n * p * p * kp + c * t * u * kp + pixels * c),
+            gemm(f"{CONV}forward_nhwc<{shape}>", useful * pixels * t * u / spans,
+                 2.0 * pixels * c * t * u * up(k, ks), e * (n * p * p * kp + c * t * u * kp + pixels * c),
                  math.ceil(pixels / bm) * math.ceil(c / bn))
     # backward-weight: x and dy to NHWC, dw = col^T dy over N*P*Q, split where the tiles are few
     step.part = "conversions"
@@ -376,10 +402,10 @@ def conv_rung8(step, s, need_dx):
     rows, npq, kcrs = r * r * cp, n * p * p, k * c * r * r
     tiles = kt.tiles(rows, k, bm, bn)
     splits, chunk = kt.split_k(rows, k, npq, tiles, 2)
-    if splits > 1:  # wgrad_plan: chunks of whole k-steps of 32
-        chunk = up(chunk, 32)
+    if splits > 1:  # wgrad_plan: chunks of whole k-steps
+        chunk = up(chunk, ks)
         splits = -(-npq // chunk)
-    gemm(f"{CONV}backward_weight_nhwc<multistage::{shape}>", rows, k, useful, 2.0 * rows * k * up(npq, 32),
+    gemm(f"{CONV}backward_weight_nhwc<{shape}>", useful, 2.0 * rows * k * up(npq, ks),
          e * (n * h * h * cp + npq * kp) + F * kcrs * splits, tiles * splits)
     if splits > 1:
         step.split_sum(splits, kcrs, F)
@@ -395,10 +421,9 @@ PART_OF = {"fwd": "forward", "bwdD": "backward-data", "bwdW": "backward-weight"}
 # convolutions' GEMMs by direction, conv rung 08's layout conversions, the
 # split-K sums of the convolutions, and everything else.
 PARTS = {"forward": "conv forward", "backward-data": "conv backward-data",
-         "backward-weight": "conv backward-weight", "conversions": "conv layout conversions (rung 08)",
+         "backward-weight": "conv backward-weight", "conversions": "conv layout conversions (rungs 08, 09)",
          "split sums": "conv split-K sums (`add_partials`)",
          "rest": "rest of the step (bias gradients, BatchNorm, elementwise, pooling, linear layers, loss, SGD, casts)"}
-NHWC_CAST = f"{CONV}to_channels_last<{BF16}>"
 MEMSET = "cudaMemsetAsync"  # not a kernel: the audit has no row for it
 
 
@@ -480,18 +505,19 @@ def loss_and_sgd(step, b, params):
         step.add("both", SGD, 0, F * 3 * p + (2 * p if step.amp and copy else 0))
 
 
-def build(model, batch, tf32=False, amp=False, rung8=False):
+def build(model, batch, tf32=False, amp=False, rung8=False, rung9=False):
     """The launches of one training step, and the step's GEMM FLOPs. amp:
     the TF32 step ("baseline") and the bfloat16 autocast step ("shipped");
     rung8 (with amp): the bfloat16 step on conv rung 07 ("baseline") and on
-    conv rung 08 ("shipped")."""
-    if amp and rung8:
-        step = build_one(model, batch, Step(amp=True))
-        eight = build_one(model, batch, Step(amp=True, rung8=True))
-        step.launches["baseline"] = step.launches["shipped"]
-        step.launches["shipped"] = eight.launches["shipped"]
-        step.first_step = eight.first_step
-        return step
+    conv rung 08 ("shipped"); rung9 (with tf32): the TF32 step on conv rung
+    06 ("baseline") and on conv rung 09 ("shipped")."""
+    if (amp and rung8) or (tf32 and rung9 and not amp):
+        before = build_one(model, batch, Step(tf32=not amp, amp=amp))
+        after = build_one(model, batch, Step(tf32=not amp, amp=amp, rung8=amp, rung9=not amp))
+        before.launches["baseline"] = before.launches["shipped"]
+        before.launches["shipped"] = after.launches["shipped"]
+        before.first_step = after.first_step
+        return before
     if amp:
         step = build(model, batch, tf32=True)
         bf16 = build_one(model, batch, Step(amp=True))

@@ -98,7 +98,11 @@ def shipped_audit(model, batch, docs_only, tag=""):
             str(doc.relative_to(ROOT)) + " (no " + str(path.relative_to(ROOT)) + ")")
 
 
-def audits(model, batch, docs_only=False, tf32=False, amp=False, rung8=False):
+def audits(model, batch, docs_only=False, tf32=False, amp=False, rung8=False, rung9=False):
+    if tf32 and rung9:  # the TF32 step on conv rung 06 against conv rung 09
+        six, six_source = shipped_audit(model, batch, docs_only, "-tf32")
+        nine, nine_source = shipped_audit(model, batch, docs_only, "-tf32-rung9")
+        return {"baseline": six, "shipped": nine}, f"conv 06 {six_source}; conv 09 {nine_source}"
     if amp and rung8:  # the bfloat16 step on conv rung 07 against conv rung 08
         seven, seven_source = shipped_audit(model, batch, docs_only, "-bf16")
         eight, eight_source = shipped_audit(model, batch, docs_only, "-bf16-rung8")
@@ -120,9 +124,11 @@ def predict(model, batch, a):
     amp = a.amp == "bf16"
     rung8 = amp and getattr(a, "conv_bf16_rung", 7) == 8
     tf32 = a.fp32_precision == "tf32" and not amp
-    mode = "bf16-rung8" if rung8 else "bf16" if amp else "tf32" if tf32 else "ieee"
-    step = build(model, batch, tf32, amp, rung8)
-    audit, source = audits(model, batch, a.docs, tf32, amp, rung8)
+    rung9 = tf32 and getattr(a, "conv_tf32_rung", 6) == 9
+    mode = ("bf16-rung8" if rung8 else "bf16" if amp else "tf32-rung9" if rung9 else "tf32" if tf32
+            else "ieee")
+    step = build(model, batch, tf32, amp, rung8, rung9)
+    audit, source = audits(model, batch, a.docs, tf32, amp, rung8, rung9)
     peaks = {False: kt.FP32_PEAK, True: TF32_PEAK * a.tc_efficiency, "bf16": BF16_PEAK * a.tc_efficiency}
     hmma_rate = {True: TF32_PEAK, "bf16": BF16_PEAK}  # one HMMA a clock an SM, as FLOP/s
     loops = main_loops() if a.issue_bound else {}

@@ -14,7 +14,7 @@ from step_predict import (BF16_PEAK, GENERATED, ISSUE_PER_CLOCK, RESOURCES_NAME,
                           show)
 
 ERAS = {"ieee": ("baseline", "shipped"), "tf32": ("FP32", "TF32"), "bf16": ("TF32", "BF16"),
-        "bf16-rung8": ("conv 07", "conv 08")}  # the columns' names
+        "bf16-rung8": ("conv 07", "conv 08"), "tf32-rung9": ("conv 06", "conv 09")}  # the columns' names
 # How the shipped kernel differs from the baseline's, by a substring of its name (the first that matches).
 WHY = [("warp_tiled", "conv 3's 64x64 implicit GEMM, unsplit -> conv 5 (conv 4's warp tiles, 64x128 up to "
                       "64 rows, else 128x128; split over grid.z where the tiles fill less than a wave)"),
@@ -165,7 +165,7 @@ def report(p, a):
               f"({f['bytes'] / 1e6:.2f} MB, {f['floored'] * 1e6:.1f} µs with the floor), in the audit and "
               f"in the BF16 column; later steps' SGD rewrites the copies, so the steady-state step is "
               f"{steady * 1e3:.3f} ms ({b / steady:,.0f} images/s) with the floor.\n")
-    if p["mode"].startswith("bf16"):
+    if p["mode"] != "ieee" and p["mode"] != "tf32":
         print("By part of the step (executed FLOPs: the implicit GEMMs' reductions in whole k-steps, a "
               "strided or unpadded backward-data's zero taps included; useful: 2 x the multiply-adds the "
               "result needs):\n")
@@ -173,18 +173,22 @@ def report(p, a):
     print("\n".join(table(p, 0.01 if a.markdown else 0.0)))
     print("\n\\* effective: roofline / predicted over the row's kernels (several kernels, or the total)"
           + (", the roofline with the issue bound" if p["issue_bound"] else "") + ".\n")
-    if p["mode"] == "bf16-rung8":
-        print("Mapping (conv 07 → conv 08): the BF16 step's convolutions on conv rung 08 "
-              "(`ANVIL_CONV_BF16_RUNG=8`): per layer `to_channels_last` of x and w, `forward_nhwc`; "
-              "backward-data `to_channels_last` of dy, then per residue class of the stride with taps "
-              "`flipped_to_channels_last` and `forward_nhwc` (a `cudaMemsetAsync` of dx first where a class "
-              "has none: not a kernel, no audit row, its bytes and the floor counted); backward-weight "
-              "`to_channels_last` of x and dy, `backward_weight_nhwc`, split over N*P*Q where its tiles are "
-              "few and summed by `add_partials`. Conv 07's rows and conv 08's are different kernels, so "
-              "each has launches in one column only; every other kernel is the same in both.\n")
+    if p["mode"] in ("bf16-rung8", "tf32-rung9"):
+        before, after, env = (("07", "08", "ANVIL_CONV_BF16_RUNG=7") if p["mode"] == "bf16-rung8" else
+                              ("06", "09", "ANVIL_CONV_TF32_RUNG=6"))
+        print(f"Mapping (conv {before} → conv {after}): the step's convolutions on conv rung {after} "
+              f"(the shipped one; `{env}` runs conv {before}): per layer `to_channels_last` of x and w, "
+              "`forward_nhwc`; backward-data `to_channels_last` of dy, then per residue class of the stride "
+              "with taps `flipped_to_channels_last` and `forward_nhwc` (a `cudaMemsetAsync` of dx first where "
+              "a class has none: not a kernel, no audit row, its bytes and the floor counted); "
+              "backward-weight `to_channels_last` of x and dy, `backward_weight_nhwc`, split over N*P*Q where "
+              f"its tiles are few and summed by `add_partials`. Conv {before}'s rows and conv {after}'s are "
+              "different kernels, so each has launches in one column only; every other kernel is the same "
+              "in both.\n")
     elif p["mode"] == "bf16":
         print("Mapping (TF32 → BF16): each row's conv 06 or GEMM 11 kernel → the BF16 rung's kernel with "
-              "the same tiles and split plan (conv 07, GEMM 10: `mma_tile::Shape<Bf16, ...>`, bfloat16 "
+              "the same tiles and split plan (conv 07: `mma_tile::Shape<Bf16, ...>`; GEMM 12: "
+              "`mma_ldmatrix::Shape<2,2,4,2>`), bfloat16 "
               "operands, bfloat16 y and dx from the epilogue or `add_partials`, float32 weight "
               "gradients; the linear bias in the epilogue, so no `add_channel_bias_kernel`); relu, add, BatchNorm and LeNet's pooling → their bfloat16 "
               "instantiations (`<anvil::bfloat16>`), ResNet's global pooling → its kernels reading bfloat16 x "
@@ -207,7 +211,10 @@ def report(p, a):
 
 
 def render(preds, a):
-    if a.amp == "bf16" and a.conv_bf16_rung == 8:
+    if a.fp32_precision == "tf32" and a.amp != "bf16" and a.conv_tf32_rung == 9:
+        print(f"TF32, conv rung 06 → 09: H100 SXM5 dense TF32 {TF32_PEAK / 1e12:.1f} TFLOP/s x --tc-efficiency "
+              f"{a.tc_efficiency:g} for the conv and GEMM launches of both steps.")
+    elif a.amp == "bf16" and a.conv_bf16_rung == 8:
         print(f"BF16, conv rung 07 → 08: H100 SXM5 dense BF16 {BF16_PEAK / 1e12:.1f} TFLOP/s x --tc-efficiency "
               f"{a.tc_efficiency:g} for the conv and GEMM launches of both steps.")
     elif a.amp == "bf16":
@@ -252,16 +259,18 @@ def write_page(preds, a):
         render(preds, a)
     mode = preds[0]["mode"]
     flags = {"ieee": "", "tf32": " --fp32-precision tf32", "bf16": " --amp bf16",
-             "bf16-rung8": " --amp bf16 --conv-bf16-rung 8"}[mode]
+             "bf16-rung8": " --amp bf16 --conv-bf16-rung 8",
+             "tf32-rung9": " --fp32-precision tf32 --conv-tf32-rung 9"}[mode]
     title = {"ieee": "shipped kernels and the baseline", "tf32": "FP32 kernels and TF32 rungs",
              "bf16": "TF32 rungs and bfloat16 autocast",
-             "bf16-rung8": "bfloat16 autocast on conv rung 07 and conv rung 08"}[mode]
+             "bf16-rung8": "bfloat16 autocast on conv rung 07 and conv rung 08",
+             "tf32-rung9": "TF32 convolutions on conv rung 06 and conv rung 09"}[mode]
     text = (f"# Predicted step time on one H100: {title}\n\n"
             f"<!-- Generated by `python3 tools/predict/step_time.py --docs{flags} --write`; do not edit. -->\n\n"
             "How the prediction is made: [step-model.md](../step-model.md). "
             f"Each cell with an arrow reads {' → '.join(ERAS[mode])}.\n\n" + text.getvalue().rstrip() + "\n")
     path = GENERATED / {"ieee": "step-time.md", "tf32": "step-time-tf32.md", "bf16": "step-time-bf16.md",
-                        "bf16-rung8": "step-time-bf16-rung8.md"}[mode]
+                        "bf16-rung8": "step-time-bf16-rung8.md", "tf32-rung9": "step-time-tf32-rung9.md"}[mode]
     if a.write:
         path.write_text(text)
         print(f"step_time: {path.relative_to(ROOT)} updated", file=sys.stderr)

@@ -13,6 +13,7 @@ block per channel for bias gradients and BatchNorm rung 1).
     tools/predict/step_time.py --fp32-precision tf32 --tc-efficiency 0.5
     tools/predict/step_time.py --amp bf16                   # TF32 -> bfloat16 autocast
     tools/predict/step_time.py --amp bf16 --conv-bf16-rung 8   # bfloat16: conv rung 07 -> 08
+    tools/predict/step_time.py --fp32-precision tf32 --conv-tf32-rung 9   # TF32: conv rung 06 -> 09
     tools/predict/step_time.py --fp32-precision tf32 --no-issue-bound   # the roofline alone
 
 With --fp32-precision tf32 the two configurations are the shipped FP32
@@ -27,13 +28,17 @@ default for float32 convolutions) and the step under bfloat16 autocast
 docs/generated/launch-audit-bf16.md). What it launches: step_launches.py.
 
 With --amp bf16 --conv-bf16-rung 8 the two configurations are that
-bfloat16 step on conv rung 07 and the same step with every BF16
-convolution on conv rung 08, as ANVIL_CONV_BF16_RUNG=8 runs it (its audit
+bfloat16 step on conv rung 07 (ANVIL_CONV_BF16_RUNG=7) and the same step
+with every BF16 convolution on conv rung 08, the shipped rung (its audit
 is docs/generated/launch-audit-bf16-rung8.md; what it launches:
-step_launches.py's conv_rung8(), kernels/cuda/conv/08_bf16_multistage.cu).
-The report adds a table by part of the step: each conv direction, rung
-08's layout conversions, the convolutions' split-K sums and the rest (also
-in the plain --amp bf16 pages).
+step_launches.py's conv_multistage(), kernels/cuda/conv/
+08_bf16_multistage.cu). With --fp32-precision tf32 --conv-tf32-rung 9 they
+are the TF32 step on conv rung 06 (ANVIL_CONV_TF32_RUNG=6) and on conv
+rung 09, the shipped one (docs/generated/launch-audit-tf32-rung9.md,
+09_tf32_multistage.cu). The reports add a table by part of the step: each
+conv direction, the multistage rungs' layout conversions, the
+convolutions' split-K sums and the rest (also in the plain --amp bf16
+pages).
 
 The model, and every assumption in it:
 
@@ -75,7 +80,7 @@ The model, and every assumption in it:
 - Roofline of a launch: max(FLOPs / 66.9 TFLOP/s, bytes / 3.35 TB/s), the
   H100 SXM5 datasheet's FP32 (no tensor cores) and HBM3 figures
   (kernel_table.py's FP32_PEAK, HBM_BW).
-- Issue bound of a tensor-core launch (conv 06/07/08, GEMM 10/11): an SM
+- Issue bound of a tensor-core launch (conv 06-09, GEMM 11/12): an SM
   issues 4 warp instructions a clock and its tensor cores finish about one
   HMMA a clock at the dense peak, so a launch whose kernel's main loop
   issues I instructions per HMMA takes at least its executed FLOPs /
@@ -132,8 +137,12 @@ def main():
                          "under bfloat16 autocast (docs/generated/launch-audit-bf16.md)")
     ap.add_argument("--conv-bf16-rung", type=int, choices=[7, 8], default=7,
                     help="with --amp bf16: 8 compares the bfloat16 step on conv rung 07 "
-                         "(docs/generated/launch-audit-bf16.md) with the same step on conv rung 08, as "
-                         "ANVIL_CONV_BF16_RUNG=8 runs it (docs/generated/launch-audit-bf16-rung8.md)")
+                         "(docs/generated/launch-audit-bf16.md) with the same step on conv rung 08, the "
+                         "shipped one (docs/generated/launch-audit-bf16-rung8.md)")
+    ap.add_argument("--conv-tf32-rung", type=int, choices=[6, 9], default=6,
+                    help="with --fp32-precision tf32: 9 compares the TF32 step on conv rung 06 "
+                         "(docs/generated/launch-audit-tf32.md) with the same step on conv rung 09, the "
+                         "shipped one (docs/generated/launch-audit-tf32-rung9.md)")
     ap.add_argument("--tc-efficiency", type=float, default=1.0,
                     help="with tf32 or bf16: the share of the tensor cores' peak the TF32 rungs reach "
                          "inside a full SM (default 1: a lower bound)")
@@ -153,6 +162,8 @@ def main():
     a = ap.parse_args()
     if a.conv_bf16_rung == 8 and a.amp != "bf16":
         ap.error("--conv-bf16-rung 8 needs --amp bf16 (the BF16 convolutions)")
+    if a.conv_tf32_rung == 9 and (a.fp32_precision != "tf32" or a.amp == "bf16"):
+        ap.error("--conv-tf32-rung 9 needs --fp32-precision tf32 without --amp (the TF32 convolutions)")
     runs = [(m, b) for m in ("lenet", "resnet18") for b in (256, 128)
             if (a.model in (None, m)) and (a.batch in (None, b))]
     if a.write and (a.model or a.batch or not a.docs or not a.issue_bound):

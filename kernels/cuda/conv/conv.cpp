@@ -217,11 +217,11 @@ int rung_from_env(const char* name, const char* math, int fallback, int other) {
 }  // namespace
 
 int bf16_conv_rung() {
-  static const int rung = rung_from_env("ANVIL_CONV_BF16_RUNG", "BF16", kBf16Conv, 8);
+  static const int rung = rung_from_env("ANVIL_CONV_BF16_RUNG", "BF16", kBf16Conv, 7);
   return rung;
 }
 int tf32_conv_rung() {
-  static const int rung = rung_from_env("ANVIL_CONV_TF32_RUNG", "TF32", kTf32Conv, 9);
+  static const int rung = rung_from_env("ANVIL_CONV_TF32_RUNG", "TF32", kTf32Conv, 6);
   return rung;
 }
 

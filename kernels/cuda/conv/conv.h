@@ -14,30 +14,35 @@
 //   03_implicit_gemm.cu      GEMM rung 04's tile reading the columns from x
 //   04_implicit_warp_tile.cu GEMM rung 07's warp tile on the same readers
 //   05_split_k.cu  (ships)   04 plus chunks of the reduction over grid.z: FP32
-//   06_tf32_mma.cu  (ships)  05 on TF32 tensor cores (mma.sync m16n8k8), FP32
-//                            accumulation: the default on CUDA, as PyTorch's
-//                            (docs/precision.md; --fp32-precision ieee takes 05)
-//   07_bf16_mma.cu  (ships)  06 with BF16 operands (mma.sync m16n8k16): the
+//   06_tf32_mma.cu           05 on TF32 tensor cores (mma.sync m16n8k8), FP32
+//                            accumulation (ANVIL_CONV_TF32_RUNG=6)
+//   07_bf16_mma.cu           06 with BF16 operands (mma.sync m16n8k16): the
 //                            arithmetic of BF16 mixed precision; reads x, w
 //                            and dy as bfloat16 when given them, stores y
 //                            and dx as bfloat16 when asked
+//                            (ANVIL_CONV_BF16_RUNG=7)
 //   08_bf16_multistage.cu    07's numerics; every direction an implicit
-//                            GEMM on channels-last operands on the
+//   (ships)                  GEMM on channels-last operands on the
 //                            multistage mainloop (cp.async, ldmatrix, 4
 //                            stages): backward-data the forward's kernel on
 //                            dy and the flipped filters, one launch per
 //                            residue class of the stride (no zero taps);
 //                            backward-weight split over N*P*Q where its
-//                            tiles are few
+//                            tiles are few: BF16 autocast
 //   09_tf32_multistage.cu    06's numerics on 08's structure: the same
-//                            iterators and launches over the mainloop's
+//   (ships)                  iterators and launches over the mainloop's
 //                            TF32 kind (float32 channels-last operands
 //                            rounded to TF32 by the conversions,
-//                            mma.sync m16n8k8)
+//                            mma.sync m16n8k8): the default on CUDA, as
+//                            PyTorch's (docs/precision.md; --fp32-precision
+//                            ieee takes 05)
 // "(ships)": the rung the CUDA backend runs in its arithmetic (FP32, TF32,
 // BF16; kBestConv, kTf32Conv, kBf16Conv below) wherever the table measured
 // on a GPU (rung_table.h) names no other rung of that arithmetic for the
-// layer's shape and direction.
+// layer's shape and direction. The tensor-core defaults are the multistage
+// rungs, whose main loops issue 3.1-3.8 instructions per HMMA against rungs
+// 06 and 07's 56-366 (docs/generated/kernel-table.md): the issue bound alone
+// puts 06 and 07 an order of magnitude behind (docs/step-model.md).
 // Run one rung alone (checked against the CPU, then timed):
 //   build/sim/bench_cuda_kernels conv 3
 #pragma once
@@ -53,13 +58,14 @@ namespace anvil::cuda {
 
 constexpr int kConvRungs = 9;
 constexpr int kBestConv = 5;  // the one the backend uses in FP32
-constexpr int kTf32Conv = 6;  // ... and in TF32 (core/precision.h)
-constexpr int kBf16Conv = 7;  // ... and in BF16 (autocast)
-// The BF16 rung the backend runs: kBf16Conv, or ANVIL_CONV_BF16_RUNG (7 or
-// 8; read once, std::invalid_argument naming it otherwise) until a table
-// measured on a GPU picks per layer shape.
+constexpr int kTf32Conv = 9;  // ... and in TF32 (core/precision.h)
+constexpr int kBf16Conv = 8;  // ... and in BF16 (autocast)
+// The BF16 rung the backend runs: kBf16Conv, or ANVIL_CONV_BF16_RUNG (8 or
+// 7, the single-stage rung on NCHW operands; read once,
+// std::invalid_argument naming it otherwise), for every layer, whatever the
+// measured table says.
 int bf16_conv_rung();
-// ... and the TF32 one: kTf32Conv, or ANVIL_CONV_TF32_RUNG (6 or 9).
+// ... and the TF32 one: kTf32Conv, or ANVIL_CONV_TF32_RUNG (9 or 6).
 int tf32_conv_rung();
 // Rungs 1..kConvFp32Rungs compute in FP32; the rungs after them on
 // tensor cores with FP32 accumulation, operands rounded to TF32 (06, 09: 10
@@ -85,7 +91,7 @@ void conv2d_backward_weight(int rung, const Conv2dShape& s, const float* x, cons
 // The same directions on bfloat16 x, w and dy (bias, dw and workspace
 // float32; y and dx float32 or bfloat16, the float32 values rounded once
 // to nearest even in the rung's epilogue, or in its split's second pass):
-// only the rungs with bfloat16 launchers (07, kBf16Conv) read them, as they
+// only the rungs with bfloat16 launchers (07 and 08, kBf16Conv) read them, as they
 // are stored; any other rung throws std::invalid_argument. The bias
 // gradient is not among them: channel_sum's bfloat16 overload sums dy.
 void conv2d_forward(int rung, const Conv2dShape& s, const bfloat16* x, const bfloat16* w,

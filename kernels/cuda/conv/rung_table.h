@@ -45,8 +45,8 @@ int pick_conv_rung(std::span<const ConvRungEntry> table, gemm_rungs::Math math,
                    ConvDirection direction, const Conv2dShape& s, int fallback);
 
 // The rung the backend runs: the committed table's, else the arithmetic's
-// default; ANVIL_CONV_BF16_RUNG=8 (bf16_conv_rung) overrides both for BF16,
-// ANVIL_CONV_TF32_RUNG=9 (tf32_conv_rung) for TF32.
+// default; ANVIL_CONV_BF16_RUNG=7 (bf16_conv_rung) overrides both for BF16,
+// ANVIL_CONV_TF32_RUNG=6 (tf32_conv_rung) for TF32.
 int shipped_conv_rung(gemm_rungs::Math math, ConvDirection direction, const Conv2dShape& s);
 
 // Writes `entries` as rung_table.inc's text: a comment naming `source`

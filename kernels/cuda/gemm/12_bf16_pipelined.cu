@@ -44,26 +44,28 @@
 // over a store phase's 8 consecutive chunks of one row. Every ldmatrix and
 // every cp.async store is conflict-free.
 //
-// Pipeline: 3 stages (3 x 16 KB = 48 KB, the static shared-memory limit).
-// Stage s is copied into buffer s % 3 by cp.async.cg, 16 bytes a copy
-// (4 per thread and operand, a warp reading runs of 64 or 256 contiguous
-// bytes), with src-size short of 16 at ragged edges and 0 outside them
-// (zeros: the products past M, N, K are 0). An operand whose base or row
-// stride is not a multiple of 16 bytes (8 elements) is staged element by
-// element with ordinary loads and stores instead (one branch for the
-// block). One commit group per stage, empty past the end. Step s:
-//   wait_group 1        this thread's copies of stage s have landed (those
-//                       of s + 1 may still be in flight)
+// Pipeline: 4 stages (4 x 16 KB = 64 KB of dynamic shared memory, past the
+// 48 KB a kernel gets without opting in; mma_rung.cuh's launcher opts in
+// once per kernel and device). Stage s is copied into buffer s % 4 by
+// cp.async.cg, 16 bytes a copy (4 per thread and operand, a warp reading
+// runs of 64 or 256 contiguous bytes), with src-size short of 16 at ragged
+// edges and 0 outside them (zeros: the products past M, N, K are 0). An
+// operand whose base or row stride is not a multiple of 16 bytes (8
+// elements) is staged element by element with ordinary loads and stores
+// instead (one branch for the block). One commit group per stage, empty
+// past the end. Step s:
+//   wait_group 2        this thread's copies of stage s have landed (those
+//                       of s + 1 and s + 2 may still be in flight)
 //   __syncthreads       publishes stage s; every warp is past its mma of
 //                       stage s - 1
-//   copy stage s + 2    into buffer (s + 2) % 3 = (s - 1) % 3, just freed
-//   2 x (8 ldmatrix.x4, 32 mma) per warp on buffer s % 3
-// One barrier per step, two stages (64 of k) of copies in flight behind the
-// mma. Unlike rung 11 there is no pass over shared memory between the copy
+//   copy stage s + 3    into buffer (s + 3) % 4 = (s - 1) % 4, just freed
+//   2 x (8 ldmatrix.x4, 32 mma) per warp on buffer s % 4
+// One barrier per step, three stages (96 of k) of copies in flight behind
+// the mma. Unlike rung 11 there is no pass over shared memory between the copy
 // and the fragment loads: bfloat16 is the mma's operand format as stored.
 //
-// Split-K and the kernel: mma_rung.cuh's, as 09-11's. Not yet measured on
-// a GPU (docs/kernels.md); the backend's BF16 GEMM stays rung 10.
+// Split-K and the kernel: mma_rung.cuh's, as 09-11's. The backend's BF16
+// GEMM (kBf16Gemm) on bfloat16 operands.
 //   build/sim/bench_cuda_kernels gemm 12
 #include "kernels/cuda/gemm/mma_ldmatrix.cuh"
 #include "kernels/cuda/gemm/mma_rung.cuh"

@@ -16,18 +16,21 @@
 //   08_split_k.cu  (ships)   7 plus chunks of K over grid.z when tiles are few
 //   09_tf32_mma.cu           TF32 tensor cores (mma.sync m16n8k8), FP32 accumulation,
 //                            split-K as 8
-//   10_bf16_mma.cu  (ships)  9 with BF16 operands (mma.sync m16n8k16), read
+//   10_bf16_mma.cu           9 with BF16 operands (mma.sync m16n8k16), read
 //                            as bfloat16 from memory when given them; C
-//                            float32, or bfloat16 rounded in the epilogue:
-//                            matmuls under autocast
+//                            float32, or bfloat16 rounded in the epilogue
 //   11_tf32_pipelined.cu     9's numerics on the multistage mainloop
 //   (ships)                  (mma_multistage.cuh: 64 x 64 warp tiles, 4 cp.async
 //                            stages of 16 of k, fragments by ldmatrix from
 //                            XOR-swizzled rows, rounded in registers):
 //                            matmuls under --fp32-precision tf32
 //   12_bf16_pipelined.cu     10's numerics (bfloat16 operands; float32 ones run
-//                            10) on the same mainloop, 3 stages of 32 of k;
-//                            not yet measured on a GPU
+//   (ships)                  10) on the same mainloop, 4 stages of 32 of k in
+//                            dynamic shared memory: matmuls under autocast
+// "(ships)": the rung the CUDA backend runs in each arithmetic (FP32, TF32,
+// BF16: kBestGemm, kTf32Gemm, kBf16Gemm below). The tensor-core ones are the
+// multistage rungs, whose main loops issue 3.6-3.8 instructions per HMMA
+// against rungs 09 and 10's 8.9-17.8 (docs/generated/kernel-table.md).
 // Run one rung alone (checked against the CPU, then timed; simulated in the
 // sim build, on the GPU in the release build):
 //   build/sim/bench_cuda_kernels gemm 3
@@ -44,7 +47,7 @@ namespace anvil::cuda {
 constexpr int kGemmRungs = 12;
 constexpr int kBestGemm = 8;  // the one the backend uses in FP32
 constexpr int kTf32Gemm = 11;  // ... and in TF32 (core/precision.h)
-constexpr int kBf16Gemm = 10;  // ... and in BF16 (autocast)
+constexpr int kBf16Gemm = 12;  // ... and in BF16 (autocast)
 // Rungs 1..kGemmFp32Rungs compute in FP32 (FP32 operands, products and
 // sums); the rungs after them on tensor cores, with rounded operands (each
 // Rung's `math` below).
@@ -66,7 +69,7 @@ void gemm(int rung, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc, cudaStream_t stream);
 // The same product of bfloat16 A and B (lda, ldb in elements), C float32:
-// only the rungs with a bfloat16 launcher (10, kBf16Gemm, and 12) read them, as
+// only the rungs with a bfloat16 launcher (10 and 12, kBf16Gemm) read them, as
 // they are stored; any other rung throws std::invalid_argument.
 void gemm(int rung, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb, float beta, float* C,

@@ -184,9 +184,9 @@ struct Shape : ShapeOf<multistage::Bf16, WarpsM, WarpsN, Stages, MinBlocks> {};
 // GEMM rung 11: 128 x 128, 2 x 2 warps (128 threads), 4 stages of 16 of k
 // (68 KB, dynamic).
 using Tf32 = ShapeOf<multistage::Tf32, 2, 2, 4, 2>;
-// GEMM rung 12: 128 x 128, 2 x 2 warps (128 threads), 3 stages of 32 of k
-// (48 KB, static).
-using Bf16 = Shape<2, 2, 3, 2>;
+// GEMM rung 12: 128 x 128, 2 x 2 warps (128 threads), 4 stages of 32 of k
+// (64 KB, dynamic).
+using Bf16 = Shape<2, 2, 4, 2>;
 
 template <class S, bool Aligned, class GetA, class GetB>
 __device__ __forceinline__ void gemm_mainloop(int M, int N, int K, const GetA& ga, const GetB& gb,
