@@ -6,7 +6,8 @@
 #   scripts/install-deps.sh --torch  also python3-torch (benchmarks' peer, golden values)
 #   scripts/install-deps.sh --fuzz   also clang with libFuzzer (scripts/fuzz.sh, the fuzz preset)
 #   scripts/install-deps.sh --plot   also python3-matplotlib (scripts/plot-metrics.py)
-# Options combine: .ci/run gives --fuzz --plot.
+#   scripts/install-deps.sh --ccache also ccache (the build compiles through it when present)
+# Options combine: .ci/run gives --plot --ccache.
 set -euo pipefail
 
 packages=(g++ cmake make pkg-config catch2 libopenblas-openmp-dev libcli11-dev libfmt-dev
@@ -17,7 +18,8 @@ for option in "$@"; do
     --torch) packages+=(python3-torch) ;;
     --fuzz) packages+=(clang libclang-rt-dev libomp-dev) ;;
     --plot) packages+=(python3-matplotlib) ;;
-    *) echo "install-deps.sh: unknown option '${option}' (known: --torch, --fuzz, --plot)" >&2; exit 2 ;;
+    --ccache) packages+=(ccache) ;;
+    *) echo "install-deps.sh: unknown option '${option}' (known: --torch, --fuzz, --plot, --ccache)" >&2; exit 2 ;;
   esac
 done
 
