@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   app.add_option("--limit-train", o.limit_train, "Use only the first N training images (0 = all)")->check(number_at_least(0, true));
   app.add_option("--limit-test", o.limit_test, "Use only the first N test images (0 = all)")->check(number_at_least(0, true));
   app.add_flag("--no-shuffle", o.no_shuffle, "Keep the training set in file order");
-  app.add_option("--init-from", o.init_from, "Start from a safetensors checkpoint (weights only)");
+  app.add_option("--init-from", o.init_from, "Start from a safetensors checkpoint (weights only; bfloat16 tensors are widened exactly into the float32 weights, as PyTorch's load_state_dict)");
   app.add_option("--save", o.save, "Write the trained weights as safetensors");
   app.add_option("--metrics", o.metrics, "Write one JSON line per epoch to this file");
   app.add_option("--checkpoint", o.checkpoint, "After every epoch, write weights, momentum and counters here (atomically)");

@@ -123,6 +123,7 @@ void Report::header() {
     out_ << fmt::format("  BatchNorm statistics re-estimated over {} training batches before "
                         "each evaluation\n",
                         o.bn_recalibrate);
+  out_ << run_.init_note;
   if (!o.resume.empty())
     out_ << fmt::format("resumed from {} after epoch {}/{}\n", o.resume,
                         run_.resumed.epochs_done, o.epochs);

@@ -30,7 +30,6 @@
 #include "apps/train_setup.h"
 #include "core/precision.h"
 #include "core/profile.h"
-#include "nn/safetensors.h"
 #include "parallel/communicator.h"
 
 namespace anvil::app {
@@ -232,10 +231,7 @@ int run_one_device(const Options& o) {
     // --model reports only its own error (not also the GPU probe's note).
     std::shared_ptr<nn::Module> model = create_model(o);
     if (o.eval_only) {
-      const Device device = choose_device(o.device);
-      if (!o.init_from.empty())
-        nn::load_state_dict(*model, nn::load_safetensors(o.init_from), o.init_from);
-      return evaluate_only(o, *model, device);
+      return evaluate_only(o, *model, choose_device(o.device));
     }
   }
   Replica r;

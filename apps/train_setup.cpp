@@ -175,6 +175,15 @@ std::shared_ptr<nn::Module> create_model(const Options& o) {
   return model;
 }
 
+std::string load_init_from(const Options& o, nn::Module& model) {
+  const nn::NamedTensors file = nn::load_safetensors(o.init_from);
+  const int64_t widened = nn::load_state_dict(model, file, o.init_from);
+  if (widened == 0) return "";
+  return fmt::format("  --init-from {}: {} of its {} tensors are bfloat16, widened exactly into "
+                     "the float32 weights (as PyTorch's load_state_dict copies them)\n",
+                     o.init_from, widened, file.size());
+}
+
 void agree_on_flags(const Options& o, parallel::Communicator& comm) {
   const nlohmann::ordered_json mine = {{"data", data_files(o.data_dir)},
                                        {"settings", app::replica_settings(o)}};
@@ -199,7 +208,7 @@ std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
   s.schedule_options = app::check_settings(o);
   s.model = create_model(o);
   if (!o.init_from.empty() && r.rank() == 0)  // the other ranks get rank 0's weights
-    nn::load_state_dict(*s.model, nn::load_safetensors(o.init_from), o.init_from);
+    s.init_note = load_init_from(o, *s.model);
   s.model->to(r.device);
   load_data(s);
   s.optimizer.emplace(s.model->parameters(),

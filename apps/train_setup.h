@@ -50,6 +50,12 @@ Transforms make_transforms(const Options& o, const data::ImageSet& train_set);
 // --bn-recalibrate, for a model without BatchNorm).
 std::shared_ptr<nn::Module> create_model(const Options& o);
 
+// --init-from's weights into `model`. A bfloat16 tensor of the file goes
+// into its float32 weight widened exactly, as PyTorch's load_state_dict
+// copies it (nn::load_state_dict). Returns the run's header line that says
+// so ("" when nothing was widened).
+std::string load_init_from(const Options& o, nn::Module& model);
+
 // What anvil-train keeps in a checkpoint besides the weights: the settings
 // it was trained with (a resumed run must use the same) and the metrics of
 // the epochs done (so the resumed run's --metrics file is complete).
@@ -73,6 +79,7 @@ struct Run {
   std::optional<optim::SGD> optimizer;
   std::optional<optim::LRSchedule> schedule;
   Resumed resumed;  // epochs_done agreed on by every rank
+  std::string init_note;  // load_init_from's line for the header (rank 0's)
   std::optional<parallel::DataParallel> replicas;  // over r.comm; does nothing for one rank
 };
 
