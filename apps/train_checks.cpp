@@ -185,6 +185,40 @@ void check_ranks(const Options& o, int ranks) {
                                  o.batch_size, ranks, ranks));
 }
 
+int check_pipeline(const Options& o, int ranks) {
+  const int n = o.pipeline_parallel;
+  if (n <= 1) {
+    if (o.micro_batches > 1)
+      throw UsageError(fmt::format(
+          "--micro-batches {}: cuts a pipeline's step, and this run has none (--pipeline-parallel "
+          "1); without a pipeline the same step is --accumulate {}",
+          o.micro_batches, o.micro_batches));
+    return ranks;
+  }
+  if (ranks % n != 0)
+    throw UsageError(fmt::format(
+        "--pipeline-parallel {}: the run's {} rank(s) do not make whole pipelines of {} stages "
+        "(one rank each); start a multiple of {} ranks (--distributed under mpirun -np, or --gpus)",
+        n, ranks, n, n));
+  if (o.accumulate > 1)
+    throw UsageError(fmt::format(
+        "--accumulate {} with --pipeline-parallel {}: a pipeline cuts each step into "
+        "--micro-batches; give --micro-batches {} (the same step as --accumulate {} without "
+        "a pipeline)",
+        o.accumulate, n, o.accumulate, o.accumulate));
+  if (o.sync_bn)
+    throw UsageError(fmt::format(
+        "--sync-bn with --pipeline-parallel {}: not supported (each stage's BatchNorm "
+        "normalises each micro-batch with its own statistics)",
+        n));
+  if (o.bn_recalibrate > 0)
+    throw UsageError(fmt::format(
+        "--bn-recalibrate {} with --pipeline-parallel {}: not supported (the re-estimation runs "
+        "the whole model on one rank)",
+        o.bn_recalibrate, n));
+  return ranks / n;
+}
+
 void check_data_parallel_only(const Options& o) {
   if (o.distributed || o.gpus > 0 || !o.devices.empty()) return;
   if (o.sync_bn)

@@ -20,8 +20,13 @@ std::vector<Device> replica_devices(const Options& o);
 // The checks of the files a run reads and writes, made before any training
 // (by rank 0 alone in an MPI job: the other ranks write nothing).
 void check_files(const Options& o);
-// The global batch must give every one of `ranks` ranks an image.
+// The global batch must give every one of `ranks` data-parallel replicas an image.
 void check_ranks(const Options& o, int ranks);
+// --pipeline-parallel N over `ranks` ranks: a multiple of N, and none of
+// the flags a pipeline does not take (--accumulate: give --micro-batches;
+// --sync-bn, --bn-recalibrate); --micro-batches only with a pipeline.
+// Returns the data-parallel replicas of the pipeline (ranks / N).
+int check_pipeline(const Options& o, int ranks);
 // --sync-bn needs BatchNorm layers, replicas, and a part of every batch for
 // every rank (the last batch too).
 void check_sync_bn(const Options& o, nn::Module& model, int64_t examples, int ranks);

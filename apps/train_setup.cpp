@@ -117,9 +117,10 @@ void load_data(Run& s) {
   s.train_loader.emplace(s.train_set, o.batch_size, !o.no_shuffle, false, o.seed,
                          s.transforms.train);
   s.test_loader.emplace(s.test_set, o.batch_size, false, false, o.seed, s.transforms.test);
-  s.train_loader->set_shard(s.r.rank(), s.r.size());
-  s.test_loader->set_shard(s.r.rank(), s.r.size());
-  if (o.sync_bn) check_sync_bn(o, *s.model, s.train_set->count, s.r.size());
+  // The stages of one pipeline load the same shard: that of their replica.
+  s.train_loader->set_shard(s.dp().rank(), s.dp().size());
+  s.test_loader->set_shard(s.dp().rank(), s.dp().size());
+  if (o.sync_bn) check_sync_bn(o, *s.model, s.train_set->count, s.dp().size());
   if (o.bn_recalibrate > 0) {
     s.recalibration_loader.emplace(s.train_set, o.batch_size, !o.no_shuffle, false, o.seed,
                                    s.transforms.test);
@@ -128,6 +129,27 @@ void load_data(Run& s) {
           "--bn-recalibrate {}: more than the {} training batches of {} images in an epoch",
           o.bn_recalibrate, s.recalibration_loader->num_batches(), o.batch_size));
   }
+}
+
+// The model's layers and their cut into --pipeline-parallel stages.
+struct StageCut {
+  std::vector<parallel::PipelineLayer> layers;
+  std::vector<size_t> bounds;
+};
+
+StageCut cut_into_stages(const Options& o, nn::Module& model) {
+  const int64_t side = o.resize ? o.resize : 28;
+  StageCut st;
+  try {
+    st.layers = parallel::pipeline_layers(model, {1, side, side}, o.amp_bf16());
+    std::vector<int64_t> costs;
+    for (const parallel::PipelineLayer& l : st.layers) costs.push_back(l.flops);
+    st.bounds = parallel::balance_stages(costs, o.pipeline_parallel);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("--pipeline-parallel {} with --model {}: {}",
+                                 o.pipeline_parallel, o.model, e.what()));
+  }
+  return st;
 }
 
 }  // namespace
@@ -207,6 +229,12 @@ std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
   s.r = r;
   s.schedule_options = app::check_settings(o);
   s.model = create_model(o);
+  StageCut stages;
+  if (o.pipeline_parallel > 1) {
+    s.mesh = parallel::make_mesh(
+        *r.comm, {.dp = r.size() / o.pipeline_parallel, .pp = o.pipeline_parallel});
+    stages = cut_into_stages(o, *s.model);  // on the CPU, before the weights move
+  }
   if (!o.init_from.empty() && r.rank() == 0)  // the other ranks get rank 0's weights
     s.init_note = load_init_from(o, *s.model);
   s.model->to(r.device);
@@ -224,6 +252,17 @@ std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
   dp.overlap = !o.no_overlap;
   dp.sync_batch_norm = o.sync_bn;
   dp.grad_dtype = o.grad_bf16() ? DType::BFloat16 : DType::Float32;
+  if (s.mesh) {
+    // Every rank holds the whole model: world rank 0's weights (and, resumed,
+    // its momentum) everywhere; each runs and updates its stage's part.
+    parallel::broadcast_state(*r.comm, *s.model, o.resume.empty() ? nullptr : &*s.optimizer,
+                              parallel::broadcast_algorithm(dp.algorithm));
+    s.pipeline = std::make_unique<parallel::Pipeline>(
+        *s.mesh->pp, std::move(stages.layers), std::move(stages.bounds),
+        parallel::parse_schedule(o.pipeline_schedule), r.device);
+    s.replicas.emplace(s.dp(), s.pipeline->stage(), dp);
+    return run;
+  }
   s.replicas.emplace(*r.comm, *s.model, dp);  // rank 0's weights everywhere
   if (!o.resume.empty()) s.replicas->broadcast_state(&*s.optimizer);  // and its momentum
   return run;

@@ -20,6 +20,8 @@
 #include "nn/schedule.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
+#include "parallel/mesh.h"
+#include "parallel/pipeline.h"
 
 namespace anvil::app {
 
@@ -80,7 +82,15 @@ struct Run {
   std::optional<optim::LRSchedule> schedule;
   Resumed resumed;  // epochs_done agreed on by every rank
   std::string init_note;  // load_init_from's line for the header (rank 0's)
-  std::optional<parallel::DataParallel> replicas;  // over r.comm; does nothing for one rank
+  // --pipeline-parallel N: this rank's place in the mesh of dp × pp ranks
+  // (r.comm is the world) and its stage of the model. Without: unset, and
+  // the run is data-parallel over r.comm.
+  std::optional<parallel::Mesh> mesh;
+  std::unique_ptr<parallel::Pipeline> pipeline;
+  // Over the data-parallel group (its replicas of this rank's stage, or of
+  // the whole model); does nothing for one rank.
+  std::optional<parallel::DataParallel> replicas;
+  parallel::Communicator& dp() const { return mesh ? *mesh->dp : *r.comm; }
 };
 
 // Every rank of an MPI job (--distributed) against rank 0, before the run's
