@@ -195,11 +195,6 @@ int check_pipeline(const Options& o, int ranks) {
           o.micro_batches, o.micro_batches));
     return ranks;
   }
-  if (ranks % n != 0)
-    throw UsageError(fmt::format(
-        "--pipeline-parallel {}: the run's {} rank(s) do not make whole pipelines of {} stages "
-        "(one rank each); start a multiple of {} ranks (--distributed under mpirun -np, or --gpus)",
-        n, ranks, n, n));
   if (o.accumulate > 1)
     throw UsageError(fmt::format(
         "--accumulate {} with --pipeline-parallel {}: a pipeline cuts each step into "
@@ -216,6 +211,11 @@ int check_pipeline(const Options& o, int ranks) {
         "--bn-recalibrate {} with --pipeline-parallel {}: not supported (the re-estimation runs "
         "the whole model on one rank)",
         o.bn_recalibrate, n));
+  if (ranks % n != 0)
+    throw UsageError(fmt::format(
+        "--pipeline-parallel {}: the run's {} rank(s) do not make whole pipelines of {} stages "
+        "(one rank each); start a multiple of {} ranks (--distributed under mpirun -np, or --gpus)",
+        n, ranks, n, n));
   return ranks / n;
 }
 

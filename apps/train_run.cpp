@@ -224,8 +224,8 @@ int run_gpu_threads(const Options& o) {
 
 // One device: a group of one rank, with --eval-only's evaluation besides.
 int run_one_device(const Options& o) {
-  check_data_parallel_only(o);
   check_pipeline(o, 1);
+  check_data_parallel_only(o);
   check_files(o);
   {
     // The model's own checks before the device is chosen, so that a mistyped
