@@ -33,12 +33,13 @@ struct PipelineSetup {
   int64_t images = 27;  // batches of 10, 10 and 7
   int64_t batch = 10;
   int epochs = 1;
+  bool amp = false;  // bfloat16 autocast: bfloat16 activations cross the stages
 };
 
 inline std::string describe(const PipelineSetup& s) {
-  return fmt::format("{}, {}, {}, {} micro-batches, {} images in batches of {}", s.model,
+  return fmt::format("{}, {}, {}, {} micro-batches, {} images in batches of {}{}", s.model,
                      s.mesh.str(), anvil::parallel::schedule_name(s.schedule), s.micro_batches,
-                     s.images, s.batch);
+                     s.images, s.batch, s.amp ? ", bf16 autocast" : "");
 }
 
 inline std::vector<double> epoch_figures(const train::EpochStats& e) {
@@ -66,7 +67,7 @@ inline Outcomes pipeline_scenario(Communicator& world, const PipelineSetup& s) {
   // The pipeline: every rank the whole model (others than rank 0 from other
   // weights, which the broadcast replaces), cut on the CPU, then moved.
   auto model = make_model(s.model, world.rank() == 0 ? 1 : 200 + uint64_t(world.rank()));
-  std::vector<par::PipelineLayer> layers = par::pipeline_layers(*model, {1, 28, 28}, false);
+  std::vector<par::PipelineLayer> layers = par::pipeline_layers(*model, {1, 28, 28}, s.amp);
   std::vector<int64_t> costs;
   for (const par::PipelineLayer& l : layers) costs.push_back(l.flops);
   model->to(device);
@@ -82,6 +83,7 @@ inline Outcomes pipeline_scenario(Communicator& world, const PipelineSetup& s) {
     train::EpochOptions ref_o, o;
     ref_o.replicas = &ref_replicas;
     ref_o.accumulate = s.micro_batches;
+    ref_o.amp = o.amp = s.amp;
     o.replicas = &replicas;
     o.stages = &pipeline;
     o.accumulate = s.micro_batches;
@@ -101,8 +103,9 @@ inline Outcomes pipeline_scenario(Communicator& world, const PipelineSetup& s) {
   ref_eval.set_shard(mesh.dp->rank(), mesh.dp->size());
   eval.set_shard(mesh.dp->rank(), mesh.dp->size());
   out.push_back({"evaluation, " + tag,
-                 epoch_figures(train::evaluate(*model, eval, device, &replicas, false, &pipeline)),
-                 epoch_figures(train::evaluate(*reference, ref_eval, device, &ref_replicas)), 0});
+                 epoch_figures(train::evaluate(*model, eval, device, &replicas, s.amp, &pipeline)),
+                 epoch_figures(train::evaluate(*reference, ref_eval, device, &ref_replicas, s.amp)),
+                 0});
   // The whole model and momentum on world rank 0, from the first pipeline's stages.
   if (mesh.coords.dp == 0) pipeline.gather_to_first(*model, &opt);
   if (world.rank() == 0) {
@@ -126,8 +129,9 @@ inline Outcomes pipeline_scenario(Communicator& world, const PipelineSetup& s) {
 // The setups a world of `ranks` runs: both schedules, micro-batch counts
 // below, at and above the stage count, and some micro-batches empty (a last
 // batch of 1 cut into 3), on LeNet and a narrow ResNet-18 (BatchNorm sees
-// each micro-batch), cut into as many stages as the world allows; over 4
-// ranks also 2 replicas of a 2-stage pipeline.
+// each micro-batch), cut into as many stages as the world allows, and LeNet
+// under bfloat16 autocast; over 4 ranks also 2 replicas of a 2-stage
+// pipeline.
 inline std::vector<PipelineSetup> pipeline_setups(int ranks, bool small) {
   using anvil::parallel::Schedule;
   std::vector<PipelineSetup> out;
@@ -153,6 +157,8 @@ inline std::vector<PipelineSetup> pipeline_setups(int ranks, bool small) {
   add("mlp", pipe, Schedule::kOneFOneB, 3, 21);  // the last batch, of 1: two empty micro-batches
   add("resnet18-narrow", pipe, Schedule::kOneFOneB, 3);
   add("resnet18-narrow", pipe, Schedule::kGPipe, 2);
+  add("lenet", pipe, Schedule::kOneFOneB, 2);
+  out.back().amp = true;
   if (ranks == 4) {
     add("lenet", {.dp = 2, .pp = 2}, Schedule::kOneFOneB, 3);
     add("resnet18-narrow", {.dp = 2, .pp = 2}, Schedule::kGPipe, 2);
