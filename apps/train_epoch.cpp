@@ -66,7 +66,7 @@ EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
   options.amp = o.amp_bf16();
   EpochResult e;
   e.epoch = epoch;
-  e.train = train::train_epoch(*run.model, *run.optimizer, *run.train_loader, run.r.device,
+  e.train = train::train_epoch(run.net(), *run.optimizer, *run.train_loader, run.r.device,
                                options);
   // With --bn-recalibrate the model is evaluated twice: first with the
   // running statistics training left (what the recipe alone gives), then
@@ -77,7 +77,7 @@ EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
     train::recalibrate_batch_norm(*run.model, *run.recalibration_loader, run.r.device,
                                   o.bn_recalibrate, uint64_t(epoch - 1));
   }
-  e.test = train::evaluate(*run.model, *run.test_loader, run.r.device, options.replicas,
+  e.test = train::evaluate(run.net(), *run.test_loader, run.r.device, options.replicas,
                            options.amp, options.stages);
   return e;
 }
@@ -88,9 +88,13 @@ namespace {
 // momentum) to world rank 0, whose copy of the whole model is then the one
 // to save. The replicas of each stage hold the same weights: only the
 // first pipeline's stages take part.
+// With tensor parallelism every group gathers its split layers' weights
+// (its ranks hold the same whole model otherwise).
 void gather_whole_model(Run& run, bool momentum) {
   if (run.pipeline && run.mesh->coords.dp == 0)
     run.pipeline->gather_to_first(*run.model, momentum ? &*run.optimizer : nullptr);
+  if (run.split)
+    parallel::gather_tensor_parallel(*run.split, dynamic_cast<nn::Sequential&>(*run.model));
 }
 
 }  // namespace

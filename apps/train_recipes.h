@@ -77,6 +77,10 @@ struct Options {
   int pipeline_parallel = 1;
   int64_t micro_batches = 1;
   std::string pipeline_schedule = "1f1b";
+  // Tensor parallel (parallel/tensor_parallel.h): LeNet's linear layers split
+  // over this many ranks (column-parallel, then row-parallel); every other
+  // layer runs whole on each. Not a training setting.
+  int tensor_parallel = 1;
   // How float32 convolutions and matmuls may round (core/precision.h):
   // default (PyTorch's: TF32 convolutions on CUDA), ieee or tf32.
   std::string fp32_precision = "default";

@@ -145,6 +145,12 @@ void Report::header() {
     for (const std::string& line : parallel::describe_stages(p.layers(), p.bounds()))
       out_ << "    " << line << '\n';
   }
+  if (run_.split)
+    out_ << fmt::format(
+        "  tensor parallel over {} ranks (mesh {}): Linear 7 split by its output units, Linear 9 "
+        "by its inputs (column-parallel, then row-parallel: one all-reduce forward and one "
+        "backward per micro-batch); the other layers run whole on each\n",
+        o.tensor_parallel, run_.mesh->shape.str());
   if (o.bn_recalibrate > 0)
     out_ << fmt::format("  BatchNorm statistics re-estimated over {} training batches before "
                         "each evaluation\n",
@@ -186,6 +192,7 @@ nlohmann::ordered_json Report::metrics_record(const EpochResult& e) const {
     line["sync_bn"] = o.sync_bn;
     line["grad_dtype"] = o.grad_dtype;
   }
+  if (run_.split) line["tensor_parallel"] = o.tensor_parallel;
   if (run_.pipeline) {
     line["pipeline_parallel"] = o.pipeline_parallel;
     line["micro_batches"] = o.micro_batches;

@@ -89,7 +89,7 @@ int run_mpi_rank(const Options& o) {
       gpu ? parallel::nccl_world(co) : std::move(world);
   try {
     if (comm->rank() == 0) check_files(o);
-    check_ranks(o, check_pipeline(o, comm->size()));
+    check_ranks(o, check_layout(o, comm->size()));
   } catch (const std::exception& e) {
     comm->abort(e.what());
     throw;
@@ -116,7 +116,7 @@ int run_gpu_threads(const Options& o) {
   if (!parallel::nccl_missing_reason().empty()) throw UsageError(parallel::nccl_missing_reason());
   check_files(o);
   const int n = int(devices.size());
-  check_ranks(o, check_pipeline(o, n));
+  check_ranks(o, check_layout(o, n));
   auto train_set = std::make_shared<const data::ImageSet>(
       data::load_mnist_split(o.data_dir, true, o.limit_train));
   auto test_set = std::make_shared<const data::ImageSet>(
@@ -224,7 +224,7 @@ int run_gpu_threads(const Options& o) {
 
 // One device: a group of one rank, with --eval-only's evaluation besides.
 int run_one_device(const Options& o) {
-  check_pipeline(o, 1);
+  check_layout(o, 1);
   check_data_parallel_only(o);
   check_files(o);
   {

@@ -230,16 +230,25 @@ std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
   s.schedule_options = app::check_settings(o);
   s.model = create_model(o);
   StageCut stages;
-  if (o.pipeline_parallel > 1) {
-    s.mesh = parallel::make_mesh(
-        *r.comm, {.dp = r.size() / o.pipeline_parallel, .pp = o.pipeline_parallel});
-    stages = cut_into_stages(o, *s.model);  // on the CPU, before the weights move
-  }
+  const int pp = o.pipeline_parallel, tp = o.tensor_parallel;
+  if (pp > 1 || tp > 1)
+    s.mesh = parallel::make_mesh(*r.comm, {.dp = r.size() / (pp * tp), .pp = pp, .tp = tp});
+  if (pp > 1) stages = cut_into_stages(o, *s.model);  // on the CPU, before the weights move
   if (!o.init_from.empty() && r.rank() == 0)  // the other ranks get rank 0's weights
     s.init_note = load_init_from(o, *s.model);
   s.model->to(r.device);
+  if (tp > 1) {
+    // Every rank splits world rank 0's weights (it holds the whole model).
+    parallel::broadcast_state(*r.comm, *s.model, nullptr);
+    try {
+      s.split = parallel::split_tensor_parallel(
+          *s.mesh->tp, dynamic_cast<nn::Sequential&>(*s.model), parallel::lenet_tensor_pairs());
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(fmt::format("--tensor-parallel {}: {}", tp, e.what()));
+    }
+  }
   load_data(s);
-  s.optimizer.emplace(s.model->parameters(),
+  s.optimizer.emplace(s.net().parameters(),
                       optim::SGDOptions{.lr = o.lr, .momentum = o.momentum,
                                         .weight_decay = o.weight_decay, .nesterov = o.nesterov});
   s.schedule.emplace(s.schedule_options);
@@ -252,7 +261,7 @@ std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
   dp.overlap = !o.no_overlap;
   dp.sync_batch_norm = o.sync_bn;
   dp.grad_dtype = o.grad_bf16() ? DType::BFloat16 : DType::Float32;
-  if (s.mesh) {
+  if (pp > 1) {
     // Every rank holds the whole model: world rank 0's weights (and, resumed,
     // its momentum) everywhere; each runs and updates its stage's part.
     parallel::broadcast_state(*r.comm, *s.model, o.resume.empty() ? nullptr : &*s.optimizer,
@@ -263,7 +272,7 @@ std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
     s.replicas.emplace(s.dp(), s.pipeline->stage(), dp);
     return run;
   }
-  s.replicas.emplace(*r.comm, *s.model, dp);  // rank 0's weights everywhere
+  s.replicas.emplace(s.dp(), s.net(), dp);  // rank 0's weights everywhere
   if (!o.resume.empty()) s.replicas->broadcast_state(&*s.optimizer);  // and its momentum
   return run;
 }

@@ -22,6 +22,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline.h"
+#include "parallel/tensor_parallel.h"
 
 namespace anvil::app {
 
@@ -82,11 +83,16 @@ struct Run {
   std::optional<optim::LRSchedule> schedule;
   Resumed resumed;  // epochs_done agreed on by every rank
   std::string init_note;  // load_init_from's line for the header (rank 0's)
-  // --pipeline-parallel N: this rank's place in the mesh of dp × pp ranks
-  // (r.comm is the world) and its stage of the model. Without: unset, and
-  // the run is data-parallel over r.comm.
+  // --pipeline-parallel or --tensor-parallel: this rank's place in the mesh
+  // of dp × pp × tp ranks (r.comm is the world). Without: unset, and the run
+  // is data-parallel over r.comm.
   std::optional<parallel::Mesh> mesh;
-  std::unique_ptr<parallel::Pipeline> pipeline;
+  std::unique_ptr<parallel::Pipeline> pipeline;  // this rank's stage of the model
+  // --tensor-parallel: the model with its linear layers split over the tp
+  // group (the other layers shared with `model`), what trains; `model`
+  // gets the split layers' weights back before it is saved.
+  std::shared_ptr<nn::Sequential> split;
+  nn::Module& net() const { return split ? *split : *model; }  // what trains
   // Over the data-parallel group (its replicas of this rank's stage, or of
   // the whole model); does nothing for one rank.
   std::optional<parallel::DataParallel> replicas;

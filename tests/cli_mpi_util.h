@@ -81,6 +81,19 @@ inline std::vector<nlohmann::json> metrics_of(const std::string& path) {
 }
 
 // Every parameter of two --save files within `tol` (relative).
+// Every epoch's train and test loss and accuracy of two --metrics files
+// within `epsilon` (relative; 0: the same numbers).
+inline void require_same_metrics(const std::string& a, const std::string& b, double epsilon) {
+  const auto ma = metrics_of(a), mb = metrics_of(b);
+  REQUIRE(ma.size() == mb.size());
+  for (size_t e = 0; e < ma.size(); ++e)
+    for (const char* key : {"train_loss", "train_acc", "test_loss", "test_acc"}) {
+      INFO("epoch " << e + 1 << ": " << key);
+      if (epsilon == 0) REQUIRE(ma[e][key].get<double>() == mb[e][key].get<double>());
+      else REQUIRE(ma[e][key].get<double>() == Approx(mb[e][key].get<double>()).epsilon(epsilon));
+    }
+}
+
 inline void require_same_weights(const std::string& a, const std::string& b, double tol) {
   const auto wa = anvil::nn::load_safetensors(a), wb = anvil::nn::load_safetensors(b);
   REQUIRE(wa.size() == wb.size());

@@ -4,8 +4,10 @@
 // rank measured; its checkpoint is one whole-model file that resumes on one
 // device, and one device's resumes as a pipeline; 2 replicas of a 2-stage
 // pipeline on 4 ranks end where 2 data-parallel ranks with --accumulate do;
-// a pipeline of simulated GPUs (--gpus 2) ends where one GPU does; flags that
-// cannot make a pipeline get one clear error. Needs the build's MPI.
+// a pipeline of simulated GPUs (--gpus 2) ends where one GPU does; LeNet's
+// linear layers split over 2 ranks (--tensor-parallel 2) end where one
+// device does, within the data-parallel runs' tolerance; flags that cannot
+// make a pipeline or a split get one clear error. Needs the build's MPI.
 #if defined(ANVIL_MPIEXEC)
 #include <catch2/catch.hpp>
 
@@ -31,11 +33,7 @@ void require_same_run(const TempDir& dir, const std::string& a, const std::strin
   const std::string wa = read_file(dir.file(a + ".safetensors"));
   REQUIRE(!wa.empty());
   REQUIRE(wa == read_file(dir.file(b + ".safetensors")));
-  const auto ma = metrics_of(dir.file(a + ".jsonl")), mb = metrics_of(dir.file(b + ".jsonl"));
-  REQUIRE(ma.size() == mb.size());
-  for (size_t e = 0; e < ma.size(); ++e)
-    for (const char* key : {"train_loss", "train_acc", "test_loss", "test_acc"})
-      REQUIRE(ma[e][key].get<double>() == mb[e][key].get<double>());
+  require_same_metrics(dir.file(a + ".jsonl"), dir.file(b + ".jsonl"), 0);
 }
 
 std::string outputs(const TempDir& dir, const std::string& tag) {
@@ -162,7 +160,30 @@ TEST_CASE("anvil-train --gpus 2 --pipeline-parallel 2 saves what one GPU with --
   require_same_run(dir, "two", "one");
 }
 
-TEST_CASE("flags that cannot make a pipeline get one clear error", "[cli][distributed][pipeline]") {
+// The split layers sum their products in another order than one device's
+// GEMM (tests/parallel/test_tensor_parallel.cpp bounds the first forward):
+// within 1e-4 after the run's 10 steps, as the data-parallel runs are.
+TEST_CASE("anvil-train --tensor-parallel 2 on 2 MPI ranks ends where one device does",
+          "[cli][distributed][pipeline]") {
+  TempDir dir("tensor");
+  write_data(dir.path / "data");
+  const std::string common = kRecipe + " --device cpu --data-dir " + (dir.path / "data").string();
+  const Run one = shell(one_process() + common + outputs(dir, "one"), dir);
+  INFO(one.output);
+  REQUIRE(one.code == 0);
+  const Run split = shell(mpirun(2) + train_bin() + " --distributed --tensor-parallel 2" + common +
+                              outputs(dir, "split"),
+                          dir);
+  INFO(split.output);
+  REQUIRE(split.code == 0);
+  REQUIRE_THAT(split.output, Contains("tensor parallel over 2 ranks (mesh dp 1 × pp 1 × tp 2): "
+                                      "Linear 7 split by its output units, Linear 9 by its inputs"));
+  require_same_metrics(dir.file("split.jsonl"), dir.file("one.jsonl"), 1e-4);
+  require_same_weights(dir.file("split.safetensors"), dir.file("one.safetensors"), 1e-4);
+}
+
+TEST_CASE("flags that cannot make a pipeline or a split get one clear error",
+          "[cli][distributed][pipeline]") {
   TempDir dir("pipe_flags");
   write_data(dir.path / "data");
   const std::string data = " --device cpu --data-dir " + (dir.path / "data").string();
@@ -184,6 +205,15 @@ TEST_CASE("flags that cannot make a pipeline get one clear error", "[cli][distri
        "--pipeline-parallel 2: the run's 1 rank(s) do not make whole pipelines of 2 stages"},
       {one + " --micro-batches 4",
        "--micro-batches 4: cuts a pipeline's step, and this run has none"},
+      {one + " --tensor-parallel 2",
+       "--tensor-parallel 2: the run's 1 rank(s) do not make whole groups of 2"},
+      {one + " --tensor-parallel 2 --model resnet18",
+       "--tensor-parallel 2 with --model resnet18: only LeNet's linear layers are split"},
+      {one + " --tensor-parallel 2 --pipeline-parallel 2",
+       "--tensor-parallel 2 with --pipeline-parallel 2: not supported together"},
+      {one + " --tensor-parallel 2 --amp bf16", "--tensor-parallel 2 with --amp bf16"},
+      {one + " --tensor-parallel 2 --checkpoint " + dir.file("c.ckpt"),
+       "--tensor-parallel 2 with --checkpoint: not supported"},
   };
   for (const Case& c : cases) {
     const Run r = shell(c.command, dir);
