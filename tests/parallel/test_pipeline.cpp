@@ -4,7 +4,7 @@
 // device does with the same micro-batches as gradient accumulation, with
 // both schedules. Over NCCL with one thread per (simulated) GPU, and over
 // MPI on the processes mpiexec starts (tests/parallel/CMakeLists.txt: 2 and
-// 4; the tag [mpi_pipeline] keeps them out of the 1-to-5-rank [mpi] suite).
+// 4; the tag [mpi_model_parallel] keeps them out of the 1-to-5-rank [mpi] suite).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -165,7 +165,7 @@ TEST_CASE("nccl: a pipeline-parallel narrow ResNet-18 on 2 GPUs ends where one d
 
 TEST_CASE("mpi: pipeline-parallel training on every rank of the job ends where one device does, "
           "bit for bit",
-          "[mpi_pipeline]") {
+          "[mpi_model_parallel]") {
   if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
   par::CommOptions o;
   o.timeout = std::chrono::seconds(60);

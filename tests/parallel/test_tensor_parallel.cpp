@@ -6,8 +6,8 @@
 // (the shards gathered into one model) and the epoch's figures lie within
 // the data-parallel tests' tolerance, and the layers every rank runs whole
 // (the convolutions) are bit for bit the same on every rank. Over MPI on the
-// processes mpiexec starts (the tag [mpi_pipeline]: 2 and 4 ranks) and over
-// NCCL on 2 simulated GPUs.
+// processes mpiexec starts (the tag [mpi_model_parallel]: 2 and 4 ranks)
+// and over NCCL on 2 simulated GPUs.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -124,7 +124,7 @@ Outcomes tensor_parallel_scenario(Communicator& comm, int64_t images) {
 }  // namespace
 
 TEST_CASE("mpi: LeNet's linear layers split over the ranks end where one device does",
-          "[mpi_pipeline]") {
+          "[mpi_model_parallel]") {
   if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
   par::CommOptions o;
   o.timeout = std::chrono::seconds(60);
