@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   app.add_option("--limit-train", o.limit_train, "Use only the first N training images (0 = all)")->check(number_at_least(0, true));
   app.add_option("--limit-test", o.limit_test, "Use only the first N test images (0 = all)")->check(number_at_least(0, true));
   app.add_flag("--no-shuffle", o.no_shuffle, "Keep the training set in file order");
-  app.add_option("--init-from", o.init_from, "Start from a safetensors checkpoint (weights only)");
+  app.add_option("--init-from", o.init_from, "Start from a safetensors checkpoint (weights only; bfloat16 tensors are widened exactly into the float32 weights, as PyTorch's load_state_dict)");
   app.add_option("--save", o.save, "Write the trained weights as safetensors");
   app.add_option("--metrics", o.metrics, "Write one JSON line per epoch to this file");
   app.add_option("--checkpoint", o.checkpoint, "After every epoch, write weights, momentum and counters here (atomically)");
@@ -100,6 +100,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-overlap", o.no_overlap, "Reduce the gradients after backward, not bucket by bucket during it");
   app.add_option("--grad-dtype", o.grad_dtype, "The dtype gradients are all-reduced in: float32, or bf16 (half the bytes on the wire; each rank's gradient rounded to bfloat16, summed in float32 arithmetic with one rounding per ring step, widened back into the float32 gradients)")->capture_default_str()->check(CLI::IsMember({"float32", "bf16"}));
   app.add_flag("--sync-bn", o.sync_bn, "BatchNorm normalises with the statistics of the whole global batch, every rank's part together (SyncBatchNorm)");
+  app.add_option("--pipeline-parallel", o.pipeline_parallel, "Pipeline parallel: cut the model into N stages of consecutive layers, balanced by forward FLOPs, one per rank (--distributed or --gpus; the ranks a multiple of N: ranks / N data-parallel replicas of the pipeline)")->capture_default_str()->check(number_at_least(1, true));
+  app.add_option("--micro-batches", o.micro_batches, "Pipeline parallel: each step's batch (each replica's share) as M micro-batches that flow through the stages; the step is --accumulate M's on one device")->capture_default_str()->check(number_at_least(1, true));
+  app.add_option("--pipeline-schedule", o.pipeline_schedule, "Pipeline parallel: gpipe (every forward, then every backward: M micro-batches' activations held) or 1f1b (PipeDream-flush: one forward, one backward; at most N held)")->capture_default_str()->check(CLI::IsMember({"gpipe", "1f1b"}));
+  app.add_option("--tensor-parallel", o.tensor_parallel, "Tensor parallel: split LeNet's linear layers over N ranks (Linear 7 by its output units, Linear 9 by its inputs: one all-reduce forward and one backward); the convolutions run whole on each (the ranks a multiple of N: ranks / N data-parallel replicas)")->capture_default_str()->check(number_at_least(1, true));
   app.add_option("--comm-timeout", o.comm_timeout, "Seconds any wait on another rank may last (default: ANVIL_COMM_TIMEOUT or 300)")->check(number_at_least(0, false));
   app.add_flag("--profile", o.profile, "After the run, print a table of the steady training steps (the first is left out as warm-up) by op family: calls, ms and % per step; CPU ops by the wall clock, CUDA kernels by CUDA events (docs/profiling.md)");
   app.add_option("--profile-trace", o.profile_trace, "Write the same steps as a Chrome trace-event JSON file (Perfetto, chrome://tracing): a process per rank, a track per stream, a slice per op or kernel");

@@ -92,6 +92,7 @@ nlohmann::ordered_json evaluation_json(const train::ClassEvaluation& e) {
 
 int evaluate_only(const Options& o, nn::Module& model, Device device) {
   const std::string weights = o.resume.empty() ? o.init_from : o.resume;
+  const std::string note = o.resume.empty() ? load_init_from(o, model) : "";
   if (!o.resume.empty()) load_checkpoint_weights(o, model);
   model.to(device);
   auto test_set = std::make_shared<const data::ImageSet>(
@@ -105,7 +106,7 @@ int evaluate_only(const Options& o, nn::Module& model, Device device) {
                            "transforms {}\n",
                            o.model, model.num_parameters(), weights, device.str(), test_set->count,
                            o.batch_size, transforms.summary)
-            << std::flush;
+            << note << std::flush;
   const train::ClassEvaluation result =
       train::evaluate_classes(model, test_loader, device, int64_t(app::kFashionClasses.size()),
                               o.amp_bf16());

@@ -185,6 +185,75 @@ void check_ranks(const Options& o, int ranks) {
                                  o.batch_size, ranks, ranks));
 }
 
+namespace {
+
+void check_tensor_parallel(const Options& o) {
+  const int t = o.tensor_parallel;
+  if (t <= 1) return;
+  if (o.model != "lenet")
+    throw UsageError(fmt::format("--tensor-parallel {} with --model {}: only LeNet's linear layers "
+                                 "are split (--model lenet)",
+                                 t, o.model));
+  if (o.pipeline_parallel > 1)
+    throw UsageError(fmt::format("--tensor-parallel {} with --pipeline-parallel {}: not "
+                                 "supported together",
+                                 t, o.pipeline_parallel));
+  if (o.amp_bf16())
+    throw UsageError(fmt::format("--tensor-parallel {} with --amp bf16: not supported (float32 "
+                                 "only)",
+                                 t));
+  for (const auto& [flag, file] : {std::pair{"--checkpoint", o.checkpoint}, {"--resume", o.resume}})
+    if (!file.empty())
+      throw UsageError(fmt::format("--tensor-parallel {} with {}: not supported (the split "
+                                   "layers' momentum is not gathered into a checkpoint; --save "
+                                   "writes the whole model's weights)",
+                                   t, flag));
+}
+
+}  // namespace
+
+int check_layout(const Options& o, int ranks) {
+  check_tensor_parallel(o);
+  const int n = o.pipeline_parallel;
+  const int t = o.tensor_parallel;
+  if (ranks % t != 0)
+    throw UsageError(fmt::format(
+        "--tensor-parallel {}: the run's {} rank(s) do not make whole groups of {} (one rank "
+        "each); start a multiple of {} ranks (--distributed under mpirun -np, or --gpus)",
+        t, ranks, t, t));
+  ranks /= t;
+  if (n <= 1) {
+    if (o.micro_batches > 1)
+      throw UsageError(fmt::format(
+          "--micro-batches {}: cuts a pipeline's step, and this run has none (--pipeline-parallel "
+          "1); without a pipeline the same step is --accumulate {}",
+          o.micro_batches, o.micro_batches));
+    return ranks;
+  }
+  if (o.accumulate > 1)
+    throw UsageError(fmt::format(
+        "--accumulate {} with --pipeline-parallel {}: a pipeline cuts each step into "
+        "--micro-batches; give --micro-batches {} (the same step as --accumulate {} without "
+        "a pipeline)",
+        o.accumulate, n, o.accumulate, o.accumulate));
+  if (o.sync_bn)
+    throw UsageError(fmt::format(
+        "--sync-bn with --pipeline-parallel {}: not supported (each stage's BatchNorm "
+        "normalises each micro-batch with its own statistics)",
+        n));
+  if (o.bn_recalibrate > 0)
+    throw UsageError(fmt::format(
+        "--bn-recalibrate {} with --pipeline-parallel {}: not supported (the re-estimation runs "
+        "the whole model on one rank)",
+        o.bn_recalibrate, n));
+  if (ranks % n != 0)
+    throw UsageError(fmt::format(
+        "--pipeline-parallel {}: the run's {} rank(s) do not make whole pipelines of {} stages "
+        "(one rank each); start a multiple of {} ranks (--distributed under mpirun -np, or --gpus)",
+        n, ranks, n, n));
+  return ranks / n;
+}
+
 void check_data_parallel_only(const Options& o) {
   if (o.distributed || o.gpus > 0 || !o.devices.empty()) return;
   if (o.sync_bn)

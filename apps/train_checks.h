@@ -20,8 +20,15 @@ std::vector<Device> replica_devices(const Options& o);
 // The checks of the files a run reads and writes, made before any training
 // (by rank 0 alone in an MPI job: the other ranks write nothing).
 void check_files(const Options& o);
-// The global batch must give every one of `ranks` ranks an image.
+// The global batch must give every one of `ranks` data-parallel replicas an image.
 void check_ranks(const Options& o, int ranks);
+// The layout of --pipeline-parallel P and --tensor-parallel T over `ranks`
+// ranks: a multiple of P × T, and none of the flags a pipeline does not take
+// (--accumulate: give --micro-batches; --sync-bn, --bn-recalibrate), nor
+// those tensor parallelism does not (another model than LeNet, a pipeline,
+// --amp bf16, --checkpoint and --resume); --micro-batches only with a
+// pipeline. Returns the data-parallel replicas (ranks / (P × T)).
+int check_layout(const Options& o, int ranks);
 // --sync-bn needs BatchNorm layers, replicas, and a part of every batch for
 // every rank (the last batch too).
 void check_sync_bn(const Options& o, nn::Module& model, int64_t examples, int ranks);

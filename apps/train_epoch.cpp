@@ -61,11 +61,12 @@ EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
   options.progress = with_fault(run, epoch, progress);
   options.label_smoothing = o.label_smoothing;
   options.replicas = &*run.replicas;
-  options.accumulate = o.accumulate;
+  options.stages = run.pipeline.get();
+  options.accumulate = run.pipeline ? o.micro_batches : o.accumulate;
   options.amp = o.amp_bf16();
   EpochResult e;
   e.epoch = epoch;
-  e.train = train::train_epoch(*run.model, *run.optimizer, *run.train_loader, run.r.device,
+  e.train = train::train_epoch(run.net(), *run.optimizer, *run.train_loader, run.r.device,
                                options);
   // With --bn-recalibrate the model is evaluated twice: first with the
   // running statistics training left (what the recipe alone gives), then
@@ -76,13 +77,32 @@ EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
     train::recalibrate_batch_norm(*run.model, *run.recalibration_loader, run.r.device,
                                   o.bn_recalibrate, uint64_t(epoch - 1));
   }
-  e.test = train::evaluate(*run.model, *run.test_loader, run.r.device, options.replicas,
-                           options.amp);
+  e.test = train::evaluate(run.net(), *run.test_loader, run.r.device, options.replicas,
+                           options.amp, options.stages);
   return e;
 }
 
-void save_checkpoint(const Run& run, int epoch, const nlohmann::ordered_json& history) {
-  if (run.o.checkpoint.empty() || run.r.rank() != 0) return;
+namespace {
+
+// A pipeline's stages hand their parts of the model (and of the optimizer's
+// momentum) to world rank 0, whose copy of the whole model is then the one
+// to save. The replicas of each stage hold the same weights: only the
+// first pipeline's stages take part.
+// With tensor parallelism every group gathers its split layers' weights
+// (its ranks hold the same whole model otherwise).
+void gather_whole_model(Run& run, bool momentum) {
+  if (run.pipeline && run.mesh->coords.dp == 0)
+    run.pipeline->gather_to_first(*run.model, momentum ? &*run.optimizer : nullptr);
+  if (run.split)
+    parallel::gather_tensor_parallel(*run.split, dynamic_cast<nn::Sequential&>(*run.model));
+}
+
+}  // namespace
+
+void save_checkpoint(Run& run, int epoch, const nlohmann::ordered_json& history) {
+  if (run.o.checkpoint.empty()) return;
+  gather_whole_model(run, true);
+  if (run.r.rank() != 0) return;
   train::RunState state{.epochs_done = epoch,
                         .steps_done = int64_t(epoch) * run.train_loader->num_batches(),
                         .info = {{"settings", app::training_settings(run.o)},
@@ -90,8 +110,10 @@ void save_checkpoint(const Run& run, int epoch, const nlohmann::ordered_json& hi
   train::save_checkpoint(run.o.checkpoint, *run.model, *run.optimizer, state);
 }
 
-bool save_weights(const Run& run) {
-  if (run.o.save.empty() || run.r.rank() != 0) return false;
+bool save_weights(Run& run) {
+  if (run.o.save.empty()) return false;
+  gather_whole_model(run, false);
+  if (run.r.rank() != 0) return false;
   nn::save_safetensors(run.o.save, run.model->state_dict());
   return true;
 }

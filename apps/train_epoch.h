@@ -25,10 +25,12 @@ struct EpochResult {
 EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress);
 
 // After epoch `epoch`: rank 0 writes --checkpoint (when given), with the
-// run's settings and `history`, the metrics of every epoch so far.
-void save_checkpoint(const Run& run, int epoch, const nlohmann::ordered_json& history);
+// run's settings and `history`, the metrics of every epoch so far. With a
+// pipeline the stages first send rank 0 their parts: a collective.
+void save_checkpoint(Run& run, int epoch, const nlohmann::ordered_json& history);
 
-// At the end: rank 0 writes --save (when given). Returns whether it did.
-bool save_weights(const Run& run);
+// At the end: rank 0 writes --save (when given), as save_checkpoint the
+// whole model. Returns whether it did.
+bool save_weights(Run& run);
 
 }  // namespace anvil::app

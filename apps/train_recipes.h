@@ -68,6 +68,19 @@ struct Options {
   std::string grad_dtype = "float32";
   bool grad_bf16() const { return grad_dtype == "bf16"; }
   double comm_timeout = 0;  // seconds; 0: ANVIL_COMM_TIMEOUT or 300
+  // Pipeline parallel (parallel/pipeline.h): the model cut into this many
+  // stages, one per rank, each step's batch (each data-parallel replica's
+  // share) in micro_batches, run in pipeline_schedule ("gpipe" or "1f1b").
+  // The ranks form a mesh of (ranks / pipeline_parallel) data-parallel
+  // replicas of the pipeline. Not training settings either: a pipelined
+  // step is the step of --accumulate micro_batches on one device.
+  int pipeline_parallel = 1;
+  int64_t micro_batches = 1;
+  std::string pipeline_schedule = "1f1b";
+  // Tensor parallel (parallel/tensor_parallel.h): LeNet's linear layers split
+  // over this many ranks (column-parallel, then row-parallel); every other
+  // layer runs whole on each. Not a training setting.
+  int tensor_parallel = 1;
   // How float32 convolutions and matmuls may round (core/precision.h):
   // default (PyTorch's: TF32 convolutions on CUDA), ieee or tf32.
   std::string fp32_precision = "default";

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -16,12 +17,21 @@
 namespace anvil::app {
 namespace {
 
+// The running figures of a progress line. A pipeline's last stage alone has
+// them, and rank 0 is its first: there, the batches done alone.
+std::string running_figures(const train::EpochProgress& p, bool have_loss) {
+  if (!have_loss) return "(running figures on the last stage)";
+  const train::EpochStats s = p.stats();
+  return fmt::format("loss {:.4f} acc {:.3f} {:.0f} img/s", s.loss, s.accuracy,
+                     s.images_per_second());
+}
+
 // Progress on a terminal: a bar redrawn in place, at most five times a
 // second (reading the running figures waits for the device, see
 // train::EpochProgress), and always for the last batch.
-train::Progress bar_progress() {
+train::Progress bar_progress(bool have_loss) {
   auto last = std::make_shared<std::chrono::steady_clock::time_point>();
-  return [last](const train::EpochProgress& p) {
+  return [last, have_loss](const train::EpochProgress& p) {
     const auto now = std::chrono::steady_clock::now();
     if (p.done != p.total && now - *last < std::chrono::milliseconds(200)) return;
     *last = now;
@@ -29,9 +39,8 @@ train::Progress bar_progress() {
     int filled = int(kWidth * p.done / std::max<int64_t>(p.total, 1));
     std::string bar(size_t(filled), '#');
     bar.resize(kWidth, '.');
-    const train::EpochStats s = p.stats();
-    std::cout << fmt::format("\r  [{}] {}/{} loss {:.4f} acc {:.3f} {:.0f} img/s", bar, p.done,
-                             p.total, s.loss, s.accuracy, s.images_per_second())
+    std::cout << fmt::format("\r  [{}] {}/{} {}", bar, p.done, p.total,
+                             running_figures(p, have_loss))
               << std::flush;
   };
 }
@@ -39,18 +48,23 @@ train::Progress bar_progress() {
 // Progress for a log file (stdout not a terminal): no bar redrawn in place,
 // one plain line a minute at most, so a ResNet epoch of a quarter of an
 // hour on a CPU shows it is alive while a LeNet epoch prints nothing extra.
-train::Progress log_progress() {
+train::Progress log_progress(bool have_loss) {
   auto last = std::make_shared<std::chrono::steady_clock::time_point>(
       std::chrono::steady_clock::now());
-  return [last](const train::EpochProgress& p) {
+  return [last, have_loss](const train::EpochProgress& p) {
     const auto now = std::chrono::steady_clock::now();
     if (p.done == p.total || now - *last < std::chrono::seconds(60)) return;
     *last = now;
-    const train::EpochStats s = p.stats();
-    std::cout << fmt::format("  batch {}/{}: loss {:.4f}, acc {:.3f}, {:.0f} img/s\n", p.done,
-                             p.total, s.loss, s.accuracy, s.images_per_second())
+    std::cout << fmt::format("  batch {}/{}: {}\n", p.done, p.total,
+                             running_figures(p, have_loss))
               << std::flush;
   };
+}
+
+// GPipe's bubble: the fraction of a step each of N balanced stages idles
+// with M micro-batches, (N - 1) / (M + N - 1).
+double gpipe_bubble(int stages, int64_t micro_batches) {
+  return double(stages - 1) / double(micro_batches + stages - 1);
 }
 
 std::string schedule_summary(const optim::ScheduleOptions& s) {
@@ -119,10 +133,29 @@ void Report::header() {
     out_ << fmt::format("  gradient accumulation: each step's batch{} as {} micro-batches, "
                         "reduced once per step\n",
                         run_.r.data_parallel ? " (each rank's share)" : "", o.accumulate);
+  if (run_.pipeline) {
+    const parallel::Pipeline& p = *run_.pipeline;
+    out_ << fmt::format(
+        "  pipeline parallel: {} stages, {} schedule, {} micro-batches per step{} (mesh {}); "
+        "GPipe's bubble (N-1)/(M+N-1) = {:.1f}%; stages cut by forward FLOPs per image (conv "
+        "and linear: 2 per multiply-add; other layers: 1 per output element):\n",
+        p.stages(), o.pipeline_schedule, o.micro_batches,
+        run_.mesh->shape.dp > 1 ? " (each replica's share)" : "", run_.mesh->shape.str(),
+        100.0 * gpipe_bubble(p.stages(), o.micro_batches));
+    for (const std::string& line : parallel::describe_stages(p.layers(), p.bounds()))
+      out_ << "    " << line << '\n';
+  }
+  if (run_.split)
+    out_ << fmt::format(
+        "  tensor parallel over {} ranks (mesh {}): Linear 7 split by its output units, Linear 9 "
+        "by its inputs (column-parallel, then row-parallel: one all-reduce forward and one "
+        "backward per micro-batch); the other layers run whole on each\n",
+        o.tensor_parallel, run_.mesh->shape.str());
   if (o.bn_recalibrate > 0)
     out_ << fmt::format("  BatchNorm statistics re-estimated over {} training batches before "
                         "each evaluation\n",
                         o.bn_recalibrate);
+  out_ << run_.init_note;
   if (!o.resume.empty())
     out_ << fmt::format("resumed from {} after epoch {}/{}\n", o.resume,
                         run_.resumed.epochs_done, o.epochs);
@@ -131,7 +164,8 @@ void Report::header() {
 
 train::Progress Report::progress() const {
   if (run_.r.rank() != 0) return {};
-  return tty_ ? bar_progress() : log_progress();
+  const bool have_loss = !run_.pipeline;  // rank 0 is a pipeline's first stage
+  return tty_ ? bar_progress(have_loss) : log_progress(have_loss);
 }
 
 nlohmann::ordered_json Report::metrics_record(const EpochResult& e) const {
@@ -157,6 +191,12 @@ nlohmann::ordered_json Report::metrics_record(const EpochResult& e) const {
     line["allreduce"] = o.allreduce;
     line["sync_bn"] = o.sync_bn;
     line["grad_dtype"] = o.grad_dtype;
+  }
+  if (run_.split) line["tensor_parallel"] = o.tensor_parallel;
+  if (run_.pipeline) {
+    line["pipeline_parallel"] = o.pipeline_parallel;
+    line["micro_batches"] = o.micro_batches;
+    line["pipeline_schedule"] = o.pipeline_schedule;
   }
   if (e.test_running_stats) {
     line["bn_recalibrate"] = o.bn_recalibrate;
@@ -201,7 +241,46 @@ void Report::stopped(int last_epoch) {
 
 void Report::saved(const std::string& path) { out_ << "saved " << path << '\n'; }
 
+void Report::pipeline_summary() {
+  const parallel::Pipeline& p = *run_.pipeline;
+  const parallel::PipelineStats& st = p.stats();
+  parallel::Communicator& world = *run_.r.comm;
+  const std::vector<int64_t> mine = {st.steps,
+                                     int64_t(st.step_seconds * 1e6),
+                                     int64_t(st.compute_seconds * 1e6),
+                                     st.bytes_sent,
+                                     st.peak_in_flight,
+                                     st.peak_step_bytes};
+  const int64_t k = int64_t(mine.size());
+  const Tensor all = world.all_gather(Tensor::from_vector(mine, {1, k}, world.device()));
+  world.synchronize();
+  const std::vector<int64_t> v = all.to_int_vector();
+  out_ << fmt::format("pipeline ({} schedule, {} stages, {} micro-batches; GPipe's bubble "
+                      "{:.1f}%), over the steps after the first:\n",
+                      run_.o.pipeline_schedule, p.stages(), run_.o.micro_batches,
+                      100.0 * gpipe_bubble(p.stages(), run_.o.micro_batches));
+  for (int rank = 0; rank < world.size(); ++rank) {
+    const int64_t* r = v.data() + rank * k;
+    const parallel::MeshCoords c = parallel::mesh_coords(run_.mesh->shape, rank);
+    const int64_t steps = r[0];
+    if (steps == 0) {
+      out_ << fmt::format("  rank {} (stage {}, replica {}): no step after the first\n", rank,
+                          c.pp, c.dp);
+      continue;
+    }
+    const double step = double(r[1]) / 1e6, compute = double(r[2]) / 1e6;
+    out_ << fmt::format(
+        "  rank {} (stage {}, replica {}): idle {:.1f}% of {:.3f} s in {} steps ({:.1f} ms a "
+        "step), sent {:.3f} MB a step, at most {} micro-batches' activations held, step peak "
+        "+{:.2f} MiB allocated\n",
+        rank, c.pp, c.dp, step > 0 ? 100.0 * (step - compute) / step : 0.0, step, steps,
+        1e3 * step / double(steps), double(r[3]) / double(steps) / 1e6, r[4],
+        double(r[5]) / 1048576.0);
+  }
+}
+
 void Report::summary() {
+  if (run_.pipeline) pipeline_summary();
   const Replica& r = run_.r;
   if (epochs_run_ > 0)
     out_ << fmt::format("test acc: {:.2f}, {:.1f} sec/epoch on [{}]\n", last_test_.accuracy,

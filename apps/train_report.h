@@ -30,11 +30,13 @@ class Report {
   // Where the run stopped, and why when before --epochs; the checkpoint's state.
   void stopped(int last_epoch);
   void saved(const std::string& path);
-  // The last test accuracy and the mean time per epoch.
+  // The last test accuracy and the mean time per epoch; with a pipeline,
+  // every rank's idle time, bytes sent and activations held (a collective).
   void summary();
 
  private:
   nlohmann::ordered_json metrics_record(const EpochResult& e) const;
+  void pipeline_summary();
 
   const Run& run_;
   std::ostream& out_;

@@ -30,7 +30,6 @@
 #include "apps/train_setup.h"
 #include "core/precision.h"
 #include "core/profile.h"
-#include "nn/safetensors.h"
 #include "parallel/communicator.h"
 
 namespace anvil::app {
@@ -90,7 +89,7 @@ int run_mpi_rank(const Options& o) {
       gpu ? parallel::nccl_world(co) : std::move(world);
   try {
     if (comm->rank() == 0) check_files(o);
-    check_ranks(o, comm->size());
+    check_ranks(o, check_layout(o, comm->size()));
   } catch (const std::exception& e) {
     comm->abort(e.what());
     throw;
@@ -117,7 +116,7 @@ int run_gpu_threads(const Options& o) {
   if (!parallel::nccl_missing_reason().empty()) throw UsageError(parallel::nccl_missing_reason());
   check_files(o);
   const int n = int(devices.size());
-  check_ranks(o, n);
+  check_ranks(o, check_layout(o, n));
   auto train_set = std::make_shared<const data::ImageSet>(
       data::load_mnist_split(o.data_dir, true, o.limit_train));
   auto test_set = std::make_shared<const data::ImageSet>(
@@ -225,6 +224,7 @@ int run_gpu_threads(const Options& o) {
 
 // One device: a group of one rank, with --eval-only's evaluation besides.
 int run_one_device(const Options& o) {
+  check_layout(o, 1);
   check_data_parallel_only(o);
   check_files(o);
   {
@@ -232,10 +232,7 @@ int run_one_device(const Options& o) {
     // --model reports only its own error (not also the GPU probe's note).
     std::shared_ptr<nn::Module> model = create_model(o);
     if (o.eval_only) {
-      const Device device = choose_device(o.device);
-      if (!o.init_from.empty())
-        nn::load_state_dict(*model, nn::load_safetensors(o.init_from), o.init_from);
-      return evaluate_only(o, *model, device);
+      return evaluate_only(o, *model, choose_device(o.device));
     }
   }
   Replica r;

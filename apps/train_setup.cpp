@@ -117,9 +117,10 @@ void load_data(Run& s) {
   s.train_loader.emplace(s.train_set, o.batch_size, !o.no_shuffle, false, o.seed,
                          s.transforms.train);
   s.test_loader.emplace(s.test_set, o.batch_size, false, false, o.seed, s.transforms.test);
-  s.train_loader->set_shard(s.r.rank(), s.r.size());
-  s.test_loader->set_shard(s.r.rank(), s.r.size());
-  if (o.sync_bn) check_sync_bn(o, *s.model, s.train_set->count, s.r.size());
+  // The stages of one pipeline load the same shard: that of their replica.
+  s.train_loader->set_shard(s.dp().rank(), s.dp().size());
+  s.test_loader->set_shard(s.dp().rank(), s.dp().size());
+  if (o.sync_bn) check_sync_bn(o, *s.model, s.train_set->count, s.dp().size());
   if (o.bn_recalibrate > 0) {
     s.recalibration_loader.emplace(s.train_set, o.batch_size, !o.no_shuffle, false, o.seed,
                                    s.transforms.test);
@@ -128,6 +129,27 @@ void load_data(Run& s) {
           "--bn-recalibrate {}: more than the {} training batches of {} images in an epoch",
           o.bn_recalibrate, s.recalibration_loader->num_batches(), o.batch_size));
   }
+}
+
+// The model's layers and their cut into --pipeline-parallel stages.
+struct StageCut {
+  std::vector<parallel::PipelineLayer> layers;
+  std::vector<size_t> bounds;
+};
+
+StageCut cut_into_stages(const Options& o, nn::Module& model) {
+  const int64_t side = o.resize ? o.resize : 28;
+  StageCut st;
+  try {
+    st.layers = parallel::pipeline_layers(model, {1, side, side}, o.amp_bf16());
+    std::vector<int64_t> costs;
+    for (const parallel::PipelineLayer& l : st.layers) costs.push_back(l.flops);
+    st.bounds = parallel::balance_stages(costs, o.pipeline_parallel);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("--pipeline-parallel {} with --model {}: {}",
+                                 o.pipeline_parallel, o.model, e.what()));
+  }
+  return st;
 }
 
 }  // namespace
@@ -175,6 +197,15 @@ std::shared_ptr<nn::Module> create_model(const Options& o) {
   return model;
 }
 
+std::string load_init_from(const Options& o, nn::Module& model) {
+  const nn::NamedTensors file = nn::load_safetensors(o.init_from);
+  const int64_t widened = nn::load_state_dict(model, file, o.init_from);
+  if (widened == 0) return "";
+  return fmt::format("  --init-from {}: {} of its {} tensors are bfloat16, widened exactly into "
+                     "the float32 weights (as PyTorch's load_state_dict copies them)\n",
+                     o.init_from, widened, file.size());
+}
+
 void agree_on_flags(const Options& o, parallel::Communicator& comm) {
   const nlohmann::ordered_json mine = {{"data", data_files(o.data_dir)},
                                        {"settings", app::replica_settings(o)}};
@@ -198,11 +229,26 @@ std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
   s.r = r;
   s.schedule_options = app::check_settings(o);
   s.model = create_model(o);
+  StageCut stages;
+  const int pp = o.pipeline_parallel, tp = o.tensor_parallel;
+  if (pp > 1 || tp > 1)
+    s.mesh = parallel::make_mesh(*r.comm, {.dp = r.size() / (pp * tp), .pp = pp, .tp = tp});
+  if (pp > 1) stages = cut_into_stages(o, *s.model);  // on the CPU, before the weights move
   if (!o.init_from.empty() && r.rank() == 0)  // the other ranks get rank 0's weights
-    nn::load_state_dict(*s.model, nn::load_safetensors(o.init_from), o.init_from);
+    s.init_note = load_init_from(o, *s.model);
   s.model->to(r.device);
+  if (tp > 1) {
+    // Every rank splits world rank 0's weights (it holds the whole model).
+    parallel::broadcast_state(*r.comm, *s.model, nullptr);
+    try {
+      s.split = parallel::split_tensor_parallel(
+          *s.mesh->tp, dynamic_cast<nn::Sequential&>(*s.model), parallel::lenet_tensor_pairs());
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(fmt::format("--tensor-parallel {}: {}", tp, e.what()));
+    }
+  }
   load_data(s);
-  s.optimizer.emplace(s.model->parameters(),
+  s.optimizer.emplace(s.net().parameters(),
                       optim::SGDOptions{.lr = o.lr, .momentum = o.momentum,
                                         .weight_decay = o.weight_decay, .nesterov = o.nesterov});
   s.schedule.emplace(s.schedule_options);
@@ -215,7 +261,18 @@ std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
   dp.overlap = !o.no_overlap;
   dp.sync_batch_norm = o.sync_bn;
   dp.grad_dtype = o.grad_bf16() ? DType::BFloat16 : DType::Float32;
-  s.replicas.emplace(*r.comm, *s.model, dp);  // rank 0's weights everywhere
+  if (pp > 1) {
+    // Every rank holds the whole model: world rank 0's weights (and, resumed,
+    // its momentum) everywhere; each runs and updates its stage's part.
+    parallel::broadcast_state(*r.comm, *s.model, o.resume.empty() ? nullptr : &*s.optimizer,
+                              parallel::broadcast_algorithm(dp.algorithm));
+    s.pipeline = std::make_unique<parallel::Pipeline>(
+        *s.mesh->pp, std::move(stages.layers), std::move(stages.bounds),
+        parallel::parse_schedule(o.pipeline_schedule), r.device);
+    s.replicas.emplace(s.dp(), s.pipeline->stage(), dp);
+    return run;
+  }
+  s.replicas.emplace(s.dp(), s.net(), dp);  // rank 0's weights everywhere
   if (!o.resume.empty()) s.replicas->broadcast_state(&*s.optimizer);  // and its momentum
   return run;
 }

@@ -20,6 +20,9 @@
 #include "nn/schedule.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
+#include "parallel/mesh.h"
+#include "parallel/pipeline.h"
+#include "parallel/tensor_parallel.h"
 
 namespace anvil::app {
 
@@ -50,6 +53,12 @@ Transforms make_transforms(const Options& o, const data::ImageSet& train_set);
 // --bn-recalibrate, for a model without BatchNorm).
 std::shared_ptr<nn::Module> create_model(const Options& o);
 
+// --init-from's weights into `model`. A bfloat16 tensor of the file goes
+// into its float32 weight widened exactly, as PyTorch's load_state_dict
+// copies it (nn::load_state_dict). Returns the run's header line that says
+// so ("" when nothing was widened).
+std::string load_init_from(const Options& o, nn::Module& model);
+
 // What anvil-train keeps in a checkpoint besides the weights: the settings
 // it was trained with (a resumed run must use the same) and the metrics of
 // the epochs done (so the resumed run's --metrics file is complete).
@@ -73,7 +82,21 @@ struct Run {
   std::optional<optim::SGD> optimizer;
   std::optional<optim::LRSchedule> schedule;
   Resumed resumed;  // epochs_done agreed on by every rank
-  std::optional<parallel::DataParallel> replicas;  // over r.comm; does nothing for one rank
+  std::string init_note;  // load_init_from's line for the header (rank 0's)
+  // --pipeline-parallel or --tensor-parallel: this rank's place in the mesh
+  // of dp × pp × tp ranks (r.comm is the world). Without: unset, and the run
+  // is data-parallel over r.comm.
+  std::optional<parallel::Mesh> mesh;
+  std::unique_ptr<parallel::Pipeline> pipeline;  // this rank's stage of the model
+  // --tensor-parallel: the model with its linear layers split over the tp
+  // group (the other layers shared with `model`), what trains; `model`
+  // gets the split layers' weights back before it is saved.
+  std::shared_ptr<nn::Sequential> split;
+  nn::Module& net() const { return split ? *split : *model; }  // what trains
+  // Over the data-parallel group (its replicas of this rank's stage, or of
+  // the whole model); does nothing for one rank.
+  std::optional<parallel::DataParallel> replicas;
+  parallel::Communicator& dp() const { return mesh ? *mesh->dp : *r.comm; }
 };
 
 // Every rank of an MPI job (--distributed) against rank 0, before the run's

@@ -1,5 +1,6 @@
 #include "core/storage.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -32,6 +33,8 @@ class CachingCpuAllocator final : public Allocator {
         void* p = it->second.back();
         it->second.pop_back();
         cached_ -= size;
+        ++stats_.cache_hits;
+        taken(size);
         return p;
       }
     }
@@ -39,12 +42,16 @@ class CachingCpuAllocator final : public Allocator {
     if (!p) {
       throw std::bad_alloc();
     }
+    std::lock_guard lock(mutex_);
+    ++stats_.device_allocations;
+    taken(size);
     return p;
   }
 
   void deallocate(void* ptr, size_t bytes) override {
     size_t size = round(bytes);
     std::lock_guard lock(mutex_);
+    stats_.allocated -= size;
     if (cached_ + size > kMaxCached) {
       std::free(ptr);
       return;
@@ -61,6 +68,18 @@ class CachingCpuAllocator final : public Allocator {
     cached_ = 0;
   }
 
+  MemoryStats stats() const override {
+    std::lock_guard lock(mutex_);
+    MemoryStats s = stats_;
+    s.reserved = s.allocated + cached_;
+    return s;
+  }
+
+  void reset_peak() override {
+    std::lock_guard lock(mutex_);
+    stats_.peak_allocated = stats_.allocated;
+  }
+
   ~CachingCpuAllocator() override { empty_cache(); }
 
  private:
@@ -68,9 +87,15 @@ class CachingCpuAllocator final : public Allocator {
     size_t b = bytes == 0 ? kAlign : bytes;
     return (b + kAlign - 1) / kAlign * kAlign;
   }
-  std::mutex mutex_;
+  // A block of `size` handed out (the mutex held).
+  void taken(size_t size) {
+    stats_.allocated += size;
+    stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  }
+  mutable std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_;
   size_t cached_ = 0;
+  MemoryStats stats_;  // reserved is computed by stats()
 };
 
 }  // namespace

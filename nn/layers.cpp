@@ -15,14 +15,13 @@ Sequential::Sequential(std::vector<std::shared_ptr<Module>> layers) {
 }
 
 Sequential& Sequential::add(std::shared_ptr<Module> layer) {
-  register_module(std::to_string(layers_.size()), layer);
-  layers_.push_back(std::move(layer));
-  return *this;
+  return add(std::to_string(layers_.size()), std::move(layer));
 }
 
 Sequential& Sequential::add(const std::string& name, std::shared_ptr<Module> layer) {
   register_module(name, layer);
   layers_.push_back(std::move(layer));
+  names_.push_back(name);
   return *this;
 }
 

@@ -24,9 +24,12 @@ class Sequential : public Module {
   std::string describe() const override { return "Sequential"; }
   size_t size() const { return layers_.size(); }
   Module& operator[](size_t i) const { return *layers_.at(i); }
+  const std::shared_ptr<Module>& layer(size_t i) const { return layers_.at(i); }
+  const std::string& name(size_t i) const { return names_.at(i); }  // "0", "resnet_block1"
 
  private:
   std::vector<std::shared_ptr<Module>> layers_;
+  std::vector<std::string> names_;
 };
 
 // Default initialisation as PyTorch's: weights and biases uniform in

@@ -172,6 +172,11 @@ Entry parse_entry(const std::string& path, const std::string& name,
   return e;
 }
 
+// A bfloat16 tensor loaded into a float32 one: widened, as PyTorch's copy_.
+bool widens(const Tensor& src, const Tensor& dst) {
+  return src.dtype() == DType::BFloat16 && dst.dtype() == DType::Float32;
+}
+
 }  // namespace
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors) {
@@ -312,7 +317,7 @@ void check_state_dict(const Module& module, const NamedTensors& state, const std
   }
   for (auto& [name, t] : own) {
     const Tensor& src = given.at(name);
-    if (src.shape() != t.shape() || src.dtype() != t.dtype())
+    if (src.shape() != t.shape() || (src.dtype() != t.dtype() && !widens(src, t)))
       throw CheckpointError(fmt::format(
           "{}: tensor '{}' is {} {} in the checkpoint but {} {} in the model", source, name,
           dtype_name(src.dtype()), shape_str(src.shape()), dtype_name(t.dtype()),
@@ -320,12 +325,22 @@ void check_state_dict(const Module& module, const NamedTensors& state, const std
   }
 }
 
-void load_state_dict(Module& module, const NamedTensors& state, const std::string& source) {
+int64_t load_state_dict(Module& module, const NamedTensors& state, const std::string& source) {
   // Check everything before changing anything: a bad file leaves the model as it was.
   check_state_dict(module, state, source);
   std::map<std::string, Tensor> given(state.begin(), state.end());
   NoGradGuard no_grad;
-  for (auto& [name, t] : module.state_dict()) t.detach().copy_(given.at(name));
+  int64_t widened = 0;
+  for (auto& [name, t] : module.state_dict()) {
+    const Tensor& src = given.at(name);
+    if (widens(src, t)) {
+      t.detach().copy_(src.detach().to(DType::Float32));  // exact: bfloat16 is float32's top half
+      ++widened;
+    } else {
+      t.detach().copy_(src);
+    }
+  }
+  return widened;
 }
 
 }  // namespace anvil::nn

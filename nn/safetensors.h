@@ -19,13 +19,18 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors);
 // Reads every tensor onto the CPU, in file order. Errors name the file.
 NamedTensors load_safetensors(const std::string& path);
 
-// Copies a state dict into the module's parameters and buffers. Every name,
-// shape and dtype must match exactly (PyTorch's strict=True); the error
-// names the offending tensor. `source` names the origin in messages.
-void load_state_dict(Module& module, const NamedTensors& state, const std::string& source);
+// Copies a state dict into the module's parameters and buffers. Every name
+// and shape must match exactly (PyTorch's strict=True), and every dtype, but
+// for one conversion: a bfloat16 tensor goes into a float32 one, widened
+// exactly (each bfloat16 value is a float32 value), as PyTorch's
+// load_state_dict copies a bfloat16 state dict (safetensors.torch.save_file
+// of model.to(torch.bfloat16)) into a float32 model. The error names the
+// offending tensor; `source` names the origin in messages. Returns how many
+// tensors were widened.
+int64_t load_state_dict(Module& module, const NamedTensors& state, const std::string& source);
 // The checks load_state_dict makes before it copies anything: the same names
-// as module.state_dict(), each of the same shape and dtype. Throws
-// CheckpointError naming `source` and the tensor.
+// as module.state_dict(), each of the same shape and dtype (or bfloat16 for
+// float32). Throws CheckpointError naming `source` and the tensor.
 void check_state_dict(const Module& module, const NamedTensors& state, const std::string& source);
 
 }  // namespace anvil::nn

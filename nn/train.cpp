@@ -54,7 +54,9 @@ class RunningTotals {
   // The totals of every rank (a collective: every rank calls it once, at the
   // same point). Returns the summed figures; this object's own are spent.
   // Over one replica they are this object's figures.
-  EpochStats summed(Replicas& replicas) {
+  // With stages, the last stage's totals first reach every stage.
+  EpochStats summed(Replicas& replicas, Stages* stages) {
+    if (stages) stages->sum_totals(loss_sum_, correct_, examples_);
     replicas.sum_totals(loss_sum_, correct_, examples_);
     return stats();
   }
@@ -82,13 +84,33 @@ Replicas& replicas_or_one(Replicas* replicas) {
 
 }  // namespace
 
-StepResult forward_backward(nn::Module& model, const Tensor& x, const Tensor& y,
-                            double label_smoothing, double share) {
+StepResult forward_loss(nn::Module& model, const Tensor& x, const Tensor& y,
+                        double label_smoothing) {
   StepResult s;
   s.logits = model(x);
   s.loss = cross_entropy(s.logits, y, Reduction::Mean, label_smoothing);
-  (share == 1.0 ? s.loss : scale(s.loss, share)).backward();
   return s;
+}
+
+void backward_loss(const StepResult& step, double share) {
+  (share == 1.0 ? step.loss : scale(step.loss, share)).backward();
+}
+
+StepResult forward_backward(nn::Module& model, const Tensor& x, const Tensor& y,
+                            double label_smoothing, double share) {
+  StepResult s = forward_loss(model, x, y, label_smoothing);
+  backward_loss(s, share);
+  return s;
+}
+
+std::vector<MicroBatch> micro_batches(int64_t rows, int64_t parts, int64_t global_rows) {
+  std::vector<MicroBatch> out;
+  for (int64_t k = 0; k < parts; ++k) {
+    MicroBatch m{.begin = rows * k / parts, .end = rows * (k + 1) / parts};
+    m.share = double(m.rows()) / double(global_rows);
+    out.push_back(m);
+  }
+  return out;
 }
 
 EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoader& loader,
@@ -133,18 +155,28 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
     // the rank count), and so may a micro-batch: it then adds nothing but
     // still takes part in the sum. Each backpropagates its share of the
     // whole batch's mean loss, so the summed gradients are the batch's.
-    for (int64_t k = 0; k < parts; ++k) {
-      const int64_t begin = batch.size * k / parts, end = batch.size * (k + 1) / parts;
-      if (parts > 1) replicas.set_no_sync(k + 1 < parts);  // reduce after the last one
-      replicas.begin_step(end - begin, batch.global_size);
-      if (end > begin) {
-        const Tensor xs = parts > 1 ? x.narrow(begin, end - begin) : x;
-        const Tensor ys = parts > 1 ? y.narrow(begin, end - begin) : y;
-        const StepResult s = forward_backward(model, xs, ys, options.label_smoothing,
-                                              double(end - begin) / double(batch.global_size));
-        totals.add(s.loss, double(end - begin), s.logits, ys);
+    const std::vector<MicroBatch> micro = micro_batches(batch.size, parts, batch.global_size);
+    auto part = [&](const Tensor& t, const MicroBatch& m) {
+      return parts > 1 ? t.narrow(m.begin, m.rows()) : t;
+    };
+    if (options.stages) {
+      options.stages->train_step(x, y, micro, batch.global_size, options.label_smoothing, replicas,
+                                 [&](const StepResult& s, const Tensor& labels) {
+                                   totals.add(s.loss, double(labels.size(0)), s.logits, labels);
+                                 });
+    } else {
+      for (int64_t k = 0; k < parts; ++k) {
+        const MicroBatch& m = micro[size_t(k)];
+        if (parts > 1) replicas.set_no_sync(k + 1 < parts);  // reduce after the last one
+        replicas.begin_step(m.rows(), batch.global_size);
+        if (m.rows() > 0) {
+          const Tensor ys = part(y, m);
+          const StepResult s =
+              forward_backward(model, part(x, m), ys, options.label_smoothing, m.share);
+          totals.add(s.loss, double(m.rows()), s.logits, ys);
+        }
+        replicas.after_backward();
       }
-      replicas.after_backward();
     }
     optimizer.step();
     if (profiled) profile::end_step(device);
@@ -154,7 +186,7 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
                         .total = loader.num_batches(),
                         .stats = [&totals] { return totals.stats(); }});
   }
-  EpochStats stats = totals.summed(replicas);
+  EpochStats stats = totals.summed(replicas, options.stages);
   stats.last_lr = optimizer.lr();
   return stats;
 }
@@ -174,7 +206,7 @@ namespace {
 EpochStats evaluate_batches(
     nn::Module& model, data::DataLoader& loader, Device device,
     const std::function<void(const Tensor& logits, const data::Batch& batch)>& batch_done,
-    Replicas* replicas, bool amp) {
+    Replicas* replicas, bool amp, Stages* stages) {
   bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
@@ -185,11 +217,12 @@ EpochStats evaluate_batches(
   data::DeviceBatch b;
   while (batches.next(b)) {
     if (b.host.size == 0) continue;  // this rank's part of a short last batch
-    Tensor logits = model(b.images);
+    Tensor logits = stages ? stages->forward(b.images) : model(b.images);
+    if (!logits.defined()) continue;  // a pipeline's stage before the last
     totals.add(cross_entropy(logits, b.labels, Reduction::Sum), 1.0, logits, b.labels);
     if (batch_done) batch_done(logits, b.host);
   }
-  EpochStats stats = totals.summed(replicas_or_one(replicas));
+  EpochStats stats = totals.summed(replicas_or_one(replicas), stages);
   model.train(was_training);
   return stats;
 }
@@ -197,8 +230,8 @@ EpochStats evaluate_batches(
 }  // namespace
 
 EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device,
-                    Replicas* replicas, bool amp) {
-  return evaluate_batches(model, loader, device, {}, replicas, amp);
+                    Replicas* replicas, bool amp, Stages* stages) {
+  return evaluate_batches(model, loader, device, {}, replicas, amp, stages);
 }
 
 int64_t ClassEvaluation::examples_of(int64_t truth) const {
@@ -233,7 +266,7 @@ ClassEvaluation evaluate_classes(nn::Module& model, data::DataLoader& loader, De
             fmt::format("evaluate_classes: label {} is not below {} classes", truth, classes));
       ++result.confusion[size_t(truth * classes + predicted[i])];
     }
-  }, nullptr, amp);
+  }, nullptr, amp, nullptr);
   return result;
 }
 

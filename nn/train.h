@@ -62,6 +62,8 @@ class Replicas {
   virtual void sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) = 0;
 };
 
+class Stages;  // below
+
 struct EpochOptions {
   Progress progress;
   // When set, the optimizer's lr is set from it before every step, at the
@@ -87,6 +89,11 @@ struct EpochOptions {
   // with its own statistics, as in PyTorch. A micro-batch may be empty (a
   // share smaller than this count).
   int64_t accumulate = 1;
+  // Pipeline-parallel training: this rank runs its stage of the model on
+  // `accumulate` micro-batches per step, in the stages' schedule (the model
+  // given to train_epoch is the whole model, of which the stages run parts).
+  // Null: the whole model here.
+  Stages* stages = nullptr;
   // Mixed precision: forward passes under AutocastGuard(device, bfloat16)
   // (core/autocast.h) with the optimizer's cast cache, so the weights, their
   // gradients and the momentum stay float32 and each step refreshes the
@@ -105,6 +112,52 @@ struct StepResult {
 };
 StepResult forward_backward(nn::Module& model, const Tensor& x, const Tensor& y,
                             double label_smoothing = 0.0, double share = 1.0);
+// Its two halves, for a pipeline's last stage, which runs the backward of a
+// micro-batch later than its forward: the logits and loss of x (the graph
+// kept), then backward of `share` times the loss.
+StepResult forward_loss(nn::Module& model, const Tensor& x, const Tensor& y,
+                        double label_smoothing = 0.0);
+void backward_loss(const StepResult& step, double share = 1.0);
+
+// One micro-batch of a step: rows [begin, end) of this rank's batch, and
+// its share of the whole (global) batch's mean loss, (end - begin) / global.
+struct MicroBatch {
+  int64_t begin = 0, end = 0;
+  double share = 0;
+  int64_t rows() const { return end - begin; }
+};
+// A batch of `rows` (this rank's share of `global_rows`) cut into `parts`
+// micro-batches as evenly as possible, in order; some may be empty.
+std::vector<MicroBatch> micro_batches(int64_t rows, int64_t parts, int64_t global_rows);
+
+// Pipeline-parallel training's part in train_epoch and evaluate: the model
+// cut into stages of consecutive layers, one per rank of a pipeline group,
+// each running its own layers on every micro-batch and passing activations
+// forward and their gradients back; the last stage has the logits and the
+// loss. parallel/pipeline.h implements it. Every stage of a pipeline loads
+// the same batches (stage 0 reads the images, the last stage the labels,
+// every stage the sizes).
+class Stages {
+ public:
+  virtual ~Stages() = default;
+  // A step's forward and backward over the micro-batches `parts` of (x, y),
+  // in the stages' schedule, each micro-batch backpropagating its share of
+  // the loss, so that .grad holds this stage's gradients summed over them
+  // (the same as train_epoch's accumulation on one device). `replicas` gets
+  // begin_step .. after_backward around each micro-batch's backward, synced
+  // on the last one only. `done` gets each micro-batch's result and labels,
+  // on the last stage.
+  // global_rows: the whole batch's, every replica's part together.
+  virtual void train_step(const Tensor& x, const Tensor& y, const std::vector<MicroBatch>& parts,
+                          int64_t global_rows, double label_smoothing, Replicas& replicas,
+                          const std::function<void(const StepResult&, const Tensor& labels)>& done) = 0;
+  // Evaluation's forward of x through every stage: the logits on the last
+  // stage, an undefined Tensor on the others.
+  virtual Tensor forward(const Tensor& x) = 0;
+  // An epoch's running totals (as Replicas::sum_totals), which the last
+  // stage alone has: every stage gets them (a collective of the pipeline).
+  virtual void sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) = 0;
+};
 
 // One epoch: the epoch to run must not have been started on the loader yet.
 EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoader& loader,
@@ -116,8 +169,9 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
 // example of the loader; restores the module's previous mode afterwards.
 // With replicas, each rank evaluates its shard and the figures are summed.
 // amp: forward passes under bfloat16 autocast, as EpochOptions::amp.
+// With stages, the batches go through the pipeline's stages.
 EpochStats evaluate(nn::Module& model, data::DataLoader& loader, Device device,
-                    Replicas* replicas = nullptr, bool amp = false);
+                    Replicas* replicas = nullptr, bool amp = false, Stages* stages = nullptr);
 
 // An evaluation with its figures per class, as anvil-train --eval-only
 // reports them.

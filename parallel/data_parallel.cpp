@@ -178,21 +178,22 @@ void DataParallel::check_grad_dtype() {
           comm_.rank(), dtype_name(DType(all[0])), j, dtype_name(DType(all[j]))));
 }
 
-void DataParallel::broadcast_state(optim::SGD* optimizer) {
-  if (comm_.size() == 1) return;  // rank 0's state is this rank's
+void broadcast_state(Communicator& comm, const nn::Module& model, optim::SGD* optimizer,
+                     Algorithm algorithm) {
   NoGradGuard no_grad;
-  std::vector<Tensor> state = params_;
-  for (const Tensor& b : buffers_of(model_)) state.push_back(b);
-  broadcast_together(comm_, state, broadcast_algorithm());
+  const std::vector<Tensor> params = model.parameters();
+  std::vector<Tensor> state = params;
+  for (const Tensor& b : buffers_of(model)) state.push_back(b);
+  broadcast_together(comm, state, algorithm);
   if (optimizer == nullptr) return;
   optimizer->cast_cache().clear();  // the weights changed under any bfloat16 copies
   // Which parameters have a momentum buffer is rank 0's to say, then its values.
   std::vector<Tensor> momentum = optimizer->momentum_buffers();
   std::vector<int64_t> has(momentum.size());
   for (size_t k = 0; k < momentum.size(); ++k) has[k] = momentum[k].defined();
-  Tensor mask = Tensor::from_vector(has, {int64_t(has.size())}, comm_.device());
-  comm_.broadcast(mask, 0, broadcast_algorithm());
-  comm_.synchronize();
+  Tensor mask = Tensor::from_vector(has, {int64_t(has.size())}, comm.device());
+  comm.broadcast(mask, 0, algorithm);
+  comm.synchronize();
   has = mask.to_int_vector();
   std::vector<Tensor> defined;
   for (size_t k = 0; k < momentum.size(); ++k) {
@@ -201,11 +202,26 @@ void DataParallel::broadcast_state(optim::SGD* optimizer) {
       continue;
     }
     if (!momentum[k].defined())
-      momentum[k] = Tensor::zeros(params_[k].shape(), DType::Float32, comm_.device());
+      momentum[k] = Tensor::zeros(params[k].shape(), DType::Float32, comm.device());
     defined.push_back(momentum[k]);
   }
-  broadcast_together(comm_, defined, broadcast_algorithm());
+  broadcast_together(comm, defined, algorithm);
   optimizer->load_momentum_buffers(momentum);
+}
+
+void sum_totals(Communicator& comm, const Tensor& loss_sum, const Tensor& correct,
+                int64_t& examples) {
+  Tensor count = Tensor::from_vector(std::vector<int64_t>{examples}, {1}, comm.device());
+  comm.allreduce(loss_sum);
+  comm.allreduce(correct);
+  comm.allreduce(count);
+  comm.synchronize();
+  examples = count.to_int_vector()[0];
+}
+
+void DataParallel::broadcast_state(optim::SGD* optimizer) {
+  if (comm_.size() == 1) return;  // rank 0's state is this rank's
+  parallel::broadcast_state(comm_, model_, optimizer, broadcast_algorithm());
 }
 
 void DataParallel::begin_step(int64_t examples, int64_t global_examples) {
@@ -308,12 +324,7 @@ void DataParallel::after_backward() {
 
 void DataParallel::sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) {
   if (comm_.size() == 1) return;  // the totals are already the whole batch's
-  Tensor count = Tensor::from_vector(std::vector<int64_t>{examples}, {1}, comm_.device());
-  comm_.allreduce(loss_sum);
-  comm_.allreduce(correct);
-  comm_.allreduce(count);
-  comm_.synchronize();
-  examples = count.to_int_vector()[0];
+  parallel::sum_totals(comm_, loss_sum, correct, examples);
 }
 
 }  // namespace anvil::parallel

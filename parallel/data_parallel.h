@@ -69,6 +69,24 @@ struct DataParallelOptions {
   DType grad_dtype = DType::Float32;
 };
 
+// Rank 0's parameters and buffers of `model`, and (when given, over
+// model.parameters()) its SGD momentum buffers, on every rank of `comm`: a
+// collective, one broadcast per dtype. DataParallel's broadcast_state, and a
+// pipeline's start, where every rank holds the whole model.
+void broadcast_state(Communicator& comm, const nn::Module& model, optim::SGD* optimizer,
+                     Algorithm algorithm = Algorithm::kRing);
+// The broadcasts of a run whose gradients are all-reduced by `allreduce`:
+// the transport's own with native, else anvil's ring (naive has none).
+inline Algorithm broadcast_algorithm(Algorithm allreduce) {
+  return allreduce == Algorithm::kNative ? Algorithm::kNative : Algorithm::kRing;
+}
+
+// An epoch's running totals summed over the ranks of `comm`, in place
+// (train::Replicas::sum_totals): loss_sum (float32 scalar) and correct
+// (int64 scalar) on comm's device, examples on the host.
+void sum_totals(Communicator& comm, const Tensor& loss_sum, const Tensor& correct,
+                int64_t& examples);
+
 class DataParallel final : public train::Replicas, public nn::BatchNormSync {
  public:
   // Gives every rank rank 0's parameters and buffers (a collective: every
@@ -123,11 +141,7 @@ class DataParallel final : public train::Replicas, public nn::BatchNormSync {
   void check_grad_dtype();
   void on_gradient(size_t param);  // a parameter's gradient is final
   void launch(Bucket& bucket);     // copy into the flat buffer, start its all-reduce
-  // The state's broadcasts follow `algorithm`: the transport's own with
-  // native, else anvil's ring (naive has no broadcast).
-  Algorithm broadcast_algorithm() const {
-    return options_.algorithm == Algorithm::kNative ? Algorithm::kNative : Algorithm::kRing;
-  }
+  Algorithm broadcast_algorithm() const { return parallel::broadcast_algorithm(options_.algorithm); }
 
   Communicator& comm_;
   nn::Module& model_;

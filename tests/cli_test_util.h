@@ -111,6 +111,39 @@ inline std::vector<uint8_t> idx_labels(uint32_t count) {
   return b;
 }
 
+// tests/golden/make_lenet_bf16_golden.py's images: image i has label
+// (7 i + 3) mod 10 and a band of 4 bright rows placed by its label, over
+// integer noise (0..63), so that a LeNet learns them in a few steps.
+inline int64_t banded_label(uint32_t i) { return (7 * int64_t(i) + 3) % 10; }
+inline uint8_t banded_pixel(uint32_t i, int r, int col) {
+  const uint64_t noise = ((uint64_t(i) * 784 + uint64_t(r) * 28 + uint64_t(col)) * 2654435761u %
+                          (uint64_t(1) << 32)) >> 26;
+  const int64_t c = banded_label(i);
+  return uint8_t(noise + (2 * c + 3 <= r && r < 2 * c + 7 ? 150 : 0));
+}
+
+// A Fashion-MNIST-like directory of banded images: `test` test images 0..,
+// `train` training images 1000.. (the golden script's sets).
+inline void write_banded_split(const std::filesystem::path& dir, uint32_t train, uint32_t test) {
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& stem, uint32_t count, uint32_t first) {
+    std::vector<uint8_t> images = {0, 0, 0x08, 3}, labels = {0, 0, 0x08, 1};
+    put_be32(images, count);
+    put_be32(images, 28);
+    put_be32(images, 28);
+    put_be32(labels, count);
+    for (uint32_t k = 0; k < count; ++k) {
+      for (int r = 0; r < 28; ++r)
+        for (int col = 0; col < 28; ++col) images.push_back(banded_pixel(first + k, r, col));
+      labels.push_back(uint8_t(banded_label(first + k)));
+    }
+    write_file((dir / (stem + "-images-idx3-ubyte")).string(), images);
+    write_file((dir / (stem + "-labels-idx1-ubyte")).string(), labels);
+  };
+  write("train", train, 1000);
+  write("t10k", test, 0);
+}
+
 // A small well-formed Fashion-MNIST-like directory (plain IDX files).
 inline void write_synthetic_split(const std::filesystem::path& dir, uint32_t train, uint32_t test) {
   std::filesystem::create_directories(dir);

@@ -27,6 +27,7 @@
 #include "nn/safetensors.h"
 #include "tests/cuda_test_util.h"
 #include "tests/skip.h"
+#include "tests/cli_mpi_util.h"
 #include "tests/test_util.h"
 
 using anvil::testing::read_file;
@@ -35,83 +36,7 @@ using Catch::Contains;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-// OpenMPI as root wants to be told twice; leak checks would report OpenMPI's.
-const std::string kMpiEnv =
-    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=detect_leaks=0 "
-    "OMP_NUM_THREADS=1 ";
-
-std::string train_bin() { return ANVIL_TRAIN_BIN; }
-std::string mpirun(int ranks) {
-  return kMpiEnv + ANVIL_MPIEXEC + std::string(" --oversubscribe -np ") + std::to_string(ranks) +
-         " ";
-}
-
-struct Run {
-  int code = -1;
-  std::string output;
-};
-
-Run shell(const std::string& cmd, const TempDir& dir) {
-  const std::string out = dir.file("output.txt");
-  const int rc = std::system((cmd + " > " + out + " 2>&1 < /dev/null").c_str());
-  Run r;
-  r.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
-  r.output = read_file(out);
-  return r;
-}
-
-// A small Fashion-MNIST-like directory: 300 training images (batches of 64:
-// the last one, 44, splits unevenly) and 100 test images.
-void write_data(const fs::path& dir) {
-  fs::create_directories(dir);
-  auto be32 = [](std::string& b, uint32_t v) {
-    for (int s = 24; s >= 0; s -= 8) b.push_back(char(uint8_t(v >> s)));
-  };
-  auto write = [&](const std::string& name, uint8_t kind, uint32_t count, bool images) {
-    std::string b = {0, 0, 8, char(images ? 3 : 1)};
-    be32(b, count);
-    if (images) {
-      be32(b, 28);
-      be32(b, 28);
-      for (uint32_t i = 0; i < count * 784; ++i) b.push_back(char(uint8_t((i * 37 + kind * 11) % 253)));
-    } else {
-      for (uint32_t i = 0; i < count; ++i) b.push_back(char(uint8_t((i * 7 + kind) % 10)));
-    }
-    std::ofstream(dir / name, std::ios::binary) << b;
-  };
-  write("train-images-idx3-ubyte", 1, 300, true);
-  write("train-labels-idx1-ubyte", 1, 300, false);
-  write("t10k-images-idx3-ubyte", 2, 100, true);
-  write("t10k-labels-idx1-ubyte", 2, 100, false);
-}
-
-std::vector<nlohmann::json> metrics_of(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
-// Every parameter of two --save files within `tol` (relative).
-void require_same_weights(const std::string& a, const std::string& b, double tol) {
-  const auto wa = anvil::nn::load_safetensors(a), wb = anvil::nn::load_safetensors(b);
-  REQUIRE(wa.size() == wb.size());
-  for (size_t i = 0; i < wa.size(); ++i) {
-    INFO(wa[i].first);
-    REQUIRE(wa[i].first == wb[i].first);
-    if (wa[i].second.dtype() != anvil::DType::Float32) continue;
-    const auto va = wa[i].second.to_vector(), vb = wb[i].second.to_vector();
-    for (size_t k = 0; k < va.size(); ++k)
-      REQUIRE(std::fabs(va[k] - vb[k]) <= tol * (1 + std::fabs(vb[k])));
-  }
-}
-
-const std::string kRecipe =
-    " --model lenet --recipe best --epochs 2 --batch-size 64 --no-shuffle --seed 3 ";
-
-}  // namespace
+using namespace anvil::testing::mpi_cli;
 
 TEST_CASE("anvil-train --distributed on 2 and 3 MPI ranks matches the one-device run",
           "[cli][distributed]") {

@@ -17,6 +17,7 @@
 #include "nn/module.h"
 #include "nn/train.h"
 #include "tests/cli_test_util.h"
+#include "tests/golden_util.h"
 #include "tests/test_util.h"
 
 using namespace anvil;
@@ -174,4 +175,40 @@ TEST_CASE("anvil-train --eval-only reports the weights a run saved, per class an
     expect_failure(common + " --eval-only --resume " + quote(ckpt) + " --model resnet18",
                    {ckpt, "--model \"lenet\""});
   }
+}
+
+// A LeNet state dict in bfloat16 written by safetensors.torch.save_file
+// (tests/golden/make_lenet_bf16_golden.py): --init-from widens it into the
+// float32 weights and says so, and the weights then evaluate as PyTorch
+// evaluates them on the same images (loss to float32 rounding, accuracy
+// exactly: PyTorch's smallest top-2 logit margin is in the golden file).
+TEST_CASE("anvil-train --init-from widens a bfloat16 file of PyTorch's and evaluates as PyTorch",
+          "[cli][eval][bf16]") {
+  const nlohmann::json& golden = golden_file("lenet_bf16_golden.json");
+  REQUIRE(golden["smallest_top2_margin"].get<double>() > 1e-3);
+  TempDir dir("bf16init");
+  write_banded_split(dir.path / "data", 64, golden["test_images"].get<uint32_t>());
+  const std::string weights = ANVIL_TEST_DATA_DIR "/golden/lenet_bf16.safetensors";
+  const std::string common = "--device cpu --model lenet --batch-size 32 --no-normalize "
+                             "--data-dir " + quote((dir.path / "data").string()) +
+                             " --init-from " + quote(weights);
+  const std::string widened = "--init-from " + weights +
+                              ": 8 of its 8 tensors are bfloat16, widened exactly into the "
+                              "float32 weights";
+  const std::string metrics = dir.file("eval.json");
+  CliResult r = run_cli(common + " --eval-only --metrics " + quote(metrics));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.output, Contains(widened));
+  const auto j = nlohmann::json::parse(lines_of(read_file(metrics)).at(0));
+  CHECK(j["examples"] == golden["test_images"]);
+  CHECK(j["test_acc"].get<double>() == golden["test_acc"].get<double>());
+  CHECK(j["test_loss"].get<double>() ==
+        Approx(golden["test_loss"].get<double>()).epsilon(1e-5));
+  // Training from it says so in the run's header.
+  CliResult t = run_cli(common + " --epochs 1 --limit-train 32 --lr 0");
+  INFO(t.output);
+  REQUIRE(t.code == 0);
+  CHECK_THAT(t.output, Contains(widened));
+  CHECK_THAT(t.output, Contains(fmt::format("test acc {:.4f}", golden["test_acc"].get<double>())));
 }

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -411,6 +412,39 @@ TEST_CASE("load_state_dict refuses mismatched states, naming the tensor, changin
     s[4].second = Tensor::zeros({1}, DType::Int64);
     expect_state_error(bn, s, {"num_batches_tracked"});
   }
+}
+
+// A LeNet state dict in bfloat16, as safetensors.torch.save_file writes it
+// (tests/golden/make_lenet_bf16_golden.py): each tensor goes into the
+// float32 model widened exactly, as PyTorch's load_state_dict copies it;
+// bfloat16 into an int64 tensor, or float32 into a bfloat16 one, is still
+// refused.
+TEST_CASE("load_state_dict widens PyTorch's bfloat16 tensors exactly into float32 weights",
+          "[nn][safetensors][bf16]") {
+  const std::string path = ANVIL_TEST_DATA_DIR "/golden/lenet_bf16.safetensors";
+  const nn::NamedTensors file = nn::load_safetensors(path);
+  REQUIRE(file.size() == 8);
+  for (auto& [name, t] : file) CHECK(t.dtype() == DType::BFloat16);
+  auto model = models::lenet();
+  CHECK(nn::load_state_dict(*model, file, path) == 8);
+  std::map<std::string, Tensor> by_name(file.begin(), file.end());
+  for (auto& [name, w] : model->state_dict()) {
+    INFO(name);
+    REQUIRE(w.dtype() == DType::Float32);
+    const Tensor& src = by_name.at(name);
+    const auto* half = static_cast<const uint16_t*>(src.raw_data());
+    const auto* full = static_cast<const uint32_t*>(w.raw_data());
+    int64_t differ = 0;
+    for (int64_t i = 0; i < w.numel(); ++i) differ += full[i] != uint32_t(half[i]) << 16;
+    CHECK(differ == 0);  // the float32 value is the bfloat16 one, bit for bit
+  }
+  // A float32 state still loads as it is, widening nothing.
+  auto other = models::lenet();
+  CHECK(nn::load_state_dict(*other, model->state_dict(), "model") == 0);
+  nn::BatchNorm2d bn(2);
+  auto s = clone_state(bn.state_dict());
+  s[4].second = Tensor::zeros({}, DType::Float32).to(DType::BFloat16);
+  expect_state_error(bn, s, {"num_batches_tracked", "bfloat16", "int64"});
 }
 
 TEST_CASE("A checkpoint restores a model through save and load", "[nn][safetensors]") {

@@ -1,0 +1,169 @@
+// Pipeline-parallel training's test scenarios, written once for every
+// backend (as data_parallel_scenarios.h): on a world of dp × pp ranks, each
+// rank trains its stage of a pipeline (parallel/pipeline.h) and, by itself
+// within its data-parallel group, a reference: the whole model with
+// accumulate = M, which over a group of one is one device's step. Both start
+// from the same weights (a stage whose rank builds other weights gets rank
+// 0's); the pipeline must end where the reference does, bit for bit: each
+// micro-batch goes through the same layers, and the gradients add up over
+// the micro-batches in the same order, so no sum changes its order (over 2
+// data-parallel replicas, a + b, in either bucketing). Compared: every
+// epoch's loss, accuracy and examples, this rank's stage's weights and
+// buffers, the evaluation through the stages, and on world rank 0 the whole
+// model and momentum gathered from the stages (what a checkpoint holds).
+#pragma once
+#include <fmt/format.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "parallel/mesh.h"
+#include "parallel/pipeline.h"
+#include "tests/parallel/data_parallel_scenarios.h"
+#include "tests/parallel/split_scenarios.h"
+
+namespace parallel_test {
+
+struct PipelineSetup {
+  std::string model = "lenet";  // as TrainSetup's
+  MeshShape mesh{.dp = 1, .pp = 2};
+  anvil::parallel::Schedule schedule = anvil::parallel::Schedule::kOneFOneB;
+  int64_t micro_batches = 3;
+  int64_t images = 27;  // batches of 10, 10 and 7
+  int64_t batch = 10;
+  int epochs = 1;
+  bool amp = false;  // bfloat16 autocast: bfloat16 activations cross the stages
+};
+
+inline std::string describe(const PipelineSetup& s) {
+  return fmt::format("{}, {}, {}, {} micro-batches, {} images in batches of {}{}", s.model,
+                     s.mesh.str(), anvil::parallel::schedule_name(s.schedule), s.micro_batches,
+                     s.images, s.batch, s.amp ? ", bf16 autocast" : "");
+}
+
+inline std::vector<double> epoch_figures(const train::EpochStats& e) {
+  return {e.loss, e.accuracy, double(e.examples)};
+}
+
+inline Outcomes pipeline_scenario(Communicator& world, const PipelineSetup& s) {
+  namespace par = anvil::parallel;
+  const anvil::Device device = world.device();
+  par::Mesh mesh = par::make_mesh(world, s.mesh);
+  const data::ImageSet set = synthetic_images(s.images, 5);
+  const anvil::optim::SGDOptions sgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4,
+                                     .nesterov = true};
+  const std::string tag = describe(s) + fmt::format(", world rank {}", world.rank());
+  Outcomes out;
+
+  // The reference: the whole model, data-parallel over this rank's dp group.
+  auto reference = make_model(s.model, 1);
+  reference->to(device);
+  anvil::optim::SGD ref_opt(reference->parameters(), sgd);
+  par::DataParallel ref_replicas(*mesh.dp, *reference, {});
+  data::DataLoader ref_loader(set, s.batch, true, false, 3);
+  ref_loader.set_shard(mesh.dp->rank(), mesh.dp->size());
+
+  // The pipeline: every rank the whole model (others than rank 0 from other
+  // weights, which the broadcast replaces), cut on the CPU, then moved.
+  auto model = make_model(s.model, world.rank() == 0 ? 1 : 200 + uint64_t(world.rank()));
+  std::vector<par::PipelineLayer> layers = par::pipeline_layers(*model, {1, 28, 28}, s.amp);
+  std::vector<int64_t> costs;
+  for (const par::PipelineLayer& l : layers) costs.push_back(l.flops);
+  model->to(device);
+  anvil::optim::SGD opt(model->parameters(), sgd);
+  par::broadcast_state(world, *model, nullptr);
+  par::Pipeline pipeline(*mesh.pp, layers, par::balance_stages(costs, s.mesh.pp), s.schedule,
+                         device);
+  par::DataParallel replicas(*mesh.dp, pipeline.stage(), {});
+  data::DataLoader loader(set, s.batch, true, false, 3);
+  loader.set_shard(mesh.dp->rank(), mesh.dp->size());
+
+  for (int e = 0; e < s.epochs; ++e) {
+    train::EpochOptions ref_o, o;
+    ref_o.replicas = &ref_replicas;
+    ref_o.accumulate = s.micro_batches;
+    ref_o.amp = o.amp = s.amp;
+    o.replicas = &replicas;
+    o.stages = &pipeline;
+    o.accumulate = s.micro_batches;
+    const train::EpochStats want = train::train_epoch(*reference, ref_opt, ref_loader, device, ref_o);
+    const train::EpochStats got = train::train_epoch(*model, opt, loader, device, o);
+    out.push_back({fmt::format("epoch {} loss, accuracy, examples, {}", e, tag),
+                   epoch_figures(got), epoch_figures(want), 0});
+  }
+  // This rank's stage against the same tensors of the reference.
+  std::map<std::string, Tensor> ref_state;
+  for (auto& [name, t] : reference->state_dict()) ref_state[name] = t;
+  for (auto& [name, t] : pipeline.stage().state_dict())
+    out.push_back({fmt::format("stage {}'s '{}', {}", pipeline.stage_index(), name, tag),
+                   bytes_of(world, t), bytes_of(world, ref_state.at(name)), 0});
+  // Evaluation through the stages, each replica its shard.
+  data::DataLoader ref_eval(set, 8, false, false, 0), eval(set, 8, false, false, 0);
+  ref_eval.set_shard(mesh.dp->rank(), mesh.dp->size());
+  eval.set_shard(mesh.dp->rank(), mesh.dp->size());
+  out.push_back({"evaluation, " + tag,
+                 epoch_figures(train::evaluate(*model, eval, device, &replicas, s.amp, &pipeline)),
+                 epoch_figures(train::evaluate(*reference, ref_eval, device, &ref_replicas, s.amp)),
+                 0});
+  // The whole model and momentum on world rank 0, from the first pipeline's stages.
+  if (mesh.coords.dp == 0) pipeline.gather_to_first(*model, &opt);
+  if (world.rank() == 0) {
+    const auto whole = model->state_dict(), want = reference->state_dict();
+    for (size_t i = 0; i < whole.size(); ++i)
+      out.push_back({fmt::format("gathered '{}', {}", whole[i].first, tag),
+                     bytes_of(world, whole[i].second), bytes_of(world, want[i].second), 0});
+    const auto& m = opt.momentum_buffers();
+    const auto& ref_m = ref_opt.momentum_buffers();
+    for (size_t i = 0; i < m.size(); ++i) {
+      const bool both = m[i].defined() && ref_m[i].defined();
+      out.push_back({fmt::format("gathered momentum {}, {}", i, tag),
+                     both ? bytes_of(world, m[i]) : std::vector<double>{double(m[i].defined())},
+                     both ? bytes_of(world, ref_m[i]) : std::vector<double>{double(ref_m[i].defined())},
+                     0});
+    }
+  }
+  return out;
+}
+
+// The setups a world of `ranks` runs: both schedules, micro-batch counts
+// below, at and above the stage count, and some micro-batches empty (a last
+// batch of 1 cut into 3), on LeNet and a narrow ResNet-18 (BatchNorm sees
+// each micro-batch), cut into as many stages as the world allows, and LeNet
+// under bfloat16 autocast; over 4 ranks also 2 replicas of a 2-stage
+// pipeline.
+inline std::vector<PipelineSetup> pipeline_setups(int ranks, bool small) {
+  using anvil::parallel::Schedule;
+  std::vector<PipelineSetup> out;
+  auto add = [&](std::string model, MeshShape mesh, Schedule schedule, int64_t m,
+                 int64_t images = 27) {
+    PipelineSetup s;
+    s.model = std::move(model);
+    s.mesh = mesh;
+    s.schedule = schedule;
+    s.micro_batches = m;
+    s.images = images;
+    out.push_back(s);
+  };
+  if (small) {  // ThreadSanitizer: the threads' exchanges, one batch
+    add("mlp", {.dp = 1, .pp = 2}, Schedule::kOneFOneB, 3, 10);
+    add("mlp", {.dp = 1, .pp = 2}, Schedule::kGPipe, 2, 10);
+    return out;
+  }
+  const MeshShape pipe{.dp = 1, .pp = ranks};
+  add("lenet", pipe, Schedule::kOneFOneB, 4);
+  add("lenet", pipe, Schedule::kGPipe, 4);
+  add("lenet", pipe, Schedule::kOneFOneB, 1);
+  add("mlp", pipe, Schedule::kOneFOneB, 3, 21);  // the last batch, of 1: two empty micro-batches
+  add("resnet18-narrow", pipe, Schedule::kOneFOneB, 3);
+  add("resnet18-narrow", pipe, Schedule::kGPipe, 2);
+  add("lenet", pipe, Schedule::kOneFOneB, 2);
+  out.back().amp = true;
+  if (ranks == 4) {
+    add("lenet", {.dp = 2, .pp = 2}, Schedule::kOneFOneB, 3);
+    add("resnet18-narrow", {.dp = 2, .pp = 2}, Schedule::kGPipe, 2);
+  }
+  return out;
+}
+
+}  // namespace parallel_test

@@ -1,0 +1,229 @@
+// anvil-train --pipeline-parallel, end to end: a pipeline of 2 stages on 2
+// MPI ranks saves bit for bit the weights (and metrics) of one device with
+// --accumulate M, with either schedule, and prints its cut and what each
+// rank measured; its checkpoint is one whole-model file that resumes on one
+// device, and one device's resumes as a pipeline; 2 replicas of a 2-stage
+// pipeline on 4 ranks end where 2 data-parallel ranks with --accumulate do;
+// a pipeline of simulated GPUs (--gpus 2) ends where one GPU does; LeNet's
+// linear layers split over 2 ranks (--tensor-parallel 2) end where one
+// device does, within the data-parallel runs' tolerance; flags that cannot
+// make a pipeline or a split get one clear error. Needs the build's MPI.
+#if defined(ANVIL_MPIEXEC)
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include <fmt/format.h>
+
+#include "core/device.h"
+#include "tests/cli_mpi_util.h"
+#include "tests/cuda_test_util.h"
+#include "tests/skip.h"
+#include "tests/test_util.h"
+
+using anvil::testing::read_file;
+using anvil::testing::TempDir;
+using Catch::Contains;
+using namespace anvil::testing::mpi_cli;
+
+namespace {
+
+// The same bits: the files' bytes, and every figure of every epoch.
+void require_same_run(const TempDir& dir, const std::string& a, const std::string& b) {
+  const std::string wa = read_file(dir.file(a + ".safetensors"));
+  REQUIRE(!wa.empty());
+  REQUIRE(wa == read_file(dir.file(b + ".safetensors")));
+  require_same_metrics(dir.file(a + ".jsonl"), dir.file(b + ".jsonl"), 0);
+}
+
+std::string outputs(const TempDir& dir, const std::string& tag) {
+  return " --save " + dir.file(tag + ".safetensors") + " --metrics " + dir.file(tag + ".jsonl");
+}
+
+// One process on the CPU with the MPI ranks' thread count: the same sums.
+std::string one_process() { return kMpiEnv + train_bin(); }
+
+}  // namespace
+
+TEST_CASE("anvil-train --pipeline-parallel 2 on 2 MPI ranks saves what one device with "
+          "--accumulate saves, bit for bit",
+          "[cli][distributed][pipeline]") {
+  TempDir dir("pipe");
+  write_data(dir.path / "data");
+  const std::string common = kRecipe + " --device cpu --data-dir " + (dir.path / "data").string();
+  const Run one = shell(one_process() + common + " --accumulate 3" + outputs(dir, "one"), dir);
+  INFO(one.output);
+  REQUIRE(one.code == 0);
+  for (const std::string schedule : {"gpipe", "1f1b"}) {
+    const Run pipe = shell(mpirun(2) + train_bin() + " --distributed" + common +
+                               " --pipeline-parallel 2 --micro-batches 3 --pipeline-schedule " +
+                               schedule + outputs(dir, schedule),
+                           dir);
+    INFO(pipe.output);
+    REQUIRE(pipe.code == 0);
+    REQUIRE_THAT(pipe.output,
+                 Contains("pipeline parallel: 2 stages, " + schedule +
+                          " schedule, 3 micro-batches per step (mesh dp 1 × pp 2 × tp 1); "
+                          "GPipe's bubble (N-1)/(M+N-1) = 25.0%"));
+    REQUIRE_THAT(pipe.output, Contains("    stage 0: layers 0..2 (Conv2d 0 .. AvgPool2d 2)"));
+    REQUIRE_THAT(pipe.output, Contains("sends float32 [20, 13, 13] per image"));
+    REQUIRE_THAT(pipe.output, Contains("  rank 1 (stage 1, replica 0): idle "));
+    REQUIRE_THAT(pipe.output, Contains(fmt::format(
+                                  "at most {} micro-batches' activations held",
+                                  schedule == "gpipe" ? 3 : 2)));
+    require_same_run(dir, schedule, "one");
+  }
+}
+
+TEST_CASE("a pipeline's checkpoint resumes on one device, and one device's as a pipeline",
+          "[cli][distributed][pipeline]") {
+  TempDir dir("pipe_resume");
+  write_data(dir.path / "data");
+  const std::string common = kRecipe + " --device cpu --accumulate 3 --data-dir " +
+                             (dir.path / "data").string();
+  const std::string pipe = mpirun(2) + train_bin() + " --distributed" + kRecipe +
+                           " --device cpu --pipeline-parallel 2 --micro-batches 3 --data-dir " +
+                           (dir.path / "data").string();
+  const Run straight = shell(one_process() + common + outputs(dir, "straight"), dir);
+  REQUIRE(straight.code == 0);
+  const std::string ckpt = dir.file("run.ckpt");
+  SECTION("a pipeline of 2, then one device") {
+    const Run first = shell(pipe + " --stop-after-epoch 1 --checkpoint " + ckpt, dir);
+    INFO(first.output);
+    REQUIRE(first.code == 0);
+    const Run second = shell(one_process() + common + " --resume " + ckpt + outputs(dir, "resumed"),
+                             dir);
+    INFO(second.output);
+    REQUIRE(second.code == 0);
+    require_same_run(dir, "resumed", "straight");
+  }
+  SECTION("one device, then a pipeline of 2") {
+    const Run first = shell(one_process() + common + " --stop-after-epoch 1 --checkpoint " + ckpt,
+                            dir);
+    REQUIRE(first.code == 0);
+    const Run second = shell(pipe + " --resume " + ckpt + outputs(dir, "resumed"), dir);
+    INFO(second.output);
+    REQUIRE(second.code == 0);
+    REQUIRE_THAT(second.output, Contains("resumed from"));
+    require_same_run(dir, "resumed", "straight");
+  }
+}
+
+TEST_CASE("2 replicas of a 2-stage pipeline on 4 MPI ranks save what 2 data-parallel ranks with "
+          "--accumulate save, bit for bit",
+          "[cli][distributed][pipeline]") {
+  TempDir dir("pipe_dp");
+  write_data(dir.path / "data");
+  const std::string common = kRecipe + " --epochs 1 --device cpu --distributed --data-dir " +
+                             (dir.path / "data").string();
+  const Run dp = shell(mpirun(2) + train_bin() + common + " --accumulate 2" + outputs(dir, "dp"), dir);
+  INFO(dp.output);
+  REQUIRE(dp.code == 0);
+  const Run mesh = shell(mpirun(4) + train_bin() + common +
+                             " --pipeline-parallel 2 --micro-batches 2" + outputs(dir, "mesh"),
+                         dir);
+  INFO(mesh.output);
+  REQUIRE(mesh.code == 0);
+  REQUIRE_THAT(mesh.output, Contains("2 micro-batches per step (each replica's share) (mesh dp 2 "
+                                     "× pp 2 × tp 1)"));
+  REQUIRE_THAT(mesh.output, Contains("  rank 3 (stage 1, replica 1): idle "));
+  require_same_run(dir, "mesh", "dp");
+}
+
+TEST_CASE("anvil-train --gpus 2 --pipeline-parallel 2 saves what one GPU with --accumulate saves",
+          "[cli][distributed][pipeline][cuda]") {
+  if (!cuda_test::have_device("anvil-train on 2 GPU stages")) {
+    test_skip::skip("no CUDA device: " + anvil::no_gpu_reason());
+    return;
+  }
+  if (anvil::device_count() < 2) {
+    test_skip::skip("--gpus 2 needs 2 GPUs; this machine has " +
+                    std::to_string(anvil::device_count()));
+    return;
+  }
+  TempDir dir("pipe_gpus");
+  write_data(dir.path / "data");
+  const std::string common =
+      " --model lenet --epochs 1 --batch-size 8 --limit-train 8 --limit-test 8 --init kaiming "
+      "--lr 0.05 --no-shuffle --data-dir " + (dir.path / "data").string();
+  const Run one = shell(train_bin() + common + " --device cuda:0 --accumulate 2" +
+                            outputs(dir, "one"),
+                        dir);
+  INFO(one.output);
+  REQUIRE(one.code == 0);
+  const Run two = shell(train_bin() + common + " --gpus 2 --pipeline-parallel 2 --micro-batches 2" +
+                            outputs(dir, "two"),
+                        dir);
+  INFO(two.output);
+  REQUIRE(two.code == 0);
+  REQUIRE_THAT(two.output, Contains("[2 x GPU]"));
+  require_same_run(dir, "two", "one");
+}
+
+// The split layers sum their products in another order than one device's
+// GEMM (tests/parallel/test_tensor_parallel.cpp bounds the first forward):
+// within 1e-4 after the run's 10 steps, as the data-parallel runs are.
+TEST_CASE("anvil-train --tensor-parallel 2 on 2 MPI ranks ends where one device does",
+          "[cli][distributed][pipeline]") {
+  TempDir dir("tensor");
+  write_data(dir.path / "data");
+  const std::string common = kRecipe + " --device cpu --data-dir " + (dir.path / "data").string();
+  const Run one = shell(one_process() + common + outputs(dir, "one"), dir);
+  INFO(one.output);
+  REQUIRE(one.code == 0);
+  const Run split = shell(mpirun(2) + train_bin() + " --distributed --tensor-parallel 2" + common +
+                              outputs(dir, "split"),
+                          dir);
+  INFO(split.output);
+  REQUIRE(split.code == 0);
+  REQUIRE_THAT(split.output, Contains("tensor parallel over 2 ranks (mesh dp 1 × pp 1 × tp 2): "
+                                      "Linear 7 split by its output units, Linear 9 by its inputs"));
+  require_same_metrics(dir.file("split.jsonl"), dir.file("one.jsonl"), 1e-4);
+  require_same_weights(dir.file("split.safetensors"), dir.file("one.safetensors"), 1e-4);
+}
+
+TEST_CASE("flags that cannot make a pipeline or a split get one clear error",
+          "[cli][distributed][pipeline]") {
+  TempDir dir("pipe_flags");
+  write_data(dir.path / "data");
+  const std::string data = " --device cpu --data-dir " + (dir.path / "data").string();
+  const std::string one = train_bin() + data;
+  struct Case {
+    std::string command, words;
+  };
+  const Case cases[] = {
+      {mpirun(2) + train_bin() + " --distributed" + data + " --pipeline-parallel 3",
+       "--pipeline-parallel 3: the run's 2 rank(s) do not make whole pipelines of 3 stages"},
+      {one + " --pipeline-parallel 2 --accumulate 2",
+       "--accumulate 2 with --pipeline-parallel 2: a pipeline cuts each step into "
+       "--micro-batches; give --micro-batches 2"},
+      {one + " --pipeline-parallel 2 --model resnet18 --sync-bn",
+       "--sync-bn with --pipeline-parallel 2: not supported"},
+      {one + " --pipeline-parallel 2 --model resnet18 --bn-recalibrate 1",
+       "--bn-recalibrate 1 with --pipeline-parallel 2: not supported"},
+      {one + " --pipeline-parallel 2",
+       "--pipeline-parallel 2: the run's 1 rank(s) do not make whole pipelines of 2 stages"},
+      {one + " --micro-batches 4",
+       "--micro-batches 4: cuts a pipeline's step, and this run has none"},
+      {one + " --tensor-parallel 2",
+       "--tensor-parallel 2: the run's 1 rank(s) do not make whole groups of 2"},
+      {one + " --tensor-parallel 2 --model resnet18",
+       "--tensor-parallel 2 with --model resnet18: only LeNet's linear layers are split"},
+      {one + " --tensor-parallel 2 --pipeline-parallel 2",
+       "--tensor-parallel 2 with --pipeline-parallel 2: not supported together"},
+      {one + " --tensor-parallel 2 --amp bf16", "--tensor-parallel 2 with --amp bf16"},
+      {one + " --tensor-parallel 2 --checkpoint " + dir.file("c.ckpt"),
+       "--tensor-parallel 2 with --checkpoint: not supported"},
+  };
+  for (const Case& c : cases) {
+    const Run r = shell(c.command, dir);
+    INFO(c.command << "\n" << r.output);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.output, Contains(c.words));
+    CHECK_THAT(r.output, !Contains("epoch "));
+  }
+  const Run zero = shell(train_bin() + data + " --pipeline-parallel 0", dir);
+  CHECK(zero.code != 0);
+  CHECK_THAT(zero.output, Contains("--pipeline-parallel: expected a finite number >= 1, got '0'"));
+}
+#endif
