@@ -81,7 +81,7 @@ void compare_op(const std::string& name, const OpFn& f, const std::vector<Tensor
 }  // namespace
 
 TEST_CASE("cuda ops: elementwise, matrix products and reductions match the CPU",
-          "[cuda][ops]") {
+          "[cuda][ops][tsan]") {
   if (!cuda_test::have_device()) return;
   SECTION("add, mul, scale, relu, silu") {
     Tensor a = uniform({3, 5, 7}, 1), b = uniform({3, 5, 7}, 2);
@@ -112,7 +112,7 @@ TEST_CASE("cuda ops: elementwise, matrix products and reductions match the CPU",
   }
 }
 
-TEST_CASE("cuda ops: convolution and pooling match the CPU", "[cuda][ops]") {
+TEST_CASE("cuda ops: convolution and pooling match the CPU", "[cuda][ops][tsan]") {
   if (!cuda_test::have_device()) return;
   // FP32 on both devices (cuda:0 would take TF32 convolutions by default):
   // the tolerances here are FP32's.
@@ -139,7 +139,7 @@ TEST_CASE("cuda ops: convolution and pooling match the CPU", "[cuda][ops]") {
   }
 }
 
-TEST_CASE("cuda ops: batch norm and cross-entropy match the CPU", "[cuda][ops]") {
+TEST_CASE("cuda ops: batch norm and cross-entropy match the CPU", "[cuda][ops][tsan]") {
   if (!cuda_test::have_device()) return;
   SECTION("batch_norm, training, with running statistics") {
     Tensor rm = uniform({3}, 30), rv = uniform({3}, 31, 0.5, 2.0);
@@ -214,7 +214,7 @@ TEST_CASE("cuda: BatchNorm2d counts its batches on the buffer's device", "[cuda]
 // The running totals of train::train_epoch: a loss sum and a correct count
 // that stay on the device from batch to batch.
 TEST_CASE("cuda ops: add_scaled_ and count_correct_ keep totals on the device as on the CPU",
-          "[cuda][ops]") {
+          "[cuda][ops][tsan]") {
   if (!cuda_test::have_device()) return;
   Tensor logits = uniform({37, 10}, 61);
   std::vector<int64_t> label_values(37);

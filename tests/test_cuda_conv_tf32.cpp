@@ -160,7 +160,7 @@ void require_within(const Ratios& r, const char* direction) {
 
 TEST_CASE("cuda conv mma: rungs 6 (TF32) and 7 (BF16) are within their bounds of FP64 in every "
           "direction",
-          "[cuda][conv][tf32]") {
+          "[cuda][conv][tf32][tsan]") {
   if (!cuda_test::have_device()) return;
   const std::vector<Conv2dShape> shapes = test_shapes();
   for (const Rung& rung : {kTf32, kBf16}) {
@@ -299,8 +299,8 @@ static void require_multistage_rung(const Rung& rung, ForwardAt forward_at, uint
 }
 
 // Rung 08 also from bfloat16 tensors, bitwise as from float32 ones.
-// (Named apart from "cuda conv mma", which ThreadSanitizer runs: there the
-// fragment-register test below runs rungs 8 and 9 in every direction.)
+// (Not tagged [tsan], as the sweep took 344 s under ThreadSanitizer: there
+// the fragment-register test below runs rungs 8 and 9 in every direction.)
 TEST_CASE("cuda conv rung 8: every direction within its bounds on channels-last operands over "
           "strides, windows, pads and channel counts, the same bits at every pipeline depth",
           "[cuda][conv][bf16]") {
@@ -430,7 +430,7 @@ TEST_CASE("cuda conv: the backend's BF16 and TF32 convolutions run the shipped r
 #if defined(ANVIL_CUDA_SIM)
 TEST_CASE("cuda conv mma: a swapped fragment register in the emulated tensor core breaks rungs 6 "
           "to 9",
-          "[cuda][conv][tf32][sim]") {
+          "[cuda][conv][tf32][sim][tsan]") {
   namespace mma = anvil::sim::mma;
   const Conv2dShape s = make_shape(2, 3, 9, 8, 5, 3, 2, 2, 1, 1, 0);
   for (const Rung& rung : {kTf32, kBf16, kBf16Multistage, kTf32Multistage}) {

@@ -224,7 +224,7 @@ std::string describe(const Case& s) {
 }  // namespace
 
 TEST_CASE("cuda gemm mma: rungs 9 and 11 (TF32) and 10 (BF16) are within their bounds of FP64 "
-          "and round their operands", "[cuda][gemm][tf32][bf16]") {
+          "and round their operands", "[cuda][gemm][tf32][bf16][tsan]") {
   if (!cuda_test::have_device()) return;
   // A ragged single tile with odd strides (scalar loads; rung 11: 4-byte
   // copies), every transpose; 130 x 136 (2 x 2 tiles, ragged) with strides a
@@ -266,7 +266,7 @@ bool same_bits(const Vec& a, const Vec& b) {
 
 TEST_CASE("cuda gemm mma: rung 11 gives rung 9's bits on every transpose and ragged shapes, "
           "and at 2 and 3 stages with A along k",
-          "[cuda][gemm][tf32]") {
+          "[cuda][gemm][tf32][tsan]") {
   if (!cuda_test::have_device()) return;
   // Every transpose of a ragged single tile with odd strides (4-byte
   // copies) and with strides a multiple of 4 floats (16-byte copies, short
@@ -474,7 +474,7 @@ TEST_CASE("gemm backends: bfloat16 operands on the CPU and cuda:0 against FP64, 
 
 #if defined(ANVIL_CUDA_SIM)
 TEST_CASE("cuda gemm mma: a swapped fragment register in the emulated tensor core breaks rungs "
-          "9 to 11", "[cuda][gemm][tf32][bf16][sim]") {
+          "9 to 11", "[cuda][gemm][tf32][bf16][sim][tsan]") {
   namespace mma = anvil::sim::mma;
   const Case s{67, 45, 133, false, true, 3, 1.0f, 0.0f};
   struct Swap {
@@ -510,7 +510,7 @@ struct ClearLdmatrixMutation {
 };
 
 TEST_CASE("cuda gemm mma: a mutated ldmatrix (swapped registers, .trans ignored) breaks rung 12",
-          "[cuda][gemm][bf16][sim]") {
+          "[cuda][gemm][bf16][sim][tsan]") {
   namespace mma = anvil::sim::mma;
   struct Mutation {
     const char* name;
@@ -543,7 +543,7 @@ TEST_CASE("cuda gemm mma: a mutated ldmatrix (swapped registers, .trans ignored)
 }
 
 TEST_CASE("cuda gemm mma: a mutated ldmatrix (swapped registers) breaks rung 11",
-          "[cuda][gemm][tf32][sim]") {
+          "[cuda][gemm][tf32][sim][tsan]") {
   namespace mma = anvil::sim::mma;
   // Rung 11 reads its operands stored contiguous along k by ldmatrix
   // (without .trans: float32 is not transposed by it), both of them in the

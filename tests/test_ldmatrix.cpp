@@ -46,7 +46,7 @@ constexpr int kCounts[] = {1, 2, 4};
 
 }  // namespace
 
-TEST_CASE("sim ldmatrix: the emulation's mapping is the PTX ISA's, lane by lane", "[mma][sim]") {
+TEST_CASE("sim ldmatrix: the emulation's mapping is the PTX ISA's, lane by lane", "[mma][sim][tsan]") {
   for (bool trans : {false, true})
     for (int lane = 0; lane < 32; ++lane)
       for (int reg = 0; reg < 4; ++reg)
@@ -60,7 +60,7 @@ TEST_CASE("sim ldmatrix: the emulation's mapping is the PTX ISA's, lane by lane"
         }
 }
 
-TEST_CASE("sim ldmatrix: each variant's mapping is a bijection onto its matrices", "[mma][sim]") {
+TEST_CASE("sim ldmatrix: each variant's mapping is a bijection onto its matrices", "[mma][sim][tsan]") {
   for (int count : kCounts)
     for (bool trans : {false, true}) {
       INFO("x" << count << (trans ? ".trans" : ""));
@@ -129,7 +129,7 @@ bool matches_isa(int count, bool trans, const Scattered& x, const std::vector<ui
 }  // namespace
 
 TEST_CASE("sim ldmatrix: rows anywhere in shared memory land where the PTX ISA says",
-          "[mma][sim]") {
+          "[mma][sim][tsan]") {
   const Scattered x = scattered(3);
   for (int count : kCounts)
     for (bool trans : {false, true}) {
@@ -152,7 +152,7 @@ TEST_CASE("sim ldmatrix: rows anywhere in shared memory land where the PTX ISA s
     }
 }
 
-TEST_CASE("sim ldmatrix: the mutation hook swaps registers or drops .trans", "[mma][sim]") {
+TEST_CASE("sim ldmatrix: the mutation hook swaps registers or drops .trans", "[mma][sim][tsan]") {
   const Scattered x = scattered(5);
   REQUIRE(matches_isa(4, true, x, run(4, true, x.src, x.slot)));
   struct Case {
@@ -187,7 +187,7 @@ TEST_CASE("sim ldmatrix: the mutation hook swaps registers or drops .trans", "[m
 
 TEST_CASE("sim ldmatrix: a partial or diverged warp or mixed variants are errors naming the "
           "kernel and the lane, a misaligned row one naming the lane",
-          "[mma][sim]") {
+          "[mma][sim][tsan]") {
   cuda_test::DeviceBuffer<uint32_t> out(64);
   auto site = Catch::Contains("sim_ldmatrix_kernels.cu");
   SECTION("a block that ends inside the warp") {

@@ -263,7 +263,7 @@ std::vector<float> distinct(size_t n, float offset) {
 }  // namespace
 
 TEST_CASE("sim mma: the emulation's fragment mapping is the PTX ISA's, element by element",
-          "[mma][sim]") {
+          "[mma][sim][tsan]") {
   for (Shape shape : kShapes)
     for (Operand operand : kOperands) {
       const Dims dims = isa_dims(shape, operand);
@@ -282,7 +282,7 @@ TEST_CASE("sim mma: the emulation's fragment mapping is the PTX ISA's, element b
     }
 }
 
-TEST_CASE("sim mma: every fragment mapping is a bijection onto its matrix", "[mma][sim]") {
+TEST_CASE("sim mma: every fragment mapping is a bijection onto its matrix", "[mma][sim][tsan]") {
   for (Shape shape : kShapes)
     for (Operand operand : kOperands) {
       const Dims dims = isa_dims(shape, operand);
@@ -308,7 +308,7 @@ TEST_CASE("sim mma: every fragment mapping is a bijection onto its matrix", "[mm
     }
 }
 
-TEST_CASE("sim mma: one-hot matrices land where the PTX ISA says", "[mma][sim]") {
+TEST_CASE("sim mma: one-hot matrices land where the PTX ISA says", "[mma][sim][tsan]") {
   for (Shape shape : kShapes) {
     DYNAMIC_SECTION(name(shape)) {
       const int k = shape == Shape::kM16N8K16Bf16 ? 16 : 8;
@@ -364,7 +364,7 @@ TEST_CASE("sim mma: one-hot matrices land where the PTX ISA says", "[mma][sim]")
   }
 }
 
-TEST_CASE("sim mma: the tensor core reads only the top 19 bits of a TF32 operand", "[mma][sim]") {
+TEST_CASE("sim mma: the tensor core reads only the top 19 bits of a TF32 operand", "[mma][sim][tsan]") {
   // A = 1 + 2^-20 (bits below TF32's mantissa), B = 3: an exact unit would
   // give 8 * 3 * (1 + 2^-20) = 24 + 24 * 2^-20, the tensor core 24.
   std::vector<float> A(16 * 8, 1.0f + std::ldexp(1.0f, -20)), B(8 * 8, 3.0f), C(128, 0.0f);
@@ -425,7 +425,7 @@ double tile_error(bool bf16, int k, bool rounded, uint32_t seed) {
 
 }  // namespace
 
-TEST_CASE("sim mma: a warp's D = A * B + C against FP64, TF32 and BF16", "[mma][sim]") {
+TEST_CASE("sim mma: a warp's D = A * B + C against FP64, TF32 and BF16", "[mma][sim][tsan]") {
   for (bool bf16 : {false, true}) {
     DYNAMIC_SECTION((bf16 ? "bf16" : "tf32")) {
       for (uint32_t seed : {1u, 2u, 3u}) {
@@ -442,7 +442,7 @@ TEST_CASE("sim mma: a warp's D = A * B + C against FP64, TF32 and BF16", "[mma][
 }
 
 TEST_CASE("sim mma: swapping two fragment registers in the emulation breaks an mma product",
-          "[mma][sim]") {
+          "[mma][sim][tsan]") {
   struct Swap {
     Operand operand;
     int i, j;
@@ -474,7 +474,7 @@ TEST_CASE("sim mma: swapping two fragment registers in the emulation breaks an m
 }
 
 TEST_CASE("sim mma: a partial or diverged warp is an error naming the kernel and the lane",
-          "[mma][sim]") {
+          "[mma][sim][tsan]") {
   using namespace sim_mma_kernels;
   Buf<float> out(64);
   auto site = Catch::Contains("test_mma.cpp");

@@ -25,7 +25,7 @@ using DeviceBuffer = cuda_test::DeviceBuffer<float>;
 
 }  // namespace
 
-TEST_CASE("sim: cudaMemcpy checks the kind and the range against the allocation", "[sim]") {
+TEST_CASE("sim: cudaMemcpy checks the kind and the range against the allocation", "[sim][tsan]") {
   Vec host(16, 1.0f);
   DeviceBuffer dev(16);
   SECTION("the right kind and size succeed") {
@@ -55,7 +55,7 @@ TEST_CASE("sim: cudaMemcpy checks the kind and the range against the allocation"
   }
 }
 
-TEST_CASE("sim: launches with a bad configuration are refused", "[sim]") {
+TEST_CASE("sim: launches with a bad configuration are refused", "[sim][tsan]") {
   DeviceBuffer out(2048);
   using sim_test_kernels::read_uninitialised_shared;
   SECTION("1025 threads in a block") {
@@ -88,7 +88,7 @@ TEST_CASE("sim: launches with a bad configuration are refused", "[sim]") {
 // sharedMemPerBlockOptin (163 KB at compute capability 8.0, the simulated
 // device's; 227 KB at 9.0); the Runtime API: a value beyond it is
 // cudaErrorInvalidValue, and a launch may ask for at most the kernel's value.
-TEST_CASE("sim: more than 48 KB of dynamic shared memory needs the kernel's opt-in", "[sim]") {
+TEST_CASE("sim: more than 48 KB of dynamic shared memory needs the kernel's opt-in", "[sim][tsan]") {
   cudaDeviceProp prop;
   REQUIRE(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
   REQUIRE(prop.sharedMemPerBlock == 48 * 1024);
@@ -125,7 +125,7 @@ TEST_CASE("sim: more than 48 KB of dynamic shared memory needs the kernel's opt-
   REQUIRE(out.to_host()[0] == float(prop.sharedMemPerBlockOptin / 4));
 }
 
-TEST_CASE("sim: a __syncthreads reached by part of a block is reported, not a hang", "[sim]") {
+TEST_CASE("sim: a __syncthreads reached by part of a block is reported, not a hang", "[sim][tsan]") {
   DeviceBuffer out(64);
   const cuda_test::SyncLaunches no_sync(false);  // (ANVIL_CUDA_SYNC=1 would report it at once)
   // The launch is accepted; the failure comes back from the sync that runs it.
@@ -167,7 +167,7 @@ TEST_CASE("a launch's kernel has a readable name", "[sim][cuda-sync]") {
   CHECK_THAT(anvil::cuda::kernel_name(&not_a_kernel), Catch::StartsWith("kernel at 0x"));
 }
 
-TEST_CASE("sim: shared memory, atomics and thread indexing", "[sim]") {
+TEST_CASE("sim: shared memory, atomics and thread indexing", "[sim][tsan]") {
   SECTION("uninitialised dynamic shared memory reads as NaN") {
     DeviceBuffer out(64);
     anvil::cuda::launch(sim_test_kernels::read_uninitialised_shared, 1, dim3(64),
@@ -205,7 +205,7 @@ TEST_CASE("sim: shared memory, atomics and thread indexing", "[sim]") {
   }
 }
 
-TEST_CASE("sim: devices and streams", "[sim]") {
+TEST_CASE("sim: devices and streams", "[sim][tsan]") {
   int count = 0;
   REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
   REQUIRE(count == 2);  // ANVIL_SIM_DEVICES unset

@@ -91,7 +91,7 @@ anvil::testing::cli::CliResult train_with_audit(const std::string& audit, const 
 }  // namespace
 
 TEST_CASE("sim: the launch audit flags a one-block launch and passes many equal blocks",
-          "[sim][audit]") {
+          "[sim][audit][tsan]") {
   TempDir dir("audit");
   const std::string path = dir.file("audit.jsonl");
   cuda_test::DeviceBuffer<float> out(kEqualBlocks);
@@ -127,7 +127,7 @@ TEST_CASE("sim: the launch audit flags a one-block launch and passes many equal 
 }
 
 TEST_CASE("sim: ANVIL_SIM_SAMPLE_BLOCKS runs an evenly spread sample of each launch's blocks",
-          "[sim][audit]") {
+          "[sim][audit][tsan]") {
   TempDir dir("audit");
   const std::string path = dir.file("audit.jsonl");
   std::vector<float> host(kEqualBlocks, -1.0f);
@@ -156,7 +156,7 @@ TEST_CASE("sim: ANVIL_SIM_SAMPLE_BLOCKS runs an evenly spread sample of each lau
 }
 
 TEST_CASE("sim: a BlockFilter runs only the blocks it keeps of the kernels it names",
-          "[sim][audit]") {
+          "[sim][audit][tsan]") {
   const dim3 grid(5, 3, 2);
   const size_t blocks = 5 * 3 * 2;
   cuda_test::DeviceBuffer<float> out(std::vector<float>(blocks, 0.0f));
@@ -203,7 +203,7 @@ TEST_CASE("sim: a BlockFilter runs only the blocks it keeps of the kernels it na
 }
 
 TEST_CASE("sim: ANVIL_SIM_LAUNCH_AUDIT writes a training step's kernels at exit, or says why not",
-          "[sim][audit][cli]") {
+          "[sim][audit][cli][tsan]") {
   TempDir dir("audit");
   anvil::testing::cli::write_synthetic_split(dir.path / "data", 16, 8);
   const std::string args = "--device cuda:0 --epochs 1 --limit-train 16 --limit-test 8 "

@@ -125,7 +125,7 @@ TEST_CASE("sim child: blocks add atomically", "[.][sim-child]") {
 // ---- the tests ----
 
 TEST_CASE("sim under ASan: an out-of-bounds read in a kernel is a heap-buffer-overflow",
-          "[sim][sanitizer]") {
+          "[sim][sanitizer][tsan]") {
   if (!kAsan) {
     WARN("not an AddressSanitizer build: the detection is checked by the asan preset");
     return;
@@ -139,7 +139,7 @@ TEST_CASE("sim under ASan: an out-of-bounds read in a kernel is a heap-buffer-ov
   CHECK_THAT(r.output, Contains("0 bytes to the right of 160-byte region"));
 }
 
-TEST_CASE("sim under TSan: a missing __syncthreads is a data race", "[sim][sanitizer]") {
+TEST_CASE("sim under TSan: a missing __syncthreads is a data race", "[sim][sanitizer][tsan]") {
   if (!kTsan) {
     WARN("not a ThreadSanitizer build: the detection is checked by the tsan preset");
     return;
@@ -167,7 +167,7 @@ TEST_CASE("sim under TSan: a missing __syncthreads is a data race", "[sim][sanit
 }
 
 TEST_CASE("sim under TSan: another thread's cp.async copy read without the barrier after its "
-          "wait is a data race", "[sim][sanitizer][cp_async]") {
+          "wait is a data race", "[sim][sanitizer][cp_async][tsan]") {
   if (!kTsan) {
     WARN("not a ThreadSanitizer build: the detection is checked by the tsan preset");
     return;
@@ -184,7 +184,7 @@ TEST_CASE("sim under TSan: another thread's cp.async copy read without the barri
 }
 
 TEST_CASE("sim under TSan: two blocks writing one element without atomics is a data race",
-          "[sim][sanitizer]") {
+          "[sim][sanitizer][tsan]") {
   if (!kTsan) {
     WARN("not a ThreadSanitizer build: the detection is checked by the tsan preset");
     return;

@@ -107,7 +107,7 @@ std::string run_child(const std::string& env, const std::string& test_name) {
 
 }  // namespace
 
-TEST_CASE("sim streams: a copy on another stream needs cudaStreamWaitEvent", "[sim][streams]") {
+TEST_CASE("sim streams: a copy on another stream needs cudaStreamWaitEvent", "[sim][streams][tsan]") {
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
   Buf<float> x(Vec(kN, 0.0f)), y(Vec(kN, 0.0f));
   Stream a, b;
@@ -153,7 +153,7 @@ TEST_CASE("sim streams: a copy on another stream needs cudaStreamWaitEvent", "[s
 }
 
 TEST_CASE("sim streams: pinned memory is copied when the copy runs, pageable when it is queued",
-          "[sim][streams]") {
+          "[sim][streams][tsan]") {
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
   Buf<float> dev(Vec(kN, 0.0f));
   Stream a;
@@ -223,7 +223,7 @@ TEST_CASE("sim streams: pinned memory is copied when the copy runs, pageable whe
 }
 
 TEST_CASE("sim streams: Tensor::to from pinned memory copies the bytes of the call",
-          "[sim][streams]") {
+          "[sim][streams][tsan]") {
   // The backend's copy from a pinned tensor must wait for its copy: the
   // caller may reuse the buffer as soon as to() returns.
   StreamMode mode(kDeferred);
@@ -234,7 +234,7 @@ TEST_CASE("sim streams: Tensor::to from pinned memory copies the bytes of the ca
   CHECK(dev.to(anvil::Device::cpu()).to_vector() == Vec(kN, 1.0f));
 }
 
-TEST_CASE("sim streams: events and stream queries", "[sim][streams]") {
+TEST_CASE("sim streams: events and stream queries", "[sim][streams][tsan]") {
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
   StreamMode mode(kDeferred);
   Buf<float> x(Vec(kN, 0.0f)), y(Vec(kN, 0.0f));
@@ -336,7 +336,7 @@ TEST_CASE("sim streams: events and stream queries", "[sim][streams]") {
 }
 
 TEST_CASE("sim streams: a deferred kernel's error comes back from the sync that runs it",
-          "[sim][streams]") {
+          "[sim][streams][tsan]") {
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
   Buf<float> out(Vec(kN, 0.0f));
   Stream s;
@@ -377,7 +377,7 @@ TEST_CASE("sim streams: a deferred kernel's error comes back from the sync that 
   }
 }
 
-TEST_CASE("sim workers: blocks run on several threads with the same results", "[sim][workers]") {
+TEST_CASE("sim workers: blocks run on several threads with the same results", "[sim][workers][tsan]") {
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
   StreamMode mode(kDeferred);
   SECTION("two workers run two blocks at the same time; one runs them in turn") {
@@ -448,7 +448,7 @@ TEST_CASE("sim child: report settings", "[.][sim-child]") {
               anvil::sim::stream_mode() == kEager ? "eager" : "deferred");
 }
 
-TEST_CASE("sim: ANVIL_SIM_WORKERS and ANVIL_SIM_STREAMS set the defaults", "[sim][streams]") {
+TEST_CASE("sim: ANVIL_SIM_WORKERS and ANVIL_SIM_STREAMS set the defaults", "[sim][streams][tsan]") {
   CHECK_THAT(run_child("ANVIL_SIM_WORKERS=3 ANVIL_SIM_STREAMS=eager", "sim child: report settings"),
              Contains("workers=3 streams=eager"));
   CHECK_THAT(run_child("ANVIL_SIM_WORKERS=0 ANVIL_SIM_STREAMS=deferred",

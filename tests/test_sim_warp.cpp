@@ -45,7 +45,7 @@ constexpr int kPoisonInt = -1;  // all-ones bits: a lane that takes no part
 
 }  // namespace
 
-TEST_CASE("sim warp: every shuffle matches CUDA's lane rules", "[sim][warp]") {
+TEST_CASE("sim warp: every shuffle matches CUDA's lane rules", "[sim][warp][tsan]") {
   const char* names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync"};
   for (int threads : {64, 40}) {
     for (int op = 0; op < 4; ++op) {
@@ -80,7 +80,7 @@ TEST_CASE("sim warp: every shuffle matches CUDA's lane rules", "[sim][warp]") {
   }
 }
 
-TEST_CASE("sim warp: a __shfl_down_sync reduction sums each warp", "[sim][warp]") {
+TEST_CASE("sim warp: a __shfl_down_sync reduction sums each warp", "[sim][warp][tsan]") {
   for (int threads : {64, 40}) {
     DYNAMIC_SECTION(threads << " threads") {
       std::vector<float> in(threads);
@@ -98,7 +98,7 @@ TEST_CASE("sim warp: a __shfl_down_sync reduction sums each warp", "[sim][warp]"
   }
 }
 
-TEST_CASE("sim warp: xor butterflies and up-scans over segments", "[sim][warp]") {
+TEST_CASE("sim warp: xor butterflies and up-scans over segments", "[sim][warp][tsan]") {
   for (int threads : {64, 40}) {
     for (int width : {32, 16, 8}) {
       DYNAMIC_SECTION(threads << " threads, width " << width) {
@@ -134,7 +134,7 @@ TEST_CASE("sim warp: xor butterflies and up-scans over segments", "[sim][warp]")
   }
 }
 
-TEST_CASE("sim warp: broadcast of an 8-byte value from lane 7", "[sim][warp]") {
+TEST_CASE("sim warp: broadcast of an 8-byte value from lane 7", "[sim][warp][tsan]") {
   for (int threads : {64, 40}) {
     for (int width : {32, 16, 8}) {
       DYNAMIC_SECTION(threads << " threads, width " << width) {
@@ -158,7 +158,7 @@ TEST_CASE("sim warp: broadcast of an 8-byte value from lane 7", "[sim][warp]") {
   }
 }
 
-TEST_CASE("sim warp: ballot, any, all and activemask", "[sim][warp]") {
+TEST_CASE("sim warp: ballot, any, all and activemask", "[sim][warp][tsan]") {
   for (int threads : {64, 40}) {
     DYNAMIC_SECTION(threads << " threads") {
       std::vector<int> in(threads);
@@ -205,7 +205,7 @@ TEST_CASE("sim warp: ballot, any, all and activemask", "[sim][warp]") {
   }
 }
 
-TEST_CASE("sim warp: misused warp collectives are reported, not hangs", "[sim][warp]") {
+TEST_CASE("sim warp: misused warp collectives are reported, not hangs", "[sim][warp][tsan]") {
   // Each launch is accepted; its failure comes back from the sync in to_host().
   using namespace sim_warp_kernels;
   Buf<float> out(64);

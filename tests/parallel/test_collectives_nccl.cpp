@@ -43,7 +43,7 @@ Fault fault_of(Call call) {
 
 }  // namespace
 
-TEST_CASE("nccl: every collective on 1 to 5 GPUs against the host's reference", "[nccl]") {
+TEST_CASE("nccl: every collective on 1 to 5 GPUs against the host's reference", "[nccl][tsan]") {
   const int available = gpus(1);
   if (available == 0) return;
 #if defined(__SANITIZE_THREAD__)
@@ -97,12 +97,12 @@ void on_2_and_3_gpus(const char* what, Scenario scenario) {
 // ncclBroadcast, ncclAllGather (a group of ncclBroadcast for shards of
 // different sizes) and ncclReduceScatter against the ring.
 TEST_CASE("nccl: native broadcast, all-gather and reduce-scatter match the ring on 2 and 3 GPUs",
-          "[nccl]") {
+          "[nccl][tsan]") {
   on_2_and_3_gpus("native collectives", [](par::Communicator& c) { return native_scenario(c); });
 }
 
 TEST_CASE("nccl: ranks that ask for different broadcast algorithms are refused, naming both",
-          "[nccl]") {
+          "[nccl][tsan]") {
   if (gpus(2) == 0) return;
   const par::NcclId id = par::nccl_unique_id();
   const auto errors = each_rank(2, [&](int r) {
@@ -120,7 +120,7 @@ TEST_CASE("nccl: ranks that ask for different broadcast algorithms are refused, 
   }
 }
 
-TEST_CASE("nccl: a rank that never calls is named by the others within the deadline", "[nccl]") {
+TEST_CASE("nccl: a rank that never calls is named by the others within the deadline", "[nccl][tsan]") {
   if (gpus(3) == 0) return;
   const par::NcclId id = par::nccl_unique_id();
   const auto faults = each_rank(3, [&](int r) {
@@ -142,7 +142,7 @@ TEST_CASE("nccl: a rank that never calls is named by the others within the deadl
   }
 }
 
-TEST_CASE("nccl: ranks that disagree all stop before any data moves, naming both", "[nccl]") {
+TEST_CASE("nccl: ranks that disagree all stop before any data moves, naming both", "[nccl][tsan]") {
   if (gpus(3) == 0) return;
   const par::NcclId id = par::nccl_unique_id();
   struct Seen {
@@ -170,7 +170,7 @@ TEST_CASE("nccl: ranks that disagree all stop before any data moves, naming both
 }
 
 TEST_CASE("nccl: ranks that cut a message in chunks of different sizes are refused and both are named",
-          "[nccl]") {
+          "[nccl][tsan]") {
   if (gpus(2) == 0) return;
   const par::NcclId id = par::nccl_unique_id();
   const auto errors = each_rank(2, [&](int r) {
@@ -196,7 +196,7 @@ TEST_CASE("nccl: ranks that cut a message in chunks of different sizes are refus
 }
 
 TEST_CASE("nccl: a peer that stops answering mid-exchange: deadline, abort, and the GPU runs on",
-          "[nccl]") {
+          "[nccl][tsan]") {
   if (gpus(2) == 0) return;
   const par::NcclId id = par::nccl_unique_id();
   const auto faults = each_rank(2, [&](int r) {
@@ -228,7 +228,7 @@ TEST_CASE("nccl: a peer that stops answering mid-exchange: deadline, abort, and 
   REQUIRE_THAT(faults[0].second, Contains("the communicator failed earlier"));
 }
 
-TEST_CASE("nccl: a rank that never joins is named when the communicator is made", "[nccl]") {
+TEST_CASE("nccl: a rank that never joins is named when the communicator is made", "[nccl][tsan]") {
   if (gpus(3) == 0) return;
   const par::NcclId id = par::nccl_unique_id();
   const auto faults = each_rank(2, [&](int r) {  // rank 2 of 3 never comes
@@ -243,7 +243,7 @@ TEST_CASE("nccl: a rank that never joins is named when the communicator is made"
   }
 }
 
-TEST_CASE("nccl: tensors on the wrong device are refused, naming both devices", "[nccl]") {
+TEST_CASE("nccl: tensors on the wrong device are refused, naming both devices", "[nccl][tsan]") {
   if (gpus(1) == 0) return;
   const par::NcclId id = par::nccl_unique_id();
   auto comm = par::nccl_communicator(id, 0, 1, anvil::Device::cuda(0), options(10));
@@ -261,7 +261,7 @@ TEST_CASE("nccl: tensors on the wrong device are refused, naming both devices", 
 // communicator is destroyed completes, and its Work, which outlives the
 // communicator, still waits for it.
 TEST_CASE("nccl: destroying a communicator with an all-reduce in flight finishes it first",
-          "[nccl]") {
+          "[nccl][tsan]") {
   const int available = gpus(2);
   if (available == 0) return;
   const int n = 2;

@@ -45,7 +45,7 @@ void run_on_gpus(const std::vector<int>& rank_counts, int available, const Scena
 }  // namespace
 
 TEST_CASE("nccl: data-parallel training on 2 and 3 GPUs ends where one device does",
-          "[nccl][data_parallel]") {
+          "[nccl][data_parallel][tsan]") {
   const int available = gpus(2);
   if (available == 0) return;
   const std::vector<int> rank_counts = {2, 3};
@@ -100,7 +100,7 @@ TEST_CASE("mpi: data-parallel training on every rank of the job ends where one d
 // batch (it skips backward) against ranks whose backward's hooks finish the
 // gradients out of bucket order (empty_rank_scenarios).
 TEST_CASE("nccl: data-parallel training with ranks that get no example ends where one device does",
-          "[nccl][data_parallel]") {
+          "[nccl][data_parallel][tsan]") {
   const int available = gpus(2);
   if (available == 0) return;
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
@@ -154,7 +154,7 @@ TEST_CASE("mpi: data-parallel training with bfloat16 gradients stays within the 
 }
 
 TEST_CASE("nccl: ranks with different gradient dtypes are refused, naming them",
-          "[nccl][data_parallel][bf16]") {
+          "[nccl][data_parallel][bf16][tsan]") {
   const int available = gpus(2);
   if (available == 0) return;
   const par::NcclId id = par::nccl_unique_id();

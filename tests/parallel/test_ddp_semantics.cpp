@@ -193,15 +193,15 @@ void on_the_job(Scenario scenario) {
 }  // namespace
 
 TEST_CASE("nccl: a second backward in one data-parallel step is refused and names the parameter",
-          "[nccl][data_parallel]") {
+          "[nccl][data_parallel][tsan]") {
   on_two_gpus(second_backward);
 }
 TEST_CASE("nccl: a parameter no rank's batch reaches keeps no gradient and SGD leaves it alone",
-          "[nccl][data_parallel]") {
+          "[nccl][data_parallel][tsan]") {
   on_two_gpus(unused_parameter);
 }
 TEST_CASE("nccl: no_sync accumulates micro-batches and the synced step reduces their sum once",
-          "[nccl][data_parallel]") {
+          "[nccl][data_parallel][tsan]") {
   on_two_gpus(accumulated);
 }
 

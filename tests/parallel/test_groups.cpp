@@ -85,7 +85,7 @@ TEST_CASE("mpi: send and recv bit for bit, in the world and in a group", "[mpi]"
 
 // ---- NCCL: one thread per simulated GPU ----
 
-TEST_CASE("nccl: split groups on 1 to 4 GPUs, each group's all-reduce its own sum", "[nccl]") {
+TEST_CASE("nccl: split groups on 1 to 4 GPUs, each group's all-reduce its own sum", "[nccl][tsan]") {
   const int available = gpus(1);
   if (available == 0) return;
 #if defined(__SANITIZE_THREAD__)
@@ -97,7 +97,7 @@ TEST_CASE("nccl: split groups on 1 to 4 GPUs, each group's all-reduce its own su
     if (enough_gpus(n, available)) on_gpus(n, "split", split_scenario);
 }
 
-TEST_CASE("nccl: 2 × 2 meshes on 4 GPUs, each group's all-reduce its own sum", "[nccl]") {
+TEST_CASE("nccl: 2 × 2 meshes on 4 GPUs, each group's all-reduce its own sum", "[nccl][tsan]") {
   const int available = gpus(4);
   if (available == 0) return;
   on_gpus(4, "mesh", [](par::Communicator& world) {
@@ -110,7 +110,7 @@ TEST_CASE("nccl: 2 × 2 meshes on 4 GPUs, each group's all-reduce its own sum", 
 }
 
 TEST_CASE("nccl: send and recv bit for bit on 2 and 3 GPUs, in the world and in a group",
-          "[nccl]") {
+          "[nccl][tsan]") {
   const int available = gpus(2);
   if (available == 0) return;
 #if defined(__SANITIZE_THREAD__)
@@ -123,7 +123,7 @@ TEST_CASE("nccl: send and recv bit for bit on 2 and 3 GPUs, in the world and in 
 }
 
 TEST_CASE("nccl: a send that meets a receive of another dtype and shape stops both, naming both",
-          "[nccl]") {
+          "[nccl][tsan]") {
   if (gpus(3) == 0) return;
   // Inside a group of world ranks 1 and 2: 128 bytes either way, so only the
   // agreement can tell float32 [4, 8] from bfloat16 [4, 16].
@@ -158,7 +158,7 @@ TEST_CASE("nccl: a send that meets a receive of another dtype and shape stops bo
   }
 }
 
-TEST_CASE("nccl: a peer that never posts its side of a send is named at the deadline", "[nccl]") {
+TEST_CASE("nccl: a peer that never posts its side of a send is named at the deadline", "[nccl][tsan]") {
   if (gpus(2) == 0) return;
   const auto errors = errors_on_gpus(2, 1, [](par::Communicator& world, int r) {
     if (r == 0) world.recv(Tensor::zeros({10}, DType::Float32, world.device()), 1);

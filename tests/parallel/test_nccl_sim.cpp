@@ -69,7 +69,7 @@ struct Pair {
 }  // namespace
 
 TEST_CASE("nccl sim: a stream stalls until the peer's thread queues the matching send",
-          "[nccl][sim]") {
+          "[nccl][sim][tsan]") {
   if (parallel_test::gpus(2) == 0) return;
   Pair p;
   std::vector<float> ones(64, 1.0f);
@@ -95,7 +95,7 @@ TEST_CASE("nccl sim: a stream stalls until the peer's thread queues the matching
 }
 
 TEST_CASE("nccl sim: operations that wait for each other in a cycle fail instead of hanging",
-          "[nccl][sim]") {
+          "[nccl][sim][tsan]") {
   if (parallel_test::gpus(2) == 0) return;
   Pair p;
   for (int r = 0; r < 2; ++r) {  // each receives before it sends: a deadlock on a GPU
@@ -111,7 +111,7 @@ TEST_CASE("nccl sim: operations that wait for each other in a cycle fail instead
 }
 
 TEST_CASE("nccl sim: a send and a receive of different sizes fail, naming both ranks",
-          "[nccl][sim]") {
+          "[nccl][sim][tsan]") {
   if (parallel_test::gpus(2) == 0) return;
   Pair p;
   p.on(0);
@@ -130,7 +130,7 @@ TEST_CASE("nccl sim: a send and a receive of different sizes fail, naming both r
 }
 
 TEST_CASE("nccl sim: host memory and another device's stream are refused at the call",
-          "[nccl][sim]") {
+          "[nccl][sim][tsan]") {
   if (parallel_test::gpus(2) == 0) return;
   Pair p;
   p.on(0);
@@ -144,7 +144,7 @@ TEST_CASE("nccl sim: host memory and another device's stream are refused at the 
 }
 
 TEST_CASE("nccl sim: the directory a crashed job of processes left behind is removed",
-          "[nccl][sim]") {
+          "[nccl][sim][tsan]") {
   // A process id that no longer runs: a child's, once reaped.
   const pid_t child = ::fork();
   if (child == 0) ::_exit(0);

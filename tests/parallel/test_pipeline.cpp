@@ -120,7 +120,7 @@ TEST_CASE("pipeline stages: the cut's largest stage is the least of every cut", 
 // for the ResNet), the MLP for the rest (every schedule, stage count and mesh).
 TEST_CASE("nccl: pipeline-parallel LeNet and MLP on 2 to 4 GPUs end where one device does, bit "
           "for bit",
-          "[nccl][pipeline]") {
+          "[nccl][pipeline][tsan]") {
   const int available = gpus(2);
   if (available == 0) return;
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
@@ -148,7 +148,7 @@ TEST_CASE("nccl: pipeline-parallel LeNet and MLP on 2 to 4 GPUs end where one de
 
 TEST_CASE("nccl: a pipeline-parallel narrow ResNet-18 on 2 GPUs ends where one device does, bit "
           "for bit",
-          "[nccl][pipeline]") {
+          "[nccl][pipeline][tsan]") {
   const int available = gpus(2);
   if (available == 0) return;
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)

@@ -134,7 +134,7 @@ TEST_CASE("mpi: LeNet's linear layers split over the ranks end where one device 
 }
 
 TEST_CASE("nccl: LeNet's linear layers split over 2 GPUs end where one device does",
-          "[nccl][tensor_parallel]") {
+          "[nccl][tensor_parallel][tsan]") {
   if (gpus(2) == 0) return;
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
   skip("a LeNet step on the simulator takes minutes under the sanitizers");

@@ -49,7 +49,7 @@ struct Recorder {
 }  // namespace
 
 TEST_CASE("watchdog: each armed call keeps its own deadline whatever is armed after it",
-          "[comm]") {
+          "[comm][tsan]") {
   for (bool short_first : {true, false}) {
     INFO((short_first ? "the short deadline armed first" : "the long deadline armed first"));
     Recorder r;
@@ -71,7 +71,7 @@ TEST_CASE("watchdog: each armed call keeps its own deadline whatever is armed af
   }
 }
 
-TEST_CASE("watchdog: disarmed work never fires and a poll's failure fires at once and only once", "[comm]") {
+TEST_CASE("watchdog: disarmed work never fires and a poll's failure fires at once and only once", "[comm][tsan]") {
   Recorder r;
   std::atomic<bool> broken{false};
   par::Watchdog dog(r.fire(), [&](par::Watchdog&) { return broken ? std::string("it broke") : std::string(); },
@@ -166,7 +166,7 @@ HungPeer hung_peer(double timeout, Meanwhile meanwhile, Aside on_rank0_blocked) 
 
 TEST_CASE("nccl: a rank hung outside a collective: the peer blocked in a copy wakes at the "
           "deadline and the error names the collective",
-          "[nccl]") {
+          "[nccl][tsan]") {
   if (gpus(2) == 0) return;
   const HungPeer seen = hung_peer(1.0, [](par::Communicator&) {}, [] {});
   INFO("rank 0: " << seen.error << "\nrank 1: " << seen.peer_error << "\ncopy: " << seen.copy_error);
@@ -182,7 +182,7 @@ TEST_CASE("nccl: a rank hung outside a collective: the peer blocked in a copy wa
 
 TEST_CASE("nccl: an asynchronous NCCL error wakes the rank blocked behind it long before the "
           "deadline",
-          "[nccl]") {
+          "[nccl][tsan]") {
   if (gpus(2) == 0) return;
   const HungPeer seen = hung_peer(60.0, [](par::Communicator&) {}, [] {
     std::this_thread::sleep_for(200ms);
@@ -199,7 +199,7 @@ TEST_CASE("nccl: an asynchronous NCCL error wakes the rank blocked behind it lon
   REQUIRE_THAT(seen.peer_error, Contains("another rank failed"));
 }
 
-TEST_CASE("nccl: a rank that gives up ends the waits of the others at once", "[nccl]") {
+TEST_CASE("nccl: a rank that gives up ends the waits of the others at once", "[nccl][tsan]") {
   if (gpus(2) == 0) return;
   const HungPeer seen = hung_peer(
       60.0,
