@@ -226,8 +226,8 @@ std::string describe(const Case& s) {
 TEST_CASE("cuda gemm mma: rungs 9 and 11 (TF32) and 10 (BF16) are within their bounds of FP64 "
           "and round their operands", "[cuda][gemm][tf32][bf16][tsan]") {
   if (!cuda_test::have_device()) return;
-  // A ragged single tile with odd strides (scalar loads; rung 11: 4-byte
-  // copies), every transpose; 130 x 136 (2 x 2 tiles, ragged) with strides a
+  // A ragged single tile with odd strides (scalar loads; rung 11 gives them
+  // to rung 09), every transpose; 130 x 136 (2 x 2 tiles, ragged) with strides a
   // multiple of 4 (16-byte loads or copies, zero-filled past the edges),
   // every transpose; and a one-tile result whose K = 600 splits over grid.z
   // (5 chunks of 128, the last 88).
@@ -268,9 +268,10 @@ TEST_CASE("cuda gemm mma: rung 11 gives rung 9's bits on every transpose and rag
           "and at 2 and 3 stages with A along k",
           "[cuda][gemm][tf32][tsan]") {
   if (!cuda_test::have_device()) return;
-  // Every transpose of a ragged single tile with odd strides (4-byte
-  // copies) and with strides a multiple of 4 floats (16-byte copies, short
-  // at the edges: 67, 45 and 133 are not multiples of 4); of 2 x 2 ragged
+  // Every transpose of a ragged single tile with odd strides (not 16-byte
+  // aligned: rung 11's launcher gives them to rung 09) and with strides a
+  // multiple of 4 floats (16-byte copies, short at the edges: 67, 45 and 133
+  // are not multiples of 4); of 2 x 2 ragged
   // tiles with K = 48, whose first block lies wholly inside (the
   // FullIterator's loop) and the others across the edges; a K of 600 split
   // over grid.z. Rung 11 runs the same mma, k ascending in steps of 8, on
@@ -355,9 +356,10 @@ TEST_CASE("cuda gemm mma: rung 10 reads bfloat16 A and B, bitwise as float32 of 
 namespace {
 
 // Rung 12's cases: every transpose of a ragged single tile with odd strides
-// (element-by-element staging) and with strides a multiple of 8 elements
-// (16-byte cp.async, short at the edges: 67, 45 and 133 are not multiples
-// of 8); 2 x 2 ragged tiles; a K of 600 split over grid.z.
+// (not 16-byte aligned: the launcher gives them to rung 10) and with strides
+// a multiple of 8 elements (16-byte cp.async, short at the edges: 67, 45
+// and 133 are not multiples of 8); 2 x 2 ragged tiles; a K of 600 split
+// over grid.z.
 std::vector<Case> ldmatrix_cases() {
   std::vector<Case> cases;
   for (int t = 0; t < 4; ++t) {
@@ -521,7 +523,7 @@ TEST_CASE("cuda gemm mma: a mutated ldmatrix (swapped registers, .trans ignored)
       {"swap:0:1", [] { mma::set_ldmatrix_swap(0, 1); },
        {67, 45, 133, false, true, 0, 1.0f, 0.0f, 8}},
       {"swap:1:2", [] { mma::set_ldmatrix_swap(1, 2); },
-       {67, 45, 133, true, false, 3, 1.0f, 0.0f}},
+       {67, 45, 133, true, false, 0, 1.0f, 0.0f, 8}},
       {"notrans", [] { mma::set_ldmatrix_drop_trans(); },
        {67, 45, 133, true, false, 0, 1.0f, 0.0f, 8}},
   };

@@ -92,8 +92,13 @@ size_t gemm_rungs::tf32_pipelined_workspace_floats(int64_t M, int64_t N, int64_t
   return PipelinedRung::workspace_floats(M, N, K);
 }
 
+// Operands whose 16-byte chunks are not all aligned go to rung 09, whose
+// bits these are: the kernels have no 4-byte-copy main loop.
 void gemm_rungs::tf32_pipelined(const GemmArgs& g, cudaStream_t stream) {
-  gemm_kernels::by_transpose<PipelinedRung::Run>(g, stream);
+  if (gemm_kernels::chunks_aligned(g))
+    gemm_kernels::by_transpose<PipelinedRung::Run>(g, stream);
+  else
+    tf32_mma(g, stream);
 }
 
 // The stage-depth sweep of the tests: 2 stages (34 KB, static shared
@@ -106,7 +111,7 @@ void gemm_rungs::tf32_pipelined_stages(int stages, const GemmArgs& g, cudaStream
   using Two = mma_ldmatrix::ShapeOf<multistage::Tf32, 2, 2, 2, 2>;
   using Three = mma_ldmatrix::ShapeOf<multistage::Tf32, 2, 2, 3, 2>;
   static_assert(Two::kDynamicSharedBytes == 0 && Three::kDynamicSharedBytes > 0);
-  if (stages == 4) return tf32_pipelined(g, stream);
+  if (stages == 4 || !gemm_kernels::chunks_aligned(g)) return tf32_pipelined(g, stream);
   if (stages != 2 && stages != 3)
     throw std::invalid_argument("gemm rung 11: " + std::to_string(stages) +
                                 " stages (2, 3 or 4 are built)");

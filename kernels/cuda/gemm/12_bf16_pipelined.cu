@@ -51,9 +51,10 @@
 // runs of 64 or 256 contiguous bytes), with src-size short of 16 at ragged
 // edges and 0 outside them (zeros: the products past M, N, K are 0). An
 // operand whose base or row stride is not a multiple of 16 bytes (8
-// elements) is staged element by element with ordinary loads and stores
-// instead (one branch for the block). One commit group per stage, empty
-// past the end. Step s:
+// elements) is not this rung's: the launcher gives it to rung 10, which
+// reads any alignment and gives the same bits (the same products summed in
+// the same order), so the kernel has one main loop, all 16-byte copies.
+// One commit group per stage, empty past the end. Step s:
 //   wait_group 2        this thread's copies of stage s have landed (those
 //                       of s + 1 and s + 2 may still be in flight)
 //   __syncthreads       publishes stage s; every warp is past its mma of
@@ -89,11 +90,17 @@ void gemm_rungs::bf16_pipelined(const GemmArgs& g, cudaStream_t stream) {
 }
 
 void gemm_rungs::bf16_pipelined_of_bf16(const Bf16GemmArgs& g, cudaStream_t stream) {
-  gemm_kernels::by_transpose<LdmatrixRung::Run>(g, stream);
+  if (gemm_kernels::chunks_aligned(g))
+    gemm_kernels::by_transpose<LdmatrixRung::Run>(g, stream);
+  else
+    bf16_mma_of_bf16(g, stream);
 }
 
 void gemm_rungs::bf16_pipelined_to_bf16(const Bf16OutGemmArgs& g, cudaStream_t stream) {
-  gemm_kernels::by_transpose<LdmatrixRung::Run>(g, stream);
+  if (gemm_kernels::chunks_aligned(g))
+    gemm_kernels::by_transpose<LdmatrixRung::Run>(g, stream);
+  else
+    bf16_mma_to_bf16(g, stream);
 }
 
 }  // namespace anvil::cuda

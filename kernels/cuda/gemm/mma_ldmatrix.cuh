@@ -31,12 +31,10 @@ __device__ __forceinline__ int clamp(int v) { return v <= 0 ? 0 : v < C ? v : C;
 // 16-byte chunks per stage (units threadIdx.x + u * Threads of the Layout).
 // Precomputed: each unit's address at k = 0 and what it holds of the rows
 // (along j, constant); stepped: the addresses by kBK along k (one 64-bit
-// add each) and the k left. Aligned: 16-byte cp.async per chunk, src-size
-// the bytes inside; otherwise (an operand whose chunks are not 16-byte
-// aligned) float32 by one 4-byte cp.async per element, src-size 0 outside;
-// bfloat16 (no 2-byte cp.async) element by element with ordinary loads and
-// stores.
-template <class Kind, int Threads, int BJ, class Get, bool Aligned>
+// add each) and the k left. A 16-byte cp.async per chunk, src-size the
+// bytes inside: the operand's chunks are 16-byte aligned (aligned() below;
+// the rungs' launchers give other operands to rungs 09 and 10).
+template <class Kind, int Threads, int BJ, class Get>
 struct GemmIterator {
   static constexpr bool kAlongJ = Get::kMajor;
   using L = multistage::Layout<Kind, kAlongJ, BJ>;
@@ -50,7 +48,6 @@ struct GemmIterator {
   Get get;
   int j0, J;
   int k_left;       // K - (this step's k0)
-  int k0 = 0;       // this step's k0 (the element-by-element path)
   int64_t step;     // elements from (j, k) to (j, k + kBK)
   int first;        // unit 0's chunk in a stage
   const T* src[kUnits];
@@ -96,28 +93,15 @@ struct GemmIterator {
     const int k_inside = along_k();
     #pragma unroll
     for (int u = 0; u < kUnits; ++u) {
-      const int e = int(threadIdx.x) + u * Threads;
-      const int j = L::unit_j(e), k = L::unit_k(e), n = inside(u, k_inside);
+      const int n = inside(u, k_inside);
       Element* dst = tile + first + u * L::template kUnitStride<Threads>;
-      if constexpr (Aligned) {
-        cp_async::copy_cg(dst, src[u], int(sizeof(T)) * n);  // n = 0: zeros, nothing read
-      } else if constexpr (sizeof(T) == 4) {
-        // The chunk's elements are contiguous (along the contiguous index).
-        #pragma unroll
-        for (int i = 0; i < kChunk; ++i) cp_async::copy_ca<4>(dst + i, src[u] + i, i < n ? 4 : 0);
-      } else {
-        #pragma unroll
-        for (int i = 0; i < 8; ++i)
-          dst[i] = i < n ? (kAlongJ ? get(j0 + j + i, k0 + k) : get(j0 + j, k0 + k + i)).bits
-                         : uint16_t(0);
-      }
+      cp_async::copy_cg(dst, src[u], int(sizeof(T)) * n);  // n = 0: zeros, nothing read
     }
   }
   __device__ __forceinline__ void advance() {
     #pragma unroll
     for (int u = 0; u < kUnits; ++u) src[u] += step;
     k_left -= kBK;
-    k0 += kBK;
   }
 };
 
@@ -149,7 +133,7 @@ struct FullIterator {
   }
   __device__ __forceinline__ static bool full(const Get& get, int j0, int J, int K) {
     const int64_t d = apart(get) < 0 ? -apart(get) : apart(get);
-    return GemmIterator<Kind, Threads, BJ, Get, true>::aligned(get) && j0 + BJ <= J &&
+    return GemmIterator<Kind, Threads, BJ, Get>::aligned(get) && j0 + BJ <= J &&
            K % kBK == 0 && d * (kUnits - 1) <= INT32_MAX;
   }
   __device__ __forceinline__ FullIterator(const Get& get, int j0)
@@ -188,14 +172,14 @@ using Tf32 = ShapeOf<multistage::Tf32, 2, 2, 4, 2>;
 // (64 KB, dynamic).
 using Bf16 = Shape<2, 2, 4, 2>;
 
-template <class S, bool Aligned, class GetA, class GetB>
+template <class S, class GetA, class GetB>
 __device__ __forceinline__ void gemm_mainloop(int M, int N, int K, const GetA& ga, const GetB& gb,
                                               int m0, int n0, typename S::Element* smem, int wm,
                                               int wn, int lane,
                                               float (&acc)[S::kTilesM][S::kTilesN][4]) {
   using Kind = typename S::Kind;
-  GemmIterator<Kind, S::kThreads, S::kBM, GetA, Aligned> ia(ga, m0, M, K);
-  GemmIterator<Kind, S::kThreads, S::kBN, GetB, Aligned> ib(gb, n0, N, K);
+  GemmIterator<Kind, S::kThreads, S::kBM, GetA> ia(ga, m0, M, K);
+  GemmIterator<Kind, S::kThreads, S::kBN, GetB> ib(gb, n0, N, K);
   multistage::mainloop<S>((K + S::kBK - 1) / S::kBK, ia, ib, smem, wm, wn, lane, acc);
 }
 
@@ -222,11 +206,11 @@ __device__ __forceinline__ void ShapeOf<Kind, WarpsM, WarpsN, Stages, MinBlocks>
   const int m0 = int(blockIdx.y) * S::kBM, n0 = int(blockIdx.x) * S::kBN;
   typename S::Element* smem = stages<S>();
   float acc[S::kTilesM][S::kTilesN][4] = {};
-  using IA = GemmIterator<Kind, S::kThreads, S::kBM, GetA, true>;
-  using IB = GemmIterator<Kind, S::kThreads, S::kBN, GetB, true>;
-  // One branch for the block. Tf32 has a third loop, for blocks whose
-  // chunks all lie inside (FullIterator); Bf16 (rung 12) keeps the two it
-  // was measured with.
+  using IA = GemmIterator<Kind, S::kThreads, S::kBM, GetA>;
+  // One branch for the block. Tf32 has a second loop, for blocks whose
+  // chunks all lie inside (FullIterator). Operands whose chunks are not
+  // 16-byte aligned never come here: the rungs' launchers give them to
+  // rungs 09 and 10 (rung.cuh's chunks_aligned).
   if constexpr (std::is_same_v<Kind, multistage::Tf32>) {
     using FA = FullIterator<Kind, S::kThreads, S::kBM, GetA>;
     using FB = FullIterator<Kind, S::kThreads, S::kBN, GetB>;
@@ -234,16 +218,11 @@ __device__ __forceinline__ void ShapeOf<Kind, WarpsM, WarpsN, Stages, MinBlocks>
       FA ia(ga, m0);
       FB ib(gb, n0);
       multistage::mainloop<S>(K / S::kBK, ia, ib, smem, wm, wn, lane, acc);
-    } else if (IA::aligned(ga) && IB::aligned(gb)) {
-      gemm_mainloop<S, true>(M, N, K, ga, gb, m0, n0, smem, wm, wn, lane, acc);
     } else {
-      gemm_mainloop<S, false>(M, N, K, ga, gb, m0, n0, smem, wm, wn, lane, acc);
+      gemm_mainloop<S>(M, N, K, ga, gb, m0, n0, smem, wm, wn, lane, acc);
     }
   } else {
-    if (IA::aligned(ga) && IB::aligned(gb))  // the same for the whole block
-      gemm_mainloop<S, true>(M, N, K, ga, gb, m0, n0, smem, wm, wn, lane, acc);
-    else
-      gemm_mainloop<S, false>(M, N, K, ga, gb, m0, n0, smem, wm, wn, lane, acc);
+    gemm_mainloop<S>(M, N, K, ga, gb, m0, n0, smem, wm, wn, lane, acc);
   }
   multistage::put_warp_tile<IA::L::kPermutedRows>(M, N, m0 + wm, n0 + wn, lane, acc, put);
 }
