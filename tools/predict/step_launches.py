@@ -99,13 +99,16 @@ BF16_TILES = {"64x128": "mma_tile::Shape<mma_tile::Bf16,1,4,3>",
 BF16_GEMM = "mma_ldmatrix::Shape<2,2,4,2>"
 
 
-def instance(kernel, math):
+def instance(kernel, math, aligned=True):
     """The kernel that runs an FP32 kernel's work (named by its family, as
     the model does: conv tiles as 64x128, no element type) in math "fp32",
     "tf32" (conv 06, GEMM 11) or "bf16" (conv 07, GEMM 12, and the other
     kernels' bfloat16 instances under autocast): its name in that audit.
     The kernels templated on their element type take it as the last
-    parameter; only the conv and GEMM rungs change with tf32."""
+    parameter; only the conv and GEMM rungs change with tf32. aligned: a
+    GEMM whose operands' 16-byte chunks are all aligned; GEMM 11 and 12 give
+    the others to GEMM 09 and 10 (rung.cuh's chunks_aligned), whose tiles
+    and split plans are the same."""
     elem = BF16 if math == "bf16" else "float"
     m = re.match(r"(conv_kernels::\w+_warp_tiled)<(\d+x\d+)>$", kernel)
     if m:
@@ -115,7 +118,8 @@ def instance(kernel, math):
     if m:
         if math == "fp32":
             return kernel
-        shape = TF32_GEMM if math == "tf32" else BF16_GEMM
+        shape = ((TF32_GEMM if aligned else TF32_TILES["128x128"]) if math == "tf32" else
+                 (BF16_GEMM if aligned else BF16_TILES["128x128"]))
         return f"gemm_kernels::gemm_mma<{shape},{m.group(1)},{m.group(2)},{elem}>"
     if math == "tf32":
         raise ValueError(f"step_time: no TF32 rung for {kernel}")
@@ -182,7 +186,8 @@ class Step:
         if first_step:
             self.first_step.append(self.launches["shipped"][-1])
 
-    def gemm(self, kernel, before, m, n, k, flops, read, narrow=False, out=F, implicit=False):
+    def gemm(self, kernel, before, m, n, k, flops, read, narrow=False, out=F, implicit=False,
+             aligned=True):
         """A shipped GEMM (conv 5 or GEMM 8) of an m x n result over k, its split-K
         sum, and the baseline launch (GEMM 4 / conv 3: 64x64 tiles, unsplit).
         out: bytes per element of the result (amp: 2 for a bfloat16 y or dx,
@@ -198,13 +203,13 @@ class Step:
         nbytes = read + (F * splits * m * n if splits > 1 else out * m * n)
         blocks = tiles * splits
         if self.amp:  # the BF16 rungs: conv 05's and GEMM 08's tiles and split plans
-            self.launches["shipped"].append(self.launch(instance(kernel, "bf16"), kernel, executed("bf16"),
-                                                        nbytes, blocks, "bf16", useful=flops))
+            self.launches["shipped"].append(self.launch(instance(kernel, "bf16", aligned), kernel,
+                                                        executed("bf16"), nbytes, blocks, "bf16", useful=flops))
         elif self.tf32:  # the TF32 rungs: the FP32 rungs' tiles, split plans and sums
             self.launches["baseline"].append(self.launch(self.native(kernel), kernel, executed("fp32"), nbytes,
                                                          blocks, useful=flops))
-            self.launches["shipped"].append(self.launch(instance(kernel, "tf32"), kernel, executed("tf32"),
-                                                        nbytes, blocks, True, useful=flops))
+            self.launches["shipped"].append(self.launch(instance(kernel, "tf32", aligned), kernel,
+                                                        executed("tf32"), nbytes, blocks, True, useful=flops))
         else:
             self.launches["shipped"].append(self.launch(self.native(kernel), kernel, executed("fp32"), nbytes,
                                                         blocks, useful=flops))
@@ -435,13 +440,17 @@ def linear(step, b, fin, fout, float_input=False):
     if float_input:
         step.convert(b * fin, True)
     e = step.e  # the operands' bytes; amp: y and dx bfloat16 from the epilogue, dw float32
-    for (ta, tb), m, n, k, read in (((0, 1), b, fout, fin, b * fin + fout * fin),
-                                    ((0, 0), b, fin, fout, b * fout + fout * fin),
-                                    ((1, 0), fout, fin, b, b * fout + b * fin)):
+    chunk = 16 // (2 if step.amp else F)  # elements of a 16-byte chunk
+    # Each product's operands' row strides (elements): y = x W^T (x, W), dx =
+    # dy W (dy, W), dW = dy^T x (dy, x); GEMM 11 and 12 take them where both
+    # are whole chunks (the tensors' bases are: the allocator rounds to 512 bytes).
+    for (ta, tb), m, n, k, read, lds in (((0, 1), b, fout, fin, b * fin + fout * fin, (fin, fin)),
+                                         ((0, 0), b, fin, fout, b * fout + fout * fin, (fout, fin)),
+                                         ((1, 0), fout, fin, b, b * fout + b * fin, (fout, fin))):
         flags = f"<{'true' if ta else 'false'},{'true' if tb else 'false'}>"
-        bias = F * fout if step.amp and (ta, tb) == (0, 1) else 0  # amp: the bias in GEMM 10's epilogue
+        bias = F * fout if step.amp and (ta, tb) == (0, 1) else 0  # amp: the bias in the GEMM's epilogue
         step.gemm(f"{GEMM}gemm_split_k{flags}", f"{GEMM}gemm_register_blocked{flags}", m, n, k, flops,
-                  e * read + bias, out=F if ta else e)
+                  e * read + bias, out=F if ta else e, aligned=all(ld % chunk == 0 for ld in lds))
         if (ta, tb) == (0, 0) and float_input:  # amp: the bfloat16 dx cast back to float32
             step.convert(b * fin, False)
     if not step.amp:  # the FP32 and TF32 rungs add the bias by a pass over y
