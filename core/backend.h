@@ -4,9 +4,11 @@
 // interface; kernels/cpu and kernels/cuda implement it.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 
+#include "core/sgd.h"
 #include "core/tensor.h"
 #include "kernels/pointwise.h"
 #include "kernels/shapes.h"
@@ -121,12 +123,11 @@ class Backend {
                                          const Tensor& dy, const Tensor& dx,
                                          const Tensor& dgamma, const Tensor& dbeta) = 0;
 
-  // param_copy: undefined, or a bfloat16 tensor of param's shape that gets
-  // the updated parameter rounded to nearest even in the same pass (the copy
-  // autocast reads, core/autocast.h).
-  virtual void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                          const Tensor& param_copy, float lr, float momentum, float weight_decay,
-                          bool nesterov, bool first_step) = 0;
+  // The optimizer, one pass over all its tensors (one launch on a CUDA
+  // device, for up to 72 tensors): SGD over every entry (SgdTensors), and
+  // every tensor (float32) set to zero.
+  virtual void sgd_step(std::span<const SgdTensors> tensors, const SgdHyper& h) = 0;
+  virtual void zero_tensors(std::span<const Tensor> tensors) = 0;
 };
 
 // A tensor [N, C, ...] viewed as [N, C, HW], as the BatchNorm kernels take it.

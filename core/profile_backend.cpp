@@ -162,12 +162,13 @@ class ProfilingBackend final : public Backend {
     Op op(this, Family::BatchNorm, "batch_norm_backward_train");
     b_.batch_norm_backward_train(x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta);
   }
-  void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                  const Tensor& param_copy, float lr, float momentum, float weight_decay,
-                  bool nesterov, bool first_step) override {
-    Op op(this, Family::Sgd, "sgd_update");
-    b_.sgd_update(param, grad, momentum_buf, param_copy, lr, momentum, weight_decay, nesterov,
-                  first_step);
+  void sgd_step(std::span<const SgdTensors> tensors, const SgdHyper& h) override {
+    Op op(this, Family::Sgd, "sgd_step");
+    b_.sgd_step(tensors, h);
+  }
+  void zero_tensors(std::span<const Tensor> tensors) override {
+    Op op(this, Family::Sgd, "zero_tensors");
+    b_.zero_tensors(tensors);
   }
 
  private:

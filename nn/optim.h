@@ -15,7 +15,9 @@ struct SGDOptions {
 };
 
 // Stochastic gradient descent with PyTorch's semantics (dampening 0): one
-// fused kernel per parameter applies weight decay, momentum and the step.
+// multi-tensor kernel applies weight decay, momentum and the step to every
+// parameter at once (sgd_step_, core/ops.h: one launch on a GPU, as
+// PyTorch's SGD with fused=True).
 class SGD {
  public:
   SGD(std::vector<Tensor> params, SGDOptions options);
@@ -23,7 +25,9 @@ class SGD {
   // cast_cache() gets it rewritten from the updated float32 weights by the
   // same kernel, so the cache stays valid across steps.
   void step();
-  void zero_grad();  // drops gradients (set_to_none)
+  // Drops the gradients (PyTorch's set_to_none, no device work), or with
+  // set_to_none false sets every one to zero in place, all in one launch.
+  void zero_grad(bool set_to_none = true);
   double lr() const { return options_.lr; }
   void set_lr(double lr) { options_.lr = lr; }
   const SGDOptions& options() const { return options_; }

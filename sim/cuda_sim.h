@@ -73,6 +73,7 @@
 #define __forceinline__ inline
 #define __noinline__
 #define __launch_bounds__(...)
+#define __grid_constant__
 // One block runs at a time per worker thread, so a per-thread static is
 // exactly the block's shared memory. (It starts zeroed and keeps its values
 // between blocks: stale reads do not show; dynamic shared memory does.)

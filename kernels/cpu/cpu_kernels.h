@@ -9,6 +9,7 @@
 
 #include "core/bfloat16.h"
 #include "kernels/pointwise.h"
+#include "kernels/sgd.h"
 #include "kernels/shapes.h"
 
 namespace anvil::cpu {
@@ -158,13 +159,14 @@ void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* x, con
                                const float* save_mean, const float* save_invstd, const T* dy,
                                T* dx, float* dgamma, float* dbeta);
 
-// SGD with momentum / weight decay / nesterov, PyTorch semantics (dampening 0):
-//   g = grad + weight_decay * p
-//   if momentum != 0: buf = first_step ? g : momentum * buf + g
-//                     g = nesterov ? g + momentum * buf : buf
-//   p -= lr * g
-// momentum_buf may be null when momentum == 0. param_copy, when not null,
-// gets the updated p rounded to bfloat16 (autocast's copy) in the same pass.
+// SGD with momentum / weight decay / nesterov, PyTorch semantics (dampening
+// 0; kernels/sgd.h gives the formula), over every tensor of the list in one
+// parallel pass. A tensor's momentum_buf may be null when momentum == 0;
+// its param_copy, when not null, gets the updated p rounded to bfloat16
+// (autocast's copy) in the same pass.
+void sgd_update(const SgdEntry* tensors, size_t count, float lr, float momentum,
+                float weight_decay, bool nesterov);
+// One tensor: the list of one.
 void sgd_update(int64_t n, float* param, const float* grad, float* momentum_buf, float lr,
                 float momentum, float weight_decay, bool nesterov, bool first_step,
                 bfloat16* param_copy = nullptr);
