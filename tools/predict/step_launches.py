@@ -72,7 +72,12 @@ CLASSES = 10
 GEMM, CONV, RED, BN, EW, POOL, SOFT = ("gemm_kernels::", "conv_kernels::", "reduce_kernels::",
                                        "batch_norm_kernels::", "elementwise_kernels::",
                                        "pool_kernels::", "softmax_kernels::")
-SGD = "sgd_kernels::sgd_kernel<(sgd_kernels::Mode)0,false>"
+# Plain SGD (the seed recipe): every parameter in one multi-tensor launch
+# (kernels/cuda/sgd.cu), a block per SGD_CHUNK elements of each tensor; the
+# frozen baseline audit ran one launch per parameter tensor.
+SGD = "sgd_kernels::sgd_multi_tensor<false,false>"
+SGD_PER_TENSOR = "sgd_kernels::sgd_kernel<(sgd_kernels::Mode)0,false>"
+SGD_CHUNK = 4096
 
 
 # The TF32 rungs' kernels (conv 06, GEMM 11) by the FP32 kernel whose tiles
@@ -453,7 +458,7 @@ def elementwise(step, relu=(), pool=(), adds=(), float_pool=False):
 
 def loss_and_sgd(step, b, params):
     """Cross-entropy (core/ops_nn.cpp), the trainer's bookkeeping (nn/train.cpp)
-    and one SGD launch per parameter tensor."""
+    and one SGD launch for every parameter tensor."""
     logits, labels = F * b * CLASSES, 8 * b
     # The labels checked on the device (reduce/label_check.cu): one block reads
     # them; its record is written only for a bad label. The baseline's frozen
@@ -476,8 +481,11 @@ def loss_and_sgd(step, b, params):
         if step.amp and kernel == SOFT + "backward_kernel":  # writes a bfloat16 dlogits
             kernel, nbytes = SOFT + "backward_bf16_kernel", nbytes - logits // 2
         step.add("both", kernel, 0, nbytes, row=row)
-    for p, copy in params:  # amp: a conv or linear weight's bfloat16 copy, rewritten
-        step.add("both", SGD, 0, F * 3 * p + (2 * p if step.amp and copy else 0))
+    # amp: a conv or linear weight's bfloat16 copy, rewritten by the same launch
+    step.add("shipped", SGD, 0, sum(F * 3 * p + (2 * p if step.amp and copy else 0) for p, copy in params),
+             blocks=sum(math.ceil(p / SGD_CHUNK) for p, _ in params))
+    for p, _ in params:
+        step.add("baseline", SGD_PER_TENSOR, 0, F * 3 * p, row=SGD)
 
 
 def build(model, batch, tf32=False, amp=False, rung8=False):
