@@ -124,7 +124,7 @@ class Backend {
                                          const Tensor& dgamma, const Tensor& dbeta) = 0;
 
   // The optimizer, one pass over all its tensors (one launch on a CUDA
-  // device, for up to 72 tensors): SGD over every entry (SgdTensors), and
+  // device, for up to 128 tensors): SGD over every entry (SgdTensors), and
   // every tensor (float32) set to zero.
   virtual void sgd_step(std::span<const SgdTensors> tensors, const SgdHyper& h) = 0;
   virtual void zero_tensors(std::span<const Tensor> tensors) = 0;

@@ -74,7 +74,7 @@ void count_correct_(const Tensor& counter, const Tensor& logits, const Tensor& l
 
 // The optimizer's in-place updates (no autograd), each one pass over all of
 // its tensors, which must share one device: on a CUDA device one launch
-// (multi-tensor apply; one per 72 SGD tensors or 192 zeroed ones), where a
+// (multi-tensor apply; one per 128 SGD tensors or 256 zeroed ones), where a
 // loop over the tensors would launch once per tensor.
 // SGD with PyTorch's semantics (dampening 0; kernels/sgd.h) on every entry,
 // checked (float32 of the parameter's shape, a buffer with momentum, a

@@ -104,11 +104,11 @@ void check_against_cpu(const std::vector<int64_t>& sizes, float momentum, float 
 }
 
 // 12 ragged tensors (one launch: chunks of 4096 elements, ragged ends, an
-// empty tensor), and 150 small ones (three launches of at most 72).
+// empty tensor), and 300 small ones (three launches of at most 128).
 const std::vector<int64_t> kRagged = {1, 7, 255, 256, 257, 4095, 4096, 4097, 9000, 0, 33, 16385};
 std::vector<int64_t> many_sizes() {
   std::vector<int64_t> sizes;
-  for (int64_t i = 0; i < 150; ++i) sizes.push_back(i * 37 % 301);
+  for (int64_t i = 0; i < 300; ++i) sizes.push_back(i * 37 % 301);
   return sizes;
 }
 
@@ -160,14 +160,14 @@ TEST_CASE("cuda sgd_update over many tensors at once gives each the CPU's bits, 
           check_against_cpu(kRagged, momentum, wd, nesterov);
         }
         {
-          INFO("150 tensors");
+          INFO("300 tensors");
           check_against_cpu(many_sizes(), momentum, wd, nesterov);
         }
       }
 }
 
 #if defined(ANVIL_CUDA_SIM)
-TEST_CASE("sim: the multi-tensor SGD update and zeroing take one launch per 72 and 192 tensors",
+TEST_CASE("cuda sgd: the multi-tensor SGD update and zeroing take one launch per 128 and 256 tensors",
           "[cuda][sgd][sim]") {
   if (!cuda_test::have_device()) return;
   auto launches = [](const std::vector<int64_t>& sizes) {
@@ -196,9 +196,9 @@ TEST_CASE("sim: the multi-tensor SGD update and zeroing take one launch per 72 a
   const auto ragged = launches(kRagged);
   CHECK(ragged.at("sgd_kernels::sgd_multi_tensor<true, true>") == 1);
   CHECK(ragged.at("sgd_kernels::zero_multi_tensor") == 1);
-  const auto many = launches(many_sizes());  // 149 with elements: 72 + 72 + 5
+  const auto many = launches(many_sizes());  // 299 with elements: 128 + 128 + 43, 256 + 43
   CHECK(many.at("sgd_kernels::sgd_multi_tensor<true, true>") == 3);
-  CHECK(many.at("sgd_kernels::zero_multi_tensor") == 1);
+  CHECK(many.at("sgd_kernels::zero_multi_tensor") == 2);
 }
 #endif
 

@@ -83,7 +83,7 @@ void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, c
 
 // ---- the optimizer (sgd.cu) ----
 // SGD (kernels/sgd.h, PyTorch semantics) over every tensor of the list in
-// one launch (multi-tensor apply; one launch per 72 tensors with elements).
+// one launch (multi-tensor apply; one launch per 128 tensors with elements).
 // The learning rate is *lr_device where that is not null (a float on the
 // device, read when the kernel runs: a captured CUDA graph follows the
 // schedule), else lr. A tensor's momentum_buf may be null when momentum == 0.

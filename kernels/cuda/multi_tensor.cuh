@@ -1,9 +1,10 @@
 // Multi-tensor apply: one launch over a list of tensors, as PyTorch's
 // multi_tensor_apply under its _foreach ops and fused optimizers. The
-// tensors' entries travel by value in the kernel's parameters, a table kept
-// under the 4 KB that every CUDA version and driver accept for a kernel's
-// parameters (read through __grid_constant__: the table is not copied into
-// each thread's local memory when a block indexes it). Each block works on
+// tensors' entries travel by value in the kernel's parameters (read through
+// __grid_constant__: the table is not copied into each thread's local
+// memory when a block indexes it). A table may pass the 4 KB that kernel
+// parameters had before CUDA 12.1, which since then takes up to 32764
+// bytes on Volta and later (anvil builds for sm_80 and sm_90 with CUDA 13). Each block works on
 // one chunk of one tensor: a tensor of n elements gets ceil(n / chunk)
 // consecutive blocks, and a block finds its tensor by a binary search of
 // the table's block offsets. A list longer than one table (kMax entries)
