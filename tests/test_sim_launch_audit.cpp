@@ -139,7 +139,7 @@ TEST_CASE("sim: ANVIL_SIM_LAUNCH_AUDIT writes a training step's kernels at exit,
     for (const auto& [name, row] : rows) {
       INFO(row.dump());
       conv |= name.starts_with("conv_kernels::");
-      sgd |= name.starts_with("sgd_kernels::sgd_kernel<");
+      sgd |= name.starts_with("sgd_kernels::sgd_multi_tensor<");
       CHECK(row["launches"].get<int>() >= 1);
       from_ptxas += row["residency_source"].get<std::string>().starts_with("ptxas");
     }
