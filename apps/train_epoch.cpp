@@ -63,6 +63,7 @@ EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
   options.replicas = &*run.replicas;
   options.accumulate = o.accumulate;
   options.amp = o.amp_bf16();
+  options.cuda_graphs = o.cuda_graphs;
   EpochResult e;
   e.epoch = epoch;
   e.train = train::train_epoch(*run.model, *run.optimizer, *run.train_loader, run.r.device,

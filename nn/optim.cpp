@@ -65,9 +65,29 @@ void SGD::step() {
     tensors.push_back({p, g, momentum_[i], cast_cache_.find(p), first});
   }
   SgdHyper h{float(options_.lr), float(options_.momentum), float(options_.weight_decay),
-             options_.nesterov, {}};
+             options_.nesterov, lr_on_device_};
   by_device(std::span<const SgdTensors>(tensors), [](const SgdTensors& t) { return t.param.device(); },
             [&](std::span<const SgdTensors> run) { sgd_step_(run, h); });
+}
+
+void SGD::set_lr(double lr) {
+  options_.lr = lr;
+  if (!lr_on_device_.defined() || float(lr) == lr_written_) return;
+  lr_written_ = float(lr);
+  lr_on_device_.copy_(Tensor::full({}, double(lr_written_), DType::Float32));
+}
+
+void SGD::keep_lr_on_device() {
+  if (lr_on_device_.defined() || params_.empty()) return;
+  const Device device = params_[0].device();
+  for (size_t i = 1; i < params_.size(); ++i)
+    if (params_[i].device() != device)
+      throw std::invalid_argument(fmt::format(
+          "SGD: keep_lr_on_device needs every parameter on one device; parameter {} is on {}, "
+          "parameter 0 on {}",
+          i, params_[i].device().str(), device.str()));
+  lr_written_ = float(options_.lr);
+  lr_on_device_ = Tensor::full({}, double(lr_written_), DType::Float32, device);
 }
 
 void SGD::load_momentum_buffers(const std::vector<Tensor>& buffers) {
