@@ -549,7 +549,7 @@ TEST_CASE("SGD skips parameters without a gradient and honours set_lr", "[nn][op
   CHECK(a.to_vector()[0] == Approx(0.025));
 }
 
-TEST_CASE("SGD zero_grad(false) zeroes every gradient in place; sgd_step_ checks its tensors",
+TEST_CASE("SGD zero_grad(false) zeroes every gradient in place, and sgd_step_ checks its tensors",
           "[nn][optim]") {
   Tensor a = make_param({1.0f, 2.0f});
   Tensor b = make_param({3.0f});
