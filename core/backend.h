@@ -55,15 +55,13 @@ class Backend {
   virtual void avg_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) = 0;
   virtual void avg_pool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) = 0;
 
-  // relu, the pointwise ops, add, mul and scale take float32 or bfloat16
+  // The pointwise ops (ReLU among them), add, mul and scale take float32 or bfloat16
   // tensors (all of one dtype: kernels/element.h), and so do the pooling
   // and BatchNorm methods' x, y, dy and dx (average pooling also reads a
   // bfloat16 x into a float32 y and a float32 dy into a bfloat16 dx: global
   // average pooling under autocast); everything else is float32, but
   // for copy, fill and convert (any dtype) and what gemm, the convolutions
   // and channel_sum say.
-  virtual void relu_forward(const Tensor& x, const Tensor& y) = 0;
-  virtual void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
   // y = op(x) and dx = dy * op'(saved) elementwise, for the ops of
   // kernels/pointwise.h; saved is op's input or output, as its kSaved says.
   virtual void pointwise_forward(PointwiseOp op, const Tensor& x, const Tensor& y) = 0;

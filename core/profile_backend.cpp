@@ -73,21 +73,13 @@ class ProfilingBackend final : public Backend {
     Op op(this, Family::Pooling, "avg_pool2d_backward");
     b_.avg_pool2d_backward(s, dy, dx);
   }
-  void relu_forward(const Tensor& x, const Tensor& y) override {
-    Op op(this, Family::Relu, "relu_forward");
-    b_.relu_forward(x, y);
-  }
-  void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) override {
-    Op op(this, Family::Relu, "relu_backward");
-    b_.relu_backward(y, dy, dx);
-  }
   void pointwise_forward(PointwiseOp o, const Tensor& x, const Tensor& y) override {
-    Op op(this, Family::Other, "pointwise_forward");
+    Op op(this, family(o), o == PointwiseOp::kRelu ? "relu_forward" : "pointwise_forward");
     b_.pointwise_forward(o, x, y);
   }
   void pointwise_backward(PointwiseOp o, const Tensor& saved, const Tensor& dy,
                           const Tensor& dx) override {
-    Op op(this, Family::Other, "pointwise_backward");
+    Op op(this, family(o), o == PointwiseOp::kRelu ? "relu_backward" : "pointwise_backward");
     b_.pointwise_backward(o, saved, dy, dx);
   }
   void add(const Tensor& a, const Tensor& b, const Tensor& y) override {
@@ -172,6 +164,8 @@ class ProfilingBackend final : public Backend {
   }
 
  private:
+  // ReLU has a row of its own in the profile; the other pointwise ops are Other.
+  static Family family(PointwiseOp o) { return o == PointwiseOp::kRelu ? Family::Relu : Family::Other; }
   // One method's scope: timed on the host for the CPU; on a CUDA device the
   // launches inside it carry the family.
   struct Op : profile::Scope {

@@ -405,11 +405,18 @@ TEST_CASE("elementwise ops", "[cpu][elementwise]") {
       Vec y(n, kNaN);
       DVec want(n);
 
-      cpu::relu_forward(n, a.data(), y.data());
+      cpu::pointwise_forward(PointwiseOp::kRelu, n, a.data(), y.data());
       for (int64_t i = 0; i < n; ++i) want[i] = a[i] > 0 ? a[i] : 0.0;
       CHECK(std::equal(y.begin(), y.end(), want.begin()));
+      {  // NaN stays NaN (as torch.relu), -0 stays -0
+        Vec odd = {kNaN, -0.0f, -2.0f}, out(3);
+        cpu::pointwise_forward(PointwiseOp::kRelu, 3, odd.data(), out.data());
+        CHECK(std::isnan(out[0]));
+        CHECK(std::signbit(out[1]));
+        CHECK(out[2] == 0.0f);
+      }
       Vec dx(n, kNaN);
-      cpu::relu_backward(n, y.data(), b.data(), dx.data());
+      cpu::pointwise_backward(PointwiseOp::kRelu, n, y.data(), b.data(), dx.data());
       for (int64_t i = 0; i < n; ++i) want[i] = y[i] > 0 ? b[i] : 0.0;
       CHECK(std::equal(dx.begin(), dx.end(), want.begin()));
       CHECK(dx[0] == 0.0f);

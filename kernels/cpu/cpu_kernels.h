@@ -89,9 +89,7 @@ void avg_pool2d_backward(const Pool2dShape& s, const Tdy* dy, Tdx* dx);
 // Elementwise. Output may alias an input exactly (in place), never partially.
 // T: float or bfloat16 (kernels/element.h): loaded into float, computed in
 // float, stored back in T (bfloat16 rounds to nearest even).
-template <class T> void relu_forward(int64_t n, const T* x, T* y);
-template <class T> void relu_backward(int64_t n, const T* y, const T* dy, T* dx);  // dx = dy * (y > 0)
-// The ops of kernels/pointwise.h: y = op(x); dx = dy * op'(saved).
+// The ops of kernels/pointwise.h (ReLU, SiLU): y = op(x); dx = dy * op'(saved).
 template <class T> void pointwise_forward(PointwiseOp op, int64_t n, const T* x, T* y);
 template <class T>
 void pointwise_backward(PointwiseOp op, int64_t n, const T* saved, const T* dy, T* dx);

@@ -52,10 +52,7 @@ void avg_pool2d_backward(const Pool2dShape& s, const Tdy* dy, Tdx* dx, cudaStrea
 // ---- elementwise (elementwise.cu) ----
 // Output may alias an input exactly (in place).
 // T: float or bfloat16 (kernels/element.h), as the cpu:: ones.
-template <class T> void relu_forward(int64_t n, const T* x, T* y, cudaStream_t stream);
-template <class T>
-void relu_backward(int64_t n, const T* y, const T* dy, T* dx, cudaStream_t stream);
-// The ops of kernels/pointwise.h, as cpu::pointwise_forward/backward.
+// The ops of kernels/pointwise.h (ReLU, SiLU), as cpu::pointwise_forward/backward.
 template <class T>
 void pointwise_forward(PointwiseOp op, int64_t n, const T* x, T* y, cudaStream_t stream);
 template <class T>

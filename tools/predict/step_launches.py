@@ -115,6 +115,9 @@ def instance(kernel, math):
             return kernel
         shape = TF32_GEMM if math == "tf32" else BF16_TILES["128x128"]
         return f"gemm_kernels::gemm_mma<{shape},{m.group(1)},{m.group(2)},{elem}>"
+    m = re.match(r"(.*pointwise_(?:forward|backward)_kernel<[\w:]+)>$", kernel)  # kernels/pointwise.h's ops
+    if m:
+        return f"{m.group(1)},{elem}>"
     if math == "tf32":
         raise ValueError(f"step_time: no TF32 rung for {kernel}")
     m = re.match(r"(.*_split<\d,int)>$", kernel)  # BatchNorm's passes
@@ -439,9 +442,11 @@ def elementwise(step, relu=(), pool=(), adds=(), float_pool=False):
     """float_pool: global_avg_pool2d, float32 out from either dtype (amp:
     x and dx bfloat16, y and dy float32)."""
     e = step.e
-    for n in relu:
-        for kernel, nbytes in (("relu_forward_kernel", 2 * n), ("relu_backward_kernel", 3 * n)):
-            step.add("both", step.native(EW + kernel), 0, e * nbytes, row=EW + kernel)
+    for n in relu:  # ReLU, an op of kernels/pointwise.h; the frozen baseline audit's relu_*_kernel
+        for direction, nbytes in (("forward", 2 * n), ("backward", 3 * n)):
+            row = f"{EW}pointwise_{direction}_kernel<anvil::Relu>"
+            step.add("shipped", step.native(row), 0, e * nbytes, row=row)
+            step.add("baseline", f"{EW}relu_{direction}_kernel", 0, e * nbytes, row=row)
     for x, y in pool:
         for kernel in ("avg_pool_forward_kernel<int>", "avg_pool_backward_kernel<int>"):
             name = POOL + kernel
