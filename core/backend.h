@@ -107,15 +107,16 @@ class Backend {
   // kernels queued meanwhile see the bad label (its row's loss is nan).
   virtual void check_labels(const Tensor& labels, int64_t classes) = 0;
 
-  // x viewed as [N, C, HW].
+  // x viewed as [N, C, HW]. relu: y = ReLU of the normalised x (NaN kept,
+  // as PyTorch's), in the same pass: BatchNorm and ReLU fused.
   virtual void batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
                                         const Tensor& beta, float eps, float momentum,
                                         const Tensor& running_mean, const Tensor& running_var,
                                         const Tensor& save_mean, const Tensor& save_invstd,
-                                        const Tensor& y) = 0;
+                                        const Tensor& y, bool relu) = 0;
   virtual void batch_norm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                        const Tensor& running_mean, const Tensor& running_var,
-                                       float eps, const Tensor& y) = 0;
+                                       float eps, const Tensor& y, bool relu) = 0;
   virtual void batch_norm_backward_train(const Tensor& x, const Tensor& gamma,
                                          const Tensor& save_mean, const Tensor& save_invstd,
                                          const Tensor& dy, const Tensor& dx,

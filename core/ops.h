@@ -40,6 +40,12 @@ Tensor global_avg_pool2d(const Tensor& x);
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum = 0.1, double eps = 1e-5);
+// relu(batch_norm(...)) in one pass over x (the same bits: ReLU applied as
+// the normalised value is stored), BatchNorm2d followed by ReLU fused. Its
+// backward: ReLU's, from y, then BatchNorm's.
+Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       const Tensor& running_mean, const Tensor& running_var, bool training,
+                       double momentum = 0.1, double eps = 1e-5);
 
 enum class Reduction { None, Mean, Sum };
 // Fused log-softmax + negative log-likelihood over logits[N,C] and int64

@@ -137,16 +137,16 @@ class ProfilingBackend final : public Backend {
   void batch_norm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                 float eps, float momentum, const Tensor& running_mean,
                                 const Tensor& running_var, const Tensor& save_mean,
-                                const Tensor& save_invstd, const Tensor& y) override {
+                                const Tensor& save_invstd, const Tensor& y, bool relu) override {
     Op op(this, Family::BatchNorm, "batch_norm_forward_train");
     b_.batch_norm_forward_train(x, gamma, beta, eps, momentum, running_mean, running_var,
-                                save_mean, save_invstd, y);
+                                save_mean, save_invstd, y, relu);
   }
   void batch_norm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                const Tensor& running_mean, const Tensor& running_var, float eps,
-                               const Tensor& y) override {
+                               const Tensor& y, bool relu) override {
     Op op(this, Family::BatchNorm, "batch_norm_forward_eval");
-    b_.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y);
+    b_.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y, relu);
   }
   void batch_norm_backward_train(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                  const Tensor& save_invstd, const Tensor& dy, const Tensor& dx,

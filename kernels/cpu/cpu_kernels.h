@@ -143,14 +143,16 @@ int64_t count_correct(int64_t N, int64_t C, const T* logits, const int64_t* labe
 // running_mean/var (unbiased variance, n/(n-1)) with momentum:
 // r = (1-momentum)*r + momentum*batch. running_* may be null.
 // x, y, dy, dx: T = float or bfloat16 (kernels/element.h); the rest float.
+// relu: y is ReLU of the normalised x, in the same pass (BatchNorm + ReLU).
 template <class T>
 void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                               const float* beta, float eps, float momentum, float* running_mean,
-                              float* running_var, float* save_mean, float* save_invstd, T* y);
+                              float* running_var, float* save_mean, float* save_invstd, T* y,
+                              bool relu = false);
 template <class T>
 void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                              const float* beta, const float* running_mean,
-                             const float* running_var, float eps, T* y);
+                             const float* running_var, float eps, T* y, bool relu = false);
 // Training-mode backward with the saved batch statistics. dx, dgamma, dbeta overwritten.
 template <class T>
 void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,

@@ -233,14 +233,16 @@ class Step:
         self.add("shipped", RED + "channel_sum_fold", 0, F * (c * s + c), blocks=math.ceil(c / 8))
         self.add("baseline", before, 0, F * (outer * c * inner + c), row=split, blocks=c)
 
-    def batch_norm(self, n, c, hw):
+    def batch_norm(self, n, c, hw, relu=False):
+        """relu: the ReLU after it fused into the normalise pass
+        (forward_normalize_relu_split); the baseline ran it apart."""
         v, s, x = (4 if hw % 4 == 0 else 1), split_count(c, n * hw), n * c * hw
         e = self.e  # x, y, dy, dx: bfloat16 under amp; statistics and parameters float32
         for d, passes, before, fold_c, split_bytes in (
                 ("forward", ("stats", "normalize"), "forward_train_kernel", 8, (x, 2 * x + 4 * c)),
                 ("backward", ("sums", "dx"), "backward_train_kernel", 4, (2 * x, 3 * x + 4 * c))):
             first = f"{BN}{d}_{passes[0]}_split<{v},int>"
-            second = f"{BN}{d}_{passes[1]}_split<{v},int>"
+            second = f"{BN}{d}_{passes[1]}{'_relu' if relu and d == 'forward' else ''}_split<{v},int>"
             fold = f"{BN}{d}_fold"
             if self.amp:
                 xs = split_bytes[0] // x, (split_bytes[1] - 4 * c) // x
@@ -256,6 +258,9 @@ class Step:
                      F * (3 * c * s + fold_c * c), row=fold, blocks=math.ceil(c / 8))
             self.add("shipped", self.native(second), 0, F * split_bytes[1], row=second, blocks=c * s)
             self.add("baseline", BN + before, 0, F * (split_bytes[1] + 2 * c), row=first, blocks=c)
+        if relu:  # the baseline's ReLU forward pass, on the fused pass's row
+            self.add("baseline", EW + "relu_forward_kernel", 0, F * 2 * x,
+                     row=f"{BN}forward_normalize_relu_split<{v},int>")
         self.add("both", EW + "add_scalar_kernel", 0, 16)  # num_batches_tracked += 1
 
 
@@ -438,12 +443,15 @@ FLOAT_POOL_BF16 = {"avg_pool_forward_kernel<int>": "avg_pool_forward_bf16_to_flo
                    "avg_pool_backward_kernel<int>": "avg_pool_backward_float_to_bf16_kernel<int>"}
 
 
-def elementwise(step, relu=(), pool=(), adds=(), float_pool=False):
+def elementwise(step, relu=(), pool=(), adds=(), float_pool=False, relu_forward=True):
     """float_pool: global_avg_pool2d, float32 out from either dtype (amp:
-    x and dx bfloat16, y and dy float32)."""
+    x and dx bfloat16, y and dy float32). relu_forward False: the ReLU's
+    forward ran in BatchNorm's pass (Step.batch_norm(relu=True))."""
     e = step.e
     for n in relu:  # ReLU, an op of kernels/pointwise.h; the frozen baseline audit's relu_*_kernel
         for direction, nbytes in (("forward", 2 * n), ("backward", 3 * n)):
+            if direction == "forward" and not relu_forward:
+                continue
             row = f"{EW}pointwise_{direction}_kernel<anvil::Relu>"
             step.add("shipped", step.native(row), 0, e * nbytes, row=row)
             step.add("baseline", f"{EW}relu_{direction}_kernel", 0, e * nbytes, row=row)
@@ -535,8 +543,12 @@ def build_one(model, batch, step):
             params += [(s["K"] * s["C"] * s["R"] ** 2, True), (s["K"], False)]
             stages[s["name"].split()[1]].append(s)
             if "shortcut" not in s["name"]:
-                step.batch_norm(s["N"], s["K"], s["P"] ** 2)
-                elementwise(step, relu=[s["N"] * s["K"] * s["P"] ** 2])
+                # A block's first conv (and the stem): BatchNorm and its ReLU in one pass
+                # (nn/layers.cpp, Residual and Sequential); the second's ReLU follows the add.
+                stage = s["name"].split()[1]
+                first_of_block = stage == "stem" or sum("shortcut" not in t["name"] for t in stages[stage]) % 2 == 1
+                step.batch_norm(s["N"], s["K"], s["P"] ** 2, relu=first_of_block)
+                elementwise(step, relu=[s["N"] * s["K"] * s["P"] ** 2], relu_forward=not first_of_block)
                 params += [(s["K"], False), (s["K"], False)]
         for name, convs in stages.items():  # two residuals a stage, after the stem
             if name == "stem":
