@@ -64,6 +64,7 @@ EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
   options.stages = run.pipeline.get();
   options.accumulate = run.pipeline ? o.micro_batches : o.accumulate;
   options.amp = o.amp_bf16();
+  options.cuda_graphs = o.cuda_graphs;
   EpochResult e;
   e.epoch = epoch;
   e.train = train::train_epoch(run.net(), *run.optimizer, *run.train_loader, run.r.device,

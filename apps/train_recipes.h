@@ -97,6 +97,9 @@ struct Options {
   // Chrome trace of the same steps written to this file.
   bool profile = false;
   std::string profile_trace;
+  // CUDA graphs for the steady training steps (train::EpochOptions::cuda_graphs):
+  // the same results, so not a training setting.
+  bool cuda_graphs = true;
 };
 
 // Bad input from the user: exit status 2.

@@ -129,6 +129,14 @@ void Report::header() {
                         o.grad_bf16() ? ": half the bytes; rounded to bfloat16, summed in "
                                         "float32 arithmetic, widened back into float32"
                                       : "");
+  if (run_.r.device.is_cuda()) {
+    const std::string why =
+        o.profile ? "the profiler (--profile) times every launch with events of its own"
+                  : train::graphs_unavailable(run_.r.device, &*run_.replicas, run_.pipeline.get());
+    out_ << (!o.cuda_graphs ? std::string("  CUDA graphs off (--no-cuda-graphs): every step launches its kernels\n")
+             : why.empty() ? std::string("  CUDA graphs (--cuda-graphs): each steady step is one graph launch\n")
+                           : fmt::format("  CUDA graphs not used: {}\n", why));
+  }
   if (o.accumulate > 1)
     out_ << fmt::format("  gradient accumulation: each step's batch{} as {} micro-batches, "
                         "reduced once per step\n",

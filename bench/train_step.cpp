@@ -55,6 +55,10 @@ int main(int argc, char** argv) {
   cli.add_option("--amp", o.amp, "Mixed precision: off or bf16 (core/autocast.h)")
       ->capture_default_str()
       ->check(CLI::IsMember({"off", "bf16"}));
+  bool graphs = false;
+  cli.add_flag("--cuda-graphs", graphs,
+               "Steps after the first as CUDA graphs, as anvil-train's (off: every step eager, "
+               "what the one-step audits record)");
   CLI11_PARSE(cli, argc, argv);
   try {
     o = app::apply_recipe(o);
@@ -79,6 +83,7 @@ int main(int argc, char** argv) {
     train::EpochOptions epoch;
     epoch.label_smoothing = o.label_smoothing;
     epoch.amp = o.amp_bf16();
+    epoch.cuda_graphs = graphs;
     const train::EpochStats stats = train::train_epoch(*model, optimizer, loader, dev, epoch);
     synchronize(dev);
     fmt::print("{} ({} recipe{}) on {}: {} step(s) of batch {}, loss {:.4f}, {:.1f} s\n", o.model,

@@ -4,9 +4,11 @@
 // interface; kernels/cpu and kernels/cuda implement it.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 
+#include "core/sgd.h"
 #include "core/tensor.h"
 #include "kernels/pointwise.h"
 #include "kernels/shapes.h"
@@ -53,15 +55,13 @@ class Backend {
   virtual void avg_pool2d_forward(const Pool2dShape& s, const Tensor& x, const Tensor& y) = 0;
   virtual void avg_pool2d_backward(const Pool2dShape& s, const Tensor& dy, const Tensor& dx) = 0;
 
-  // relu, the pointwise ops, add, mul and scale take float32 or bfloat16
+  // The pointwise ops (ReLU among them), add, mul and scale take float32 or bfloat16
   // tensors (all of one dtype: kernels/element.h), and so do the pooling
   // and BatchNorm methods' x, y, dy and dx (average pooling also reads a
   // bfloat16 x into a float32 y and a float32 dy into a bfloat16 dx: global
   // average pooling under autocast); everything else is float32, but
   // for copy, fill and convert (any dtype) and what gemm, the convolutions
   // and channel_sum say.
-  virtual void relu_forward(const Tensor& x, const Tensor& y) = 0;
-  virtual void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
   // y = op(x) and dx = dy * op'(saved) elementwise, for the ops of
   // kernels/pointwise.h; saved is op's input or output, as its kSaved says.
   virtual void pointwise_forward(PointwiseOp op, const Tensor& x, const Tensor& y) = 0;
@@ -107,26 +107,26 @@ class Backend {
   // kernels queued meanwhile see the bad label (its row's loss is nan).
   virtual void check_labels(const Tensor& labels, int64_t classes) = 0;
 
-  // x viewed as [N, C, HW].
+  // x viewed as [N, C, HW]. relu: y = ReLU of the normalised x (NaN kept,
+  // as PyTorch's), in the same pass: BatchNorm and ReLU fused.
   virtual void batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
                                         const Tensor& beta, float eps, float momentum,
                                         const Tensor& running_mean, const Tensor& running_var,
                                         const Tensor& save_mean, const Tensor& save_invstd,
-                                        const Tensor& y) = 0;
+                                        const Tensor& y, bool relu) = 0;
   virtual void batch_norm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                        const Tensor& running_mean, const Tensor& running_var,
-                                       float eps, const Tensor& y) = 0;
+                                       float eps, const Tensor& y, bool relu) = 0;
   virtual void batch_norm_backward_train(const Tensor& x, const Tensor& gamma,
                                          const Tensor& save_mean, const Tensor& save_invstd,
                                          const Tensor& dy, const Tensor& dx,
                                          const Tensor& dgamma, const Tensor& dbeta) = 0;
 
-  // param_copy: undefined, or a bfloat16 tensor of param's shape that gets
-  // the updated parameter rounded to nearest even in the same pass (the copy
-  // autocast reads, core/autocast.h).
-  virtual void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                          const Tensor& param_copy, float lr, float momentum, float weight_decay,
-                          bool nesterov, bool first_step) = 0;
+  // The optimizer, one pass over all its tensors (one launch on a CUDA
+  // device, for up to 128 tensors): SGD over every entry (SgdTensors), and
+  // every tensor (float32) set to zero.
+  virtual void sgd_step(std::span<const SgdTensors> tensors, const SgdHyper& h) = 0;
+  virtual void zero_tensors(std::span<const Tensor> tensors) = 0;
 };
 
 // A tensor [N, C, ...] viewed as [N, C, HW], as the BatchNorm kernels take it.

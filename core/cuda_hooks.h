@@ -2,6 +2,7 @@
 // GPUs or the simulator) or by kernels/cuda/cuda_off.cpp in a build without
 // one. Internal to the library: users go through device.h and storage.h.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,5 +32,16 @@ void copy_async(int index, Stream stream, void* dst, Device dst_device, const vo
                 Device src_device, size_t bytes);
 // Page-locked host memory (cudaHostAlloc), cached; throws without CUDA devices.
 Allocator& pinned_allocator();
+
+// CUDA graphs (core/graph.h): `work` captured from the device's compute
+// stream, what it allocates from a private pool of the device's allocator.
+struct GraphImpl {
+  virtual ~GraphImpl() = default;
+  virtual void replay() = 0;
+  virtual size_t nodes() const = 0;
+};
+std::unique_ptr<GraphImpl> capture_graph(int index, const std::function<void()>& work);
+// Why no graph can be captured on the device now ("" when one can).
+std::string graph_unavailable(int index);
 
 }  // namespace anvil::cuda_hooks

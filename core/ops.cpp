@@ -104,21 +104,6 @@ Tensor scale(const Tensor& x, double alpha) {
   return y;
 }
 
-Tensor relu(const Tensor& x) {
-  check_float("relu", "x", x);
-  Tensor y = like(x);
-  backend(x).relu_forward(x, y);
-  if (any_requires_grad({&x})) {
-    Tensor saved = y.detach();  // the output, not the graph node holding it
-    record(y, "ReluBackward", {&x}, [saved](const Tensor& g) {
-      Tensor dx = like(g);
-      backend(g).relu_backward(saved, g, dx);
-      return Grads{dx};
-    });
-  }
-  return y;
-}
-
 namespace {
 
 // An op of kernels/pointwise.h: y = op(x), and a backward that reads op's
@@ -150,6 +135,7 @@ Tensor pointwise(PointwiseOp op, const Tensor& x) {
 
 }  // namespace
 
+Tensor relu(const Tensor& x) { return pointwise(PointwiseOp::kRelu, x); }
 Tensor silu(const Tensor& x) { return pointwise(PointwiseOp::kSilu, x); }
 
 // ---------------------------------------------------------------- matmul

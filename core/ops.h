@@ -5,7 +5,9 @@
 // kernels, for every device.
 #pragma once
 #include <cstdint>
+#include <span>
 
+#include "core/sgd.h"
 #include "core/tensor.h"
 
 namespace anvil {
@@ -38,6 +40,12 @@ Tensor global_avg_pool2d(const Tensor& x);
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum = 0.1, double eps = 1e-5);
+// relu(batch_norm(...)) in one pass over x (the same bits: ReLU applied as
+// the normalised value is stored), BatchNorm2d followed by ReLU fused. Its
+// backward: ReLU's, from y, then BatchNorm's.
+Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       const Tensor& running_mean, const Tensor& running_var, bool training,
+                       double momentum = 0.1, double eps = 1e-5);
 
 enum class Reduction { None, Mean, Sum };
 // Fused log-softmax + negative log-likelihood over logits[N,C] and int64
@@ -69,5 +77,16 @@ void add_scaled_(const Tensor& total, const Tensor& x, double alpha);
 // counter (an int64 scalar) += the rows of logits[N, C] whose prediction (the
 // first largest logit) equals labels[N] (int64).
 void count_correct_(const Tensor& counter, const Tensor& logits, const Tensor& labels);
+
+// The optimizer's in-place updates (no autograd), each one pass over all of
+// its tensors, which must share one device: on a CUDA device one launch
+// (multi-tensor apply; one per 128 SGD tensors or 256 zeroed ones), where a
+// loop over the tensors would launch once per tensor.
+// SGD with PyTorch's semantics (dampening 0; kernels/sgd.h) on every entry,
+// checked (float32 of the parameter's shape, a buffer with momentum, a
+// bfloat16 copy); entries without a gradient are the caller's to leave out.
+void sgd_step_(std::span<const SgdTensors> tensors, const SgdHyper& h);
+// Every tensor (float32) set to zero.
+void zero_(std::span<const Tensor> tensors);
 
 }  // namespace anvil

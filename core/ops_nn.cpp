@@ -165,9 +165,13 @@ Tensor global_avg_pool2d(const Tensor& x) {
 // A bfloat16 input (autocast) gives a bfloat16 output, read and written as
 // such by the kernels; the statistics, the parameters and the running
 // buffers stay float32.
-Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                  const Tensor& running_mean, const Tensor& running_var, bool training,
-                  double momentum, double eps) {
+namespace {
+
+// batch_norm, with ReLU fused into its forward pass where `relu`: the
+// backward then first takes ReLU's (dy where y > 0) from the saved output.
+Tensor batch_norm_op(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                     const Tensor& running_mean, const Tensor& running_var, bool training,
+                     double momentum, double eps, bool relu) {
   check_float("batch_norm", "input", x);
   if (x.dim() != 2 && x.dim() != 4)
     throw std::invalid_argument(fmt::format(
@@ -194,14 +198,24 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 
   Tensor y = like(x);
   Backend& be = backend(x);
+  const char* node = relu ? "BatchNormReluBackward" : "BatchNormBackward";
+  // The gradient BatchNorm's backward takes: dy, or with relu ReLU's backward of it.
+  const Tensor sy = relu ? y.detach() : Tensor();
+  auto through_relu = [relu, sy](const Tensor& g) {
+    if (!relu) return g;
+    Tensor dz = like(g);
+    backend(g).pointwise_backward(PointwiseOp::kRelu, sy, g, dz);
+    return dz;
+  };
   if (training) {
     Tensor save_mean = Tensor::empty({C}, DType::Float32, x.device());
     Tensor save_invstd = Tensor::empty({C}, DType::Float32, x.device());
     be.batch_norm_forward_train(x, gamma, beta, float(eps), float(momentum), running_mean,
-                                running_var, save_mean, save_invstd, y);
+                                running_var, save_mean, save_invstd, y, relu);
     if (any_requires_grad({&x, &gamma, &beta})) {
       Tensor sx = x.detach(), sg = gamma.detach();
-      record(y, "BatchNormBackward", {&x, &gamma, &beta}, [=](const Tensor& g) {
+      record(y, node, {&x, &gamma, &beta}, [=](const Tensor& dy) {
+        const Tensor g = through_relu(dy);
         Tensor dx = like(g), dgamma = like(sg), dbeta = like(sg);
         backend(g).batch_norm_backward_train(sx, sg, save_mean, save_invstd, g, dx, dgamma,
                                              dbeta);
@@ -210,22 +224,24 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     }
     return y;
   }
-  be.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, float(eps), y);
+  be.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, float(eps), y, relu);
   if (any_requires_grad({&x, &gamma, &beta})) {
     // y = gamma * xhat + beta with fixed statistics: dx = dy * gamma / std,
     // dgamma = sum(dy * xhat), dbeta = sum(dy). Both products reuse the
     // eval kernel as a per-channel affine map.
     Tensor sx = x.detach(), sg = gamma.detach(), rm = running_mean.detach(),
            rv = running_var.detach();
-    record(y, "BatchNormEvalBackward", {&x, &gamma, &beta}, [=](const Tensor& g_in) {
+    record(y, relu ? "BatchNormReluEvalBackward" : "BatchNormEvalBackward", {&x, &gamma, &beta},
+           [=](const Tensor& dy) {
+      const Tensor g_in = through_relu(dy);
       Backend& b = backend(g_in);
       Float32Io io;
       const Tensor g = io.in(g_in);
       Tensor zeros = Tensor::zeros({C}, DType::Float32, g.device());
       Tensor ones = Tensor::ones({C}, DType::Float32, g.device());
       Tensor dx = like(g_in), xhat = like(g), prod = like(g);
-      b.batch_norm_forward_eval(g, sg, zeros, zeros, rv, float(eps), io.out(dx));
-      b.batch_norm_forward_eval(io.in(sx), ones, zeros, rm, rv, float(eps), xhat);
+      b.batch_norm_forward_eval(g, sg, zeros, zeros, rv, float(eps), io.out(dx), false);
+      b.batch_norm_forward_eval(io.in(sx), ones, zeros, rm, rv, float(eps), xhat, false);
       io.finish();
       b.mul(g, xhat, prod);
       Tensor dgamma = like(sg), dbeta = like(sg);
@@ -235,6 +251,20 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     });
   }
   return y;
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                  const Tensor& running_mean, const Tensor& running_var, bool training,
+                  double momentum, double eps) {
+  return batch_norm_op(x, gamma, beta, running_mean, running_var, training, momentum, eps, false);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                       const Tensor& running_mean, const Tensor& running_var, bool training,
+                       double momentum, double eps) {
+  return batch_norm_op(x, gamma, beta, running_mean, running_var, training, momentum, eps, true);
 }
 
 // ---------------------------------------------------------------- losses

@@ -73,21 +73,13 @@ class ProfilingBackend final : public Backend {
     Op op(this, Family::Pooling, "avg_pool2d_backward");
     b_.avg_pool2d_backward(s, dy, dx);
   }
-  void relu_forward(const Tensor& x, const Tensor& y) override {
-    Op op(this, Family::Relu, "relu_forward");
-    b_.relu_forward(x, y);
-  }
-  void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) override {
-    Op op(this, Family::Relu, "relu_backward");
-    b_.relu_backward(y, dy, dx);
-  }
   void pointwise_forward(PointwiseOp o, const Tensor& x, const Tensor& y) override {
-    Op op(this, Family::Other, "pointwise_forward");
+    Op op(this, family(o), o == PointwiseOp::kRelu ? "relu_forward" : "pointwise_forward");
     b_.pointwise_forward(o, x, y);
   }
   void pointwise_backward(PointwiseOp o, const Tensor& saved, const Tensor& dy,
                           const Tensor& dx) override {
-    Op op(this, Family::Other, "pointwise_backward");
+    Op op(this, family(o), o == PointwiseOp::kRelu ? "relu_backward" : "pointwise_backward");
     b_.pointwise_backward(o, saved, dy, dx);
   }
   void add(const Tensor& a, const Tensor& b, const Tensor& y) override {
@@ -145,16 +137,16 @@ class ProfilingBackend final : public Backend {
   void batch_norm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                 float eps, float momentum, const Tensor& running_mean,
                                 const Tensor& running_var, const Tensor& save_mean,
-                                const Tensor& save_invstd, const Tensor& y) override {
+                                const Tensor& save_invstd, const Tensor& y, bool relu) override {
     Op op(this, Family::BatchNorm, "batch_norm_forward_train");
     b_.batch_norm_forward_train(x, gamma, beta, eps, momentum, running_mean, running_var,
-                                save_mean, save_invstd, y);
+                                save_mean, save_invstd, y, relu);
   }
   void batch_norm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                const Tensor& running_mean, const Tensor& running_var, float eps,
-                               const Tensor& y) override {
+                               const Tensor& y, bool relu) override {
     Op op(this, Family::BatchNorm, "batch_norm_forward_eval");
-    b_.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y);
+    b_.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y, relu);
   }
   void batch_norm_backward_train(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                  const Tensor& save_invstd, const Tensor& dy, const Tensor& dx,
@@ -162,15 +154,18 @@ class ProfilingBackend final : public Backend {
     Op op(this, Family::BatchNorm, "batch_norm_backward_train");
     b_.batch_norm_backward_train(x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta);
   }
-  void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                  const Tensor& param_copy, float lr, float momentum, float weight_decay,
-                  bool nesterov, bool first_step) override {
-    Op op(this, Family::Sgd, "sgd_update");
-    b_.sgd_update(param, grad, momentum_buf, param_copy, lr, momentum, weight_decay, nesterov,
-                  first_step);
+  void sgd_step(std::span<const SgdTensors> tensors, const SgdHyper& h) override {
+    Op op(this, Family::Sgd, "sgd_step");
+    b_.sgd_step(tensors, h);
+  }
+  void zero_tensors(std::span<const Tensor> tensors) override {
+    Op op(this, Family::Sgd, "zero_tensors");
+    b_.zero_tensors(tensors);
   }
 
  private:
+  // ReLU has a row of its own in the profile; the other pointwise ops are Other.
+  static Family family(PointwiseOp o) { return o == PointwiseOp::kRelu ? Family::Relu : Family::Other; }
   // One method's scope: timed on the host for the CPU; on a CUDA device the
   // launches inside it carry the family.
   struct Op : profile::Scope {

@@ -20,6 +20,9 @@ struct MemoryStats {
   size_t peak_allocated = 0;
   size_t device_allocations = 0;  // calls into the device's allocator (e.g. cudaMalloc)
   size_t cache_hits = 0;          // requests served from the cache
+  // Of reserved: the blocks CUDA graphs' private pools hold (live and
+  // cached), which no other allocation is given while their graph lives.
+  size_t graph_reserved = 0;
 };
 
 class Allocator {

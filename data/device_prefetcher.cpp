@@ -93,8 +93,20 @@ bool DevicePrefetcher::next(DeviceBatch& out) {
     staging_[pending_slot_].copied->wait(Stream::Compute);
   }
   std::swap(out, pending_);
+  if (static_images_.defined() && out.images.shape() == static_images_.shape() &&
+      out.labels.shape() == static_labels_.shape()) {
+    static_images_.copy_(out.images);
+    static_labels_.copy_(out.labels);
+    out.images = static_images_;
+    out.labels = static_labels_;
+  }
   issue();
   return true;
+}
+
+void DevicePrefetcher::set_static_buffers(Tensor images, Tensor labels) {
+  static_images_ = std::move(images);
+  static_labels_ = std::move(labels);
 }
 
 }  // namespace anvil::data

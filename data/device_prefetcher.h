@@ -51,6 +51,12 @@ class DevicePrefetcher {
   // Moves the next batch into `out` (false once the epoch is exhausted).
   // Throws what the loader throws.
   bool next(DeviceBatch& out);
+  // A CUDA graph's static input buffers (nn/train.cpp): from now on next()
+  // copies each batch of their shapes into them (on the compute stream,
+  // once its copy from the host is done) and hands them out in `out`; a
+  // batch of other shapes (a short last batch) is handed out in tensors of
+  // its own. Undefined tensors end it.
+  void set_static_buffers(Tensor images, Tensor labels);
 
  private:
   static constexpr size_t kMaxStaging = 4;
@@ -70,6 +76,7 @@ class DevicePrefetcher {
   uint64_t issued_ = 0;
   bool has_pending_ = false;
   DeviceBatch pending_;
+  Tensor static_images_, static_labels_;
 };
 
 }  // namespace anvil::data

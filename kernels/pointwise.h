@@ -23,10 +23,21 @@
 
 namespace anvil {
 
-enum class PointwiseOp { kSilu };
+enum class PointwiseOp { kRelu, kSilu };
 
 // Which tensor an op's backward reads besides dy.
 enum class Saved { kInput, kOutput };
+
+// ReLU, as torch.relu: y = max(x, 0), written `x < 0 ? 0 : x` so that NaN
+// stays NaN (as PyTorch's); dx = dy where y > 0, else 0 (also at y == 0
+// exactly and for a NaN y), read from the output.
+struct Relu {
+  static constexpr const char* kName = "relu";
+  static constexpr const char* kBackwardName = "ReluBackward";
+  static constexpr Saved kSaved = Saved::kOutput;
+  ANVIL_HOST_DEVICE static float forward(float x) { return x < 0.0f ? 0.0f : x; }
+  ANVIL_HOST_DEVICE static float backward(float y, float dy) { return y > 0.0f ? dy : 0.0f; }
+};
 
 // SiLU (swish), as torch.nn.SiLU: y = x * sigmoid(x) = x / (1 + e^-x).
 // dy/dx = s + x s (1 - s) = s (1 + x (1 - s)), with s = sigmoid(x).
@@ -48,6 +59,7 @@ struct Silu {
 template <class F>
 decltype(auto) visit_pointwise(PointwiseOp op, F&& f) {
   switch (op) {
+    case PointwiseOp::kRelu: return f(Relu{});
     case PointwiseOp::kSilu: return f(Silu{});
   }
   throw std::invalid_argument("visit_pointwise: unknown op " + std::to_string(int(op)));

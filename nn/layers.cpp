@@ -27,7 +27,15 @@ Sequential& Sequential::add(const std::string& name, std::shared_ptr<Module> lay
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& l : layers_) h = l->forward(h);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    auto* bn = dynamic_cast<BatchNorm2d*>(layers_[i].get());
+    if (bn && i + 1 < layers_.size() && dynamic_cast<ReLU*>(layers_[i + 1].get())) {
+      h = bn->forward_relu(h);
+      ++i;  // the ReLU ran in BatchNorm's pass
+      continue;
+    }
+    h = layers_[i]->forward(h);
+  }
   return h;
 }
 
@@ -87,13 +95,18 @@ BatchNorm2d::BatchNorm2d(int64_t n, double eps_, double momentum_)
   register_buffer("num_batches_tracked", &num_batches_tracked);
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm2d::forward(const Tensor& x) { return normalize(x, false); }
+
+Tensor BatchNorm2d::forward_relu(const Tensor& x) { return normalize(x, true); }
+
+Tensor BatchNorm2d::normalize(const Tensor& x, bool fused_relu) {
   // Counted on the buffer's own device: reading it back would make every
   // training-mode BatchNorm wait for the GPU.
   if (training_) add_int64_(num_batches_tracked, 1);
   if (training_ && sync != nullptr)
-    if (Tensor y = sync->forward(*this, x); y.defined()) return y;
-  return batch_norm(x, weight, bias, running_mean, running_var, training_, momentum, eps);
+    if (Tensor y = sync->forward(*this, x); y.defined()) return fused_relu ? relu(y) : y;
+  return (fused_relu ? batch_norm_relu : batch_norm)(x, weight, bias, running_mean, running_var,
+                                                     training_, momentum, eps);
 }
 
 std::string BatchNorm2d::describe() const {
@@ -141,7 +154,7 @@ Residual::Residual(int64_t in, int64_t out, bool use_1x1conv, int64_t stride, Ge
 }
 
 Tensor Residual::forward(const Tensor& x) {
-  Tensor y = relu((*bn1)((*conv1)(x)));
+  Tensor y = bn1->forward_relu((*conv1)(x));
   y = (*bn2)((*conv2)(y));
   return relu(add(y, conv3 ? (*conv3)(x) : x));
 }

@@ -20,6 +20,8 @@ class Sequential : public Module {
   // Appends a layer under a given name, as PyTorch's add_module: the d2l
   // ResNet appends "resnet_block1" ... "fc" after its indexed stem.
   Sequential& add(const std::string& name, std::shared_ptr<Module> layer);
+  // A BatchNorm2d followed by a ReLU runs as one pass
+  // (BatchNorm2d::forward_relu); every other layer as itself.
   Tensor forward(const Tensor& x) override;
   std::string describe() const override { return "Sequential"; }
   size_t size() const { return layers_.size(); }
@@ -71,11 +73,18 @@ class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)), in one pass over x (batch_norm_relu): what a ReLU
+  // after this layer fuses into (Sequential, Residual). With a sync, the
+  // synced forward, then relu().
+  Tensor forward_relu(const Tensor& x);
   std::string describe() const override;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   int64_t num_features;
   double eps, momentum;
   BatchNormSync* sync = nullptr;  // not owned; null: this replica's statistics only
+
+ private:
+  Tensor normalize(const Tensor& x, bool relu);
 };
 
 class ReLU : public Module {

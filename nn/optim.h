@@ -15,7 +15,9 @@ struct SGDOptions {
 };
 
 // Stochastic gradient descent with PyTorch's semantics (dampening 0): one
-// fused kernel per parameter applies weight decay, momentum and the step.
+// multi-tensor kernel applies weight decay, momentum and the step to every
+// parameter at once (sgd_step_, core/ops.h: one launch on a GPU, as
+// PyTorch's SGD with fused=True).
 class SGD {
  public:
   SGD(std::vector<Tensor> params, SGDOptions options);
@@ -23,9 +25,18 @@ class SGD {
   // cast_cache() gets it rewritten from the updated float32 weights by the
   // same kernel, so the cache stays valid across steps.
   void step();
-  void zero_grad();  // drops gradients (set_to_none)
+  // Drops the gradients (PyTorch's set_to_none, no device work), or with
+  // set_to_none false sets every one to zero in place, all in one launch.
+  void zero_grad(bool set_to_none = true);
   double lr() const { return options_.lr; }
-  void set_lr(double lr) { options_.lr = lr; }
+  void set_lr(double lr);
+  // For a step captured in a CUDA graph (train_epoch's): from now on the
+  // update's kernel reads the learning rate from a float on the parameters'
+  // device when it runs, and set_lr() rewrites that float where the rate
+  // changes (a copy from the host queued in the stream's order: no kernel,
+  // no wait), so that every replay of the graph takes its own step's rate.
+  // The parameters must all be on one device.
+  void keep_lr_on_device();
   const SGDOptions& options() const { return options_; }
 
   // The momentum buffer of each parameter, in parameter order: undefined
@@ -48,6 +59,8 @@ class SGD {
   std::vector<Tensor> momentum_;  // undefined until the first step of each parameter
   SGDOptions options_;
   CastCache cast_cache_;
+  Tensor lr_on_device_;  // keep_lr_on_device(): the rate as the kernels read it
+  float lr_written_ = 0;  // the value last written there
 };
 
 }  // namespace anvil::optim

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
@@ -11,6 +12,7 @@
 
 #include "core/autocast.h"
 #include "core/autograd.h"
+#include "core/graph.h"
 #include "core/ops.h"
 #include "core/profile.h"
 #include "data/device_prefetcher.h"
@@ -33,12 +35,14 @@ class RunningTotals {
         start_(Clock::now()) {}
 
   // loss: the batch's loss as a scalar, weight times it is added (the batch
-  // size for a mean loss, 1 for a summed one).
+  // size for a mean loss, 1 for a summed one). Device work only: the
+  // examples are counted by count(), on the host (a graph's replay repeats
+  // the one, not the other).
   void add(const Tensor& loss, double weight, const Tensor& logits, const Tensor& labels) {
     add_scaled_(loss_sum_, loss.detach(), weight);
     count_correct_(correct_, logits.detach(), labels);
-    examples_ += logits.size(0);
   }
+  void count(int64_t examples) { examples_ += examples; }
 
   EpochStats stats() const {
     EpochStats s;
@@ -75,6 +79,7 @@ class OneReplica final : public Replicas {
   void after_backward() override {}
   void set_no_sync(bool) override {}
   void sum_totals(const Tensor&, const Tensor&, int64_t&) override {}
+  bool capturable() const override { return true; }
 };
 
 Replicas& replicas_or_one(Replicas* replicas) {
@@ -113,6 +118,17 @@ std::vector<MicroBatch> micro_batches(int64_t rows, int64_t parts, int64_t globa
   return out;
 }
 
+std::string graphs_unavailable(Device device, const Replicas* replicas, const Stages* stages) {
+  if (stages)
+    return "a pipeline's stages send their activations and gradients through the communicator, "
+           "which is not captured";
+  if (replicas && !replicas->capturable())
+    return "data-parallel steps run eagerly: their gradients are all-reduced from backward's hooks "
+           "through the communicator, which is not captured";
+  if (profile::enabled()) return "the profiler times every launch with events of its own";
+  return CudaGraph::unavailable(device);
+}
+
 EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoader& loader,
                        Device device, const EpochOptions& options) {
   model.train();
@@ -128,6 +144,12 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
         fmt::format("train_epoch: accumulate must be >= 1, got {}", options.accumulate));
   const int64_t parts = options.accumulate;
   AutocastGuard autocast(device.type, options.amp, DType::BFloat16, &optimizer.cast_cache());
+  // CUDA graphs: the rate read from the device, and after the first step
+  // the batches copied into the graph's static inputs (EpochOptions::cuda_graphs).
+  const bool graphs = options.cuda_graphs && graphs_unavailable(device, options.replicas, options.stages).empty();
+  if (graphs) optimizer.keep_lr_on_device();
+  Tensor static_images;
+  std::unique_ptr<CudaGraph> graph;
   int64_t done = 0;
   data::DeviceBatch b;
   // With the profiler on (core/profile.h) a step spans the wait for its
@@ -150,35 +172,61 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
     if (options.schedule)
       optimizer.set_lr(options.schedule->lr(int64_t(batch.epoch), batch.index,
                                             loader.num_batches()));
-    optimizer.zero_grad();
-    // This rank's part of the batch may be empty (a last batch smaller than
-    // the rank count), and so may a micro-batch: it then adds nothing but
-    // still takes part in the sum. Each backpropagates its share of the
-    // whole batch's mean loss, so the summed gradients are the batch's.
-    const std::vector<MicroBatch> micro = micro_batches(batch.size, parts, batch.global_size);
-    auto part = [&](const Tensor& t, const MicroBatch& m) {
-      return parts > 1 ? t.narrow(m.begin, m.rows()) : t;
-    };
-    if (options.stages) {
-      options.stages->train_step(x, y, micro, batch.global_size, options.label_smoothing, replicas,
-                                 [&](const StepResult& s, const Tensor& labels) {
-                                   totals.add(s.loss, double(labels.size(0)), s.logits, labels);
-                                 });
-    } else {
-      for (int64_t k = 0; k < parts; ++k) {
-        const MicroBatch& m = micro[size_t(k)];
-        if (parts > 1) replicas.set_no_sync(k + 1 < parts);  // reduce after the last one
-        replicas.begin_step(m.rows(), batch.global_size);
-        if (m.rows() > 0) {
-          const Tensor ys = part(y, m);
-          const StepResult s =
-              forward_backward(model, part(x, m), ys, options.label_smoothing, m.share);
-          totals.add(s.loss, double(m.rows()), s.logits, ys);
+    // The step's device work: on a GPU queued without a wait, so that it
+    // can be captured as a graph.
+    auto device_step = [&] {
+      optimizer.zero_grad();
+      // This rank's part of the batch may be empty (a last batch smaller
+      // than the rank count), and so may a micro-batch: it then adds nothing
+      // but still takes part in the sum. Each backpropagates its share of
+      // the whole batch's mean loss, so the summed gradients are the batch's.
+      const std::vector<MicroBatch> micro = micro_batches(batch.size, parts, batch.global_size);
+      auto part = [&](const Tensor& t, const MicroBatch& m) {
+        return parts > 1 ? t.narrow(m.begin, m.rows()) : t;
+      };
+      if (options.stages) {
+        options.stages->train_step(x, y, micro, batch.global_size, options.label_smoothing,
+                                   replicas, [&](const StepResult& s, const Tensor& labels) {
+                                     totals.add(s.loss, double(labels.size(0)), s.logits, labels);
+                                   });
+      } else {
+        for (int64_t k = 0; k < parts; ++k) {
+          const MicroBatch& m = micro[size_t(k)];
+          if (parts > 1) replicas.set_no_sync(k + 1 < parts);  // reduce after the last one
+          replicas.begin_step(m.rows(), batch.global_size);
+          if (m.rows() > 0) {
+            const Tensor ys = part(y, m);
+            const StepResult s =
+                forward_backward(model, part(x, m), ys, options.label_smoothing, m.share);
+            totals.add(s.loss, double(m.rows()), s.logits, ys);
+          }
+          replicas.after_backward();
         }
-        replicas.after_backward();
+      }
+      optimizer.step();
+    };
+    const bool steady = static_images.defined() && x.impl() == static_images.impl();
+    if (steady && graph) {
+      graph->replay();
+    } else if (steady) {
+      try {
+        graph = std::make_unique<CudaGraph>(device, device_step);
+      } catch (const std::exception& e) {
+        throw std::runtime_error(fmt::format(
+            "train_epoch: capturing the training step as a CUDA graph failed (--no-cuda-graphs "
+            "runs every step eagerly): {}",
+            e.what()));
+      }
+      graph->replay();  // the capture ran nothing: this step runs now
+    } else {
+      device_step();
+      if (graphs && !static_images.defined()) {
+        // From the next batch of this shape on, the graph's inputs.
+        static_images = Tensor::empty(x.shape(), x.dtype(), device);
+        batches.set_static_buffers(static_images, Tensor::empty(y.shape(), y.dtype(), device));
       }
     }
-    optimizer.step();
+    totals.count(batch.size);
     if (profiled) profile::end_step(device);
     ++done;
     if (options.progress)
@@ -220,6 +268,7 @@ EpochStats evaluate_batches(
     Tensor logits = stages ? stages->forward(b.images) : model(b.images);
     if (!logits.defined()) continue;  // a pipeline's stage before the last
     totals.add(cross_entropy(logits, b.labels, Reduction::Sum), 1.0, logits, b.labels);
+    totals.count(logits.size(0));
     if (batch_done) batch_done(logits, b.host);
   }
   EpochStats stats = totals.summed(replicas_or_one(replicas), stages);

@@ -60,6 +60,10 @@ class Replicas {
   // Sums an epoch's running totals over the ranks, in place: loss_sum
   // (float32 scalar), correct (int64 scalar), both on the replica's device.
   virtual void sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) = 0;
+  // Whether a step's work here can be captured in a CUDA graph
+  // (EpochOptions::cuda_graphs): true where it issues nothing to the
+  // device (one rank); the all-reduce of several is not captured.
+  virtual bool capturable() const { return false; }
 };
 
 class Stages;  // below
@@ -99,7 +103,28 @@ struct EpochOptions {
   // gradients and the momentum stay float32 and each step refreshes the
   // bfloat16 copies the next forward reads.
   bool amp = false;
+  // CUDA graphs (core/graph.h; anvil-train --cuda-graphs): on a CUDA device
+  // the epoch's first step runs eagerly (it makes the momentum buffers, the
+  // bfloat16 weight copies and the label record), the second is captured as
+  // one graph (the gradients dropped, forward, loss, backward, the
+  // optimizer's step, the running totals) and then replayed, and so is every
+  // later step of the same batch shape: one cudaGraphLaunch a step, its
+  // batch copied into the graph's static input buffers by the prefetcher,
+  // its learning rate read from the device (SGD::keep_lr_on_device). A
+  // batch of another size (a short last batch) runs eagerly. The graph and
+  // its memory pool live for the epoch. Where graphs_unavailable() gives a
+  // reason, every step runs eagerly.
+  bool cuda_graphs = false;
 };
+
+// Why train_epoch cannot run its steps as CUDA graphs on `device` with
+// these replicas and stages (EpochOptions::replicas, ::stages) ("" when it
+// can): the CPU, data-parallel replicas of more than one rank (their
+// all-reduce runs from backward's hooks through a communicator, which is not
+// captured), a pipeline's stages (their sends and receives go through one
+// too), the profiler, ANVIL_CUDA_SYNC=1.
+std::string graphs_unavailable(Device device, const Replicas* replicas = nullptr,
+                               const Stages* stages = nullptr);
 
 
 // One training step's forward and backward on a batch on the model's device:

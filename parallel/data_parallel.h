@@ -132,6 +132,7 @@ class DataParallel final : public train::Replicas, public nn::BatchNormSync {
   void after_backward() override;
   void set_no_sync(bool no_sync) override { sync_ = !no_sync; }
   void sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) override;
+  bool capturable() const override { return comm_.size() == 1; }  // one rank does nothing
   // nn::BatchNormSync (with sync_batch_norm): inside a training step.
   Tensor forward(nn::BatchNorm2d& bn, const Tensor& x) override;
 

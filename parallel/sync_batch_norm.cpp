@@ -33,7 +33,8 @@ Tensor vec(int64_t C, double value, Device d) { return Tensor::full({C}, value, 
 Tensor per_channel(Backend& b, const Tensor& x, const Tensor& scale, const Tensor& shift) {
   const int64_t C = x.size(1);
   Tensor y = Tensor::empty(x.shape(), DType::Float32, x.device());
-  b.batch_norm_forward_eval(x, scale, shift, vec(C, 0, x.device()), vec(C, 1, x.device()), 0.0f, y);
+  b.batch_norm_forward_eval(x, scale, shift, vec(C, 0, x.device()), vec(C, 1, x.device()), 0.0f, y,
+                            false);
   return y;
 }
 
@@ -85,7 +86,7 @@ Tensor sync_batch_norm(Communicator& comm, const Tensor& x, const Tensor& gamma,
     b.axpy(float(momentum * double(count) / double(count - 1)), var, running_var);
   }
   Tensor y = Tensor::empty(x.shape(), DType::Float32, d);
-  b.batch_norm_forward_eval(x, gamma, beta, mean, var, float(eps), y);
+  b.batch_norm_forward_eval(x, gamma, beta, mean, var, float(eps), y, false);
   if (any_requires_grad({&x, &gamma, &beta})) {
     const Tensor sx = x.detach(), sg = gamma.detach();
     Communicator* c = &comm;
@@ -94,7 +95,7 @@ Tensor sync_batch_norm(Communicator& comm, const Tensor& x, const Tensor& gamma,
       const Device dev = g.device();
       const Tensor ones = vec(s.C, 1, dev), zeros = vec(s.C, 0, dev);
       Tensor xhat = Tensor::empty(sx.shape(), DType::Float32, dev);
-      be.batch_norm_forward_eval(sx, ones, zeros, mean, var, float(eps), xhat);
+      be.batch_norm_forward_eval(sx, ones, zeros, mean, var, float(eps), xhat, false);
       Tensor prod = Tensor::empty(sx.shape(), DType::Float32, dev);
       be.mul(g, xhat, prod);
       Tensor dbeta = Tensor::empty({s.C}, DType::Float32, dev);
@@ -113,7 +114,7 @@ Tensor sync_batch_norm(Communicator& comm, const Tensor& x, const Tensor& gamma,
       be.add(centered, correction, centered);
       Tensor coef = Tensor::empty({1, s.C}, DType::Float32, dev);  // gamma / sqrt(var + eps)
       be.batch_norm_forward_eval(Tensor::ones({1, s.C}, DType::Float32, dev), sg, zeros, zeros,
-                                 var, float(eps), coef);
+                                 var, float(eps), coef, false);
       Tensor dx = per_channel(be, centered, coef.reshape({s.C}), zeros);
       return std::vector<Tensor>{dx, dgamma, dbeta};
     });

@@ -50,11 +50,13 @@
 // kernels' arguments are shared, as captured); cudaGraphLaunch queues the
 // whole graph as one item of the stream, which runs its nodes in order when
 // the stream runs. A graph launched on a capturing stream is captured as its
-// nodes. Every kernel a graph runs is recorded by the launch audit as a
-// launch of its own; the graph launch is the one item the host queued.
+// nodes. The launch audit counts a graph launch as one launch (its
+// cudaGraphLaunch row) and each kernel the graph runs in that kernel's row,
+// with its work, as a launch run by a graph (graph_runs).
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <utility>
@@ -80,6 +82,29 @@ namespace {
 using namespace anvil::sim::detail;
 
 std::atomic<uint64_t> next_capture_id{0};
+std::atomic<uint64_t> graph_launch_count{0};
+
+std::atomic<int64_t>& drop_node_setting() {
+  static std::atomic<int64_t> index = [] {
+    const char* env = std::getenv("ANVIL_SIM_GRAPH_DROP_NODE");
+    return env && *env ? int64_t(std::strtoll(env, nullptr, 10)) : int64_t{-1};
+  }();
+  return index;
+}
+
+// The graph's nodes as instantiated: all of them, or all but the kernel node
+// set_graph_drop_node names (the nodes after it keep their order).
+std::vector<anvil::sim::detail::GraphNode> instantiated(const std::vector<anvil::sim::detail::GraphNode>& nodes) {
+  const int64_t drop = drop_node_setting().load();
+  if (drop < 0) return nodes;
+  std::vector<anvil::sim::detail::GraphNode> out;
+  int64_t kernel = 0;
+  for (const auto& n : nodes) {
+    if (n.kind == anvil::sim::detail::WorkKind::kKernel && kernel++ == drop) continue;
+    out.push_back(n);
+  }
+  return out;
+}
 // The calling thread's capture interaction mode (cudaThreadExchangeStreamCaptureMode).
 thread_local cudaStreamCaptureMode t_mode = cudaStreamCaptureModeGlobal;
 
@@ -426,7 +451,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsig
     return fail(cudaErrorInvalidValue, "cudaGraphInstantiate: unknown graph");
   auto e = std::make_unique<CUgraphExec_st>();
   e->device = graph->device;
-  e->nodes = std::make_shared<const std::vector<GraphNode>>(graph->nodes);
+  e->nodes = std::make_shared<const std::vector<GraphNode>>(instantiated(graph->nodes));
   *exec = e.get();
   execs()[e.get()] = std::move(e);
   return cudaSuccess;
@@ -442,6 +467,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
       return fail(cudaErrorInvalidValue, "cudaGraphLaunch: unknown executable graph");
     w.graph = it->second->nodes;
   }
+  graph_launch_count.fetch_add(1, std::memory_order_relaxed);
   return enqueue(stream, std::move(w), "cudaGraphLaunch").error;
 }
 
@@ -470,3 +496,10 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t*
 }
 
 }  // namespace anvil_sim_rt
+
+namespace anvil::sim {
+
+uint64_t graph_launches() { return graph_launch_count.load(std::memory_order_relaxed); }
+void set_graph_drop_node(int64_t index) { drop_node_setting().store(index); }
+
+}  // namespace anvil::sim

@@ -74,6 +74,7 @@
 #define __forceinline__ inline
 #define __noinline__
 #define __launch_bounds__(...)
+#define __grid_constant__
 // One block runs at a time per worker thread, so a per-thread static is
 // exactly the block's shared memory. (It starts zeroed and keeps its values
 // between blocks: stale reads do not show; dynamic shared memory does.)
@@ -438,6 +439,15 @@ uint64_t host_waits();
 // up, which a captured CUDA graph cannot hold. Tests use it to keep the
 // training step free of them.
 uint64_t host_syncs();
+// cudaGraphLaunch calls so far (each one launch by the host, whatever its
+// graph holds).
+uint64_t graph_launches();
+// Mutation hook for the tests: every graph instantiated from now on leaves
+// out its kernel node number `index` (in capture order; -1, the default:
+// none), as a graph missing a node would (ANVIL_SIM_GRAPH_DROP_NODE=K sets
+// the first value). The tests that compare a graphed step with the eager
+// one fail with it.
+void set_graph_drop_node(int64_t index);
 
 // The launch audit (docs/kernels.md, "Launch audit"): while it records, every
 // block of every launch is timed (thread CPU time) and each kernel's launches,

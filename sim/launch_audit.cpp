@@ -182,6 +182,7 @@ struct KernelStats {
   std::string name, mangled;
   std::optional<Resources> resources;  // from docs/kernel-resources.json
   uint64_t launches = 0, sampled_launches = 0;
+  uint64_t graph_runs = 0;  // of the launches, those that ran as a graph launch's nodes
   uint64_t sample_blocks = 0;  // the most blocks a sampled launch ran (0: none sampled)
   uint64_t blocks_min = std::numeric_limits<uint64_t>::max(), blocks_max = 0;
   unsigned threads_min = ~0u, threads_max = 0;
@@ -202,7 +203,14 @@ struct Audit {
   std::map<std::string, Resources> resources;  // by mangled name
   std::map<const void*, KernelStats*> by_address;
   std::map<std::string, KernelStats> by_name;
+  // cudaGraphLaunch: the host's launches of graphs, the kernel nodes they ran
+  // and those kernels' simulated seconds (also in the kernels' rows).
+  uint64_t graph_launches = 0, graph_nodes = 0;
+  double graph_seconds = 0;
 };
+
+// The graph launch this thread is running the nodes of, if any.
+thread_local bool t_in_graph = false;
 
 Audit& audit() {
   static auto* a = new Audit();  // leaked: launches may come from static destructors
@@ -245,7 +253,40 @@ void start(Audit& a, const std::string& path, const char* what) {
   a.path = path;
   a.by_address.clear();
   a.by_name.clear();
+  a.graph_launches = a.graph_nodes = 0;
+  a.graph_seconds = 0;
   a.recording.store(true);
+}
+
+// A kernel's line of the audit's file; total: every kernel's seconds.
+nlohmann::ordered_json line_of(const KernelStats& k, const Audit& a, double total) {
+  nlohmann::ordered_json line;
+  line["kernel"] = k.name;
+  line["launches"] = k.launches;
+  line["blocks_min"] = k.blocks_min;
+  line["blocks_max"] = k.blocks_max;
+  line["threads_per_block"] = k.threads_max;
+  line["threads_per_block_min"] = k.threads_min;
+  line["blocks_per_sm"] = k.resident_min;
+  line["blocks_per_sm_max"] = k.resident_max;
+  line["residency_limit"] = k.limit;
+  line["residency_source"] =
+      k.resources ? "ptxas sm_90 (" + a.resources_path + ")"
+                  : "assumed 1 block per SM: " +
+                        (a.resources_note.empty() ? "not in " + a.resources_path : a.resources_note);
+  line["registers"] = k.resources ? nlohmann::ordered_json(k.resources->registers) : nullptr;
+  line["static_shared_bytes"] =
+      k.resources ? nlohmann::ordered_json(k.resources->static_shared) : nullptr;
+  line["dynamic_shared_bytes"] = k.dynamic_shared_max;
+  line["simulated_seconds"] = k.seconds;
+  line["work_share"] = total > 0 ? k.seconds / total : 0.0;
+  line["predicted_sm_utilisation"] = k.seconds > 0 ? k.utilisation_seconds / k.seconds : 0.0;
+  line["wave_fill"] = k.seconds > 0 ? k.fill_seconds / k.seconds : 0.0;
+  line["sampled_launches"] = k.sampled_launches;
+  line["sample_blocks"] = k.sample_blocks;
+  line["mangled"] = k.mangled;
+  line["graph_runs"] = k.graph_runs;
+  return line;
 }
 
 void write(Audit& a) {
@@ -258,34 +299,21 @@ void write(Audit& a) {
   std::stable_sort(rows.begin(), rows.end(),
                    [](auto* x, auto* y) { return x->seconds > y->seconds; });
   std::ofstream out(a.path, std::ios::trunc);
-  for (const KernelStats* k : rows) {
-    nlohmann::ordered_json line;
-    line["kernel"] = k->name;
-    line["launches"] = k->launches;
-    line["blocks_min"] = k->blocks_min;
-    line["blocks_max"] = k->blocks_max;
-    line["threads_per_block"] = k->threads_max;
-    line["threads_per_block_min"] = k->threads_min;
-    line["blocks_per_sm"] = k->resident_min;
-    line["blocks_per_sm_max"] = k->resident_max;
-    line["residency_limit"] = k->limit;
-    line["residency_source"] =
-        k->resources ? "ptxas sm_90 (" + a.resources_path + ")"
-                     : "assumed 1 block per SM: " +
-                           (a.resources_note.empty() ? "not in " + a.resources_path
-                                                     : a.resources_note);
-    line["registers"] = k->resources ? nlohmann::ordered_json(k->resources->registers) : nullptr;
-    line["static_shared_bytes"] =
-        k->resources ? nlohmann::ordered_json(k->resources->static_shared) : nullptr;
-    line["dynamic_shared_bytes"] = k->dynamic_shared_max;
-    line["simulated_seconds"] = k->seconds;
-    line["work_share"] = total > 0 ? k->seconds / total : 0.0;
-    line["predicted_sm_utilisation"] =
-        k->seconds > 0 ? k->utilisation_seconds / k->seconds : 0.0;
-    line["wave_fill"] = k->seconds > 0 ? k->fill_seconds / k->seconds : 0.0;
-    line["sampled_launches"] = k->sampled_launches;
-    line["sample_blocks"] = k->sample_blocks;
-    line["mangled"] = k->mangled;
+  for (const KernelStats* k : rows) out << line_of(*k, a, total).dump() << '\n';
+  if (a.graph_launches > 0) {
+    // One launch for the host each. Their kernels' work is in the lines
+    // above (graph_runs): this line's seconds are those kernels', its share
+    // of the work 0.
+    KernelStats graphs;
+    graphs.name = "cudaGraphLaunch";
+    graphs.launches = a.graph_launches;
+    graphs.blocks_min = graphs.blocks_max = graphs.threads_min = graphs.threads_max = 0;
+    graphs.resident_min = graphs.resident_max = 0;
+    graphs.limit = "-";
+    nlohmann::ordered_json line = line_of(graphs, a, 0);
+    line["simulated_seconds"] = a.graph_seconds;
+    line["residency_source"] = "graph launches: their kernels are the lines with graph_runs";
+    line["graph_nodes"] = a.graph_nodes;
     out << line.dump() << '\n';
   }
   out.close();
@@ -399,6 +427,10 @@ void detail::record_launch(const KernelLaunch& launch, std::vector<double>& seco
   const double utilisation = predicted_utilisation(seconds, slots);
   const double fill = wave_fill(seconds.size(), slots);
   k->launches += 1;
+  if (t_in_graph) {
+    k->graph_runs += 1;
+    a.graph_seconds += launch_seconds;
+  }
   k->sampled_launches += sampled;
   if (sampled) k->sample_blocks = std::max<uint64_t>(k->sample_blocks, ran.size());
   k->blocks_min = std::min<uint64_t>(k->blocks_min, seconds.size());
@@ -413,5 +445,17 @@ void detail::record_launch(const KernelLaunch& launch, std::vector<double>& seco
   k->utilisation_seconds += utilisation * launch_seconds;
   k->fill_seconds += fill * launch_seconds;
 }
+
+detail::GraphLaunchScope::GraphLaunchScope(size_t kernel_nodes) {
+  t_in_graph = true;
+  if (!launch_audit_recording()) return;
+  Audit& a = audit();
+  std::lock_guard lock(a.mutex);
+  if (!a.recording.load()) return;
+  a.graph_launches += 1;
+  a.graph_nodes += kernel_nodes;
+}
+
+detail::GraphLaunchScope::~GraphLaunchScope() { t_in_graph = false; }
 
 }  // namespace anvil::sim

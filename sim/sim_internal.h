@@ -56,6 +56,15 @@ bool launch_audit_recording();
 // negative for a block that ANVIL_SIM_SAMPLE_BLOCKS skipped (it is then taken
 // to have lasted the mean of those that ran).
 void record_launch(const KernelLaunch& launch, std::vector<double>& seconds);
+// While it lives, the calling thread runs a graph launch's nodes
+// (streams.cpp): the audit records the graph launch once, and the kernels
+// launched meanwhile as its nodes (their work in their own rows).
+struct GraphLaunchScope {
+  explicit GraphLaunchScope(size_t kernel_nodes);
+  ~GraphLaunchScope();
+  GraphLaunchScope(const GraphLaunchScope&) = delete;
+  GraphLaunchScope& operator=(const GraphLaunchScope&) = delete;
+};
 // sample_blocks(), and a one-time note on stderr that sampling makes the
 // run's numbers invalid (throws for a malformed ANVIL_SIM_SAMPLE_BLOCKS).
 uint64_t sample_blocks_for_launch();

@@ -212,10 +212,14 @@ void execute(CUstream_st& s, Work& w, Outcome& out) {
       case WorkKind::kMemset:
         run_node(w.kind, w.kernel.get(), w.dst, w.src ? w.src : w.staged.data(), w.bytes, w.value);
         break;
-      case WorkKind::kGraph:
+      case WorkKind::kGraph: {
+        size_t kernels = 0;
+        for (const GraphNode& n : *w.graph) kernels += n.kind == WorkKind::kKernel;
+        GraphLaunchScope scope(kernels);
         for (const GraphNode& n : *w.graph)
           run_node(n.kind, n.kernel.get(), n.dst, n.src, n.bytes, n.value);
         break;
+      }
       case WorkKind::kRecord: {
         std::lock_guard lock(reg().mutex);
         // An event re-recorded since keeps the time of its latest record only.

@@ -259,6 +259,7 @@ TEST_CASE("anvil-train --gpus 2 ends where one GPU does, with --accumulate 2 too
                         dir);
   INFO(one.output);
   REQUIRE(one.code == 0);
+  CHECK_THAT(one.output, Contains("CUDA graphs (--cuda-graphs): each steady step is one graph launch"));
   for (const std::string extra : {"", " --accumulate 2"}) {
     const std::string tag = extra.empty() ? "two" : "two-acc";
     const Run two = shell(train_bin() + common + " --gpus 2" + extra + " --metrics " +
@@ -267,6 +268,7 @@ TEST_CASE("anvil-train --gpus 2 ends where one GPU does, with --accumulate 2 too
     INFO(two.output);
     REQUIRE(two.code == 0);
     REQUIRE_THAT(two.output, Contains("[2 x GPU]"));
+    CHECK_THAT(two.output, Contains("CUDA graphs not used: data-parallel steps run eagerly"));
     const auto want = metrics_of(dir.file("one.jsonl")), got = metrics_of(dir.file(tag + ".jsonl"));
     REQUIRE(got.size() == want.size());
     for (const char* key : {"train_loss", "train_acc", "test_loss", "test_acc"})

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <omp.h>
 #include <random>
@@ -404,11 +405,18 @@ TEST_CASE("elementwise ops", "[cpu][elementwise]") {
       Vec y(n, kNaN);
       DVec want(n);
 
-      cpu::relu_forward(n, a.data(), y.data());
+      cpu::pointwise_forward(PointwiseOp::kRelu, n, a.data(), y.data());
       for (int64_t i = 0; i < n; ++i) want[i] = a[i] > 0 ? a[i] : 0.0;
       CHECK(std::equal(y.begin(), y.end(), want.begin()));
+      {  // NaN stays NaN (as torch.relu), -0 stays -0
+        Vec odd = {kNaN, -0.0f, -2.0f}, out(3);
+        cpu::pointwise_forward(PointwiseOp::kRelu, 3, odd.data(), out.data());
+        CHECK(std::isnan(out[0]));
+        CHECK(std::signbit(out[1]));
+        CHECK(out[2] == 0.0f);
+      }
       Vec dx(n, kNaN);
-      cpu::relu_backward(n, y.data(), b.data(), dx.data());
+      cpu::pointwise_backward(PointwiseOp::kRelu, n, y.data(), b.data(), dx.data());
       for (int64_t i = 0; i < n; ++i) want[i] = y[i] > 0 ? b[i] : 0.0;
       CHECK(std::equal(dx.begin(), dx.end(), want.begin()));
       CHECK(dx[0] == 0.0f);
@@ -713,6 +721,45 @@ TEST_CASE("sgd update follows the PyTorch formula", "[cpu][sgd]") {
       }
     }
   }
+}
+
+TEST_CASE("cpu sgd_update over many tensors in one pass gives each its own update's bits",
+          "[cpu][sgd]") {
+  // Ragged sizes around the 16384-element chunks, one empty, enough in all
+  // for the threads to share them; even tensors at their first step (their
+  // buffer NaN, never read), odd ones continuing; a bfloat16 copy on every third.
+  const std::vector<int64_t> sizes = {1, 16383, 16384, 16385, 0, 40000, 7, 70001, 300};
+  for (float momentum : {0.0f, 0.9f})
+    for (float wd : {0.0f, 0.01f})
+      for (bool nesterov : {false, true}) {
+        INFO("momentum " << momentum << ", weight_decay " << wd << ", nesterov " << nesterov);
+        std::vector<Vec> p, buf, p_ref, buf_ref, grads;
+        std::vector<std::vector<bfloat16>> copy, copy_ref;
+        std::vector<SgdEntry> entries;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          const auto n = size_t(sizes[i]);
+          p.push_back(random_vec(n, uint32_t(1400 + i)));
+          buf.push_back(i % 2 == 0 ? Vec(n, kNaN) : random_vec(n, uint32_t(1500 + i)));
+          grads.push_back(random_vec(n, uint32_t(1600 + i)));
+          copy.emplace_back(n, bfloat16(0.0f));
+        }
+        p_ref = p, buf_ref = buf, copy_ref = copy;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          const bool first = i % 2 == 0, has_copy = i % 3 == 0;
+          entries.push_back({p[i].data(), grads[i].data(), momentum != 0.0f ? buf[i].data() : nullptr,
+                             has_copy ? copy[i].data() : nullptr, sizes[i], first});
+          cpu::sgd_update(sizes[i], p_ref[i].data(), grads[i].data(),
+                          momentum != 0.0f ? buf_ref[i].data() : nullptr, 0.05f, momentum, wd,
+                          nesterov, first, has_copy ? copy_ref[i].data() : nullptr);
+        }
+        cpu::sgd_update(entries.data(), entries.size(), 0.05f, momentum, wd, nesterov);
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          INFO("tensor " << i);
+          REQUIRE(std::memcmp(p[i].data(), p_ref[i].data(), p[i].size() * sizeof(float)) == 0);
+          REQUIRE(std::memcmp(buf[i].data(), buf_ref[i].data(), buf[i].size() * sizeof(float)) == 0);
+          REQUIRE(std::memcmp(copy[i].data(), copy_ref[i].data(), copy[i].size() * 2) == 0);
+        }
+      }
 }
 
 TEST_CASE("cpu count_correct reads bfloat16 logits as themselves", "[cpu]") {

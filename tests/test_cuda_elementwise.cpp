@@ -54,6 +54,7 @@ void require_match(const Vec& got, const Vec& want, float rtol = 1e-6f, float at
 
 TEST_CASE("cuda relu forward/backward match the CPU, in place too", "[cuda][elementwise]") {
   if (!cuda_test::have_device()) return;
+  using anvil::PointwiseOp;  // ReLU is one of kernels/pointwise.h's ops
   for (int64_t n : kSizes) {
     INFO("n = " << n);
     Vec x = input(n, 11);
@@ -64,15 +65,15 @@ TEST_CASE("cuda relu forward/backward match the CPU, in place too", "[cuda][elem
       x[5] = kNaN;
     }
     Vec want = x;
-    anvil::cpu::relu_forward(n, x.data(), want.data());
+    anvil::cpu::pointwise_forward(PointwiseOp::kRelu, n, x.data(), want.data());
 
     DeviceBuffer<float> dx(x), dy(Vec(x.size(), kSentinel));
-    anvil::cuda::relu_forward(n, dx.ptr, dy.ptr, nullptr);
+    anvil::cuda::pointwise_forward(PointwiseOp::kRelu, n, dx.ptr, dy.ptr, nullptr);
     Vec y_want(x.size(), kSentinel);
-    anvil::cpu::relu_forward(n, x.data(), y_want.data());
+    anvil::cpu::pointwise_forward(PointwiseOp::kRelu, n, x.data(), y_want.data());
     require_match(dy.to_host(), y_want);
 
-    anvil::cuda::relu_forward(n, dx.ptr, dx.ptr, nullptr);  // in place
+    anvil::cuda::pointwise_forward(PointwiseOp::kRelu, n, dx.ptr, dx.ptr, nullptr);  // in place
     require_match(dx.to_host(), want);
 
     // Backward: y has exact zeros (gradient must be 0 there), dy random.
@@ -80,16 +81,16 @@ TEST_CASE("cuda relu forward/backward match the CPU, in place too", "[cuda][elem
     for (size_t i = 0; i < size_t(n); ++i) y[i] = (i % 3 == 0) ? 0.0f : y[i];
     const Vec g = input(n, 13);
     Vec gx_want(x.size(), kSentinel);
-    anvil::cpu::relu_backward(n, y.data(), g.data(), gx_want.data());
+    anvil::cpu::pointwise_backward(PointwiseOp::kRelu, n, y.data(), g.data(), gx_want.data());
     DeviceBuffer<float> d_y(y), d_g(g), d_gx(Vec(x.size(), kSentinel));
-    anvil::cuda::relu_backward(n, d_y.ptr, d_g.ptr, d_gx.ptr, nullptr);
+    anvil::cuda::pointwise_backward(PointwiseOp::kRelu, n, d_y.ptr, d_g.ptr, d_gx.ptr, nullptr);
     const Vec gx = d_gx.to_host();
     require_match(gx, gx_want);
     for (size_t i = 0; i < size_t(n); i += 3) REQUIRE(gx[i] == 0.0f);
 
     Vec inplace_want = g;
-    anvil::cpu::relu_backward(n, y.data(), g.data(), inplace_want.data());
-    anvil::cuda::relu_backward(n, d_y.ptr, d_g.ptr, d_g.ptr, nullptr);  // dx aliases dy
+    anvil::cpu::pointwise_backward(PointwiseOp::kRelu, n, y.data(), g.data(), inplace_want.data());
+    anvil::cuda::pointwise_backward(PointwiseOp::kRelu, n, d_y.ptr, d_g.ptr, d_g.ptr, nullptr);  // dx aliases dy
     require_match(d_g.to_host(), inplace_want);
   }
 }
@@ -290,7 +291,8 @@ TEST_CASE("cuda add_channel_bias matches the CPU on ragged shapes, in place too"
 TEST_CASE("cuda elementwise kernels reject negative sizes", "[cuda][elementwise]") {
   if (!cuda_test::have_device()) return;
   DeviceBuffer<float> d(4);
-  REQUIRE_THROWS_AS(anvil::cuda::relu_forward(-1, d.ptr, d.ptr, nullptr), std::invalid_argument);
+  REQUIRE_THROWS_AS(anvil::cuda::pointwise_forward(anvil::PointwiseOp::kRelu, -1, d.ptr, d.ptr, nullptr),
+                    std::invalid_argument);
   REQUIRE_THROWS_AS(anvil::cuda::fill(-5, 1.0f, d.ptr, nullptr), std::invalid_argument);
   REQUIRE_THROWS_AS(anvil::cuda::add_channel_bias(1, -2, 1, d.ptr, d.ptr, d.ptr, nullptr),
                     std::invalid_argument);

@@ -549,6 +549,37 @@ TEST_CASE("SGD skips parameters without a gradient and honours set_lr", "[nn][op
   CHECK(a.to_vector()[0] == Approx(0.025));
 }
 
+TEST_CASE("SGD zero_grad(false) zeroes every gradient in place, and sgd_step_ checks its tensors",
+          "[nn][optim]") {
+  Tensor a = make_param({1.0f, 2.0f});
+  Tensor b = make_param({3.0f});
+  Tensor c = make_param({4.0f});
+  optim::SGD sgd({a, b, c}, {.lr = 0.5});
+  const Tensor ga = Tensor::from_vector(std::vector<float>{1.0f, -1.0f}, {2});
+  a.set_grad(ga);
+  b.set_grad(Tensor::from_vector(std::vector<float>{2.0f}, {1}));
+  sgd.zero_grad(false);
+  CHECK(ga.to_vector() == std::vector<float>{0.0f, 0.0f});  // the same tensor, zeroed
+  CHECK(b.grad().to_vector() == std::vector<float>{0.0f});
+  CHECK_FALSE(c.grad().defined());  // no gradient: none made
+  sgd.step();                        // zero gradients: nothing moves
+  CHECK(a.to_vector() == std::vector<float>{1.0f, 2.0f});
+
+  SgdTensors t;
+  t.param = Tensor::zeros({3});
+  t.grad = Tensor::zeros({2});
+  SgdHyper h;
+  h.lr = 0.1f;
+  CHECK_THROWS_WITH(sgd_step_(std::vector<SgdTensors>{t}, h),
+                    Catch::Contains("the gradient of tensor 0 is [2], its parameter [3]"));
+  t.grad = Tensor::zeros({3});
+  h.momentum = 0.9f;
+  CHECK_THROWS_WITH(sgd_step_(std::vector<SgdTensors>{t}, h),
+                    Catch::Contains("tensor 0's momentum buffer is undefined"));
+  CHECK_THROWS_WITH(zero_(std::vector<Tensor>{t.param, Tensor::zeros({2}, DType::Int64)}),
+                    Catch::Contains("zero_: tensor 1 must be float32, got int64"));
+}
+
 TEST_CASE("SGD trains LeNet parameters in place", "[nn][optim]") {
   Generator gen(41);
   auto net = models::lenet(models::Init::Default, &gen);

@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "tests/cli_test_util.h"
 #include "tests/cuda_test_util.h"
+#include "tests/launch_audit_util.h"
 #include "sim_audit_kernels.cu"
 
 namespace {
@@ -23,47 +24,8 @@ namespace {
 using Catch::Contains;
 using anvil::testing::TempDir;
 using anvil::testing::cli::quote;
-
-// The audit's file as rows by kernel name; every line must be a JSON object
-// with every field the audit promises.
-std::map<std::string, nlohmann::json> read_audit(const std::string& path) {
-  std::ifstream in(path);
-  REQUIRE(in);
-  std::map<std::string, nlohmann::json> rows;
-  double shares = 0;
-  for (std::string line; std::getline(in, line);) {
-    INFO(path << ": " << line);
-    nlohmann::json row;
-    REQUIRE_NOTHROW(row = nlohmann::json::parse(line));
-    REQUIRE(row.is_object());
-    for (const char* field :
-         {"kernel", "launches", "blocks_min", "blocks_max", "threads_per_block", "blocks_per_sm",
-          "residency_source", "work_share", "predicted_sm_utilisation", "wave_fill",
-          "sample_blocks"})
-      REQUIRE(row.contains(field));
-    CHECK(row["blocks_min"].get<uint64_t>() <= row["blocks_max"].get<uint64_t>());
-    const double u = row["predicted_sm_utilisation"].get<double>();
-    CHECK(u >= 0.0);
-    CHECK(u <= 1.0 + 1e-9);
-    shares += row["work_share"].get<double>();
-    rows[row["kernel"].get<std::string>()] = row;
-  }
-  REQUIRE(!rows.empty());
-  CHECK(shares == Approx(1.0).epsilon(1e-6));
-  return rows;
-}
-
-// Finishes the audit even when a REQUIRE leaves the test early, so that no
-// later test records into it.
-struct AuditScope {
-  explicit AuditScope(const std::string& path) { anvil::sim::start_launch_audit(path); }
-  ~AuditScope() {
-    try {
-      anvil::sim::finish_launch_audit();
-    } catch (...) {
-    }
-  }
-};
+using launch_audit_test::AuditScope;
+using launch_audit_test::read_audit;
 
 constexpr int kIterations = 2000;  // tens of microseconds per 32-thread block
 constexpr unsigned kEqualBlocks = 132 * 20;
@@ -224,7 +186,7 @@ TEST_CASE("sim: ANVIL_SIM_LAUNCH_AUDIT writes a training step's kernels at exit,
     for (const auto& [name, row] : rows) {
       INFO(row.dump());
       conv |= name.starts_with("conv_kernels::");
-      sgd |= name.starts_with("sgd_kernels::sgd_kernel<");
+      sgd |= name.starts_with("sgd_kernels::sgd_multi_tensor<");
       CHECK(row["launches"].get<int>() >= 1);
       from_ptxas += row["residency_source"].get<std::string>().starts_with("ptxas");
     }

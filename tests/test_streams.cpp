@@ -237,3 +237,33 @@ TEST_CASE("DevicePrefetcher keeps batches apart when the caller holds several", 
     for (size_t j = 0; j < got.size(); ++j) REQUIRE(got[j] == Approx(expected[j]).epsilon(1e-6));
   }
 }
+
+TEST_CASE("DevicePrefetcher copies batches of the static buffers' shape into them, others not",
+          "[stream][data]") {
+  const data::ImageSet set = numbered_set(11, 3, 3);
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_test::have_device("cuda:0 part")) devices.push_back(Device::cuda(0));
+  for (Device device : devices) {
+    DYNAMIC_SECTION("on " << device.str()) {
+      data::DataLoader loader(set, 4, /*shuffle=*/true, /*drop_last=*/false, /*seed=*/2);
+      data::DevicePrefetcher batches(loader, device);
+      const Tensor images = Tensor::empty({4, 1, 3, 3}, DType::Float32, device);
+      const Tensor labels = Tensor::empty({4}, DType::Int64, device);
+      batches.set_static_buffers(images, labels);
+      batches.start_epoch();
+      data::DeviceBatch b;
+      int64_t in_static = 0, count = 0;
+      while (batches.next(b)) {
+        const bool same = b.images.impl() == images.impl();
+        CHECK(same == (b.host.size == 4));  // the last batch, of 3, in tensors of its own
+        CHECK((b.labels.impl() == labels.impl()) == same);
+        REQUIRE(b.images.to_vector() == b.host.images);
+        REQUIRE(b.labels.to_int_vector() == b.host.labels);
+        in_static += same;
+        ++count;
+      }
+      CHECK(count == 3);
+      CHECK(in_static == 2);
+    }
+  }
+}

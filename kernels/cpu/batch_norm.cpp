@@ -15,13 +15,32 @@
 #include "kernels/cpu/parallel_util.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/element.h"
+#include "kernels/pointwise.h"
 
 namespace anvil::cpu {
+namespace {
+
+// y = x * a + b over one run of a channel, then ReLU (kernels/pointwise.h)
+// where `relu` (BatchNorm and ReLU fused: one pass). Each branch is a plain
+// vectorisable loop.
+template <class T>
+void normalize(const T* x, T* y, int64_t n, float a, float b, bool relu) {
+  if (relu) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = store<T>(Relu::forward(load(x[i]) * a + b));
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = store<T>(load(x[i]) * a + b);
+  }
+}
+
+}  // namespace
 
 template <class T>
 void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                               const float* beta, float eps, float momentum, float* running_mean,
-                              float* running_var, float* save_mean, float* save_invstd, T* y) {
+                              float* running_var, float* save_mean, float* save_invstd, T* y,
+                              bool relu) {
   const int64_t M = N * HW, CHW = C * HW;
 #pragma omp parallel for schedule(static) if (N * CHW >= detail::kMinParallel)
   for (int64_t c = 0; c < C; ++c) {
@@ -54,19 +73,14 @@ void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, cons
     // y = x * a + b with a = gamma*invstd, b = beta - mean*a.
     const float a = static_cast<float>(gamma[c] * invstd);
     const float b = static_cast<float>(beta[c] - mean * gamma[c] * invstd);
-    for (int64_t n = 0; n < N; ++n) {
-      const T* xp = x + n * CHW + c * HW;
-      T* yp = y + n * CHW + c * HW;
-#pragma omp simd
-      for (int64_t i = 0; i < HW; ++i) yp[i] = store<T>(load(xp[i]) * a + b);
-    }
+    for (int64_t n = 0; n < N; ++n) normalize(x + n * CHW + c * HW, y + n * CHW + c * HW, HW, a, b, relu);
   }
 }
 
 template <class T>
 void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                              const float* beta, const float* running_mean,
-                             const float* running_var, float eps, T* y) {
+                             const float* running_var, float eps, T* y, bool relu) {
   const int64_t CHW = C * HW, rows = N * C;
 #pragma omp parallel for schedule(static) if (rows * HW >= detail::kMinParallel)
   for (int64_t r = 0; r < rows; ++r) {
@@ -74,10 +88,7 @@ void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const
     const double invstd = 1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps);
     const float a = static_cast<float>(gamma[c] * invstd);
     const float b = static_cast<float>(beta[c] - running_mean[c] * gamma[c] * invstd);
-    const T* xp = x + (r / C) * CHW + c * HW;
-    T* yp = y + (r / C) * CHW + c * HW;
-#pragma omp simd
-    for (int64_t i = 0; i < HW; ++i) yp[i] = store<T>(load(xp[i]) * a + b);
+    normalize(x + (r / C) * CHW + c * HW, y + (r / C) * CHW + c * HW, HW, a, b, relu);
   }
 }
 
@@ -125,9 +136,10 @@ void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* x, con
 #define ANVIL_BATCH_NORM(T)                                                                   \
   template void batch_norm_forward_train<T>(int64_t, int64_t, int64_t, const T*, const float*, \
                                             const float*, float, float, float*, float*, float*, \
-                                            float*, T*);                                       \
+                                            float*, T*, bool);                                 \
   template void batch_norm_forward_eval<T>(int64_t, int64_t, int64_t, const T*, const float*,  \
-                                           const float*, const float*, const float*, float, T*); \
+                                           const float*, const float*, const float*, float, T*,  \
+                                           bool);                                                \
   template void batch_norm_backward_train<T>(int64_t, int64_t, int64_t, const T*, const float*, \
                                              const float*, const float*, const T*, T*, float*,   \
                                              float*);
@@ -141,23 +153,24 @@ void CpuBackend::batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
                                           const Tensor& beta, float eps, float momentum,
                                           const Tensor& running_mean, const Tensor& running_var,
                                           const Tensor& save_mean, const Tensor& save_invstd,
-                                          const Tensor& y) {
+                                          const Tensor& y, bool relu) {
   auto [N, C, HW] = nchw_view(x);
   visit_float_dtype(x.dtype(), "batch_norm_forward_train", [&](auto t) {
     using T = decltype(t);
     cpu::batch_norm_forward_train(N, C, HW, x.data<T>(), floats(gamma), floats(beta), eps,
                                   momentum, floats(running_mean), floats(running_var),
-                                  floats(save_mean), floats(save_invstd), y.data<T>());
+                                  floats(save_mean), floats(save_invstd), y.data<T>(), relu);
   });
 }
 void CpuBackend::batch_norm_forward_eval(const Tensor& x, const Tensor& gamma,
                                          const Tensor& beta, const Tensor& running_mean,
-                                         const Tensor& running_var, float eps, const Tensor& y) {
+                                         const Tensor& running_var, float eps, const Tensor& y,
+                                         bool relu) {
   auto [N, C, HW] = nchw_view(x);
   visit_float_dtype(x.dtype(), "batch_norm_forward_eval", [&](auto t) {
     using T = decltype(t);
     cpu::batch_norm_forward_eval(N, C, HW, x.data<T>(), floats(gamma), floats(beta),
-                                 floats(running_mean), floats(running_var), eps, y.data<T>());
+                                 floats(running_mean), floats(running_var), eps, y.data<T>(), relu);
   });
 }
 void CpuBackend::batch_norm_backward_train(const Tensor& x, const Tensor& gamma,

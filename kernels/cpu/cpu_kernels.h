@@ -9,6 +9,7 @@
 
 #include "core/bfloat16.h"
 #include "kernels/pointwise.h"
+#include "kernels/sgd.h"
 #include "kernels/shapes.h"
 
 namespace anvil::cpu {
@@ -88,9 +89,7 @@ void avg_pool2d_backward(const Pool2dShape& s, const Tdy* dy, Tdx* dx);
 // Elementwise. Output may alias an input exactly (in place), never partially.
 // T: float or bfloat16 (kernels/element.h): loaded into float, computed in
 // float, stored back in T (bfloat16 rounds to nearest even).
-template <class T> void relu_forward(int64_t n, const T* x, T* y);
-template <class T> void relu_backward(int64_t n, const T* y, const T* dy, T* dx);  // dx = dy * (y > 0)
-// The ops of kernels/pointwise.h: y = op(x); dx = dy * op'(saved).
+// The ops of kernels/pointwise.h (ReLU, SiLU): y = op(x); dx = dy * op'(saved).
 template <class T> void pointwise_forward(PointwiseOp op, int64_t n, const T* x, T* y);
 template <class T>
 void pointwise_backward(PointwiseOp op, int64_t n, const T* saved, const T* dy, T* dx);
@@ -144,27 +143,30 @@ int64_t count_correct(int64_t N, int64_t C, const T* logits, const int64_t* labe
 // running_mean/var (unbiased variance, n/(n-1)) with momentum:
 // r = (1-momentum)*r + momentum*batch. running_* may be null.
 // x, y, dy, dx: T = float or bfloat16 (kernels/element.h); the rest float.
+// relu: y is ReLU of the normalised x, in the same pass (BatchNorm + ReLU).
 template <class T>
 void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                               const float* beta, float eps, float momentum, float* running_mean,
-                              float* running_var, float* save_mean, float* save_invstd, T* y);
+                              float* running_var, float* save_mean, float* save_invstd, T* y,
+                              bool relu = false);
 template <class T>
 void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                              const float* beta, const float* running_mean,
-                             const float* running_var, float eps, T* y);
+                             const float* running_var, float eps, T* y, bool relu = false);
 // Training-mode backward with the saved batch statistics. dx, dgamma, dbeta overwritten.
 template <class T>
 void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                                const float* save_mean, const float* save_invstd, const T* dy,
                                T* dx, float* dgamma, float* dbeta);
 
-// SGD with momentum / weight decay / nesterov, PyTorch semantics (dampening 0):
-//   g = grad + weight_decay * p
-//   if momentum != 0: buf = first_step ? g : momentum * buf + g
-//                     g = nesterov ? g + momentum * buf : buf
-//   p -= lr * g
-// momentum_buf may be null when momentum == 0. param_copy, when not null,
-// gets the updated p rounded to bfloat16 (autocast's copy) in the same pass.
+// SGD with momentum / weight decay / nesterov, PyTorch semantics (dampening
+// 0; kernels/sgd.h gives the formula), over every tensor of the list in one
+// parallel pass. A tensor's momentum_buf may be null when momentum == 0;
+// its param_copy, when not null, gets the updated p rounded to bfloat16
+// (autocast's copy) in the same pass.
+void sgd_update(const SgdEntry* tensors, size_t count, float lr, float momentum,
+                float weight_decay, bool nesterov);
+// One tensor: the list of one.
 void sgd_update(int64_t n, float* param, const float* grad, float* momentum_buf, float lr,
                 float momentum, float weight_decay, bool nesterov, bool first_step,
                 bfloat16* param_copy = nullptr);

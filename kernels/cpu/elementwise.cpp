@@ -62,27 +62,6 @@ double block_sum(const T* x, int64_t n) {
 // The elementwise ops take float or bfloat16 elements (kernels/element.h):
 // loaded into float, computed in float, stored in their type.
 
-template <class T>
-void relu_forward(int64_t n, const T* x, T* y) {
-  // `v < 0 ? 0 : v` keeps NaN (as torch.relu does) and maps to vmaxps.
-#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = load(x[i]);
-    y[i] = store<T>(v < 0.0f ? 0.0f : v);
-  }
-}
-
-// dy is loaded whether or not it is kept: a conditional load keeps GCC from
-// vectorising the bfloat16 loop.
-template <class T>
-void relu_backward(int64_t n, const T* y, const T* dy, T* dx) {
-#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = load(dy[i]);
-    dx[i] = store<T>(load(y[i]) > 0.0f ? g : 0.0f);
-  }
-}
-
 namespace {
 template <class Op, class T>
 void pointwise_forward_loop(int64_t n, const T* x, T* y) {
@@ -130,8 +109,6 @@ void scale(int64_t n, float alpha, const T* x, T* y) {
 
 // The two element types of each (kernels/element.h).
 #define ANVIL_ELEMENTWISE(T)                                                                  \
-  template void relu_forward<T>(int64_t, const T*, T*);                                      \
-  template void relu_backward<T>(int64_t, const T*, const T*, T*);                           \
   template void pointwise_forward<T>(PointwiseOp, int64_t, const T*, T*);                    \
   template void pointwise_backward<T>(PointwiseOp, int64_t, const T*, const T*, T*);         \
   template void add<T>(int64_t, const T*, const T*, T*);                                     \
@@ -244,18 +221,6 @@ void CpuBackend::add_scalar_int64(const Tensor& dst, int64_t value) {
 }
 
 // These take float32 or bfloat16 tensors, all of one dtype.
-void CpuBackend::relu_forward(const Tensor& x, const Tensor& y) {
-  visit_float_dtype(x.dtype(), "relu_forward", [&](auto t) {
-    using T = decltype(t);
-    cpu::relu_forward(x.numel(), x.data<T>(), y.data<T>());
-  });
-}
-void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
-  visit_float_dtype(y.dtype(), "relu_backward", [&](auto t) {
-    using T = decltype(t);
-    cpu::relu_backward(y.numel(), y.data<T>(), dy.data<T>(), dx.data<T>());
-  });
-}
 void CpuBackend::pointwise_forward(PointwiseOp op, const Tensor& x, const Tensor& y) {
   visit_float_dtype(x.dtype(), "pointwise_forward", [&](auto t) {
     using T = decltype(t);

@@ -56,14 +56,28 @@ void CudaBackend::wait() {
   if (!std::exchange(label_record_queued_, false)) return;
   const int64_t checked = std::exchange(labels_checked_, 0);
   const int64_t* record = label_record_host_;
-  if (record[kLabelRecordIndex] >= 0)
-    throw std::invalid_argument(label_error(
-        record[kLabelRecordLabel], record[kLabelRecordClasses], record[kLabelRecordIndex],
-        record[kLabelRecordSize],
-        fmt::format("found on cuda:{} when the host next waited for it: label check {} of the {} "
-                    "since the wait before",
-                    device_, record[kLabelRecordBatch], checked)));
+  if (record[kLabelRecordIndex] < 0) return;
+  const std::string which = record[kLabelRecordBatch] > 0
+                                ? fmt::format("label check {} of the {}", record[kLabelRecordBatch], checked)
+                                : fmt::format("a label check of a CUDA graph's replay, of the {}", checked);
+  throw std::invalid_argument(label_error(
+      record[kLabelRecordLabel], record[kLabelRecordClasses], record[kLabelRecordIndex],
+      record[kLabelRecordSize],
+      fmt::format("found on cuda:{} when the host next waited for it: {} since the wait before",
+                  device_, which)));
 }
+
+void CudaBackend::begin_capture() {
+  capturing_ = true;
+  captured_label_checks_ = 0;
+}
+
+int64_t CudaBackend::end_capture() {
+  capturing_ = false;
+  return std::exchange(captured_label_checks_, 0);
+}
+
+void CudaBackend::replayed(int64_t label_checks) { labels_checked_ += label_checks; }
 
 Tensor CudaBackend::workspace(size_t floats) const {
   if (floats == 0) return Tensor();

@@ -12,6 +12,13 @@ namespace anvil::cuda {
 
 // A caching allocator over cudaMalloc for one device (cuda_allocator.cpp).
 std::unique_ptr<Allocator> make_caching_allocator(int device);
+// Its graph pools (cuda_graph.cpp; `a` is such an allocator): from
+// begin_graph_pool until end_graph_pool, the calling thread's requests are
+// served from a new private pool, whose id it returns; its blocks go to no
+// other request until release_graph_pool (the graph is destroyed).
+uint64_t begin_graph_pool(Allocator& a);
+void end_graph_pool(Allocator& a);
+void release_graph_pool(Allocator& a, uint64_t pool);
 
 // The Backend of one device (core/backend.h documents each method): kernels
 // launched on the device's compute stream, scratch memory from its caching
@@ -37,6 +44,16 @@ class CudaBackend final : public Backend {
   // with the same wait (a copy queued before it), and a bad label found
   // throws std::invalid_argument (label_error()), once.
   void wait();
+
+  // CUDA graphs (cuda_graph.cpp). Between begin_capture and end_capture
+  // this backend's work is captured, not run: its label checks are counted
+  // for the graph (end_capture returns how many), not for the next wait,
+  // and each replay of the graph adds them back (replayed), so that the
+  // wait after a replay brings the label record back. A captured check
+  // records batch 0, which the error names as a graph's.
+  void begin_capture();
+  int64_t end_capture();
+  void replayed(int64_t label_checks);
 
  private:
   // Kernels launch on the current device: make it this backend's.
@@ -69,6 +86,8 @@ class CudaBackend final : public Backend {
   int64_t* label_record_host_ = nullptr;
   int64_t labels_checked_ = 0;
   bool label_record_queued_ = false;
+  bool capturing_ = false;
+  int64_t captured_label_checks_ = 0;
 };
 
 // A tensor's elements as the kernels take them (device pointers); null for

@@ -26,6 +26,7 @@
 #include "kernels/cuda/softmax/softmax.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/pointwise.h"
+#include "kernels/sgd.h"
 #include "kernels/shapes.h"
 
 namespace anvil::cuda {
@@ -51,10 +52,7 @@ void avg_pool2d_backward(const Pool2dShape& s, const Tdy* dy, Tdx* dx, cudaStrea
 // ---- elementwise (elementwise.cu) ----
 // Output may alias an input exactly (in place).
 // T: float or bfloat16 (kernels/element.h), as the cpu:: ones.
-template <class T> void relu_forward(int64_t n, const T* x, T* y, cudaStream_t stream);
-template <class T>
-void relu_backward(int64_t n, const T* y, const T* dy, T* dx, cudaStream_t stream);
-// The ops of kernels/pointwise.h, as cpu::pointwise_forward/backward.
+// The ops of kernels/pointwise.h (ReLU, SiLU), as cpu::pointwise_forward/backward.
 template <class T>
 void pointwise_forward(PointwiseOp op, int64_t n, const T* x, T* y, cudaStream_t stream);
 template <class T>
@@ -80,11 +78,25 @@ void broadcast_scalar(int64_t n, float alpha, const float* x, float* y, cudaStre
 void add_channel_bias(int64_t outer, int64_t C, int64_t inner, const float* x, const float* bias,
                       float* y, cudaStream_t stream);
 
-// ---- SGD (sgd.cu) ----
-// As cpu::sgd_update (PyTorch semantics); momentum_buf may be null when momentum == 0.
+// ---- the optimizer (sgd.cu) ----
+// SGD (kernels/sgd.h, PyTorch semantics) over every tensor of the list in
+// one launch (multi-tensor apply; one launch per 128 tensors with elements).
+// The learning rate is *lr_device where that is not null (a float on the
+// device, read when the kernel runs: a captured CUDA graph follows the
+// schedule), else lr. A tensor's momentum_buf may be null when momentum == 0.
+void sgd_update(const SgdEntry* tensors, size_t count, const float* lr_device, float lr,
+                float momentum, float weight_decay, bool nesterov, cudaStream_t stream);
+// One tensor: the list of one.
 void sgd_update(int64_t n, float* param, const float* grad, float* momentum_buf, float lr,
                 float momentum, float weight_decay, bool nesterov, bool first_step,
                 cudaStream_t stream, bfloat16* param_copy = nullptr);
+// n floats at data.
+struct FloatRange {
+  float* data = nullptr;
+  int64_t n = 0;
+};
+// Every range set to zero in one launch (one per 192 ranges with elements).
+void zero_floats(const FloatRange* ranges, size_t count, cudaStream_t stream);
 
 // ---- the collectives' reduction step (accumulate.cu) ----
 // As cpu::accumulate: dst = (dst + src) * scale (scale 1: dst += src). The

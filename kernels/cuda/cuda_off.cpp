@@ -27,5 +27,7 @@ void synchronize(int) { unreachable(); }
 std::unique_ptr<Event::Impl> make_event(int, bool) { unreachable(); }
 void copy_async(int, Stream, void*, Device, const void*, Device, size_t) { unreachable(); }
 Allocator& pinned_allocator() { unreachable(); }
+std::unique_ptr<GraphImpl> capture_graph(int, const std::function<void()>&) { unreachable(); }
+std::string graph_unavailable(int) { unreachable(); }
 
 }  // namespace anvil::cuda_hooks

@@ -45,20 +45,6 @@ void CudaBackend::add_scalar_int64(const Tensor& dst, int64_t value) {
 }
 
 // These take float32 or bfloat16 tensors, all of one dtype.
-void CudaBackend::relu_forward(const Tensor& x, const Tensor& y) {
-  activate();
-  visit_float_dtype(x.dtype(), "relu_forward", [&](auto t) {
-    using T = decltype(t);
-    cuda::relu_forward(x.numel(), x.data<T>(), y.data<T>(), stream_);
-  });
-}
-void CudaBackend::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
-  activate();
-  visit_float_dtype(y.dtype(), "relu_backward", [&](auto t) {
-    using T = decltype(t);
-    cuda::relu_backward(y.numel(), y.data<T>(), dy.data<T>(), dx.data<T>(), stream_);
-  });
-}
 void CudaBackend::pointwise_forward(PointwiseOp op, const Tensor& x, const Tensor& y) {
   activate();
   visit_float_dtype(x.dtype(), "pointwise_forward", [&](auto t) {

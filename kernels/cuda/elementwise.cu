@@ -1,5 +1,5 @@
-// Elementwise kernels: relu forward/backward, the pointwise ops of
-// kernels/pointwise.h (one template each way), add, mul, axpy, scale, fill
+// Elementwise kernels: the pointwise ops of kernels/pointwise.h (ReLU,
+// SiLU: one template each way), add, mul, axpy, scale, fill
 // (float, int64, uint8, bfloat16), float32 <-> bfloat16 conversion, an int64
 // counter increment, a device scalar spread over a tensor and the
 // per-channel bias add.
@@ -57,26 +57,10 @@ __device__ __forceinline__ int64_t grid_stride() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
 
-// relu, the pointwise ops, add, mul and scale take float or bfloat16
+// The pointwise ops, add, mul and scale take float or bfloat16
 // elements (T, kernels/element.h): each is loaded into a float, computed in
 // float and stored back in T. A warp's 32 bfloat16 elements are one 64-byte
 // segment, so the loads stay coalesced and the traffic halves.
-
-// `v < 0 ? 0 : v` keeps NaN (as torch.relu and cpu::relu_forward do).
-template <class T>
-__global__ void __launch_bounds__(kBlock) relu_forward_kernel(int64_t n, const T* x, T* y) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const float v = load(x[i]);
-    y[i] = store<T>(v < 0.0f ? 0.0f : v);
-  }
-}
-
-// dx = dy where y > 0, else 0 (also at y == 0 exactly, and for NaN y).
-template <class T>
-__global__ void __launch_bounds__(kBlock) relu_backward_kernel(int64_t n, const T* y, const T* dy, T* dx) {
-  for (int64_t i = first_index(); i < n; i += grid_stride())
-    dx[i] = store<T>(load(y[i]) > 0.0f ? load(dy[i]) : 0.0f);
-}
 
 // The ops of kernels/pointwise.h, one instantiation each.
 template <class Op, class T>
@@ -159,20 +143,6 @@ __global__ void __launch_bounds__(kBlock) add_channel_bias_kernel(Index total, I
 using namespace elementwise_kernels;
 
 template <class T>
-void relu_forward(int64_t n, const T* x, T* y, cudaStream_t stream) {
-  check_n(n, "relu_forward");
-  if (n == 0) return;
-  launch(relu_forward_kernel<T>, grid_for(n), dim3(kBlock), 0, stream, n, x, y);
-}
-
-template <class T>
-void relu_backward(int64_t n, const T* y, const T* dy, T* dx, cudaStream_t stream) {
-  check_n(n, "relu_backward");
-  if (n == 0) return;
-  launch(relu_backward_kernel<T>, grid_for(n), dim3(kBlock), 0, stream, n, y, dy, dx);
-}
-
-template <class T>
 void pointwise_forward(PointwiseOp op, int64_t n, const T* x, T* y, cudaStream_t stream) {
   check_n(n, "pointwise_forward");
   if (n == 0) return;
@@ -222,8 +192,6 @@ void scale(int64_t n, float alpha, const T* x, T* y, cudaStream_t stream) {
 
 // The two element types of each (kernels/element.h).
 #define ANVIL_ELEMENTWISE(T)                                                                   \
-  template void relu_forward<T>(int64_t, const T*, T*, cudaStream_t);                         \
-  template void relu_backward<T>(int64_t, const T*, const T*, T*, cudaStream_t);              \
   template void pointwise_forward<T>(PointwiseOp, int64_t, const T*, T*, cudaStream_t);       \
   template void pointwise_backward<T>(PointwiseOp, int64_t, const T*, const T*, T*,           \
                                       cudaStream_t);                                          \

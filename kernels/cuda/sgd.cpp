@@ -1,16 +1,25 @@
-// The CUDA backend's optimizer step (cuda_backend.h); the kernel is sgd.cu's.
+// The CUDA backend's optimizer methods (cuda_backend.h); the kernels are sgd.cu's.
+#include <vector>
+
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/sgd_entries.h"
 
 namespace anvil::cuda {
 
-void CudaBackend::sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                             const Tensor& param_copy, float lr, float momentum,
-                             float weight_decay, bool nesterov, bool first_step) {
+void CudaBackend::sgd_step(std::span<const SgdTensors> tensors, const SgdHyper& h) {
   activate();
-  cuda::sgd_update(param.numel(), floats(param), floats(grad), floats(momentum_buf), lr,
-                   momentum, weight_decay, nesterov, first_step, stream_,
-                   param_copy.defined() ? param_copy.data<bfloat16>() : nullptr);
+  const std::vector<SgdEntry> entries = sgd_entries(tensors);
+  cuda::sgd_update(entries.data(), entries.size(), floats(h.lr_on_device), h.lr, h.momentum,
+                   h.weight_decay, h.nesterov, stream_);
+}
+
+void CudaBackend::zero_tensors(std::span<const Tensor> tensors) {
+  activate();
+  std::vector<FloatRange> ranges;
+  ranges.reserve(tensors.size());
+  for (const Tensor& t : tensors) ranges.push_back({floats(t), t.numel()});
+  cuda::zero_floats(ranges.data(), ranges.size(), stream_);
 }
 
 }  // namespace anvil::cuda

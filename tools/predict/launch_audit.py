@@ -18,6 +18,10 @@ and "<!-- launch-audit MARKER: end -->" in docs/generated/launch-audit.md; witho
 table is printed. Rows are sorted by work share; a row is flagged when the
 kernel has at least 1% of the step's simulated block time and a predicted
 SM utilisation below 0.8, the goal for a kernel that matters to the step.
+A run with CUDA graphs has a cudaGraphLaunch row: the host's graph
+launches, one launch each, whose kernels' work is in the kernels' rows
+(their graph_runs are the launches a graph made); the launches counted
+are the host's: each kernel's own plus the graph launches.
 Standard library only.
 """
 import argparse
@@ -86,15 +90,28 @@ def span(lo, hi):
     return f"{lo}" if lo == hi else f"{lo}-{hi}"
 
 
+GRAPH = "cudaGraphLaunch"
+
+
+def host_launches(rows):
+    """The launches the host made: kernels outside graphs, and graph launches."""
+    return sum(r["launches"] - r.get("graph_runs", 0) for r in rows)
+
+
 def table(rows):
     out = ["| kernel | launches | blocks | threads/block | blocks/SM (limit, source) | work share | "
            "predicted SM utilisation | wave fill (untimed) |",
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        if r["kernel"] == GRAPH:
+            out.append(f"| `{GRAPH}` ({r['graph_nodes']} kernel launches in its graphs) | {r['launches']} "
+                       f"| - | - | - | - | - | - |")
+            continue
+        runs = f" ({r['graph_runs']} in graphs)" if r.get("graph_runs") else ""
         source = "ptxas" if r["residency_source"].startswith("ptxas") else "assumed"
         flagged = r["work_share"] >= SHARE_FLOOR and r["predicted_sm_utilisation"] < UTILISATION_GOAL
         util = f"{r['predicted_sm_utilisation']:.3f}"
-        out.append(f"| `{short_name(r['kernel'])}` | {r['launches']} | {span(r['blocks_min'], r['blocks_max'])} | "
+        out.append(f"| `{short_name(r['kernel'])}` | {r['launches']}{runs} | {span(r['blocks_min'], r['blocks_max'])} | "
                    f"{span(r['threads_per_block_min'], r['threads_per_block'])} | "
                    f"{span(r['blocks_per_sm'], r['blocks_per_sm_max'])} ({r['residency_limit']}, {source}) | "
                    f"{100 * r['work_share']:.2f}% | {'**' + util + '**' if flagged else util} | "
@@ -103,6 +120,8 @@ def table(rows):
 
 
 def summary(rows, runs=1):
+    graphs = [r for r in rows if r["kernel"] == GRAPH]
+    rows = [r for r in rows if r["kernel"] != GRAPH]
     flagged = [r for r in rows if r["work_share"] >= SHARE_FLOOR and r["predicted_sm_utilisation"] < UTILISATION_GOAL]
     big = [r for r in rows if r["work_share"] >= SHARE_FLOOR]
     seconds = sum(r["simulated_seconds"] for r in rows)
@@ -124,7 +143,12 @@ def summary(rows, runs=1):
         untimed = (f" {len(filled)} of those fill >= {UTILISATION_GOAL} of their waves when every block "
                    f"counts the same (untimed): their blocks' times differ, by uneven work or by what "
                    f"the host took.")
-    return (f"{len(rows)} kernels, {launches} launches, {seconds:.1f} s of simulated block time; {how}. "
+    counted = f"{launches} launches"
+    if graphs:
+        counted = (f"{host_launches(rows) + graphs[0]['launches']} launches by the host, "
+                   f"{graphs[0]['launches']} of them CUDA graph launches holding {graphs[0]['graph_nodes']} "
+                   f"of the {launches} kernel launches")
+    return (f"{len(rows)} kernels, {counted}, {seconds:.1f} s of simulated block time; {how}. "
             f"Work-weighted predicted utilisation {weighted:.3f}; {len(flagged)} of the {len(big)} kernels "
             f"with >= 1% of the work are below {UTILISATION_GOAL} (bold).{untimed}")
 

@@ -77,7 +77,12 @@ CLASSES = 10
 GEMM, CONV, RED, BN, EW, POOL, SOFT = ("gemm_kernels::", "conv_kernels::", "reduce_kernels::",
                                        "batch_norm_kernels::", "elementwise_kernels::",
                                        "pool_kernels::", "softmax_kernels::")
-SGD = "sgd_kernels::sgd_kernel<(sgd_kernels::Mode)0,false>"
+# Plain SGD (the seed recipe): every parameter in one multi-tensor launch
+# (kernels/cuda/sgd.cu), a block per SGD_CHUNK elements of each tensor; the
+# frozen baseline audit ran one launch per parameter tensor.
+SGD = "sgd_kernels::sgd_multi_tensor<false,false>"
+SGD_PER_TENSOR = "sgd_kernels::sgd_kernel<(sgd_kernels::Mode)0,false>"
+SGD_CHUNK = 4096
 
 
 # The TF32 rungs' kernels (conv 06, GEMM 11) by the FP32 kernel whose tiles
@@ -121,6 +126,9 @@ def instance(kernel, math, aligned=True):
         shape = ((TF32_GEMM if aligned else TF32_TILES["128x128"]) if math == "tf32" else
                  (BF16_GEMM if aligned else BF16_TILES["128x128"]))
         return f"gemm_kernels::gemm_mma<{shape},{m.group(1)},{m.group(2)},{elem}>"
+    m = re.match(r"(.*pointwise_(?:forward|backward)_kernel<[\w:]+)>$", kernel)  # kernels/pointwise.h's ops
+    if m:
+        return f"{m.group(1)},{elem}>"
     if math == "tf32":
         raise ValueError(f"step_time: no TF32 rung for {kernel}")
     m = re.match(r"(.*_split<\d,int)>$", kernel)  # BatchNorm's passes
@@ -238,14 +246,16 @@ class Step:
         self.add("shipped", RED + "channel_sum_fold", 0, F * (c * s + c), blocks=math.ceil(c / 8))
         self.add("baseline", before, 0, F * (outer * c * inner + c), row=split, blocks=c)
 
-    def batch_norm(self, n, c, hw):
+    def batch_norm(self, n, c, hw, relu=False):
+        """relu: the ReLU after it fused into the normalise pass
+        (forward_normalize_relu_split); the baseline ran it apart."""
         v, s, x = (4 if hw % 4 == 0 else 1), split_count(c, n * hw), n * c * hw
         e = self.e  # x, y, dy, dx: bfloat16 under amp; statistics and parameters float32
         for d, passes, before, fold_c, split_bytes in (
                 ("forward", ("stats", "normalize"), "forward_train_kernel", 8, (x, 2 * x + 4 * c)),
                 ("backward", ("sums", "dx"), "backward_train_kernel", 4, (2 * x, 3 * x + 4 * c))):
             first = f"{BN}{d}_{passes[0]}_split<{v},int>"
-            second = f"{BN}{d}_{passes[1]}_split<{v},int>"
+            second = f"{BN}{d}_{passes[1]}{'_relu' if relu and d == 'forward' else ''}_split<{v},int>"
             fold = f"{BN}{d}_fold"
             if self.amp:
                 xs = split_bytes[0] // x, (split_bytes[1] - 4 * c) // x
@@ -261,6 +271,9 @@ class Step:
                      F * (3 * c * s + fold_c * c), row=fold, blocks=math.ceil(c / 8))
             self.add("shipped", self.native(second), 0, F * split_bytes[1], row=second, blocks=c * s)
             self.add("baseline", BN + before, 0, F * (split_bytes[1] + 2 * c), row=first, blocks=c)
+        if relu:  # the baseline's ReLU forward pass, on the fused pass's row
+            self.add("baseline", EW + "relu_forward_kernel", 0, F * 2 * x,
+                     row=f"{BN}forward_normalize_relu_split<{v},int>")
         self.add("both", EW + "add_scalar_kernel", 0, 16)  # num_batches_tracked += 1
 
 
@@ -464,13 +477,18 @@ FLOAT_POOL_BF16 = {"avg_pool_forward_kernel<int>": "avg_pool_forward_bf16_to_flo
                    "avg_pool_backward_kernel<int>": "avg_pool_backward_float_to_bf16_kernel<int>"}
 
 
-def elementwise(step, relu=(), pool=(), adds=(), float_pool=False):
+def elementwise(step, relu=(), pool=(), adds=(), float_pool=False, relu_forward=True):
     """float_pool: global_avg_pool2d, float32 out from either dtype (amp:
-    x and dx bfloat16, y and dy float32)."""
+    x and dx bfloat16, y and dy float32). relu_forward False: the ReLU's
+    forward ran in BatchNorm's pass (Step.batch_norm(relu=True))."""
     e = step.e
-    for n in relu:
-        for kernel, nbytes in (("relu_forward_kernel", 2 * n), ("relu_backward_kernel", 3 * n)):
-            step.add("both", step.native(EW + kernel), 0, e * nbytes, row=EW + kernel)
+    for n in relu:  # ReLU, an op of kernels/pointwise.h; the frozen baseline audit's relu_*_kernel
+        for direction, nbytes in (("forward", 2 * n), ("backward", 3 * n)):
+            if direction == "forward" and not relu_forward:
+                continue
+            row = f"{EW}pointwise_{direction}_kernel<anvil::Relu>"
+            step.add("shipped", step.native(row), 0, e * nbytes, row=row)
+            step.add("baseline", f"{EW}relu_{direction}_kernel", 0, e * nbytes, row=row)
     for x, y in pool:
         for kernel in ("avg_pool_forward_kernel<int>", "avg_pool_backward_kernel<int>"):
             name = POOL + kernel
@@ -487,7 +505,7 @@ def elementwise(step, relu=(), pool=(), adds=(), float_pool=False):
 
 def loss_and_sgd(step, b, params):
     """Cross-entropy (core/ops_nn.cpp), the trainer's bookkeeping (nn/train.cpp)
-    and one SGD launch per parameter tensor."""
+    and one SGD launch for every parameter tensor."""
     logits, labels = F * b * CLASSES, 8 * b
     # The labels checked on the device (reduce/label_check.cu): one block reads
     # them; its record is written only for a bad label. The baseline's frozen
@@ -510,8 +528,11 @@ def loss_and_sgd(step, b, params):
         if step.amp and kernel == SOFT + "backward_kernel":  # writes a bfloat16 dlogits
             kernel, nbytes = SOFT + "backward_bf16_kernel", nbytes - logits // 2
         step.add("both", kernel, 0, nbytes, row=row)
-    for p, copy in params:  # amp: a conv or linear weight's bfloat16 copy, rewritten
-        step.add("both", SGD, 0, F * 3 * p + (2 * p if step.amp and copy else 0))
+    # amp: a conv or linear weight's bfloat16 copy, rewritten by the same launch
+    step.add("shipped", SGD, 0, sum(F * 3 * p + (2 * p if step.amp and copy else 0) for p, copy in params),
+             blocks=sum(math.ceil(p / SGD_CHUNK) for p, _ in params))
+    for p, _ in params:
+        step.add("baseline", SGD_PER_TENSOR, 0, F * 3 * p, row=SGD)
 
 
 def build(model, batch, tf32=False, amp=False, rung8=False, rung9=False):
@@ -557,8 +578,12 @@ def build_one(model, batch, step):
             params += [(s["K"] * s["C"] * s["R"] ** 2, True), (s["K"], False)]
             stages[s["name"].split()[1]].append(s)
             if "shortcut" not in s["name"]:
-                step.batch_norm(s["N"], s["K"], s["P"] ** 2)
-                elementwise(step, relu=[s["N"] * s["K"] * s["P"] ** 2])
+                # A block's first conv (and the stem): BatchNorm and its ReLU in one pass
+                # (nn/layers.cpp, Residual and Sequential); the second's ReLU follows the add.
+                stage = s["name"].split()[1]
+                first_of_block = stage == "stem" or sum("shortcut" not in t["name"] for t in stages[stage]) % 2 == 1
+                step.batch_norm(s["N"], s["K"], s["P"] ** 2, relu=first_of_block)
+                elementwise(step, relu=[s["N"] * s["K"] * s["P"] ** 2], relu_forward=not first_of_block)
                 params += [(s["K"], False), (s["K"], False)]
         for name, convs in stages.items():  # two residuals a stage, after the stem
             if name == "stem":

@@ -22,6 +22,8 @@
 // each making 3 passes over 200,704 values at batch 256, one
 // load in flight per thread).
 //   build/sim/bench_cuda_kernels bn 1
+#include <stdexcept>
+
 #include "kernels/cuda/batch_norm/rung.cuh"
 
 namespace anvil::cuda {
@@ -164,6 +166,8 @@ __global__ void __launch_bounds__(kBlock)
 namespace {
 
 void forward(const batch_norm_rungs::Forward& f, cudaStream_t stream) {
+  if (f.relu)
+    throw std::invalid_argument("cuda::batch_norm_forward_train: rung 1 has no fused ReLU (rung 2 has)");
   launch(forward_train_kernel, dim3(static_cast<unsigned>(f.C)), dim3(kBlock), 0, stream, f.N,
          f.C, f.HW, f.x, f.gamma, f.beta, f.eps, f.momentum, f.running_mean, f.running_var,
          f.save_mean, f.save_invstd, f.y);

@@ -16,7 +16,8 @@
 //             channel's S records in double in a fixed order and
 //             writes save_mean, save_invstd and the running
 //             statistics; normalise: y as in rung 01, C*S
-//             blocks again. x is read twice, not three times,
+//             blocks again (with ReLU in the same pass:
+//             forward_normalize_relu_split). x is read twice, not three times,
 //             and no sum of squares is ever subtracted from
 //             another, so a large mean with a small spread keeps
 //             its precision.
@@ -37,6 +38,7 @@
 #include "kernels/cuda/batch_norm/rung.cuh"
 #include "kernels/element.h"
 #include "kernels/cuda/reduce/channel_split.cuh"
+#include "kernels/pointwise.h"
 
 namespace anvil::cuda {
 namespace batch_norm_kernels {
@@ -110,13 +112,16 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// Forward pass 3: y = (x - mean) * gamma*invstd + beta over the block's slice.
-template <int V, typename Index, typename T>
-__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
-    forward_normalize_split(SplitArgs<Index> a, const T* __restrict__ x,
-                            const float* __restrict__ gamma, const float* __restrict__ beta,
-                            const float* __restrict__ save_mean,
-                            const float* __restrict__ save_invstd, T* __restrict__ y) {
+// Forward pass 3: y = (x - mean) * gamma*invstd + beta over the block's
+// slice, then ReLU (kernels/pointwise.h) with kRelu: BatchNorm and ReLU in
+// one pass (forward_normalize_relu_split).
+template <bool kRelu, int V, typename Index, typename T>
+__device__ __forceinline__ void normalize_slice(const SplitArgs<Index>& a, const T* __restrict__ x,
+                                                const float* __restrict__ gamma,
+                                                const float* __restrict__ beta,
+                                                const float* __restrict__ save_mean,
+                                                const float* __restrict__ save_invstd,
+                                                T* __restrict__ y) {
   const Slice<Index> slice(a);
   const float mean = save_mean[slice.c], scale = gamma[slice.c] * save_invstd[slice.c],
               shift = beta[slice.c];
@@ -127,10 +132,31 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
     for (int k = 0; k < kUnroll<V>; ++k) {
       if (!live[k]) continue;
 #pragma unroll
-      for (int j = 0; j < V; ++j) u[k].v[j] = (u[k].v[j] - mean) * scale + shift;
+      for (int j = 0; j < V; ++j) {
+        const float v = (u[k].v[j] - mean) * scale + shift;
+        u[k].v[j] = kRelu ? Relu::forward(v) : v;
+      }
       channel_split::store_unit<V>(y + off[k], u[k]);
     }
   });
+}
+
+template <int V, typename Index, typename T>
+__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
+    forward_normalize_split(SplitArgs<Index> a, const T* __restrict__ x,
+                            const float* __restrict__ gamma, const float* __restrict__ beta,
+                            const float* __restrict__ save_mean,
+                            const float* __restrict__ save_invstd, T* __restrict__ y) {
+  normalize_slice<false, V>(a, x, gamma, beta, save_mean, save_invstd, y);
+}
+
+template <int V, typename Index, typename T>
+__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
+    forward_normalize_relu_split(SplitArgs<Index> a, const T* __restrict__ x,
+                                 const float* __restrict__ gamma, const float* __restrict__ beta,
+                                 const float* __restrict__ save_mean,
+                                 const float* __restrict__ save_invstd, T* __restrict__ y) {
+  normalize_slice<true, V>(a, x, gamma, beta, save_mean, save_invstd, y);
 }
 
 // Backward pass 1: the block's sum(dy) and sum(dy * (x - mean)), to
@@ -256,12 +282,15 @@ void forward(const batch_norm_rungs::ForwardOf<T>& f, cudaStream_t stream) {
   launch(forward_fold<T>, channel_split::fold_blocks(C), dim3(kBlock), 0, stream, C, HW, N * HW, f.x,
          sp.plan.splits, static_cast<const float*>(f.workspace), f.eps, f.momentum,
          f.running_mean, f.running_var, f.save_mean, f.save_invstd);
-  launch_split(sp, C, HW, stream,
-               [](auto v, auto i) {
-                 return forward_normalize_split<decltype(v)::value, decltype(i), T>;
-               },
-               f.x, f.gamma, f.beta, static_cast<const float*>(f.save_mean),
-               static_cast<const float*>(f.save_invstd), f.y);
+  auto normalize = [&](auto pick) {
+    launch_split(sp, C, HW, stream, pick, f.x, f.gamma, f.beta,
+                 static_cast<const float*>(f.save_mean), static_cast<const float*>(f.save_invstd),
+                 f.y);
+  };
+  if (f.relu)
+    normalize([](auto v, auto i) { return forward_normalize_relu_split<decltype(v)::value, decltype(i), T>; });
+  else
+    normalize([](auto v, auto i) { return forward_normalize_split<decltype(v)::value, decltype(i), T>; });
 }
 
 template <class T>

@@ -58,7 +58,8 @@ template <class T>
 void batch_norm_forward_train(int number, int64_t N, int64_t C, int64_t HW, const T* x,
                               const float* gamma, const float* beta, float eps, float momentum,
                               float* running_mean, float* running_var, float* save_mean,
-                              float* save_invstd, T* y, float* workspace, cudaStream_t stream) {
+                              float* save_invstd, T* y, float* workspace, cudaStream_t stream,
+                              bool relu) {
   const char* who = "batch_norm_forward_train";
   const batch_norm_rungs::Rung& rung = checked_rung(number, who);
   batch_norm_rungs::check_sizes(N, C, HW, who);
@@ -67,7 +68,7 @@ void batch_norm_forward_train(int number, int64_t N, int64_t C, int64_t HW, cons
   const batch_norm_rungs::ForwardOf<T> f{N,           C,           HW,        x,
                                           gamma,       beta,        eps,       momentum,
                                           running_mean, running_var, save_mean, save_invstd,
-                                          y,           workspace};
+                                          y,           workspace,   relu};
   if constexpr (std::is_same_v<T, bfloat16>)
     launcher_or_throw<T>(rung.forward_bf16, number, who)(f, stream);
   else
@@ -95,7 +96,8 @@ void batch_norm_backward_train(int number, int64_t N, int64_t C, int64_t HW, con
 #define ANVIL_BATCH_NORM(T)                                                                    \
   template void batch_norm_forward_train<T>(int, int64_t, int64_t, int64_t, const T*,          \
                                             const float*, const float*, float, float, float*,   \
-                                            float*, float*, float*, T*, float*, cudaStream_t);  \
+                                            float*, float*, float*, T*, float*, cudaStream_t,   \
+                                            bool);                                              \
   template void batch_norm_backward_train<T>(int, int64_t, int64_t, int64_t, const T*,         \
                                              const float*, const float*, const float*, const T*, \
                                              T*, float*, float*, float*, cudaStream_t);
@@ -110,7 +112,7 @@ void CudaBackend::batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
                                            const Tensor& beta, float eps, float momentum,
                                            const Tensor& running_mean, const Tensor& running_var,
                                            const Tensor& save_mean, const Tensor& save_invstd,
-                                           const Tensor& y) {
+                                           const Tensor& y, bool relu) {
   activate();
   auto [N, C, HW] = nchw_view(x);
   Tensor ws = workspace(batch_norm_workspace_floats(kBestBatchNorm, N, C, HW));
@@ -119,20 +121,20 @@ void CudaBackend::batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
     cuda::batch_norm_forward_train(kBestBatchNorm, N, C, HW, x.data<T>(), floats(gamma),
                                    floats(beta), eps, momentum, floats(running_mean),
                                    floats(running_var), floats(save_mean), floats(save_invstd),
-                                   y.data<T>(), floats(ws), stream_);
+                                   y.data<T>(), floats(ws), stream_, relu);
   });
 }
 void CudaBackend::batch_norm_forward_eval(const Tensor& x, const Tensor& gamma,
                                           const Tensor& beta, const Tensor& running_mean,
                                           const Tensor& running_var, float eps,
-                                          const Tensor& y) {
+                                          const Tensor& y, bool relu) {
   activate();
   auto [N, C, HW] = nchw_view(x);
   visit_float_dtype(x.dtype(), "batch_norm_forward_eval", [&](auto t) {
     using T = decltype(t);
     cuda::batch_norm_forward_eval(N, C, HW, x.data<T>(), floats(gamma), floats(beta),
                                   floats(running_mean), floats(running_var), eps, y.data<T>(),
-                                  stream_);
+                                  stream_, relu);
   });
 }
 void CudaBackend::batch_norm_backward_train(const Tensor& x, const Tensor& gamma,

@@ -33,15 +33,19 @@ constexpr int kBatchNormRungs = 2;
 constexpr int kBestBatchNorm = 2;
 size_t batch_norm_workspace_floats(int rung, int64_t N, int64_t C, int64_t HW);
 // T = float or bfloat16 (rung 02 and eval only; rung 01 refuses bfloat16).
+// relu: y = ReLU of the normalised x in the same pass (BatchNorm and ReLU
+// fused; rung 02 and eval only).
 template <class T>
 void batch_norm_forward_train(int rung, int64_t N, int64_t C, int64_t HW, const T* x,
                               const float* gamma, const float* beta, float eps, float momentum,
                               float* running_mean, float* running_var, float* save_mean,
-                              float* save_invstd, T* y, float* workspace, cudaStream_t stream);
+                              float* save_invstd, T* y, float* workspace, cudaStream_t stream,
+                              bool relu = false);
 template <class T>
 void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                              const float* beta, const float* running_mean,
-                             const float* running_var, float eps, T* y, cudaStream_t stream);
+                             const float* running_var, float eps, T* y, cudaStream_t stream,
+                             bool relu = false);
 template <class T>
 void batch_norm_backward_train(int rung, int64_t N, int64_t C, int64_t HW, const T* x,
                                const float* gamma, const float* save_mean,
@@ -59,6 +63,7 @@ struct ForwardOf {
   float *running_mean, *running_var, *save_mean, *save_invstd;
   T* y;
   float* workspace;
+  bool relu = false;
 };
 template <class T>
 struct BackwardOf {

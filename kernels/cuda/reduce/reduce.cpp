@@ -111,6 +111,10 @@ void CudaBackend::sum(const Tensor& x, double scale, const Tensor& out) {
 }
 void CudaBackend::check_labels(const Tensor& labels, int64_t classes) {
   activate();
+  if (!label_record_ && capturing_)
+    throw std::logic_error(
+        "check_labels: the label record is made by a check outside a CUDA graph's capture (run "
+        "a step eagerly first)");
   if (!label_record_) {
     // The device's record, cleared by a copy of -1s from the second half
     // of the pinned buffer (which stays -1s), queued like any other copy.
@@ -122,8 +126,10 @@ void CudaBackend::check_labels(const Tensor& labels, int64_t classes) {
                           cudaMemcpyHostToDevice, stream_),
           "cudaMemcpyAsync");
   }
-  cuda::label_check(labels.numel(), int64s(labels), classes, ++labels_checked_, label_record_,
-                    stream_);
+  // A captured check runs at every replay: it records batch 0 (replayed() counts it).
+  const int64_t batch = capturing_ ? 0 : ++labels_checked_;
+  if (capturing_) ++captured_label_checks_;
+  cuda::label_check(labels.numel(), int64s(labels), classes, batch, label_record_, stream_);
 }
 
 }  // namespace anvil::cuda
