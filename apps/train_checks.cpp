@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "nn/layers.h"
+#include "parallel/tensor_parallel.h"
 
 namespace anvil::app {
 namespace {
@@ -190,10 +191,11 @@ namespace {
 void check_tensor_parallel(const Options& o) {
   const int t = o.tensor_parallel;
   if (t <= 1) return;
-  if (o.model != "lenet")
-    throw UsageError(fmt::format("--tensor-parallel {} with --model {}: only LeNet's linear layers "
-                                 "are split (--model lenet)",
-                                 t, o.model));
+  try {
+    parallel::tensor_parallel_plan(o.model);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("--tensor-parallel {} with --model {}: {}", t, o.model, e.what()));
+  }
   if (o.pipeline_parallel > 1)
     throw UsageError(fmt::format("--tensor-parallel {} with --pipeline-parallel {}: not "
                                  "supported together",

@@ -25,9 +25,9 @@ void check_ranks(const Options& o, int ranks);
 // The layout of --pipeline-parallel P and --tensor-parallel T over `ranks`
 // ranks: a multiple of P × T, and none of the flags a pipeline does not take
 // (--accumulate: give --micro-batches; --sync-bn, --bn-recalibrate), nor
-// those tensor parallelism does not (another model than LeNet, a pipeline,
-// --amp bf16, --checkpoint and --resume); --micro-batches only with a
-// pipeline. Returns the data-parallel replicas (ranks / (P × T)).
+// those tensor parallelism does not (a model without a plan of its split
+// layers, a pipeline, --amp bf16, --checkpoint and --resume); --micro-batches
+// only with a pipeline. Returns the data-parallel replicas (ranks / (P × T)).
 int check_layout(const Options& o, int ranks);
 // --sync-bn needs BatchNorm layers, replicas, and a part of every batch for
 // every rank (the last batch too).

@@ -73,8 +73,8 @@ EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
   // with the re-estimated ones, so the run shows what recalibration adds.
   if (run.recalibration_loader) {
     e.test_running_stats =
-        train::evaluate(*run.model, *run.test_loader, run.r.device, options.replicas, options.amp);
-    train::recalibrate_batch_norm(*run.model, *run.recalibration_loader, run.r.device,
+        train::evaluate(run.net(), *run.test_loader, run.r.device, options.replicas, options.amp);
+    train::recalibrate_batch_norm(run.net(), *run.recalibration_loader, run.r.device,
                                   o.bn_recalibrate, uint64_t(epoch - 1));
   }
   e.test = train::evaluate(run.net(), *run.test_loader, run.r.device, options.replicas,
@@ -94,7 +94,8 @@ void gather_whole_model(Run& run, bool momentum) {
   if (run.pipeline && run.mesh->coords.dp == 0)
     run.pipeline->gather_to_first(*run.model, momentum ? &*run.optimizer : nullptr);
   if (run.split)
-    parallel::gather_tensor_parallel(*run.split, dynamic_cast<nn::Sequential&>(*run.model));
+    parallel::gather_tensor_parallel(*run.mesh->tp, *run.split,
+                                     dynamic_cast<nn::Sequential&>(*run.model));
 }
 
 }  // namespace

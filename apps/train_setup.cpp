@@ -242,7 +242,8 @@ std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
     parallel::broadcast_state(*r.comm, *s.model, nullptr);
     try {
       s.split = parallel::split_tensor_parallel(
-          *s.mesh->tp, dynamic_cast<nn::Sequential&>(*s.model), parallel::lenet_tensor_pairs());
+          *s.mesh->tp, dynamic_cast<nn::Sequential&>(*s.model),
+          parallel::tensor_parallel_plan(o.model));
     } catch (const std::invalid_argument& e) {
       throw UsageError(fmt::format("--tensor-parallel {}: {}", tp, e.what()));
     }
