@@ -196,20 +196,6 @@ void check_tensor_parallel(const Options& o) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(fmt::format("--tensor-parallel {} with --model {}: {}", t, o.model, e.what()));
   }
-  if (o.pipeline_parallel > 1)
-    throw UsageError(fmt::format("--tensor-parallel {} with --pipeline-parallel {}: not "
-                                 "supported together",
-                                 t, o.pipeline_parallel));
-  if (o.amp_bf16())
-    throw UsageError(fmt::format("--tensor-parallel {} with --amp bf16: not supported (float32 "
-                                 "only)",
-                                 t));
-  for (const auto& [flag, file] : {std::pair{"--checkpoint", o.checkpoint}, {"--resume", o.resume}})
-    if (!file.empty())
-      throw UsageError(fmt::format("--tensor-parallel {} with {}: not supported (the split "
-                                   "layers' momentum is not gathered into a checkpoint; --save "
-                                   "writes the whole model's weights)",
-                                   t, flag));
 }
 
 }  // namespace
@@ -248,11 +234,18 @@ int check_layout(const Options& o, int ranks) {
         "--bn-recalibrate {} with --pipeline-parallel {}: not supported (the re-estimation runs "
         "the whole model on one rank)",
         o.bn_recalibrate, n));
-  if (ranks % n != 0)
+  if (ranks % n != 0) {
+    if (t > 1)
+      throw UsageError(fmt::format(
+          "--pipeline-parallel {} with --tensor-parallel {}: the run's {} rank(s) do not make "
+          "whole pipelines of {} stages of {} ranks each; start a multiple of {} ranks "
+          "(--distributed under mpirun -np, or --gpus)",
+          n, t, ranks * t, n, t, n * t));
     throw UsageError(fmt::format(
         "--pipeline-parallel {}: the run's {} rank(s) do not make whole pipelines of {} stages "
         "(one rank each); start a multiple of {} ranks (--distributed under mpirun -np, or --gpus)",
         n, ranks, n, n));
+  }
   return ranks / n;
 }
 

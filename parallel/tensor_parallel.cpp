@@ -145,7 +145,11 @@ Tensor SplitLayer::apply(const Tensor& x, const Tensor& b) const {
 Tensor SplitLayer::forward(const Tensor& x) {
   if (kind_ != Kind::kRow) return forward_copied(copy_to_tensor_parallel(comm_, x));
   const Tensor y = reduce_from_tensor_parallel(comm_, apply(x, Tensor()));
-  return bias.defined() ? add(y, bias) : y;
+  if (!bias.defined()) return y;
+  // Under autocast y is bfloat16 and the bias float32: the output keeps y's
+  // dtype, as the whole layer's would.
+  const Tensor z = add(y, bias);
+  return z.dtype() == y.dtype() ? z : z.to(y.dtype());
 }
 
 Tensor SplitLayer::forward_copied(const Tensor& x) {
@@ -309,6 +313,16 @@ std::shared_ptr<nn::Sequential> split_tensor_parallel(Communicator& comm,
   for (const std::string& b : blocks)
     if (!found.contains(b))
       throw std::invalid_argument(fmt::format("tensor parallel: the model has no layer {}", b));
+  return out;
+}
+
+std::vector<bool> stage_starts(const std::vector<std::string>& layer_names,
+                               const nn::Sequential& model, const TensorParallelPlan& plan) {
+  std::set<std::string> inside;  // the layers after a column-parallel one, to its row
+  for (auto [column, row] : plan.linear_pairs)
+    for (size_t i = column + 1; i <= row && i < model.size(); ++i) inside.insert(model.name(i));
+  std::vector<bool> out;
+  for (const std::string& name : layer_names) out.push_back(!inside.contains(name));
   return out;
 }
 

@@ -69,8 +69,9 @@ class TensorParallelModule : public nn::Module {
 //                    or channels); input through Megatron's f.
 //   kColumnGathered  the same, its output channels then all-gathered.
 //   kRow             rank r's columns of the weight (input units or
-//                    channels), the partial sums summed by Megatron's g,
-//                    then the whole bias added.
+//                    channels), the partial sums summed by Megatron's g
+//                    (in the activations' dtype: bfloat16 under autocast,
+//                    half the bytes), then the whole bias added.
 class SplitLayer final : public TensorParallelModule {
  public:
   enum class Kind : uint8_t { kColumn, kColumnGathered, kRow };
@@ -136,6 +137,13 @@ TensorParallelPlan tensor_parallel_plan(const std::string& model);
 std::shared_ptr<nn::Sequential> split_tensor_parallel(Communicator& comm,
                                                       const nn::Sequential& model,
                                                       const TensorParallelPlan& plan);
+
+// Which of a pipeline's layers (pipeline_layers' names) may begin a stage:
+// not those whose input is split, between a pair's column-parallel layer and
+// its row-parallel one (what crosses from stage to stage is whole). For
+// balance_stages.
+std::vector<bool> stage_starts(const std::vector<std::string>& layer_names,
+                               const nn::Sequential& model, const TensorParallelPlan& plan);
 
 // The split model's keys that hold this rank's part, and the dimension each
 // is split along (the layers' split_tensors(), under the model's names).

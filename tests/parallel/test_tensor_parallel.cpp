@@ -18,6 +18,7 @@
 #include "core/precision.h"
 #include "core/random.h"
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "parallel/tensor_parallel.h"
 #include "tests/parallel/data_parallel_scenarios.h"
@@ -43,7 +44,8 @@ Tensor first_images(const data::ImageSet& set, int64_t n, anvil::Device device) 
 
 std::vector<double> doubles(const Tensor& t) {
   std::vector<double> out;
-  for (float f : t.detach().to(anvil::Device::cpu()).to_vector()) out.push_back(f);
+  for (float f : t.detach().to(anvil::Device::cpu()).to(DType::Float32).to_vector())
+    out.push_back(f);
   return out;
 }
 
@@ -250,6 +252,27 @@ Outcomes split_conv_scenario(Communicator& comm) {
                    row ? doubles(full.bias.grad()) : part(full.bias.grad(), 0), 0,
                    times(row ? doubles(m.db) : part_of(m.db, full.bias.shape(), 0),
                          2 * gamma(terms))});
+    // Under bfloat16 autocast both read the same bfloat16 operands (the parts
+    // of the same weights) and sum in float32; the whole layer rounds its sum
+    // once to bfloat16 (u_b = 2^-8), so a column-parallel output lies within
+    // 2 (u_b + gamma(K + 1)) S of it; a row-parallel one rounds each rank's
+    // partial sum, each of the ring's N - 1 additions and the bias's:
+    // ((N + 2) u_b + gamma(K + 1) + gamma(K/N + N)) S. S grows by the
+    // operands' rounding to bfloat16, (1 + u_b)^2 at most: 1 + 2^-7 covers it
+    // and the second-order terms.
+    {
+      anvil::NoGradGuard no_grad;
+      const anvil::AutocastGuard autocast(device.type);
+      const double ub = std::ldexp(1.0, -8), grow = 1 + std::ldexp(1.0, -7);
+      const Tensor bf_y = full(x);
+      const Tensor bf_split = split(row ? par::slice_along(x, 1, rank * c.in / n, c.in / n) : x);
+      const double bf = row ? (n + 2) * ub + gamma(K + 1) + gamma(K / n + n) : 2 * (ub + gamma(K + 1));
+      out.push_back({"bfloat16 output's dtype, the whole layer's, " + tag,
+                     {double(bf_split.dtype())}, {double(bf_y.dtype())}, 0});
+      out.push_back({"bfloat16 output within the bound, " + tag, doubles(bf_split),
+                     column ? part(bf_y, 1) : doubles(bf_y), 0,
+                     times(column ? part_of(m.y, y.shape(), 1) : doubles(m.y), bf * grow)});
+    }
   }
   return out;
 }
@@ -359,11 +382,53 @@ Outcomes resnet_tensor_parallel_scenario(Communicator& comm, int64_t images) {
 
 }  // namespace
 
+// LeNet and a narrow ResNet-18 split over the ranks under bfloat16 autocast,
+// one step of 8 images, against the whole model on one device under
+// autocast. The split layers' bfloat16 outputs differ from one device's by a
+// few roundings of u_b = 2^-8 (bounded above): the step's loss (its forward)
+// is held within 2 u_b, relative; LeNet's weights after the step within u_b.
+// Not the narrow ResNet's: there autocast itself moves one device's update
+// by half its size against float32 (BatchNorm over 8 images of 4 channels,
+// every activation gradient rounded), and the split model's update differs
+// from one device's by as much.
+Outcomes amp_scenario(Communicator& comm) {
+  namespace nn = anvil::nn;
+  const anvil::Device device = comm.device();
+  const data::ImageSet set = synthetic_images(8, 13);
+  const anvil::optim::SGDOptions sgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4,
+                                     .nesterov = true};
+  const double ub = std::ldexp(1.0, -8);
+  Outcomes out;
+  for (const std::string name : {"lenet", "resnet18-narrow"}) {
+    auto reference = std::dynamic_pointer_cast<nn::Sequential>(make_model(name, 1));
+    auto whole = std::dynamic_pointer_cast<nn::Sequential>(make_model(name, 1));
+    reference->to(device);
+    whole->to(device);
+    auto split = par::split_tensor_parallel(
+        comm, *whole, par::tensor_parallel_plan(name == "lenet" ? "lenet" : "resnet18"));
+    anvil::optim::SGD ref_opt(reference->parameters(), sgd), opt(split->parameters(), sgd);
+    data::DataLoader ref_loader(set, 8, true, false, 3), loader(set, 8, true, false, 3);
+    train::EpochOptions o;
+    o.amp = true;
+    const train::EpochStats want = train::train_epoch(*reference, ref_opt, ref_loader, device, o);
+    const train::EpochStats got = train::train_epoch(*split, opt, loader, device, o);
+    const std::string tag =
+        fmt::format("{} over {} ranks, bfloat16 autocast, one step", name, comm.size());
+    out.push_back({"the step's loss, " + tag, {got.loss}, {want.loss}, 2 * ub});
+    if (name != "lenet") continue;
+    par::gather_tensor_parallel(comm, *split, *whole);
+    out.push_back({"every weight after the step, " + tag, state_values(comm, *whole),
+                   state_values(comm, *reference), ub});
+  }
+  return out;
+}
+
 // Every scenario above: `steps` batches of 8 images.
 Outcomes all_scenarios(Communicator& comm, int64_t steps) {
   Outcomes out = tensor_parallel_scenario(comm, 8 * steps);
   for (Outcome& o : split_conv_scenario(comm)) out.push_back(std::move(o));
   for (Outcome& o : resnet_tensor_parallel_scenario(comm, 8 * steps)) out.push_back(std::move(o));
+  for (Outcome& o : amp_scenario(comm)) out.push_back(std::move(o));
   return out;
 }
 
