@@ -475,7 +475,7 @@ TEST_CASE("tensor parallel: a pair that is not two Linear layers is refused", "[
   CHECK(split->state_dict().size() == lenet->state_dict().size());
 }
 
-TEST_CASE("tensor parallel: ResNet-18's plan splits its blocks; a plan that does not fit is refused",
+TEST_CASE("tensor parallel: ResNet-18's plan splits its blocks, and a plan that does not fit is refused",
           "[comm]") {
   auto one = par::one_rank_group(anvil::Device::cpu());
   anvil::models::ResNetConfig narrow;
