@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "nn/layers.h"
+#include "parallel/tensor_parallel.h"
 
 namespace anvil::app {
 namespace {
@@ -190,24 +191,11 @@ namespace {
 void check_tensor_parallel(const Options& o) {
   const int t = o.tensor_parallel;
   if (t <= 1) return;
-  if (o.model != "lenet")
-    throw UsageError(fmt::format("--tensor-parallel {} with --model {}: only LeNet's linear layers "
-                                 "are split (--model lenet)",
-                                 t, o.model));
-  if (o.pipeline_parallel > 1)
-    throw UsageError(fmt::format("--tensor-parallel {} with --pipeline-parallel {}: not "
-                                 "supported together",
-                                 t, o.pipeline_parallel));
-  if (o.amp_bf16())
-    throw UsageError(fmt::format("--tensor-parallel {} with --amp bf16: not supported (float32 "
-                                 "only)",
-                                 t));
-  for (const auto& [flag, file] : {std::pair{"--checkpoint", o.checkpoint}, {"--resume", o.resume}})
-    if (!file.empty())
-      throw UsageError(fmt::format("--tensor-parallel {} with {}: not supported (the split "
-                                   "layers' momentum is not gathered into a checkpoint; --save "
-                                   "writes the whole model's weights)",
-                                   t, flag));
+  try {
+    parallel::tensor_parallel_plan(o.model);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("--tensor-parallel {} with --model {}: {}", t, o.model, e.what()));
+  }
 }
 
 }  // namespace
@@ -246,11 +234,18 @@ int check_layout(const Options& o, int ranks) {
         "--bn-recalibrate {} with --pipeline-parallel {}: not supported (the re-estimation runs "
         "the whole model on one rank)",
         o.bn_recalibrate, n));
-  if (ranks % n != 0)
+  if (ranks % n != 0) {
+    if (t > 1)
+      throw UsageError(fmt::format(
+          "--pipeline-parallel {} with --tensor-parallel {}: the run's {} rank(s) do not make "
+          "whole pipelines of {} stages of {} ranks each; start a multiple of {} ranks "
+          "(--distributed under mpirun -np, or --gpus)",
+          n, t, ranks * t, n, t, n * t));
     throw UsageError(fmt::format(
         "--pipeline-parallel {}: the run's {} rank(s) do not make whole pipelines of {} stages "
         "(one rank each); start a multiple of {} ranks (--distributed under mpirun -np, or --gpus)",
         n, ranks, n, n));
+  }
   return ranks / n;
 }
 

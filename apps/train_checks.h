@@ -23,10 +23,9 @@ void check_files(const Options& o);
 // The global batch must give every one of `ranks` data-parallel replicas an image.
 void check_ranks(const Options& o, int ranks);
 // The layout of --pipeline-parallel P and --tensor-parallel T over `ranks`
-// ranks: a multiple of P × T, and none of the flags a pipeline does not take
-// (--accumulate: give --micro-batches; --sync-bn, --bn-recalibrate), nor
-// those tensor parallelism does not (another model than LeNet, a pipeline,
-// --amp bf16, --checkpoint and --resume); --micro-batches only with a
+// ranks: a multiple of P × T, none of the flags a pipeline does not take
+// (--accumulate: give --micro-batches; --sync-bn, --bn-recalibrate), a model
+// with a plan of its split layers for T > 1; --micro-batches only with a
 // pipeline. Returns the data-parallel replicas (ranks / (P × T)).
 int check_layout(const Options& o, int ranks);
 // --sync-bn needs BatchNorm layers, replicas, and a part of every batch for

@@ -74,8 +74,8 @@ EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
   // with the re-estimated ones, so the run shows what recalibration adds.
   if (run.recalibration_loader) {
     e.test_running_stats =
-        train::evaluate(*run.model, *run.test_loader, run.r.device, options.replicas, options.amp);
-    train::recalibrate_batch_norm(*run.model, *run.recalibration_loader, run.r.device,
+        train::evaluate(run.net(), *run.test_loader, run.r.device, options.replicas, options.amp);
+    train::recalibrate_batch_norm(run.net(), *run.recalibration_loader, run.r.device,
                                   o.bn_recalibrate, uint64_t(epoch - 1));
   }
   e.test = train::evaluate(run.net(), *run.test_loader, run.r.device, options.replicas,
@@ -85,35 +85,43 @@ EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
 
 namespace {
 
-// A pipeline's stages hand their parts of the model (and of the optimizer's
-// momentum) to world rank 0, whose copy of the whole model is then the one
-// to save. The replicas of each stage hold the same weights: only the
-// first pipeline's stages take part.
-// With tensor parallelism every group gathers its split layers' weights
-// (its ranks hold the same whole model otherwise).
-void gather_whole_model(Run& run, bool momentum) {
-  if (run.pipeline && run.mesh->coords.dp == 0)
-    run.pipeline->gather_to_first(*run.model, momentum ? &*run.optimizer : nullptr);
-  if (run.split)
-    parallel::gather_tensor_parallel(*run.split, dynamic_cast<nn::Sequential&>(*run.model));
+// The whole model on world rank 0, to save as one file, and (given
+// `momentum`) its momentum buffers in its parameters' order. Tensor
+// parallelism: every group gathers its split layers' parts (its ranks hold
+// the same whole model otherwise). A pipeline: the stages hand their parts
+// to the first pipeline's stage 0, world rank 0 (the replicas of each stage
+// hold the same weights; the first tensor-parallel rank of each stage sends).
+void gather_whole_model(Run& run, std::vector<Tensor>* momentum) {
+  if (run.split) {
+    parallel::gather_tensor_parallel(*run.mesh->tp, *run.split,
+                                     dynamic_cast<nn::Sequential&>(*run.model));
+    if (momentum)
+      *momentum = parallel::gather_momentum(*run.mesh->tp, *run.split,
+                                            run.optimizer->momentum_buffers(), *run.model);
+  } else if (momentum) {
+    *momentum = run.optimizer->momentum_buffers();
+  }
+  if (run.pipeline && run.mesh->coords.dp == 0 && run.mesh->coords.tp == 0)
+    run.pipeline->gather_to_first(*run.model, momentum);
 }
 
 }  // namespace
 
 void save_checkpoint(Run& run, int epoch, const nlohmann::ordered_json& history) {
   if (run.o.checkpoint.empty()) return;
-  gather_whole_model(run, true);
+  std::vector<Tensor> momentum;
+  gather_whole_model(run, &momentum);
   if (run.r.rank() != 0) return;
   train::RunState state{.epochs_done = epoch,
                         .steps_done = int64_t(epoch) * run.train_loader->num_batches(),
                         .info = {{"settings", app::training_settings(run.o)},
                                  {"history", history}}};
-  train::save_checkpoint(run.o.checkpoint, *run.model, *run.optimizer, state);
+  train::save_checkpoint(run.o.checkpoint, *run.model, momentum, state);
 }
 
 bool save_weights(Run& run) {
   if (run.o.save.empty()) return false;
-  gather_whole_model(run, false);
+  gather_whole_model(run, nullptr);
   if (run.r.rank() != 0) return false;
   nn::save_safetensors(run.o.save, run.model->state_dict());
   return true;

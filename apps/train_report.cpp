@@ -155,10 +155,8 @@ void Report::header() {
   }
   if (run_.split)
     out_ << fmt::format(
-        "  tensor parallel over {} ranks (mesh {}): Linear 7 split by its output units, Linear 9 "
-        "by its inputs (column-parallel, then row-parallel: one all-reduce forward and one "
-        "backward per micro-batch); the other layers run whole on each\n",
-        o.tensor_parallel, run_.mesh->shape.str());
+        "  tensor parallel over {} ranks (mesh {}): {}\n", o.tensor_parallel,
+        run_.mesh->shape.str(), parallel::describe_plan(parallel::tensor_parallel_plan(o.model)));
   if (o.bn_recalibrate > 0)
     out_ << fmt::format("  BatchNorm statistics re-estimated over {} training batches before "
                         "each evaluation\n",

@@ -143,8 +143,18 @@ StageCut cut_into_stages(const Options& o, nn::Module& model) {
   try {
     st.layers = parallel::pipeline_layers(model, {1, side, side}, o.amp_bf16());
     std::vector<int64_t> costs;
-    for (const parallel::PipelineLayer& l : st.layers) costs.push_back(l.flops);
-    st.bounds = parallel::balance_stages(costs, o.pipeline_parallel);
+    std::vector<std::string> names;
+    for (const parallel::PipelineLayer& l : st.layers) {
+      costs.push_back(l.flops);
+      names.push_back(l.name);
+    }
+    // With tensor parallelism a stage begins where the activation is whole.
+    const std::vector<bool> starts =
+        o.tensor_parallel > 1
+            ? parallel::stage_starts(names, dynamic_cast<const nn::Sequential&>(model),
+                                     parallel::tensor_parallel_plan(o.model))
+            : std::vector<bool>{};
+    st.bounds = parallel::balance_stages(costs, o.pipeline_parallel, starts);
   } catch (const std::invalid_argument& e) {
     throw UsageError(fmt::format("--pipeline-parallel {} with --model {}: {}",
                                  o.pipeline_parallel, o.model, e.what()));
@@ -237,20 +247,12 @@ std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
   if (!o.init_from.empty() && r.rank() == 0)  // the other ranks get rank 0's weights
     s.init_note = load_init_from(o, *s.model);
   s.model->to(r.device);
-  if (tp > 1) {
-    // Every rank splits world rank 0's weights (it holds the whole model).
-    parallel::broadcast_state(*r.comm, *s.model, nullptr);
-    try {
-      s.split = parallel::split_tensor_parallel(
-          *s.mesh->tp, dynamic_cast<nn::Sequential&>(*s.model), parallel::lenet_tensor_pairs());
-    } catch (const std::invalid_argument& e) {
-      throw UsageError(fmt::format("--tensor-parallel {}: {}", tp, e.what()));
-    }
-  }
   load_data(s);
-  s.optimizer.emplace(s.net().parameters(),
-                      optim::SGDOptions{.lr = o.lr, .momentum = o.momentum,
-                                        .weight_decay = o.weight_decay, .nesterov = o.nesterov});
+  const optim::SGDOptions sgd{.lr = o.lr, .momentum = o.momentum,
+                              .weight_decay = o.weight_decay, .nesterov = o.nesterov};
+  // Over the whole model first, whatever the layout: a checkpoint is the
+  // whole model's, and so is its momentum.
+  s.optimizer.emplace(s.model->parameters(), sgd);
   s.schedule.emplace(s.schedule_options);
   if (!o.resume.empty() && r.rank() == 0)
     s.resumed = resume_from(o, *s.model, *s.optimizer, s.train_loader->num_batches());
@@ -261,19 +263,37 @@ std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
   dp.overlap = !o.no_overlap;
   dp.sync_batch_norm = o.sync_bn;
   dp.grad_dtype = o.grad_bf16() ? DType::BFloat16 : DType::Float32;
-  if (pp > 1) {
+  if (pp > 1 || tp > 1)
     // Every rank holds the whole model: world rank 0's weights (and, resumed,
-    // its momentum) everywhere; each runs and updates its stage's part.
+    // its momentum) everywhere; each runs and updates its part.
     parallel::broadcast_state(*r.comm, *s.model, o.resume.empty() ? nullptr : &*s.optimizer,
                               parallel::broadcast_algorithm(dp.algorithm));
+  if (tp > 1) {
+    try {
+      s.split = parallel::split_tensor_parallel(
+          *s.mesh->tp, dynamic_cast<nn::Sequential&>(*s.model),
+          parallel::tensor_parallel_plan(o.model));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(fmt::format("--tensor-parallel {}: {}", tp, e.what()));
+    }
+    // What trains is the split model: its optimizer takes this rank's parts
+    // of the whole model's momentum.
+    const std::vector<Tensor> parts = parallel::shard_momentum(
+        *s.split, *s.model, s.optimizer->momentum_buffers(), s.mesh->tp->rank());
+    s.optimizer.emplace(s.split->parameters(), sgd);
+    s.optimizer->load_momentum_buffers(parts);
+  }
+  if (pp > 1) {
     s.pipeline = std::make_unique<parallel::Pipeline>(
-        *s.mesh->pp, std::move(stages.layers), std::move(stages.bounds),
-        parallel::parse_schedule(o.pipeline_schedule), r.device);
+        *s.mesh->pp,
+        s.split ? parallel::with_modules_of(std::move(stages.layers), *s.split)
+                : std::move(stages.layers),
+        std::move(stages.bounds), parallel::parse_schedule(o.pipeline_schedule), r.device);
     s.replicas.emplace(s.dp(), s.pipeline->stage(), dp);
     return run;
   }
   s.replicas.emplace(s.dp(), s.net(), dp);  // rank 0's weights everywhere
-  if (!o.resume.empty()) s.replicas->broadcast_state(&*s.optimizer);  // and its momentum
+  if (!o.resume.empty() && !s.mesh) s.replicas->broadcast_state(&*s.optimizer);  // and its momentum
   return run;
 }
 

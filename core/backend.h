@@ -29,6 +29,12 @@ class Backend {
   virtual void convert(const Tensor& src, const Tensor& dst) = 0;
   // dst += value over an int64 tensor (counters), without a round trip to the host.
   virtual void add_scalar_int64(const Tensor& dst, int64_t value) = 0;
+  // A strided copy, cudaMemcpy2D's: for i in [0, rows), the `width` elements
+  // at src's element i * src_stride go to dst's element i * dst_stride. One
+  // dtype, both on this backend's device; every run inside its tensor (the
+  // op layer checks, core/ops.h copy_rows_).
+  virtual void copy_rows(const Tensor& src, int64_t src_stride, const Tensor& dst,
+                         int64_t dst_stride, int64_t rows, int64_t width) = 0;
 
   // y = a*op(A)*op(B) + bias + beta*y over 2-D float tensors (row-major);
   // bias: undefined, or float32 [N], one per column of y. y may be bfloat16

@@ -229,4 +229,32 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   return y;
 }
 
+// ---------------------------------------------------------------- memory
+
+void copy_rows_(const Tensor& src, int64_t src_offset, int64_t src_stride, const Tensor& dst,
+                int64_t dst_offset, int64_t dst_stride, int64_t rows, int64_t width) {
+  check_same_device("copy_rows_", {&src, &dst});
+  if (src.dtype() != dst.dtype())
+    throw std::invalid_argument(fmt::format("copy_rows_: src is {}, dst {}",
+                                            dtype_name(src.dtype()), dtype_name(dst.dtype())));
+  if (rows < 0 || width < 0)
+    throw std::invalid_argument(
+        fmt::format("copy_rows_: {} rows of {} elements", rows, width));
+  if (rows == 0 || width == 0) return;
+  // The last run's end, and the first's start, inside each tensor.
+  auto check = [&](const char* what, const Tensor& t, int64_t offset, int64_t stride) {
+    const int64_t end = offset + (rows - 1) * stride + width;
+    if (offset < 0 || stride < 0 || end > t.numel())
+      throw std::invalid_argument(fmt::format(
+          "copy_rows_: {} rows of {} elements from {}'s element {}, {} apart, pass the end of "
+          "its {} elements",
+          rows, width, what, offset, stride, t.numel()));
+  };
+  check("src", src, src_offset, src_stride);
+  check("dst", dst, dst_offset, dst_stride);
+  const Tensor from = src.detach().reshape({src.numel()}).narrow(src_offset, src.numel() - src_offset);
+  const Tensor to = dst.detach().reshape({dst.numel()}).narrow(dst_offset, dst.numel() - dst_offset);
+  backend(src).copy_rows(from, src_stride, to, dst_stride, rows, width);
+}
+
 }  // namespace anvil

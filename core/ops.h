@@ -70,6 +70,15 @@ Tensor argmax_rows(const Tensor& x);
 // step on a GPU does not wait for the device.
 void add_int64_(const Tensor& counter, int64_t value);
 
+// A strided copy, without autograd: for i in [0, rows), the `width` elements
+// of src from element src_offset + i * src_stride go to dst from element
+// dst_offset + i * dst_stride (cudaMemcpy2D's copy, on the tensors' device).
+// One dtype and one device; every run inside its tensor (std::invalid_argument
+// naming the numbers otherwise). Channels [c, c + k) of an [N, C, H, W]
+// tensor are N runs of k*H*W elements, offset c*H*W, stride C*H*W.
+void copy_rows_(const Tensor& src, int64_t src_offset, int64_t src_stride, const Tensor& dst,
+                int64_t dst_offset, int64_t dst_stride, int64_t rows, int64_t width);
+
 // Running totals of a training loop, kept on the device so that adding a
 // batch's figures does not wait for it (no autograd):
 // total += alpha * x, for float tensors of one shape (e.g. a loss scalar);

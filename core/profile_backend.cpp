@@ -23,6 +23,11 @@ class ProfilingBackend final : public Backend {
     Op op(this, Family::Other, "copy");
     b_.copy(src, dst);
   }
+  void copy_rows(const Tensor& src, int64_t src_stride, const Tensor& dst, int64_t dst_stride,
+                 int64_t rows, int64_t width) override {
+    Op op(this, Family::Other, "copy_rows");
+    b_.copy_rows(src, src_stride, dst, dst_stride, rows, width);
+  }
   void fill(const Tensor& dst, double value) override {
     Op op(this, Family::Other, "fill");
     b_.fill(dst, value);

@@ -381,11 +381,15 @@ int64_t counter(const std::string& path, const nlohmann::ordered_json& state, co
 
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::SGD& optimizer,
                      const RunState& state) {
+  save_checkpoint(path, model, optimizer.momentum_buffers(), state);
+}
+
+void save_checkpoint(const std::string& path, const nn::Module& model,
+                     const std::vector<Tensor>& momentum, const RunState& state) {
   nn::NamedTensors tensors;
   for (auto& [key, t] : model.state_dict())
     tensors.emplace_back(std::string(kModelPrefix) + key, t);
   nn::NamedTensors params = model.named_parameters();
-  const std::vector<Tensor>& momentum = optimizer.momentum_buffers();
   if (momentum.size() != params.size())
     fail(path, fmt::format("the optimizer has {} parameters, the model {}", momentum.size(),
                            params.size()));

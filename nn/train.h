@@ -256,6 +256,10 @@ struct RunState {
 // nn::CheckpointError naming the file.
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::SGD& optimizer,
                      const RunState& state);
+// The same, with the momentum buffers given (one per parameter of the model,
+// in its order; undefined: none yet): those of a model trained in parts.
+void save_checkpoint(const std::string& path, const nn::Module& model,
+                     const std::vector<Tensor>& momentum, const RunState& state);
 
 // Restores the model's state and the optimizer's momentum buffers and
 // returns the counters. Every problem (not a checkpoint, a missing or

@@ -142,6 +142,7 @@ Communicator::~Communicator() {
 
 int Communicator::rank() const { return transport_->rank(); }
 int Communicator::size() const { return transport_->size(); }
+uint64_t Communicator::bytes_sent() const { return transport_->bytes_sent(); }
 Device Communicator::device() const { return transport_->device(); }
 std::string_view Communicator::backend() const { return transport_->name(); }
 

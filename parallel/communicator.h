@@ -146,6 +146,11 @@ class Communicator {
   // how many of them exchanged their call with the other ranks first.
   uint64_t collectives() const { return seq_.load(); }
   uint64_t checked_calls() const { return checked_.load(); }
+  // The data bytes this rank has sent to the others so far (the ring's and
+  // the chains' pieces, point-to-point sends; not the agreement's messages,
+  // nor the native collectives', whose traffic is the backend's): what a
+  // step costs on the wire. On a GPU, counted when issued.
+  uint64_t bytes_sent() const;
 
   // ---- collectives: every rank calls them, in the same order ----
   // In place: every rank's `tensor` becomes the elementwise sum (or mean) of

@@ -408,7 +408,7 @@ class MpiTransport final : public Transport {
   }
   bool host_synchronous() const override { return true; }
 
-  uint64_t post(std::span<const Message> messages) override {
+  uint64_t post_messages(std::span<const Message> messages) override {
     wait_pending();
     const std::string who = error_prefix();
     for (const Message& m : messages) {

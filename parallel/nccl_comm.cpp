@@ -206,7 +206,7 @@ class NcclTransport final : public Transport {
     return later;
   }
 
-  uint64_t post(std::span<const Message> messages) override {
+  uint64_t post_messages(std::span<const Message> messages) override {
     activate();
     wire_after_lane();
     std::unique_lock lock(mutex_);

@@ -47,7 +47,7 @@ class OneRankTransport final : public Transport {
   void begin() override {}
   void end() override { held_.clear(); }
 
-  uint64_t post(std::span<const Message> messages) override {
+  uint64_t post_messages(std::span<const Message> messages) override {
     // sendrecv's ring of one: a copy.
     if (messages.size() == 2 && messages[0].kind == Message::kSend &&
         messages[1].kind == Message::kRecv && messages[0].bytes == messages[1].bytes) {

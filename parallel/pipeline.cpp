@@ -216,24 +216,25 @@ void Pipeline::sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t
   if (stages() > 1) parallel::sum_totals(comm_, loss_sum, correct, examples);
 }
 
-void Pipeline::gather_to_first(nn::Module& model, optim::SGD* optimizer) {
+void Pipeline::gather_to_first(nn::Module& model, std::vector<Tensor>* momentum_out) {
   if (stages() == 1) return;
   NoGradGuard no_grad;
   std::map<std::string, size_t> index;  // parameter name -> its place in model.parameters()
   const nn::NamedTensors named = model.named_parameters();
   for (size_t i = 0; i < named.size(); ++i) index[named[i].first] = i;
-  std::vector<Tensor> momentum;
-  if (optimizer) momentum = optimizer->momentum_buffers();
+  std::vector<Tensor> empty;
+  std::vector<Tensor>& momentum = momentum_out ? *momentum_out : empty;
+  const std::vector<PipelineLayer> whole = with_modules_of(layers_, model);
   for (int s = 1; s < stages(); ++s) {
     if (!first() && stage_index() != s) continue;
     // Stage s's layers in this rank's model: on stage 0 the copies that
     // receive, on stage s its own.
-    const Stage part(layers_, bounds_[size_t(s)], bounds_[size_t(s) + 1]);
+    const Stage part(whole, bounds_[size_t(s)], bounds_[size_t(s) + 1]);
     for (auto& [name, t] : part.state_dict()) {
       if (first()) comm_.recv(t, s);
       else comm_.send(t, 0);
     }
-    if (!optimizer) continue;
+    if (!momentum_out) continue;
     // Which of its parameters have a momentum buffer (after a step, all of
     // them; none with momentum 0), then those buffers.
     const nn::NamedTensors params = part.named_parameters();
@@ -259,7 +260,6 @@ void Pipeline::gather_to_first(nn::Module& model, optim::SGD* optimizer) {
     }
   }
   comm_.synchronize();
-  if (first() && optimizer) optimizer->load_momentum_buffers(momentum);
 }
 
 }  // namespace anvil::parallel

@@ -89,11 +89,14 @@ class Pipeline final : public train::Stages {
   Tensor forward(const Tensor& x) override;
   void sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) override;
 
-  // Every later stage's parameters, buffers and (given the optimizer over
-  // `model`'s parameters) momentum buffers into stage 0's copy of the whole
-  // `model`, so that stage 0 can save it as one file. A collective of the
-  // pipeline group.
-  void gather_to_first(nn::Module& model, optim::SGD* optimizer);
+  // Every later stage's parameters, buffers and (given them, one per
+  // parameter of `model` in its order, undefined before a parameter's first
+  // step) momentum buffers into stage 0's copy of the whole `model` (and into
+  // stage 0's `momentum`), so that stage 0 can save it as one file. `model`
+  // is the model whose layers the stages were listed from: the stages' own
+  // modules, or a copy of which they run a split (with_modules_of). A
+  // collective of the pipeline group.
+  void gather_to_first(nn::Module& model, std::vector<Tensor>* momentum);
 
  private:
   struct InFlight;  // a micro-batch between its forward and its backward

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -93,12 +94,36 @@ std::vector<PipelineLayer> pipeline_layers(nn::Module& model, const Shape& examp
   return layers;
 }
 
-std::vector<size_t> balance_stages(const std::vector<int64_t>& costs, int stages) {
+std::vector<PipelineLayer> with_modules_of(std::vector<PipelineLayer> layers,
+                                           const nn::Module& model) {
+  const auto* seq = dynamic_cast<const nn::Sequential*>(&model);
+  if (!seq)
+    throw std::invalid_argument(fmt::format("pipeline: the model is a {}, not a Sequential",
+                                            model.describe()));
+  std::vector<PipelineLayer> theirs;
+  open_layers(*seq, "", theirs);
+  std::map<std::string, std::shared_ptr<nn::Module>> by_name;
+  for (PipelineLayer& l : theirs) by_name[l.name] = l.module;
+  for (PipelineLayer& l : layers) {
+    auto it = by_name.find(l.name);
+    if (it == by_name.end())
+      throw std::invalid_argument(fmt::format("pipeline: the model has no layer {}", l.name));
+    l.module = it->second;
+  }
+  return layers;
+}
+
+std::vector<size_t> balance_stages(const std::vector<int64_t>& costs, int stages,
+                                   const std::vector<bool>& starts) {
   const size_t n = costs.size();
   if (stages < 1 || size_t(stages) > n)
     throw std::invalid_argument(fmt::format(
         "pipeline: {} stages of a model of {} layers: every stage needs at least one layer",
         stages, n));
+  if (!starts.empty() && starts.size() != n)
+    throw std::invalid_argument(fmt::format(
+        "pipeline: {} layers may begin a stage or not, for {} layers", starts.size(), n));
+  auto may_start = [&](size_t i) { return i == 0 || starts.empty() || starts[i]; };
   std::vector<int64_t> prefix(n + 1, 0);
   for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
   // best[s][i]: the least largest total of the first i layers in s stages;
@@ -111,13 +136,18 @@ std::vector<size_t> balance_stages(const std::vector<int64_t>& costs, int stages
   for (size_t s = 1; s <= S; ++s)
     for (size_t i = s; i <= n; ++i)
       for (size_t j = s - 1; j < i; ++j) {
-        if (best[s - 1][j] == kNone) continue;
+        if (best[s - 1][j] == kNone || !may_start(j)) continue;
         const int64_t worst = std::max(best[s - 1][j], prefix[i] - prefix[j]);
         if (worst < best[s][i]) {
           best[s][i] = worst;
           cut[s][i] = j;
         }
       }
+  if (best[S][n] == kNone)
+    throw std::invalid_argument(fmt::format(
+        "pipeline: {} stages of a model of {} layers, of which {} may begin a stage (the others "
+        "take a split input)",
+        stages, n, std::count(starts.begin(), starts.end(), true) + (starts.empty() ? n : 0)));
   std::vector<size_t> bounds(S + 1);
   bounds[S] = n;
   for (size_t s = S; s > 0; --s) bounds[s - 1] = cut[s][bounds[s]];

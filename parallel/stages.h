@@ -38,11 +38,22 @@ struct PipelineLayer {
 // std::invalid_argument for a model that is not a Sequential.
 std::vector<PipelineLayer> pipeline_layers(nn::Module& model, const Shape& example, bool amp);
 
+// `layers` with each module replaced by the layer of the same name in
+// `model` (a Sequential, opened as pipeline_layers opens it): the layers of
+// another copy of the model they were listed from, such as its split for
+// tensor parallelism. std::invalid_argument naming a layer `model` lacks.
+std::vector<PipelineLayer> with_modules_of(std::vector<PipelineLayer> layers,
+                                           const nn::Module& model);
+
 // `costs` cut into `stages` consecutive non-empty runs whose largest total
 // is the least possible (ties: the earliest cut): stages + 1 bounds, from 0
-// to costs.size(), stage s holding [bounds[s], bounds[s + 1]). Throws
-// std::invalid_argument when stages < 1 or there are fewer costs.
-std::vector<size_t> balance_stages(const std::vector<int64_t>& costs, int stages);
+// to costs.size(), stage s holding [bounds[s], bounds[s + 1]). A stage may
+// begin only at a layer i with starts[i] (every layer when `starts` is
+// empty; tensor parallelism forbids the layers whose input is split). Throws
+// std::invalid_argument when stages < 1, there are fewer costs, or too few
+// layers may begin a stage.
+std::vector<size_t> balance_stages(const std::vector<int64_t>& costs, int stages,
+                                   const std::vector<bool>& starts = {});
 
 // Layers [begin, end) of a model as one module, each registered under its
 // name in the model, so that the stage's parameters, buffers and state dict

@@ -18,6 +18,7 @@
 // starts non-blocking sends and receives, a reduction waits for its post.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -164,8 +165,18 @@ class Transport {
   // cancelled MPI receive that never completes) can keep its memory alive.
   void hold(const Tensor& t) { held_.push_back(t); }
   // Starts a group of sends and receives (see the top of this file); returns
-  // its ticket. An empty group is allowed and still gets a ticket.
-  virtual uint64_t post(std::span<const Message> messages) = 0;
+  // its ticket. An empty group is allowed and still gets a ticket. Counts
+  // the bytes sent to other ranks (bytes_sent()).
+  uint64_t post(std::span<const Message> messages) {
+    for (const Message& m : messages)
+      if (m.kind == Message::kSend && m.peer != rank_)
+        bytes_sent_.fetch_add(m.bytes, std::memory_order_relaxed);
+    return post_messages(messages);
+  }
+  // The bytes this rank has posted to other ranks so far: every collective's
+  // and point-to-point call's, but the native collectives' (the backend's
+  // own algorithms, whose traffic it does not say).
+  uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
   // dst = (dst + src) * scale over n elements (int64: scale must be 1), once
   // post `ticket` has delivered (0: no post to wait for).
   virtual void reduce(void* dst, const void* src, int64_t n, DType dtype, float scale,
@@ -243,6 +254,8 @@ class Transport {
   Transport(const Place& place, Device device)
       : rank_(place.rank), size_(place.size), device_(device), label_(place.label),
         world_(place.world) {}
+  // post()'s work, the backend's.
+  virtual uint64_t post_messages(std::span<const Message> messages) = 0;
   // The running collective's scratch tensors (see scratch()).
   std::vector<Tensor> held_;
   void report_failure(const std::string& why) {
@@ -258,6 +271,7 @@ class Transport {
   std::string context_;
   std::chrono::milliseconds timeout_{300000};
   std::function<void(const std::string&)> failure_handler_;
+  std::atomic<uint64_t> bytes_sent_{0};
 };
 
 // How long "ANVIL_COMM_TIMEOUT" seconds is, as a message fragment ("5 s").

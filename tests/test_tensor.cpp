@@ -200,3 +200,44 @@ TEST_CASE("the CPU check names the features the build uses and a CPU lacks", "[t
   CHECK(anvil::detail::cpu_matches_build());
   CHECK(missing_cpu_features([](const std::string&) { return true; }).empty());
 }
+
+// copy_rows_ (core/ops.h) on the CPU and on a GPU (simulated where there is
+// none): float32, bfloat16 and int64 runs with ragged counts, widths, strides
+// and offsets, into a destination of sentinels, against a loop on the host;
+// runs that leave either tensor are refused.
+TEST_CASE("copy_rows_ moves exactly its runs, on the CPU and a GPU", "[tensor][ops]") {
+  std::vector<Device> devices = {Device::cpu()};
+  if (cuda_test::have_device("copy_rows_ on a GPU")) devices.push_back(Device::cuda(0));
+  struct Case {
+    int64_t rows, width, src_offset, src_stride, dst_offset, dst_stride;
+  };
+  const Case cases[] = {{0, 5, 0, 5, 0, 5},   {3, 0, 1, 4, 2, 7},   {1, 1, 0, 1, 0, 1},
+                        {5, 3, 2, 7, 1, 4},   {4, 13, 0, 13, 5, 40}, {7, 1000, 3, 1001, 0, 1000},
+                        {3, 6, 0, 0, 1, 6}};  // a src stride of 0: one run copied three times
+  for (Device device : devices)
+    for (DType dtype : {DType::Float32, DType::BFloat16, DType::Int64})
+      for (const Case& c : cases) {
+        INFO(device.str() << ", " << dtype_name(dtype) << ": " << c.rows << " rows of " << c.width
+                          << ", src " << c.src_offset << " + i * " << c.src_stride << ", dst "
+                          << c.dst_offset << " + i * " << c.dst_stride);
+        const int64_t src_n = c.src_offset + std::max<int64_t>(c.rows - 1, 0) * c.src_stride + c.width + 2;
+        const int64_t dst_n = c.dst_offset + std::max<int64_t>(c.rows - 1, 0) * c.dst_stride + c.width + 3;
+        std::vector<float> s(static_cast<size_t>(src_n)), d(static_cast<size_t>(dst_n), -7.f);
+        for (size_t i = 0; i < s.size(); ++i) s[i] = float(i % 251);  // exact in every dtype
+        std::vector<float> want = d;
+        for (int64_t i = 0; i < c.rows; ++i)
+          for (int64_t k = 0; k < c.width; ++k)
+            want[size_t(c.dst_offset + i * c.dst_stride + k)] = s[size_t(c.src_offset + i * c.src_stride + k)];
+        const Tensor src = Tensor::from_vector(s, {src_n}).to(dtype).to(device);
+        const Tensor dst = Tensor::from_vector(d, {dst_n}).to(dtype).to(device);
+        copy_rows_(src, c.src_offset, c.src_stride, dst, c.dst_offset, c.dst_stride, c.rows, c.width);
+        CHECK(dst.to(Device::cpu()).to(DType::Float32).to_vector() == want);
+      }
+  const Tensor a = Tensor::zeros({10}), b = Tensor::zeros({10});
+  CHECK_THROWS_WITH(copy_rows_(a, 0, 4, b, 0, 3, 3, 3),
+                    Contains("3 rows of 3 elements from src's element 0, 4 apart") &&
+                        Contains("its 10 elements"));
+  CHECK_THROWS_WITH(copy_rows_(a, 0, 3, b, 2, 3, 3, 3), Contains("dst's element 2"));
+  CHECK_THROWS_WITH(copy_rows_(a, 0, 1, Tensor::zeros({10}, DType::Int64), 0, 1, 1, 1),
+                    Contains("src is float32, dst int64"));
+}

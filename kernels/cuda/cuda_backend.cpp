@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/reduce/reduce.h"
 
 namespace anvil::cuda {
@@ -32,6 +33,15 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
   // read only when the copy runs: the caller may change it as soon as this
   // returns.
   if (dst.device().is_cpu() || kind == cudaMemcpyDefault || src.is_pinned()) wait();
+}
+
+void CudaBackend::copy_rows(const Tensor& src, int64_t src_stride, const Tensor& dst,
+                            int64_t dst_stride, int64_t rows, int64_t width) {
+  if (src.device() != dst.device())
+    throw std::logic_error("cuda backend asked to copy rows across devices");
+  activate();
+  cuda::copy_rows(rows, width, dtype_size(src.dtype()), src.raw_data(), src_stride, dst.raw_data(),
+                  dst_stride, stream_);
 }
 
 void CudaBackend::activate() const { check(cudaSetDevice(device_), "cudaSetDevice"); }

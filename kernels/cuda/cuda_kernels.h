@@ -70,6 +70,10 @@ void fill(int64_t n, bfloat16 value, bfloat16* y, cudaStream_t stream);
 // bfloat16 -> float32 is exact.
 void float_to_bf16(int64_t n, const float* x, bfloat16* y, cudaStream_t stream);
 void bf16_to_float(int64_t n, const bfloat16* x, float* y, cudaStream_t stream);
+// dst[r * dst_stride + c] = src[r * src_stride + c] for r < rows, c < width,
+// in elements of element_bytes (1, 2, 4 or 8)
+void copy_rows(int64_t rows, int64_t width, size_t element_bytes, const void* src,
+               int64_t src_stride, void* dst, int64_t dst_stride, cudaStream_t stream);
 // y += value (int64 counters)
 void add_scalar(int64_t n, int64_t value, int64_t* y, cudaStream_t stream);
 // y[i] = alpha * x[0] for i < n (x: one float of device memory, outside y)

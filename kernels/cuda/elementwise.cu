@@ -1,8 +1,8 @@
 // Elementwise kernels: the pointwise ops of kernels/pointwise.h (ReLU,
 // SiLU: one template each way), add, mul, axpy, scale, fill
 // (float, int64, uint8, bfloat16), float32 <-> bfloat16 conversion, an int64
-// counter increment, a device scalar spread over a tensor and the
-// per-channel bias add.
+// counter increment, a device scalar spread over a tensor, the per-channel
+// bias add and a strided copy of rows.
 //
 // Thread -> data mapping: one flat index space [0, n), walked by a
 // grid-stride loop. Thread t of block b starts at element b*blockDim + t and
@@ -138,9 +138,43 @@ __global__ void __launch_bounds__(kBlock) add_channel_bias_kernel(Index total, I
     y[i] = x[i] + bias[(i / inner) % C];
 }
 
+// dst[r * dst_stride + c] = src[r * src_stride + c] for r < rows, c < width:
+// the flat walk over rows * width elements (coalesced along each run), in
+// elements of T, an unsigned type of the tensors' element size.
+template <typename T>
+__global__ void __launch_bounds__(kBlock) copy_rows_kernel(int64_t rows, int64_t width, const T* src,
+                                                           int64_t src_stride, T* dst, int64_t dst_stride) {
+  for (int64_t i = first_index(); i < rows * width; i += grid_stride()) {
+    const int64_t r = i / width, c = i - r * width;
+    dst[r * dst_stride + c] = src[r * src_stride + c];
+  }
+}
+
 }  // namespace elementwise_kernels
 
 using namespace elementwise_kernels;
+
+void copy_rows(int64_t rows, int64_t width, size_t element_bytes, const void* src,
+               int64_t src_stride, void* dst, int64_t dst_stride, cudaStream_t stream) {
+  check_n(rows, "copy_rows");
+  check_n(width, "copy_rows");
+  if (rows == 0 || width == 0) return;
+  const dim3 grid = grid_for(rows * width);
+  auto run = [&](auto t) {
+    using T = decltype(t);
+    launch(copy_rows_kernel<T>, grid, dim3(kBlock), 0, stream, rows, width,
+           static_cast<const T*>(src), src_stride, static_cast<T*>(dst), dst_stride);
+  };
+  switch (element_bytes) {
+    case 1: return run(uint8_t{});
+    case 2: return run(uint16_t{});
+    case 4: return run(uint32_t{});
+    case 8: return run(uint64_t{});
+    default:
+      throw std::invalid_argument("cuda::copy_rows: elements of " + std::to_string(element_bytes) +
+                                  " bytes");
+  }
+}
 
 template <class T>
 void pointwise_forward(PointwiseOp op, int64_t n, const T* x, T* y, cudaStream_t stream) {

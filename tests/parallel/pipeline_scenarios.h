@@ -11,15 +11,21 @@
 // epoch's loss, accuracy and examples, this rank's stage's weights and
 // buffers, the evaluation through the stages, and on world rank 0 the whole
 // model and momentum gathered from the stages (what a checkpoint holds).
+// With tensor parallelism too (a mesh with tp > 1: each stage's layers split
+// over its tp group, parallel/tensor_parallel.h) the split layers sum in
+// another order, so the same figures are compared within the tensor-parallel
+// tests' tolerances (1e-4 for the figures, 2e-4 for the tensors) instead.
 #pragma once
 #include <fmt/format.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "parallel/mesh.h"
 #include "parallel/pipeline.h"
+#include "parallel/tensor_parallel.h"
 #include "tests/parallel/data_parallel_scenarios.h"
 #include "tests/parallel/split_scenarios.h"
 
@@ -40,6 +46,12 @@ inline std::string describe(const PipelineSetup& s) {
   return fmt::format("{}, {}, {}, {} micro-batches, {} images in batches of {}{}", s.model,
                      s.mesh.str(), anvil::parallel::schedule_name(s.schedule), s.micro_batches,
                      s.images, s.batch, s.amp ? ", bf16 autocast" : "");
+}
+
+// The layers a test model splits for tensor parallelism.
+inline anvil::parallel::TensorParallelPlan test_plan(const std::string& model) {
+  if (model == "mlp") return {.linear_pairs = {{1, 3}}};
+  return anvil::parallel::tensor_parallel_plan(model == "lenet" ? "lenet" : "resnet18");
 }
 
 inline std::vector<double> epoch_figures(const train::EpochStats& e) {
@@ -65,19 +77,36 @@ inline Outcomes pipeline_scenario(Communicator& world, const PipelineSetup& s) {
   ref_loader.set_shard(mesh.dp->rank(), mesh.dp->size());
 
   // The pipeline: every rank the whole model (others than rank 0 from other
-  // weights, which the broadcast replaces), cut on the CPU, then moved.
+  // weights, which the broadcast replaces), cut on the CPU, then moved; with
+  // tensor parallelism, the stages' layers those of its split.
+  const bool split = s.mesh.tp > 1;
   auto model = make_model(s.model, world.rank() == 0 ? 1 : 200 + uint64_t(world.rank()));
   std::vector<par::PipelineLayer> layers = par::pipeline_layers(*model, {1, 28, 28}, s.amp);
   std::vector<int64_t> costs;
-  for (const par::PipelineLayer& l : layers) costs.push_back(l.flops);
+  std::vector<std::string> names;
+  for (const par::PipelineLayer& l : layers) {
+    costs.push_back(l.flops);
+    names.push_back(l.name);
+  }
   model->to(device);
-  anvil::optim::SGD opt(model->parameters(), sgd);
   par::broadcast_state(world, *model, nullptr);
-  par::Pipeline pipeline(*mesh.pp, layers, par::balance_stages(costs, s.mesh.pp), s.schedule,
-                         device);
+  auto& whole = dynamic_cast<anvil::nn::Sequential&>(*model);
+  const std::vector<bool> starts =
+      split ? par::stage_starts(names, whole, test_plan(s.model)) : std::vector<bool>{};
+  std::shared_ptr<anvil::nn::Sequential> parts;
+  if (split) parts = par::split_tensor_parallel(*mesh.tp, whole, test_plan(s.model));
+  anvil::optim::SGD opt(split ? parts->parameters() : model->parameters(), sgd);
+  par::Pipeline pipeline(*mesh.pp, split ? par::with_modules_of(layers, *parts) : layers,
+                         par::balance_stages(costs, s.mesh.pp, starts), s.schedule, device);
   par::DataParallel replicas(*mesh.dp, pipeline.stage(), {});
   data::DataLoader loader(set, s.batch, true, false, 3);
   loader.set_shard(mesh.dp->rank(), mesh.dp->size());
+  anvil::nn::Module& net = split ? *parts : *model;  // what trains (and what eval() switches)
+  // Bit for bit, or within the tolerances above (under autocast, bfloat16's
+  // rounding: 2^-8, relative).
+  const double ub = std::ldexp(1.0, -8);
+  const double figures = split ? (s.amp ? ub : 1e-4) : 0, tensors = split ? (s.amp ? ub : 2e-4) : 0;
+  auto values = [&](const Tensor& t) { return split ? host(world, t) : bytes_of(world, t); };
 
   for (int e = 0; e < s.epochs; ++e) {
     train::EpochOptions ref_o, o;
@@ -88,39 +117,47 @@ inline Outcomes pipeline_scenario(Communicator& world, const PipelineSetup& s) {
     o.stages = &pipeline;
     o.accumulate = s.micro_batches;
     const train::EpochStats want = train::train_epoch(*reference, ref_opt, ref_loader, device, ref_o);
-    const train::EpochStats got = train::train_epoch(*model, opt, loader, device, o);
+    const train::EpochStats got = train::train_epoch(net, opt, loader, device, o);
     out.push_back({fmt::format("epoch {} loss, accuracy, examples, {}", e, tag),
-                   epoch_figures(got), epoch_figures(want), 0});
+                   epoch_figures(got), epoch_figures(want), figures});
   }
-  // This rank's stage against the same tensors of the reference.
-  std::map<std::string, Tensor> ref_state;
-  for (auto& [name, t] : reference->state_dict()) ref_state[name] = t;
-  for (auto& [name, t] : pipeline.stage().state_dict())
-    out.push_back({fmt::format("stage {}'s '{}', {}", pipeline.stage_index(), name, tag),
-                   bytes_of(world, t), bytes_of(world, ref_state.at(name)), 0});
   // Evaluation through the stages, each replica its shard.
   data::DataLoader ref_eval(set, 8, false, false, 0), eval(set, 8, false, false, 0);
   ref_eval.set_shard(mesh.dp->rank(), mesh.dp->size());
   eval.set_shard(mesh.dp->rank(), mesh.dp->size());
   out.push_back({"evaluation, " + tag,
-                 epoch_figures(train::evaluate(*model, eval, device, &replicas, s.amp, &pipeline)),
+                 epoch_figures(train::evaluate(net, eval, device, &replicas, s.amp, &pipeline)),
                  epoch_figures(train::evaluate(*reference, ref_eval, device, &ref_replicas, s.amp)),
-                 0});
+                 figures});
+  // The split layers' parts into every rank's whole model (and momentum).
+  std::vector<Tensor> momentum = opt.momentum_buffers();
+  if (split) {
+    par::gather_tensor_parallel(*mesh.tp, *parts, whole);
+    momentum = par::gather_momentum(*mesh.tp, *parts, momentum, whole);
+  }
+  // This rank's stage against the same tensors of the reference.
+  std::map<std::string, Tensor> ref_state;
+  for (auto& [name, t] : reference->state_dict()) ref_state[name] = t;
+  const size_t stage = size_t(pipeline.stage_index());
+  const par::Stage own(par::with_modules_of(layers, whole), pipeline.bounds()[stage],
+                       pipeline.bounds()[stage + 1]);
+  for (auto& [name, t] : own.state_dict())
+    out.push_back({fmt::format("stage {}'s '{}', {}", stage, name, tag), values(t),
+                   values(ref_state.at(name)), tensors});
   // The whole model and momentum on world rank 0, from the first pipeline's stages.
-  if (mesh.coords.dp == 0) pipeline.gather_to_first(*model, &opt);
+  if (mesh.coords.dp == 0 && mesh.coords.tp == 0) pipeline.gather_to_first(*model, &momentum);
   if (world.rank() == 0) {
-    const auto whole = model->state_dict(), want = reference->state_dict();
-    for (size_t i = 0; i < whole.size(); ++i)
-      out.push_back({fmt::format("gathered '{}', {}", whole[i].first, tag),
-                     bytes_of(world, whole[i].second), bytes_of(world, want[i].second), 0});
-    const auto& m = opt.momentum_buffers();
+    const auto gathered = model->state_dict(), want = reference->state_dict();
+    for (size_t i = 0; i < gathered.size(); ++i)
+      out.push_back({fmt::format("gathered '{}', {}", gathered[i].first, tag),
+                     values(gathered[i].second), values(want[i].second), tensors});
     const auto& ref_m = ref_opt.momentum_buffers();
-    for (size_t i = 0; i < m.size(); ++i) {
-      const bool both = m[i].defined() && ref_m[i].defined();
+    for (size_t i = 0; i < momentum.size(); ++i) {
+      const bool both = momentum[i].defined() && ref_m[i].defined();
       out.push_back({fmt::format("gathered momentum {}, {}", i, tag),
-                     both ? bytes_of(world, m[i]) : std::vector<double>{double(m[i].defined())},
-                     both ? bytes_of(world, ref_m[i]) : std::vector<double>{double(ref_m[i].defined())},
-                     0});
+                     both ? values(momentum[i]) : std::vector<double>{double(momentum[i].defined())},
+                     both ? values(ref_m[i]) : std::vector<double>{double(ref_m[i].defined())},
+                     tensors});
     }
   }
   return out;
@@ -131,7 +168,8 @@ inline Outcomes pipeline_scenario(Communicator& world, const PipelineSetup& s) {
 // batch of 1 cut into 3), on LeNet and a narrow ResNet-18 (BatchNorm sees
 // each micro-batch), cut into as many stages as the world allows, and LeNet
 // under bfloat16 autocast; over 4 ranks also 2 replicas of a 2-stage
-// pipeline.
+// pipeline, and 2 stages split over 2 ranks each (pp 2 × tp 2; LeNet under
+// autocast too).
 inline std::vector<PipelineSetup> pipeline_setups(int ranks, bool small) {
   using anvil::parallel::Schedule;
   std::vector<PipelineSetup> out;
@@ -162,6 +200,11 @@ inline std::vector<PipelineSetup> pipeline_setups(int ranks, bool small) {
   if (ranks == 4) {
     add("lenet", {.dp = 2, .pp = 2}, Schedule::kOneFOneB, 3);
     add("resnet18-narrow", {.dp = 2, .pp = 2}, Schedule::kGPipe, 2);
+    // 2 stages, each split over 2 ranks.
+    add("lenet", {.dp = 1, .pp = 2, .tp = 2}, Schedule::kOneFOneB, 3);
+    add("resnet18-narrow", {.dp = 1, .pp = 2, .tp = 2}, Schedule::kGPipe, 2);
+    add("lenet", {.dp = 1, .pp = 2, .tp = 2}, Schedule::kOneFOneB, 2, 10);  // one step
+    out.back().amp = true;
   }
   return out;
 }

@@ -210,4 +210,40 @@ inline Outcomes p2p_scenario(Communicator& world) {
   return out;
 }
 
+// Communicator::bytes_sent: the ring all-reduce of n x 1000 floats sends
+// 2 (n - 1) x 1000 of them from every rank (its n - 1 segments of 1000 in
+// each half); a send of 10 floats adds 40 bytes to the sender and nothing to
+// the receiver; a group counts its own (the world's count stays).
+inline Outcomes bytes_sent_scenario(Communicator& world) {
+  const int n = world.size(), r = world.rank();
+  Outcomes out;
+  auto sent_by = [&](Communicator& c, const std::function<void()>& work) {
+    const uint64_t before = c.bytes_sent();
+    work();
+    c.synchronize();
+    return double(c.bytes_sent() - before);
+  };
+  Tensor t = on(world, std::vector<float>(size_t(n) * 1000, 1.f));
+  out.push_back({fmt::format("bytes sent by the ring all-reduce of {} x 1000 floats", n),
+                 {sent_by(world, [&] { world.allreduce(t); })}, {2.0 * (n - 1) * 1000 * 4}, 0});
+  if (n >= 2) {
+    Tensor p = on(world, std::vector<float>(10, 2.f));
+    const double sent = sent_by(world, [&] {
+      if (r == 0) world.send(p, 1);
+      if (r == 1) world.recv(p, 0);
+    });
+    out.push_back({"bytes sent by a send of 10 floats from rank 0 to rank 1", {sent},
+                   {r == 0 ? 40.0 : 0.0}, 0});
+  }
+  auto group = world.split(r % 2, r, "parity");
+  const int m = group->size();
+  Tensor g = on(*group, std::vector<float>(size_t(m) * 1000, 1.f));
+  const uint64_t world_before = world.bytes_sent();
+  out.push_back({"bytes sent by a group's all-reduce, the group's count",
+                 {sent_by(*group, [&] { group->allreduce(g); })}, {2.0 * (m - 1) * 1000 * 4}, 0});
+  out.push_back({"bytes sent by a group's all-reduce, the world's count",
+                 {double(world.bytes_sent() - world_before)}, {0}, 0});
+  return out;
+}
+
 }  // namespace parallel_test

@@ -39,7 +39,7 @@ class RecordingTransport final : public par::Transport {
   void begin() override {}
   void end() override { held_.clear(); }
   bool host_synchronous() const override { return true; }
-  uint64_t post(std::span<const par::Message> messages) override {
+  uint64_t post_messages(std::span<const par::Message> messages) override {
     for (const par::Message& m : messages) {
       message_bytes.push_back(m.bytes);
       if (m.kind == par::Message::kRecv && m.bytes > 0) std::memset(m.data, 0, m.bytes);

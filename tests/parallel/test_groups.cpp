@@ -83,6 +83,12 @@ TEST_CASE("mpi: send and recv bit for bit, in the world and in a group", "[mpi]"
   require_outcomes(p2p_scenario(*world), world->rank());
 }
 
+TEST_CASE("mpi: bytes_sent counts the ring's and point-to-point sends, each group its own", "[mpi]") {
+  if (!par::mpi_missing_reason().empty()) return skip(par::mpi_missing_reason());
+  auto world = par::mpi_world(mpi_options());
+  require_outcomes(bytes_sent_scenario(*world), world->rank());
+}
+
 // ---- NCCL: one thread per simulated GPU ----
 
 TEST_CASE("nccl: split groups on 1 to 4 GPUs, each group's all-reduce its own sum", "[nccl][tsan]") {
@@ -107,6 +113,17 @@ TEST_CASE("nccl: 2 × 2 meshes on 4 GPUs, each group's all-reduce its own sum", 
 #endif
     return out;
   });
+}
+
+TEST_CASE("nccl: bytes_sent counts the ring's and point-to-point sends on 3 GPUs", "[nccl]") {
+  const int available = gpus(3);
+  if (available == 0) return;
+  const par::NcclId id = par::nccl_unique_id();
+  const auto per_rank = each_rank(3, [&](int r) {
+    auto world = par::nccl_communicator(id, r, 3, anvil::Device::cuda(r), options(60));
+    return bytes_sent_scenario(*world);
+  });
+  for (int r = 0; r < 3; ++r) require_outcomes(per_rank[size_t(r)], r);
 }
 
 TEST_CASE("nccl: send and recv bit for bit on 2 and 3 GPUs, in the world and in a group",

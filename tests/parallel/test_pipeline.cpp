@@ -2,7 +2,8 @@
 // cut of a model into stages balanced by FLOPs, and training on a pipeline
 // of 2 to 4 stages (and 2 replicas of 2 stages) ending bit for bit where one
 // device does with the same micro-batches as gradient accumulation, with
-// both schedules. Over NCCL with one thread per (simulated) GPU, and over
+// both schedules; 2 stages split over 2 ranks each (pp 2 × tp 2) within the
+// tensor-parallel tolerances. Over NCCL with one thread per (simulated) GPU, and over
 // MPI on the processes mpiexec starts (tests/parallel/CMakeLists.txt: 2 and
 // 4; the tag [mpi_model_parallel] keeps them out of the 1-to-5-rank [mpi] suite).
 #include <catch2/catch.hpp>
@@ -16,6 +17,7 @@
 #include "core/random.h"
 #include "parallel/pipeline.h"
 #include "parallel/stages.h"
+#include "parallel/tensor_parallel.h"
 #include "tests/parallel/pipeline_scenarios.h"
 #include "tests/parallel/ranks.h"
 
@@ -85,16 +87,16 @@ TEST_CASE("pipeline stages: LeNet's layers, their FLOPs and outputs, and the bal
 
 TEST_CASE("pipeline stages: the cut's largest stage is the least of every cut", "[comm][pipeline]") {
   anvil::Generator gen(7);
-  for (int trial = 0; trial < 200; ++trial) {
+  for (int trial = 0; trial < 400; ++trial) {
     const size_t n = 1 + size_t(trial % 9);
     std::vector<int64_t> costs(n);
     for (auto& c : costs) c = int64_t(gen.next_u64() % 50);
+    // Half the trials with layers that may not begin a stage (a split input).
+    std::vector<bool> starts;
+    if (trial % 2)
+      for (size_t i = 0; i < n; ++i) starts.push_back(gen.next_u64() % 3 != 0);
+    auto may_start = [&](size_t i) { return starts.empty() || starts[i]; };
     for (int stages = 1; stages <= int(std::min<size_t>(n, 4)); ++stages) {
-      const std::vector<size_t> bounds = par::balance_stages(costs, stages);
-      REQUIRE(bounds.size() == size_t(stages) + 1);
-      REQUIRE(bounds.front() == 0);
-      REQUIRE(bounds.back() == n);
-      for (size_t s = 0; s + 1 < bounds.size(); ++s) REQUIRE(bounds[s] < bounds[s + 1]);
       // Every cut, by brute force over the positions of the stages' starts.
       int64_t best = INT64_MAX;
       std::vector<size_t> cut(size_t(stages) + 1, 0);
@@ -105,15 +107,36 @@ TEST_CASE("pipeline stages: the cut's largest stage is the least of every cut", 
           return;
         }
         for (size_t b = from; b + size_t(stages - s) <= n; ++b) {
+          if (!may_start(b)) continue;
           cut[size_t(s)] = b;
           each(s + 1, b + 1);
         }
       };
       each(1, 1);
       INFO("trial " << trial << ", " << stages << " stages");
+      if (best == INT64_MAX) {  // too few layers may begin a stage
+        CHECK_THROWS_WITH(par::balance_stages(costs, stages, starts),
+                          Contains("may begin a stage"));
+        continue;
+      }
+      const std::vector<size_t> bounds = par::balance_stages(costs, stages, starts);
+      REQUIRE(bounds.size() == size_t(stages) + 1);
+      REQUIRE(bounds.front() == 0);
+      REQUIRE(bounds.back() == n);
+      for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+        REQUIRE(bounds[s] < bounds[s + 1]);
+        REQUIRE((s == 0 || may_start(bounds[s])));
+      }
       REQUIRE(largest(costs, bounds) == best);
     }
   }
+  // LeNet split for tensor parallelism: no stage begins at ReLU 8 or Linear 9,
+  // whose inputs are split (Linear 7's units).
+  auto lenet = models::lenet();
+  std::vector<std::string> names;
+  for (const auto& l : par::pipeline_layers(*lenet, {1, 28, 28}, false)) names.push_back(l.name);
+  CHECK(par::stage_starts(names, *lenet, par::tensor_parallel_plan("lenet")) ==
+        std::vector<bool>{true, true, true, true, true, true, true, true, false, false});
 }
 
 // On the simulator a LeNet step costs seconds: one batch of 4 for LeNet (2
@@ -128,7 +151,7 @@ TEST_CASE("nccl: pipeline-parallel LeNet and MLP on 2 to 4 GPUs end where one de
   pipelines_on_gpus(2, pipeline_setups(2, true));
 #else
   using par::Schedule;
-  PipelineSetup lenet, empty, three, mesh;
+  PipelineSetup lenet, empty, three, mesh, split;
   lenet.images = lenet.batch = 4;  // one step of 2 micro-batches of 2
   lenet.micro_batches = 2;
   empty.model = "mlp";
@@ -143,6 +166,9 @@ TEST_CASE("nccl: pipeline-parallel LeNet and MLP on 2 to 4 GPUs end where one de
   mesh.model = "mlp";
   mesh.mesh = {.dp = 2, .pp = 2};
   if (enough_gpus(4, available)) pipelines_on_gpus(4, {mesh});
+  split.model = "mlp";  // 2 stages, each split over 2 GPUs
+  split.mesh = {.dp = 1, .pp = 2, .tp = 2};
+  if (enough_gpus(4, available)) pipelines_on_gpus(4, {split});
 #endif
 }
 

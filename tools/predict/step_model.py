@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The step-time model of data-parallel training (docs/parallel.md).
+"""The step-time model of data-, pipeline- and tensor-parallel training (docs/parallel.md).
 
 A data-parallel step on N GPUs takes the compute of B/N images on one GPU,
 plus the part of the gradient all-reduce that backward does not hide:
@@ -10,6 +10,25 @@ plus the part of the gradient all-reduce that backward does not hide:
     T_exposed = the last bucket's all-reduce (the first layers' gradients,
                 final only when backward ends) + one synchronisation,
                 or the whole all-reduce without overlap.
+
+A pipeline of N stages and M micro-batches (GPipe or 1F1B, the same
+bubble) takes M + N - 1 slots of its slowest stage's forward and backward
+of one micro-batch, each with that stage's exchange of an activation and
+its gradient (not overlapped with compute, as in parallel/pipeline.cpp):
+
+    T_pp = (M + N - 1) * (T_compute(slowest stage, B / M) + 2 * T_p2p)
+
+Tensor parallelism over N GPUs (parallel/tensor_parallel.h, ResNet-18's
+plan) computes 1/N of every residual block's convolutions and the rest whole,
+launches every kernel on every GPU, and waits for each block's all-reduces
+(conv2's output forward, the block's input gradient backward) and, in the
+three blocks with a 1x1 shortcut, an all-gather of its output:
+
+    T_tp = T_compute(split / N + whole) + sum over blocks of T_allreduce(activations) + T_gather
+
+Combined with data parallelism, each replica's step is that of its share of
+the batch, plus the exposed part of the all-reduce of the gradients it holds
+(its stage's, its parts) over the replicas.
 
 FLOPs come from the models' layer shapes below (multiply-adds x 2; a
 training step is about 3x the forward). The inputs with their sources are
@@ -68,6 +87,127 @@ def step(model, batch, gpus, a, overlap=True):
     return compute, exposed
 
 
+def resnet18_layers():
+    """ResNet-18's layers as a pipeline cuts them (parallel/stages.h): (name,
+    forward FLOPs per image, output bytes per image in float32, parameters),
+    the stem as one layer. Each residual block: its convolutions, and what
+    tensor parallelism moves per image: conv2's output (the forward
+    all-reduce), the block's input (the backward one) and, with a 1x1
+    shortcut, conv3's output (the all-gather)."""
+    layers = [dict(name="stem", flops=conv(1, 64, 3, 28), out=64 * 28 * 28 * 4, params=64 * 9 + 64 * 3,
+                   split=0)]
+    cin, hw_in = 64, 28
+    for b, (cout, hw) in enumerate([(64, 28), (128, 14), (256, 7), (512, 4)]):
+        for i in range(2):
+            shortcut = b > 0 and i == 0
+            c_in = cin if i == 0 else cout
+            f = conv(c_in, cout, 3, hw) + conv(cout, cout, 3, hw) + (conv(c_in, cout, 1, hw) if shortcut else 0)
+            p = 9 * c_in * cout + 9 * cout * cout + (c_in * cout if shortcut else 0) + 8 * cout
+            layers.append(dict(name=f"resnet_block{b + 1}.{i}", flops=f, out=cout * hw * hw * 4, params=p,
+                               split=f, reduce=cout * hw * hw * 4,
+                               input=c_in * (hw_in if i == 0 else hw) ** 2 * 4,
+                               gather=cout * hw * hw * 4 if shortcut else 0))
+        cin, hw_in = cout, hw
+    layers.append(dict(name="fc", flops=2 * 512 * 10, out=10 * 4, params=512 * 10 + 10, split=0))
+    return layers
+
+
+def balance(costs, stages):
+    """The least largest stage total of `costs` cut into `stages` runs (balance_stages)."""
+    n = len(costs)
+    prefix = [0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(stages + 1)]
+    cut = [[0] * (n + 1) for _ in range(stages + 1)]
+    best[0][0] = 0
+    for s in range(1, stages + 1):
+        for i in range(s, n + 1):
+            for j in range(s - 1, i):
+                w = max(best[s - 1][j], prefix[i] - prefix[j])
+                if w < best[s][i]:
+                    best[s][i], cut[s][i] = w, j
+    bounds = [n]
+    for s in range(stages, 0, -1):
+        bounds.append(cut[s][bounds[-1]])
+    return bounds[::-1]
+
+
+def collective(nbytes, n, a, factor, steps):
+    """One collective over n GPUs in a machine: bytes * factor / busbw, its ring steps' latency, the sync."""
+    if n == 1:
+        return 0.0
+    return nbytes * factor / (a.busbw_gbps * 1e9) + steps * a.latency_us * 1e-6 + a.sync_us * 1e-6
+
+
+def allreduce(nbytes, n, a):
+    return collective(nbytes, n, a, 2 * (n - 1) / n, 2 * (n - 1))
+
+
+def compute_time(flops, launches, a):
+    return max(3 * flops / (a.peak_tflops * 1e12 * a.fraction), launches * a.launch_us * 1e-6)
+
+
+def grad_exposed(grad_bytes, n, a):
+    """The part of a gradient all-reduce over n replicas that backward does not hide (the last bucket)."""
+    if n == 1:
+        return 0.0
+    last = grad_bytes - (max(1, math.ceil(grad_bytes / a.bucket_bytes)) - 1) * a.bucket_bytes
+    return allreduce(min(grad_bytes, last), n, a)
+
+
+def hybrid_step(batch, dp, pp, tp, micro, a):
+    """ResNet-18's step on dp x pp x tp GPUs of one machine, global batch `batch`:
+    (compute, communication) seconds of the slowest stage, and the most
+    parameters a GPU trains (its stage's; of a split layer, its 1/tp)."""
+    layers = resnet18_layers()
+    launches = MODELS["resnet18"]["launches"]
+    b = batch / dp  # each replica's share
+    m = micro if pp > 1 else 1
+    bounds = balance([l["flops"] for l in layers], pp)
+    worst, most = (0.0, 0.0), 0.0
+    for s in range(pp):
+        part = layers[bounds[s]:bounds[s + 1]]
+        per_image = sum(l["flops"] - l["split"] + l["split"] / tp for l in part)
+        compute = compute_time(per_image * b / m, launches * len(part) / len(layers), a)
+        comm = 0.0
+        for l in part:  # tensor parallelism's collectives, per micro-batch
+            if tp > 1 and l["split"]:
+                comm += allreduce(l["reduce"] * b / m, tp, a) + allreduce(l["input"] * b / m, tp, a)
+                if l["gather"]:
+                    comm += collective(l["gather"] * b / m, tp, a, (tp - 1) / tp, tp - 1)
+        # With each neighbour: an activation one way and its gradient back, per micro-batch.
+        for boundary in ([bounds[s] - 1] if s > 0 else []) + ([bounds[s + 1] - 1] if s + 1 < pp else []):
+            comm += 2 * (layers[boundary]["out"] * b / m / (a.busbw_gbps * 1e9) + a.latency_us * 1e-6
+                         + a.sync_us * 1e-6)
+        params = sum(l["params"] / tp if l["split"] else l["params"] for l in part)
+        most = max(most, params)
+        slots = m + pp - 1
+        if slots * (compute + comm) > sum(worst):
+            worst = (slots * compute, slots * comm)
+    compute, comm = worst
+    return compute, comm + grad_exposed(4 * most, dp, a), most
+
+
+def print_model_parallel(a):
+    """ResNet-18 on the 8 GPUs of one machine, every layout, at 256 images per GPU."""
+    gpus, batch = 8, 2048
+    one = sum(hybrid_step(256, 1, 1, 1, 1, a)[:2])
+    print(f"\nresnet18 on {gpus} GPUs of one machine, global batch {batch} (256 per GPU); "
+          f"one GPU: {one * 1e3:.2f} ms for 256 images")
+    print(f"{'layout':>16} {'M':>3} {'compute ms':>11} {'comm ms':>8} {'step ms':>8} {'img/s':>8} "
+          f"{'efficiency':>10} {'params/GPU':>11}")
+    for dp, pp, tp, micro in [(8, 1, 1, 1), (1, 8, 1, 8), (1, 8, 1, 32), (1, 1, 8, 1), (4, 2, 1, 8),
+                              (4, 1, 2, 1), (2, 2, 2, 8), (2, 4, 1, 16), (1, 2, 4, 8)]:
+        compute, comm, params = hybrid_step(batch, dp, pp, tp, micro, a)
+        t = compute + comm
+        label = " x ".join(f"{k} {v}" for k, v in [("dp", dp), ("pp", pp), ("tp", tp)] if v > 1)
+        print(f"{label:>16} {micro if pp > 1 else '':>3} {compute * 1e3:>11.2f} {comm * 1e3:>8.2f} "
+              f"{t * 1e3:>8.2f} {batch / t:>8.0f} {batch / t / (gpus * 256 / one):>10.2f} "
+              f"{params / 1e6:>9.2f} M")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--peak-tflops", type=float, default=66.9,
@@ -115,6 +255,7 @@ def main():
             print(f"{label:>6} {compute * 1e3:>11.3f} {exposed * 1e3:>11.3f} {t * 1e3:>8.3f} "
                   f"{batch / t:>10.0f} {60000 / (batch / t):>8.2f} {batch / t / (gpus * ips1):>10.2f} "
                   f"{batch / plain / (gpus * ips1):>10.2f}")
+    print_model_parallel(a)
 
 
 if __name__ == "__main__":
