@@ -115,7 +115,7 @@ TEST_CASE("nccl: 2 × 2 meshes on 4 GPUs, each group's all-reduce its own sum", 
   });
 }
 
-TEST_CASE("nccl: bytes_sent counts the ring's and point-to-point sends on 3 GPUs", "[nccl]") {
+TEST_CASE("nccl: bytes_sent counts the ring's and point-to-point sends on 3 GPUs", "[nccl][tsan]") {
   const int available = gpus(3);
   if (available == 0) return;
   const par::NcclId id = par::nccl_unique_id();
