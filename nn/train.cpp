@@ -226,7 +226,8 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
         batches.set_static_buffers(static_images, Tensor::empty(y.shape(), y.dtype(), device));
       }
     }
-    totals.count(batch.size);
+    // The examples, counted where the losses are: on the last stage of a pipeline.
+    if (!options.stages || options.stages->last_stage()) totals.count(batch.size);
     if (profiled) profile::end_step(device);
     ++done;
     if (options.progress)

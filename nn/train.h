@@ -182,6 +182,8 @@ class Stages {
   // An epoch's running totals (as Replicas::sum_totals), which the last
   // stage alone has: every stage gets them (a collective of the pipeline).
   virtual void sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) = 0;
+  // Whether this rank runs the last stage, the one whose totals count.
+  virtual bool last_stage() const = 0;
 };
 
 // One epoch: the epoch to run must not have been started on the loader yet.

@@ -88,6 +88,7 @@ class Pipeline final : public train::Stages {
                   const std::function<void(const train::StepResult&, const Tensor&)>& done) override;
   Tensor forward(const Tensor& x) override;
   void sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) override;
+  bool last_stage() const override { return last(); }
 
   // Every later stage's parameters, buffers and (given them, one per
   // parameter of `model` in its order, undefined before a parameter's first
