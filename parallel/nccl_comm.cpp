@@ -121,7 +121,7 @@ class NcclTransport final : public Transport {
           [this](Watchdog& dog) { return poll(dog); },
           std::clamp(timeout / 10, std::chrono::milliseconds(1), std::chrono::milliseconds(100)));
     } catch (const std::exception& e) {
-      channel_->report_failure(e.what());
+      channel_->report_failure(world_rank(rank()), e.what());
       abort();
       release();
       throw;
@@ -328,7 +328,7 @@ class NcclTransport final : public Transport {
       failure = problem();
       return !failure.empty() || (reached(wire_done_) && reached(lane_done_));
     });
-    if (!failure.empty()) throw CommError(error_prefix() + failure);
+    if (!failure.empty()) throw_error(error_prefix() + failure);
     if (!done)
       throw CommError(fmt::format("{}did not complete within {} (ANVIL_COMM_TIMEOUT){}",
                                   error_prefix(), timeout_text(timeout()), stuck_peers()));
@@ -391,7 +391,7 @@ class NcclTransport final : public Transport {
     }
     if (r != ncclSuccess) {
       std::lock_guard lock(mutex_);
-      throw CommError(error_prefix() + call + " failed: " + text(r));
+      throw_error(error_prefix() + call + " failed: " + text(r));
     }
   }
 
@@ -401,8 +401,8 @@ class NcclTransport final : public Transport {
     ncclResult_t state = ncclInProgress;
     std::string failure;
     const bool done = poll_until(timeout(), [&] {
-      if (std::string peer = channel_->peer_failure(); !peer.empty()) {
-        failure = "another rank failed: " + peer;
+      if (const std::optional<RankFailure> peer = channel_->peer_failure()) {
+        failure = peer->text();
         return true;
       }
       std::lock_guard lock(mutex_);
@@ -414,10 +414,10 @@ class NcclTransport final : public Transport {
       if (r != ncclSuccess) state = r;
       return state != ncclInProgress;
     });
-    if (!failure.empty()) throw CommError(error_prefix() + failure);
+    if (!failure.empty()) throw_error(error_prefix() + failure);
     if (done && state != ncclSuccess) {
       std::lock_guard lock(mutex_);
-      throw CommError(error_prefix() + "NCCL reports an error: " + text(state));
+      throw_error(error_prefix() + "NCCL reports an error: " + text(state));
     }
     return done;
   }
@@ -436,8 +436,7 @@ class NcclTransport final : public Transport {
       std::lock_guard lock(mutex_);
       if (comm_ == nullptr) return aborted_text();
     }
-    if (std::string peer = channel_->peer_failure(); !peer.empty())
-      return "another rank failed: " + peer;
+    if (const std::optional<RankFailure> peer = channel_->peer_failure()) return peer->text();
     std::lock_guard lock(mutex_);
     if (comm_ == nullptr) return aborted_text();
     ncclResult_t state = ncclSuccess;
@@ -460,8 +459,8 @@ class NcclTransport final : public Transport {
                                  : "the communicator was aborted: " + abort_reason_;
   }
   // Caller holds mutex_: throws once the communicator has been aborted.
-  void check_live() const {
-    if (comm_ == nullptr) throw CommError(error_prefix() + aborted_text());
+  void check_live() {
+    if (comm_ == nullptr) throw_error(error_prefix() + aborted_text());
   }
 
   // Arms the collective just issued: events on both lanes mark its end.
@@ -504,8 +503,8 @@ class NcclTransport final : public Transport {
       if (watched_.empty()) return "";
       oldest = watched_.front().what;
     }
-    if (std::string peer = channel_->peer_failure(); !peer.empty())
-      return oldest + "another rank failed: " + peer;
+    if (const std::optional<RankFailure> peer = channel_->peer_failure())
+      return oldest + peer->text();
     std::lock_guard lock(mutex_);
     if (comm_ == nullptr) return "";  // aborted by this rank's own thread, which reports it
     ncclResult_t state = ncclSuccess;
