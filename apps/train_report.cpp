@@ -114,7 +114,7 @@ void Report::header() {
   out_ << fmt::format(
       "  recipe {}: init {}, SGD momentum {}{}, weight decay {}, schedule {}, transforms {}{}\n",
       o.recipe, o.init, o.momentum, o.nesterov ? " (nesterov)" : "", o.weight_decay,
-      schedule_summary(run_.schedule_options), run_.transforms.summary,
+      schedule_summary(run_.settings.schedule), run_.transforms.summary,
       o.label_smoothing > 0 ? fmt::format(", label smoothing {}", o.label_smoothing) : "");
   out_ << fmt::format("  float32 math (--fp32-precision {}): {}\n", o.fp32_precision,
                       describe_fp32_math(run_.r.device.type));

@@ -29,9 +29,9 @@
 namespace anvil::app {
 namespace {
 
-int run_replica(const Options& o, const Replica& r) {
+int run_replica(const Options& o, const Settings& settings, const Replica& r) {
   profile::set_thread_rank(r.rank());
-  std::unique_ptr<Run> run = setup_run(o, r);
+  std::unique_ptr<Run> run = setup_run(o, settings, r);
   Report report(*run);
   report.header();
   const int last_epoch =
@@ -54,7 +54,7 @@ parallel::CommOptions comm_options(const Options& o) {
 
 // One MPI process per rank: CPU ranks over MPI, or GPU ranks over NCCL on
 // cuda:<local rank> when there are GPUs (and --device is not cpu).
-int run_mpi_rank(const Options& o) {
+int run_mpi_rank(const Options& o, const Settings& settings) {
   if (o.gpus > 0 || !o.devices.empty())
     throw UsageError("--distributed runs one rank per MPI process; --gpus and --devices run "
                      "them as threads of one process: choose one");
@@ -93,7 +93,7 @@ int run_mpi_rank(const Options& o) {
   r.comm = comm.get();
   r.data_parallel = true;
   try {
-    return run_replica(o, r);
+    return run_replica(o, settings, r);
   } catch (const std::exception& e) {
     // This rank leaves at once, without MPI_Finalize (which would wait for
     // the others): mpirun then ends the job instead of letting the other
@@ -105,7 +105,7 @@ int run_mpi_rank(const Options& o) {
 
 // One thread per GPU in this process, each with its replica; the data is
 // read once and shared.
-int run_gpu_threads(const Options& o) {
+int run_gpu_threads(const Options& o, const Settings& settings) {
   const std::vector<Device> devices = replica_devices(o);
   if (!parallel::nccl_missing_reason().empty()) throw UsageError(parallel::nccl_missing_reason());
   check_files(o);
@@ -122,20 +122,20 @@ int run_gpu_threads(const Options& o) {
                                r.data_parallel = true;
                                r.train_set = train_set;
                                r.test_set = test_set;
-                               run_replica(o, r);
+                               run_replica(o, settings, r);
                              });
   return 0;
 }
 
 // One device: a group of one rank, with --eval-only's evaluation besides.
-int run_one_device(const Options& o) {
+int run_one_device(const Options& o, const Settings& settings) {
   check_layout(o, 1);
   check_data_parallel_only(o);
   check_files(o);
   {
     // The model's own checks before the device is chosen, so that a mistyped
     // --model reports only its own error (not also the GPU probe's note).
-    std::shared_ptr<nn::Module> model = create_model(o);
+    std::shared_ptr<nn::Module> model = create_model(o, settings.init);
     if (o.eval_only) {
       return evaluate_only(o, *model, choose_device(o.device));
     }
@@ -144,21 +144,19 @@ int run_one_device(const Options& o) {
   r.device = choose_device(o.device);
   const std::unique_ptr<parallel::Communicator> group = parallel::one_rank_group(r.device);
   r.comm = group.get();
-  return run_replica(o, r);
+  return run_replica(o, settings, r);
 }
 
 }  // namespace
 
 int run_training(const Options& o) {
   set_fp32_precision(parse_fp32_precision(o.fp32_precision));
-  app::parse_init(o.init);
-  app::check_settings(o);
-  parallel::parse_algorithm(o.allreduce);  // (a CLI validator names the flag first)
+  const Settings settings = parse_settings(o);
   const bool profiled = o.profile || !o.profile_trace.empty();
   profile::set_enabled(profiled);
-  const int rc = o.distributed                         ? run_mpi_rank(o)
-                 : o.gpus > 0 || !o.devices.empty() ? run_gpu_threads(o)
-                                                     : run_one_device(o);
+  const int rc = o.distributed                         ? run_mpi_rank(o, settings)
+                 : o.gpus > 0 || !o.devices.empty() ? run_gpu_threads(o, settings)
+                                                     : run_one_device(o, settings);
   if (profiled) {
     profile::set_enabled(false);
     report_profile(o.profile, o.profile_trace, devices_are_simulated());

@@ -49,9 +49,21 @@ struct Transforms {
 };
 Transforms make_transforms(const Options& o, const data::ImageSet& train_set);
 
-// The --model, initialised from --seed; UsageError naming --model (or
-// --bn-recalibrate, for a model without BatchNorm).
-std::shared_ptr<nn::Module> create_model(const Options& o);
+// The flags that need more than their validators, parsed once before any
+// rank starts (so that a bad one fails before the data is read) and handed
+// to every rank: --init, the schedule's flags with the checks across flags
+// (check_settings), --allreduce.
+struct Settings {
+  models::Init init = models::Init::Seed;
+  optim::ScheduleOptions schedule;
+  parallel::Algorithm allreduce = parallel::Algorithm::kRing;
+};
+// Throws UsageError naming the flag.
+Settings parse_settings(const Options& o);
+
+// The --model, initialised from --seed with `init`; UsageError naming
+// --model (or --bn-recalibrate, for a model without BatchNorm).
+std::shared_ptr<nn::Module> create_model(const Options& o, models::Init init);
 
 // --init-from's weights into `model`. A bfloat16 tensor of the file goes
 // into its float32 weight widened exactly, as PyTorch's load_state_dict
@@ -71,7 +83,7 @@ struct Resumed {
 struct Run {
   Options o;
   Replica r;
-  optim::ScheduleOptions schedule_options;
+  Settings settings;  // parsed from `o`
   std::shared_ptr<nn::Module> model;  // on r.device
   std::shared_ptr<const data::ImageSet> train_set, test_set;
   Transforms transforms;
@@ -108,6 +120,6 @@ void agree_on_flags(const Options& o, parallel::Communicator& comm);
 // Builds the run: rank 0 reads --init-from or --resume, every rank then
 // checks its flags against rank 0's and gets its weights (and momentum).
 // A collective: every rank of the group calls it.
-std::unique_ptr<Run> setup_run(const Options& o, const Replica& r);
+std::unique_ptr<Run> setup_run(const Options& o, const Settings& settings, const Replica& r);
 
 }  // namespace anvil::app
