@@ -106,11 +106,11 @@ int64_t agree_on_run(const Options& o, const Replica& r, const Resumed& resumed)
 
 // The data, its transforms and the loaders, each rank's loaders on its shard.
 void load_data(Run& s) {
-  const Options& o = s.o;
-  s.train_set = s.r.train_set ? s.r.train_set
+  const Options& o = s.options;
+  s.train_set = s.replica.train_set ? s.replica.train_set
                               : std::make_shared<const data::ImageSet>(
                                     data::load_mnist_split(o.data_dir, true, o.limit_train));
-  s.test_set = s.r.test_set ? s.r.test_set
+  s.test_set = s.replica.test_set ? s.replica.test_set
                             : std::make_shared<const data::ImageSet>(
                                   data::load_mnist_split(o.data_dir, false, o.limit_test));
   s.transforms = make_transforms(o, *s.train_set);
@@ -243,9 +243,9 @@ void agree_on_flags(const Options& o, parallel::Communicator& comm) {
 std::unique_ptr<Run> setup_run(const Options& o, const Settings& settings, const Replica& r) {
   auto run = std::make_unique<Run>();
   Run& s = *run;
-  s.o = o;
+  s.options = o;
   s.settings = settings;
-  s.r = r;
+  s.replica = r;
   s.model = create_model(o, settings.init);
   StageCut stages;
   const int pp = o.pipeline_parallel, tp = o.tensor_parallel;

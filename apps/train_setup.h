@@ -81,10 +81,10 @@ struct Resumed {
 
 // Everything a replica's epochs use, made by setup_run.
 struct Run {
-  Options o;
-  Replica r;
-  Settings settings;  // parsed from `o`
-  std::shared_ptr<nn::Module> model;  // on r.device
+  Options options;   // the command line's, after the recipe
+  Settings settings;  // parsed from `options`
+  Replica replica;   // this rank: its device and group
+  std::shared_ptr<nn::Module> model;  // on replica.device
   std::shared_ptr<const data::ImageSet> train_set, test_set;
   Transforms transforms;
   std::optional<data::DataLoader> train_loader, test_loader;  // this rank's shards
@@ -96,8 +96,8 @@ struct Run {
   Resumed resumed;  // epochs_done agreed on by every rank
   std::string init_note;  // load_init_from's line for the header (rank 0's)
   // --pipeline-parallel or --tensor-parallel: this rank's place in the mesh
-  // of dp × pp × tp ranks (r.comm is the world). Without: unset, and the run
-  // is data-parallel over r.comm.
+  // of dp × pp × tp ranks (replica.comm is the world). Without: unset, and
+  // the run is data-parallel over replica.comm.
   std::optional<parallel::Mesh> mesh;
   std::unique_ptr<parallel::Pipeline> pipeline;  // this rank's stage of the model
   // --tensor-parallel: the model with its linear layers split over the tp
@@ -108,7 +108,7 @@ struct Run {
   // Over the data-parallel group (its replicas of this rank's stage, or of
   // the whole model); does nothing for one rank.
   std::optional<parallel::DataParallel> replicas;
-  parallel::Communicator& dp() const { return mesh ? *mesh->dp : *r.comm; }
+  parallel::Communicator& dp() const { return mesh ? *mesh->dp : *replica.comm; }
 };
 
 // Every rank of an MPI job (--distributed) against rank 0, before the run's
