@@ -503,8 +503,10 @@ class NcclTransport final : public Transport {
       if (watched_.empty()) return "";
       oldest = watched_.front().what;
     }
-    if (const std::optional<RankFailure> peer = channel_->peer_failure())
+    if (const std::optional<RankFailure> peer = channel_->peer_failure()) {
+      peer_failed_ = true;
       return oldest + peer->text();
+    }
     std::lock_guard lock(mutex_);
     if (comm_ == nullptr) return "";  // aborted by this rank's own thread, which reports it
     ncclResult_t state = ncclSuccess;
@@ -517,9 +519,8 @@ class NcclTransport final : public Transport {
   // On the watchdog's thread: the first failure aborts the communicator,
   // which wakes every thread waiting behind it, and breaks it for good.
   void watchdog_abort(const std::string& why) {
-    // (once: a peer's failure may already say it of the peer)
-    static constexpr std::string_view kAborted = "; the watchdog aborted the communicator";
-    const std::string what = why.ends_with(kAborted) ? why : why + std::string(kAborted);
+    // A peer's failure is its own text: the abort here is only its echo.
+    const std::string what = peer_failed_ ? why : why + "; the watchdog aborted the communicator";
     {
       std::lock_guard lock(mutex_);
       if (comm_ == nullptr) return;  // already aborted, and reported, by its own thread
@@ -605,6 +606,8 @@ class NcclTransport final : public Transport {
   mutable std::mutex mutex_;  // comm_ and abort_reason_, between this rank's thread and the watchdog
   ncclComm_t comm_ = nullptr;
   std::string abort_reason_;  // why the watchdog aborted it
+  // The watchdog's poll found another rank's failure (on the watchdog's thread).
+  bool peer_failed_ = false;
   cudaStream_t wire_ = nullptr, lane_ = nullptr;
   cudaEvent_t start_ = nullptr, wire_done_ = nullptr, lane_done_ = nullptr;
   Ticket tickets_[kTickets];
