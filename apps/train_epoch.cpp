@@ -41,7 +41,7 @@ Fault injected_fault() {
 // `progress`, and the injected fault where this rank has one.
 train::Progress with_fault(const Run& run, int epoch, train::Progress progress) {
   const Fault f = injected_fault();
-  if (f.rank != run.r.rank() || epoch != 1) return progress;
+  if (f.rank != run.replica.rank() || epoch != 1) return progress;
   return [f, progress](const train::EpochProgress& p) {
     if (progress) progress(p);
     if (p.done != f.step) return;
@@ -54,7 +54,7 @@ train::Progress with_fault(const Run& run, int epoch, train::Progress progress) 
 }  // namespace
 
 EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
-  const Options& o = run.o;
+  const Options& o = run.options;
   train::EpochOptions options;
   options.schedule = &*run.schedule;
   options.epoch = uint64_t(epoch - 1);  // the loader's epochs count from 0
@@ -67,18 +67,18 @@ EpochResult run_epoch(Run& run, int epoch, const train::Progress& progress) {
   options.cuda_graphs = o.cuda_graphs;
   EpochResult e;
   e.epoch = epoch;
-  e.train = train::train_epoch(run.net(), *run.optimizer, *run.train_loader, run.r.device,
+  e.train = train::train_epoch(run.net(), *run.optimizer, *run.train_loader, run.replica.device,
                                options);
   // With --bn-recalibrate the model is evaluated twice: first with the
   // running statistics training left (what the recipe alone gives), then
   // with the re-estimated ones, so the run shows what recalibration adds.
   if (run.recalibration_loader) {
-    e.test_running_stats =
-        train::evaluate(run.net(), *run.test_loader, run.r.device, options.replicas, options.amp);
-    train::recalibrate_batch_norm(run.net(), *run.recalibration_loader, run.r.device,
+    e.test_running_stats = train::evaluate(run.net(), *run.test_loader, run.replica.device,
+                                           options.replicas, options.amp);
+    train::recalibrate_batch_norm(run.net(), *run.recalibration_loader, run.replica.device,
                                   o.bn_recalibrate, uint64_t(epoch - 1));
   }
-  e.test = train::evaluate(run.net(), *run.test_loader, run.r.device, options.replicas,
+  e.test = train::evaluate(run.net(), *run.test_loader, run.replica.device, options.replicas,
                            options.amp, options.stages);
   return e;
 }
@@ -108,22 +108,22 @@ void gather_whole_model(Run& run, std::vector<Tensor>* momentum) {
 }  // namespace
 
 void save_checkpoint(Run& run, int epoch, const nlohmann::ordered_json& history) {
-  if (run.o.checkpoint.empty()) return;
+  if (run.options.checkpoint.empty()) return;
   std::vector<Tensor> momentum;
   gather_whole_model(run, &momentum);
-  if (run.r.rank() != 0) return;
+  if (run.replica.rank() != 0) return;
   train::RunState state{.epochs_done = epoch,
                         .steps_done = int64_t(epoch) * run.train_loader->num_batches(),
-                        .info = {{"settings", app::training_settings(run.o)},
+                        .info = {{"settings", app::training_settings(run.options)},
                                  {"history", history}}};
-  train::save_checkpoint(run.o.checkpoint, *run.model, momentum, state);
+  train::save_checkpoint(run.options.checkpoint, *run.model, momentum, state);
 }
 
 bool save_weights(Run& run) {
-  if (run.o.save.empty()) return false;
+  if (run.options.save.empty()) return false;
   gather_whole_model(run, nullptr);
-  if (run.r.rank() != 0) return false;
-  nn::save_safetensors(run.o.save, run.model->state_dict());
+  if (run.replica.rank() != 0) return false;
+  nn::save_safetensors(run.options.save, run.model->state_dict());
   return true;
 }
 

@@ -95,10 +95,10 @@ std::string where(const Options& o, const Replica& r) {
 }  // namespace
 
 Report::Report(const Run& run)
-    : run_(run), out_(output_of(run.r)), history_(run.resumed.history) {
-  const Options& o = run.o;
-  tty_ = run.r.rank() == 0 && isatty(STDOUT_FILENO);
-  if (o.metrics.empty() || run.r.rank() != 0) return;
+    : run_(run), out_(output_of(run.replica)), history_(run.resumed.history) {
+  const Options& o = run.options;
+  tty_ = run.replica.rank() == 0 && isatty(STDOUT_FILENO);
+  if (o.metrics.empty() || run.replica.rank() != 0) return;
   metrics_.open(o.metrics, std::ios::trunc);
   if (!metrics_) throw UsageError(fmt::format("--metrics {}: cannot open for writing", o.metrics));
   for (auto& line : history_) metrics_ << line.dump() << '\n';
@@ -106,33 +106,34 @@ Report::Report(const Run& run)
 }
 
 void Report::header() {
-  const Options& o = run_.o;
+  const Options& o = run_.options;
   out_ << fmt::format("training {} ({} parameters) on {}: {} train / {} test images, "
                       "batch {}, lr {}, {} epochs\n",
-                      o.model, run_.model->num_parameters(), where(o, run_.r),
+                      o.model, run_.model->num_parameters(), where(o, run_.replica),
                       run_.train_set->count, run_.test_set->count, o.batch_size, o.lr, o.epochs);
   out_ << fmt::format(
       "  recipe {}: init {}, SGD momentum {}{}, weight decay {}, schedule {}, transforms {}{}\n",
       o.recipe, o.init, o.momentum, o.nesterov ? " (nesterov)" : "", o.weight_decay,
-      schedule_summary(run_.schedule_options), run_.transforms.summary,
+      schedule_summary(run_.settings.schedule), run_.transforms.summary,
       o.label_smoothing > 0 ? fmt::format(", label smoothing {}", o.label_smoothing) : "");
   out_ << fmt::format("  float32 math (--fp32-precision {}): {}\n", o.fp32_precision,
-                      describe_fp32_math(run_.r.device.type));
+                      describe_fp32_math(run_.replica.device.type));
   if (o.amp_bf16())
     out_ << fmt::format("  amp bf16: conv and linear in BF16 ({}), activations bfloat16; "
                         "loss, BatchNorm statistics, master weights, gradients and momentum "
                         "float32\n",
-                        run_.r.device.is_cuda() ? "tensor cores" : cpu::bf16_math_word());
-  if (run_.r.data_parallel)
+                        run_.replica.device.is_cuda() ? "tensor cores" : cpu::bf16_math_word());
+  if (run_.replica.data_parallel)
     out_ << fmt::format("  gradients all-reduced in {} (--grad-dtype {}){}\n",
                         o.grad_bf16() ? "bfloat16" : "float32", o.grad_dtype,
                         o.grad_bf16() ? ": half the bytes; rounded to bfloat16, summed in "
                                         "float32 arithmetic, widened back into float32"
                                       : "");
-  if (run_.r.device.is_cuda()) {
+  if (run_.replica.device.is_cuda()) {
     const std::string why =
         o.profile ? "the profiler (--profile) times every launch with events of its own"
-                  : train::graphs_unavailable(run_.r.device, &*run_.replicas, run_.pipeline.get());
+                  : train::graphs_unavailable(run_.replica.device, &*run_.replicas,
+                                              run_.pipeline.get());
     out_ << (!o.cuda_graphs ? std::string("  CUDA graphs off (--no-cuda-graphs): every step launches its kernels\n")
              : why.empty() ? std::string("  CUDA graphs (--cuda-graphs): each steady step is one graph launch\n")
                            : fmt::format("  CUDA graphs not used: {}\n", why));
@@ -140,7 +141,7 @@ void Report::header() {
   if (o.accumulate > 1)
     out_ << fmt::format("  gradient accumulation: each step's batch{} as {} micro-batches, "
                         "reduced once per step\n",
-                        run_.r.data_parallel ? " (each rank's share)" : "", o.accumulate);
+                        run_.replica.data_parallel ? " (each rank's share)" : "", o.accumulate);
   if (run_.pipeline) {
     const parallel::Pipeline& p = *run_.pipeline;
     out_ << fmt::format(
@@ -169,13 +170,13 @@ void Report::header() {
 }
 
 train::Progress Report::progress() const {
-  if (run_.r.rank() != 0) return {};
+  if (run_.replica.rank() != 0) return {};
   const bool have_loss = !run_.pipeline;  // rank 0 is a pipeline's first stage
   return tty_ ? bar_progress(have_loss) : log_progress(have_loss);
 }
 
 nlohmann::ordered_json Report::metrics_record(const EpochResult& e) const {
-  const Options& o = run_.o;
+  const Options& o = run_.options;
   nlohmann::ordered_json line = {{"epoch", e.epoch},
                                  {"train_loss", e.train.loss},
                                  {"train_acc", e.train.accuracy},
@@ -183,17 +184,17 @@ nlohmann::ordered_json Report::metrics_record(const EpochResult& e) const {
                                  {"test_acc", e.test.accuracy},
                                  {"epoch_seconds", e.train.seconds},
                                  {"images_per_second", e.train.images_per_second()},
-                                 {"device", run_.r.device.str()},
+                                 {"device", run_.replica.device.str()},
                                  {"model", o.model},
                                  {"recipe", o.recipe},
-                                 {"fp32_math", describe_fp32_math(run_.r.device.type)},
+                                 {"fp32_math", describe_fp32_math(run_.replica.device.type)},
                                  {"batch_size", o.batch_size},
                                  {"accumulate", o.accumulate},
                                  {"amp", o.amp},
                                  {"lr", o.lr},
                                  {"last_lr", e.train.last_lr}};
-  if (run_.r.data_parallel) {
-    line["ranks"] = run_.r.size();
+  if (run_.replica.data_parallel) {
+    line["ranks"] = run_.replica.size();
     line["allreduce"] = o.allreduce;
     line["sync_bn"] = o.sync_bn;
     line["grad_dtype"] = o.grad_dtype;
@@ -217,7 +218,7 @@ void Report::epoch(const EpochResult& e) {
   out_ << fmt::format(
               "epoch {:>3}/{}: train loss {:.4f}, train acc {:.4f}, test acc {:.4f}{}, {:.2f} s, "
               "{:.0f} img/s, lr {:.4g}\n",
-              e.epoch, run_.o.epochs, e.train.loss, e.train.accuracy, e.test.accuracy,
+              e.epoch, run_.options.epochs, e.train.loss, e.train.accuracy, e.test.accuracy,
               e.test_running_stats ? fmt::format(" (running statistics: {:.4f})",
                                                  e.test_running_stats->accuracy)
                                    : std::string(),
@@ -232,7 +233,7 @@ void Report::epoch(const EpochResult& e) {
 }
 
 void Report::stopped(int last_epoch) {
-  const Options& o = run_.o;
+  const Options& o = run_.options;
   const int64_t done_before = run_.resumed.epochs_done;
   if (!o.checkpoint.empty() && epochs_run_ > 0)
     out_ << "checkpoint " << o.checkpoint << " holds epoch " << done_before + epochs_run_ << '\n';
@@ -250,7 +251,7 @@ void Report::saved(const std::string& path) { out_ << "saved " << path << '\n'; 
 void Report::pipeline_summary() {
   const parallel::Pipeline& p = *run_.pipeline;
   const parallel::PipelineStats& st = p.stats();
-  parallel::Communicator& world = *run_.r.comm;
+  parallel::Communicator& world = *run_.replica.comm;
   const std::vector<int64_t> mine = {st.steps,
                                      int64_t(st.step_seconds * 1e6),
                                      int64_t(st.compute_seconds * 1e6),
@@ -263,8 +264,8 @@ void Report::pipeline_summary() {
   const std::vector<int64_t> v = all.to_int_vector();
   out_ << fmt::format("pipeline ({} schedule, {} stages, {} micro-batches; GPipe's bubble "
                       "{:.1f}%), over the steps after the first:\n",
-                      run_.o.pipeline_schedule, p.stages(), run_.o.micro_batches,
-                      100.0 * gpipe_bubble(p.stages(), run_.o.micro_batches));
+                      run_.options.pipeline_schedule, p.stages(), run_.options.micro_batches,
+                      100.0 * gpipe_bubble(p.stages(), run_.options.micro_batches));
   for (int rank = 0; rank < world.size(); ++rank) {
     const int64_t* r = v.data() + rank * k;
     const parallel::MeshCoords c = parallel::mesh_coords(run_.mesh->shape, rank);
@@ -287,7 +288,7 @@ void Report::pipeline_summary() {
 
 void Report::summary() {
   if (run_.pipeline) pipeline_summary();
-  const Replica& r = run_.r;
+  const Replica& r = run_.replica;
   if (epochs_run_ > 0)
     out_ << fmt::format("test acc: {:.2f}, {:.1f} sec/epoch on [{}]\n", last_test_.accuracy,
                         total_seconds_ / epochs_run_,

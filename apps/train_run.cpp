@@ -9,15 +9,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <cstdlib>
-#include <exception>
-#include <iostream>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -31,13 +24,14 @@
 #include "core/precision.h"
 #include "core/profile.h"
 #include "parallel/communicator.h"
+#include "parallel/thread_ranks.h"
 
 namespace anvil::app {
 namespace {
 
-int run_replica(const Options& o, const Replica& r) {
+int run_replica(const Options& o, const Settings& settings, const Replica& r) {
   profile::set_thread_rank(r.rank());
-  std::unique_ptr<Run> run = setup_run(o, r);
+  std::unique_ptr<Run> run = setup_run(o, settings, r);
   Report report(*run);
   report.header();
   const int last_epoch =
@@ -60,7 +54,7 @@ parallel::CommOptions comm_options(const Options& o) {
 
 // One MPI process per rank: CPU ranks over MPI, or GPU ranks over NCCL on
 // cuda:<local rank> when there are GPUs (and --device is not cpu).
-int run_mpi_rank(const Options& o) {
+int run_mpi_rank(const Options& o, const Settings& settings) {
   if (o.gpus > 0 || !o.devices.empty())
     throw UsageError("--distributed runs one rank per MPI process; --gpus and --devices run "
                      "them as threads of one process: choose one");
@@ -99,7 +93,7 @@ int run_mpi_rank(const Options& o) {
   r.comm = comm.get();
   r.data_parallel = true;
   try {
-    return run_replica(o, r);
+    return run_replica(o, settings, r);
   } catch (const std::exception& e) {
     // This rank leaves at once, without MPI_Finalize (which would wait for
     // the others): mpirun then ends the job instead of letting the other
@@ -111,126 +105,37 @@ int run_mpi_rank(const Options& o) {
 
 // One thread per GPU in this process, each with its replica; the data is
 // read once and shared.
-int run_gpu_threads(const Options& o) {
+int run_gpu_threads(const Options& o, const Settings& settings) {
   const std::vector<Device> devices = replica_devices(o);
   if (!parallel::nccl_missing_reason().empty()) throw UsageError(parallel::nccl_missing_reason());
   check_files(o);
-  const int n = int(devices.size());
-  check_ranks(o, check_layout(o, n));
+  check_ranks(o, check_layout(o, int(devices.size())));
   auto train_set = std::make_shared<const data::ImageSet>(
       data::load_mnist_split(o.data_dir, true, o.limit_train));
   auto test_set = std::make_shared<const data::ImageSet>(
       data::load_mnist_split(o.data_dir, false, o.limit_test));
-  const parallel::NcclId id = parallel::nccl_unique_id();
-  const parallel::CommOptions co = comm_options(o);
-  // Shared with the threads; on the heap, since a thread that never stops
-  // is left behind (below) and must not find them gone.
-  struct Shared {
-    std::mutex mutex;
-    std::condition_variable changed;
-    std::vector<std::exception_ptr> errors;
-    std::vector<bool> finished;
-    int running = 0;
-    std::optional<std::chrono::steady_clock::time_point> first_failure;
-  };
-  auto shared = std::make_shared<Shared>();
-  shared->errors.resize(size_t(n));
-  shared->finished.assign(size_t(n), false);
-  shared->running = n;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < n; ++rank)
-    threads.emplace_back([&o, &devices, id, co, n, train_set, test_set, shared, rank] {
-      std::unique_ptr<parallel::Communicator> comm;
-      std::exception_ptr error;
-      try {
-        comm = parallel::nccl_communicator(id, rank, n, devices[size_t(rank)], co);
-        Replica r;
-        r.device = devices[size_t(rank)];
-        r.comm = comm.get();
-        r.data_parallel = true;
-        r.train_set = train_set;
-        r.test_set = test_set;
-        run_replica(o, r);
-      } catch (const std::exception& e) {
-        error = std::current_exception();
-        if (comm) comm->abort(e.what());  // the others stop at once, not at their deadline
-      }
-      comm.reset();
-      {
-        std::lock_guard lock(shared->mutex);
-        shared->errors[size_t(rank)] = error;
-        shared->finished[size_t(rank)] = true;
-        --shared->running;
-        if (error && !shared->first_failure)
-          shared->first_failure = std::chrono::steady_clock::now();
-      }
-      shared->changed.notify_all();
-    });
-  // Once a rank has failed, the others have the communicator's deadline (at
-  // most 10 s) to stop; one that does not (a thread hung outside anvil's
-  // waits) is left behind, and the process ends with the error.
-  const auto grace = std::min<std::chrono::milliseconds>(co.timeout, std::chrono::seconds(10));
-  {
-    std::unique_lock lock(shared->mutex);
-    shared->changed.wait(lock, [&] { return shared->running == 0 || shared->first_failure; });
-    if (!shared->changed.wait_until(lock, shared->first_failure.value_or(
-                                              std::chrono::steady_clock::now()) + grace,
-                                    [&] { return shared->running == 0; })) {
-      std::string stuck;
-      for (int rank = 0; rank < n; ++rank)
-        if (!shared->finished[size_t(rank)])
-          stuck += fmt::format("{}rank {} ({})", stuck.empty() ? "" : ", ", rank,
-                               devices[size_t(rank)].str());
-      std::string cause;
-      for (auto& e : shared->errors) {
-        if (!e) continue;
-        try {
-          std::rethrow_exception(e);
-        } catch (const std::exception& x) {
-          cause = x.what();
-        }
-        break;
-      }
-      std::cout << std::flush;
-      std::cerr << fmt::format("anvil-train: error: {} ({} did not stop within {} of that "
-                               "failure: the process ends without it)\n",
-                               cause, stuck, fmt::format("{:g} s", double(grace.count()) / 1000))
-                << std::flush;
-      std::_Exit(1);  // a thread still runs: no destructors, no exit handlers
-    }
-  }
-  for (auto& t : threads) t.join();
-  std::vector<std::exception_ptr>& errors = shared->errors;
-  // The first error that is not another rank's echo is the cause.
-  std::exception_ptr cause;
-  for (auto& e : errors) {
-    if (!e) continue;
-    if (!cause) cause = e;
-    try {
-      std::rethrow_exception(e);
-    } catch (const parallel::CommError& c) {
-      if (std::string(c.what()).find("another rank failed") == std::string::npos) {
-        cause = e;
-        break;
-      }
-    } catch (...) {
-      cause = e;
-      break;
-    }
-  }
-  if (cause) std::rethrow_exception(cause);
+  parallel::run_thread_ranks(devices, comm_options(o), "anvil-train",
+                             [&](parallel::Communicator& comm) {
+                               Replica r;
+                               r.device = comm.device();
+                               r.comm = &comm;
+                               r.data_parallel = true;
+                               r.train_set = train_set;
+                               r.test_set = test_set;
+                               run_replica(o, settings, r);
+                             });
   return 0;
 }
 
 // One device: a group of one rank, with --eval-only's evaluation besides.
-int run_one_device(const Options& o) {
+int run_one_device(const Options& o, const Settings& settings) {
   check_layout(o, 1);
   check_data_parallel_only(o);
   check_files(o);
   {
     // The model's own checks before the device is chosen, so that a mistyped
     // --model reports only its own error (not also the GPU probe's note).
-    std::shared_ptr<nn::Module> model = create_model(o);
+    std::shared_ptr<nn::Module> model = create_model(o, settings.init);
     if (o.eval_only) {
       return evaluate_only(o, *model, choose_device(o.device));
     }
@@ -239,21 +144,19 @@ int run_one_device(const Options& o) {
   r.device = choose_device(o.device);
   const std::unique_ptr<parallel::Communicator> group = parallel::one_rank_group(r.device);
   r.comm = group.get();
-  return run_replica(o, r);
+  return run_replica(o, settings, r);
 }
 
 }  // namespace
 
 int run_training(const Options& o) {
   set_fp32_precision(parse_fp32_precision(o.fp32_precision));
-  app::parse_init(o.init);
-  app::check_settings(o);
-  parallel::parse_algorithm(o.allreduce);  // (a CLI validator names the flag first)
+  const Settings settings = parse_settings(o);
   const bool profiled = o.profile || !o.profile_trace.empty();
   profile::set_enabled(profiled);
-  const int rc = o.distributed                         ? run_mpi_rank(o)
-                 : o.gpus > 0 || !o.devices.empty() ? run_gpu_threads(o)
-                                                     : run_one_device(o);
+  const int rc = o.distributed                         ? run_mpi_rank(o, settings)
+                 : o.gpus > 0 || !o.devices.empty() ? run_gpu_threads(o, settings)
+                                                     : run_one_device(o, settings);
   if (profiled) {
     profile::set_enabled(false);
     report_profile(o.profile, o.profile_trace, devices_are_simulated());

@@ -106,11 +106,11 @@ int64_t agree_on_run(const Options& o, const Replica& r, const Resumed& resumed)
 
 // The data, its transforms and the loaders, each rank's loaders on its shard.
 void load_data(Run& s) {
-  const Options& o = s.o;
-  s.train_set = s.r.train_set ? s.r.train_set
+  const Options& o = s.options;
+  s.train_set = s.replica.train_set ? s.replica.train_set
                               : std::make_shared<const data::ImageSet>(
                                     data::load_mnist_split(o.data_dir, true, o.limit_train));
-  s.test_set = s.r.test_set ? s.r.test_set
+  s.test_set = s.replica.test_set ? s.replica.test_set
                             : std::make_shared<const data::ImageSet>(
                                   data::load_mnist_split(o.data_dir, false, o.limit_test));
   s.transforms = make_transforms(o, *s.train_set);
@@ -195,11 +195,19 @@ Transforms make_transforms(const Options& o, const data::ImageSet& train_set) {
   return t;
 }
 
-std::shared_ptr<nn::Module> create_model(const Options& o) {
+Settings parse_settings(const Options& o) {
+  Settings s;
+  s.init = app::parse_init(o.init);
+  s.schedule = app::check_settings(o);
+  s.allreduce = parallel::parse_algorithm(o.allreduce);  // (a CLI validator names the flag first)
+  return s;
+}
+
+std::shared_ptr<nn::Module> create_model(const Options& o, models::Init init) {
   manual_seed(o.seed);
   std::shared_ptr<nn::Module> model;
   try {
-    model = models::create(o.model, app::parse_init(o.init));
+    model = models::create(o.model, init);
   } catch (const std::invalid_argument& e) {
     throw UsageError(fmt::format("--model: {}", e.what()));
   }
@@ -232,13 +240,13 @@ void agree_on_flags(const Options& o, parallel::Communicator& comm) {
   check_same_settings(mine["settings"], root["settings"], comm.rank());
 }
 
-std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
+std::unique_ptr<Run> setup_run(const Options& o, const Settings& settings, const Replica& r) {
   auto run = std::make_unique<Run>();
   Run& s = *run;
-  s.o = o;
-  s.r = r;
-  s.schedule_options = app::check_settings(o);
-  s.model = create_model(o);
+  s.options = o;
+  s.settings = settings;
+  s.replica = r;
+  s.model = create_model(o, settings.init);
   StageCut stages;
   const int pp = o.pipeline_parallel, tp = o.tensor_parallel;
   if (pp > 1 || tp > 1)
@@ -253,12 +261,12 @@ std::unique_ptr<Run> setup_run(const Options& o, const Replica& r) {
   // Over the whole model first, whatever the layout: a checkpoint is the
   // whole model's, and so is its momentum.
   s.optimizer.emplace(s.model->parameters(), sgd);
-  s.schedule.emplace(s.schedule_options);
+  s.schedule.emplace(settings.schedule);
   if (!o.resume.empty() && r.rank() == 0)
     s.resumed = resume_from(o, *s.model, *s.optimizer, s.train_loader->num_batches());
   s.resumed.epochs_done = agree_on_run(o, r, s.resumed);
   parallel::DataParallelOptions dp;
-  dp.algorithm = parallel::parse_algorithm(o.allreduce);
+  dp.algorithm = settings.allreduce;
   dp.bucket_bytes = size_t(o.bucket_mb * 1048576.0);
   dp.overlap = !o.no_overlap;
   dp.sync_batch_norm = o.sync_bn;

@@ -49,9 +49,21 @@ struct Transforms {
 };
 Transforms make_transforms(const Options& o, const data::ImageSet& train_set);
 
-// The --model, initialised from --seed; UsageError naming --model (or
-// --bn-recalibrate, for a model without BatchNorm).
-std::shared_ptr<nn::Module> create_model(const Options& o);
+// The flags that need more than their validators, parsed once before any
+// rank starts (so that a bad one fails before the data is read) and handed
+// to every rank: --init, the schedule's flags with the checks across flags
+// (check_settings), --allreduce.
+struct Settings {
+  models::Init init = models::Init::Seed;
+  optim::ScheduleOptions schedule;
+  parallel::Algorithm allreduce = parallel::Algorithm::kRing;
+};
+// Throws UsageError naming the flag.
+Settings parse_settings(const Options& o);
+
+// The --model, initialised from --seed with `init`; UsageError naming
+// --model (or --bn-recalibrate, for a model without BatchNorm).
+std::shared_ptr<nn::Module> create_model(const Options& o, models::Init init);
 
 // --init-from's weights into `model`. A bfloat16 tensor of the file goes
 // into its float32 weight widened exactly, as PyTorch's load_state_dict
@@ -69,10 +81,10 @@ struct Resumed {
 
 // Everything a replica's epochs use, made by setup_run.
 struct Run {
-  Options o;
-  Replica r;
-  optim::ScheduleOptions schedule_options;
-  std::shared_ptr<nn::Module> model;  // on r.device
+  Options options;   // the command line's, after the recipe
+  Settings settings;  // parsed from `options`
+  Replica replica;   // this rank: its device and group
+  std::shared_ptr<nn::Module> model;  // on replica.device
   std::shared_ptr<const data::ImageSet> train_set, test_set;
   Transforms transforms;
   std::optional<data::DataLoader> train_loader, test_loader;  // this rank's shards
@@ -84,8 +96,8 @@ struct Run {
   Resumed resumed;  // epochs_done agreed on by every rank
   std::string init_note;  // load_init_from's line for the header (rank 0's)
   // --pipeline-parallel or --tensor-parallel: this rank's place in the mesh
-  // of dp × pp × tp ranks (r.comm is the world). Without: unset, and the run
-  // is data-parallel over r.comm.
+  // of dp × pp × tp ranks (replica.comm is the world). Without: unset, and
+  // the run is data-parallel over replica.comm.
   std::optional<parallel::Mesh> mesh;
   std::unique_ptr<parallel::Pipeline> pipeline;  // this rank's stage of the model
   // --tensor-parallel: the model with its linear layers split over the tp
@@ -96,7 +108,7 @@ struct Run {
   // Over the data-parallel group (its replicas of this rank's stage, or of
   // the whole model); does nothing for one rank.
   std::optional<parallel::DataParallel> replicas;
-  parallel::Communicator& dp() const { return mesh ? *mesh->dp : *r.comm; }
+  parallel::Communicator& dp() const { return mesh ? *mesh->dp : *replica.comm; }
 };
 
 // Every rank of an MPI job (--distributed) against rank 0, before the run's
@@ -108,6 +120,6 @@ void agree_on_flags(const Options& o, parallel::Communicator& comm);
 // Builds the run: rank 0 reads --init-from or --resume, every rank then
 // checks its flags against rank 0's and gets its weights (and momentum).
 // A collective: every rank of the group calls it.
-std::unique_ptr<Run> setup_run(const Options& o, const Replica& r);
+std::unique_ptr<Run> setup_run(const Options& o, const Settings& settings, const Replica& r);
 
 }  // namespace anvil::app

@@ -2,7 +2,7 @@
 // host thread per GPU): a board in shared memory where each rank pins what it
 // is about to do and reads the others'. The k-th exchange of every rank meets
 // the k-th of every other, as messages between processes would; a failure
-// one rank reports ends the others' waits at once.
+// one rank reports ends the others' waits at once, each with PeerFailed.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,7 +31,7 @@ struct Board {
   // Point to point: what rank a has posted for rank b and b has not yet
   // read, by (a, b), oldest first.
   std::map<std::pair<int, int>, std::deque<PeerCall>> mail;
-  std::string failure;               // the first failure a rank reported
+  std::optional<RankFailure> failure;  // the first failure a rank reported
 };
 
 class BoardChannel final : public HostChannel {
@@ -52,13 +52,13 @@ class BoardChannel final : public HostChannel {
     round.calls[size_t(rank_)] = mine;
     b.posted.notify_all();
     auto everyone = [&] {
-      return !b.failure.empty() ||
+      return b.failure ||
              std::all_of(round.calls.begin(), round.calls.end(),
                          [](const auto& c) { return c.has_value(); });
     };
     const bool in_time = b.posted.wait_for(lock, timeout, everyone);
-    if (!b.failure.empty() && !everyone_posted(round))
-      throw CommError(fmt::format("{}another rank failed: {}", who, b.failure));
+    if (b.failure && !everyone_posted(round))
+      throw PeerFailed(who + b.failure->text(), b.failure->rank);
     if (!in_time) {
       std::string missing;
       for (int j = 0; j < b.size; ++j) {
@@ -85,12 +85,11 @@ class BoardChannel final : public HostChannel {
     b.posted.notify_all();
     auto arrived = [&](int peer) { return !b.mail[{peer, rank_}].empty(); };
     auto everyone = [&] {
-      return !b.failure.empty() || std::all_of(peers.begin(), peers.end(), arrived);
+      return b.failure || std::all_of(peers.begin(), peers.end(), arrived);
     };
     b.posted.wait_for(lock, timeout, everyone);
     if (!std::all_of(peers.begin(), peers.end(), arrived)) {
-      if (!b.failure.empty())
-        throw CommError(fmt::format("{}another rank failed: {}", who, b.failure));
+      if (b.failure) throw PeerFailed(who + b.failure->text(), b.failure->rank);
       std::string missing;
       for (size_t i = 0; i < peers.size(); ++i)
         if (!arrived(peers[i]))
@@ -117,16 +116,16 @@ class BoardChannel final : public HostChannel {
     return shared_board(fmt::format("{}/split {} color {}", name_, k, color), rank, size);
   }
 
-  void report_failure(const std::string& what) noexcept override {
+  void report_failure(int rank, const std::string& what) noexcept override {
     try {
       std::lock_guard lock(board_->mutex);
-      if (board_->failure.empty()) board_->failure = what;
+      if (!board_->failure) board_->failure = RankFailure{rank, what};
       board_->posted.notify_all();
     } catch (...) {
     }
   }
 
-  std::string peer_failure() const override {
+  std::optional<RankFailure> peer_failure() const override {
     std::lock_guard lock(board_->mutex);
     return board_->failure;
   }

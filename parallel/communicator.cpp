@@ -113,7 +113,7 @@ bool Communicator::fail(const std::string& why) {
     failure_ = why;
   }
   transport_->abort();
-  transport_->channel().report_failure(why);
+  transport_->channel().report_failure(transport_->world_rank(transport_->rank()), why);
   return true;
 }
 
@@ -163,9 +163,9 @@ void Communicator::run(const char* name, Check&& check, Body&& body) {
   check();  // on the caller's thread: an argument error involves no other rank
   on_comm_thread([&] {
     if (const std::string first = failure(); !first.empty())
-      throw CommError(fmt::format("{}: {}: the communicator failed earlier and can no longer "
-                                  "be used; the first error was: {}",
-                                  transport_->identity(), name, first));
+      transport_->throw_error(fmt::format("{}: {}: the communicator failed earlier and can no "
+                                          "longer be used; the first error was: {}",
+                                          transport_->identity(), name, first));
     transport_->set_timeout(options_.timeout);
     const auto start = std::chrono::steady_clock::now();
     debug_call_.clear();

@@ -58,6 +58,22 @@ class CommError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Another rank's failure, as this rank sees it: thread ranks share a board
+// (parallel/transport.h), so a rank that fails ends the others' waits at once,
+// each with this error. rank() is the failed rank's world rank, and the text
+// names it and its error: "<this rank>: <call>: another rank failed (world
+// rank 1): <its error>". A rank's own errors (a timeout, a mismatch) are
+// plain CommErrors: among the errors of a job's ranks, the first that is not
+// a PeerFailed is the cause.
+class PeerFailed : public CommError {
+ public:
+  PeerFailed(const std::string& message, int rank) : CommError(message), rank_(rank) {}
+  int rank() const noexcept { return rank_; }
+
+ private:
+  int rank_;
+};
+
 enum class ReduceOp : uint8_t { kSum, kAverage };
 
 // The collectives' algorithms, chosen by name wherever one is used:

@@ -351,7 +351,7 @@ class MpiChannel final : public HostChannel {
     return std::make_shared<MpiChannel>(group);
   }
 
-  void report_failure(const std::string&) noexcept override { g_failed.store(true); }
+  void report_failure(int, const std::string&) noexcept override { g_failed.store(true); }
 
  private:
   template <typename Buffers>

@@ -121,7 +121,7 @@ class NcclTransport final : public Transport {
           [this](Watchdog& dog) { return poll(dog); },
           std::clamp(timeout / 10, std::chrono::milliseconds(1), std::chrono::milliseconds(100)));
     } catch (const std::exception& e) {
-      channel_->report_failure(e.what());
+      channel_->report_failure(world_rank(rank()), e.what());
       abort();
       release();
       throw;
@@ -328,7 +328,7 @@ class NcclTransport final : public Transport {
       failure = problem();
       return !failure.empty() || (reached(wire_done_) && reached(lane_done_));
     });
-    if (!failure.empty()) throw CommError(error_prefix() + failure);
+    if (!failure.empty()) throw_error(error_prefix() + failure);
     if (!done)
       throw CommError(fmt::format("{}did not complete within {} (ANVIL_COMM_TIMEOUT){}",
                                   error_prefix(), timeout_text(timeout()), stuck_peers()));
@@ -391,7 +391,7 @@ class NcclTransport final : public Transport {
     }
     if (r != ncclSuccess) {
       std::lock_guard lock(mutex_);
-      throw CommError(error_prefix() + call + " failed: " + text(r));
+      throw_error(error_prefix() + call + " failed: " + text(r));
     }
   }
 
@@ -401,8 +401,8 @@ class NcclTransport final : public Transport {
     ncclResult_t state = ncclInProgress;
     std::string failure;
     const bool done = poll_until(timeout(), [&] {
-      if (std::string peer = channel_->peer_failure(); !peer.empty()) {
-        failure = "another rank failed: " + peer;
+      if (const std::optional<RankFailure> peer = channel_->peer_failure()) {
+        failure = peer->text();
         return true;
       }
       std::lock_guard lock(mutex_);
@@ -414,10 +414,10 @@ class NcclTransport final : public Transport {
       if (r != ncclSuccess) state = r;
       return state != ncclInProgress;
     });
-    if (!failure.empty()) throw CommError(error_prefix() + failure);
+    if (!failure.empty()) throw_error(error_prefix() + failure);
     if (done && state != ncclSuccess) {
       std::lock_guard lock(mutex_);
-      throw CommError(error_prefix() + "NCCL reports an error: " + text(state));
+      throw_error(error_prefix() + "NCCL reports an error: " + text(state));
     }
     return done;
   }
@@ -436,8 +436,7 @@ class NcclTransport final : public Transport {
       std::lock_guard lock(mutex_);
       if (comm_ == nullptr) return aborted_text();
     }
-    if (std::string peer = channel_->peer_failure(); !peer.empty())
-      return "another rank failed: " + peer;
+    if (const std::optional<RankFailure> peer = channel_->peer_failure()) return peer->text();
     std::lock_guard lock(mutex_);
     if (comm_ == nullptr) return aborted_text();
     ncclResult_t state = ncclSuccess;
@@ -460,8 +459,8 @@ class NcclTransport final : public Transport {
                                  : "the communicator was aborted: " + abort_reason_;
   }
   // Caller holds mutex_: throws once the communicator has been aborted.
-  void check_live() const {
-    if (comm_ == nullptr) throw CommError(error_prefix() + aborted_text());
+  void check_live() {
+    if (comm_ == nullptr) throw_error(error_prefix() + aborted_text());
   }
 
   // Arms the collective just issued: events on both lanes mark its end.
@@ -504,8 +503,10 @@ class NcclTransport final : public Transport {
       if (watched_.empty()) return "";
       oldest = watched_.front().what;
     }
-    if (std::string peer = channel_->peer_failure(); !peer.empty())
-      return oldest + "another rank failed: " + peer;
+    if (const std::optional<RankFailure> peer = channel_->peer_failure()) {
+      peer_failed_ = true;
+      return oldest + peer->text();
+    }
     std::lock_guard lock(mutex_);
     if (comm_ == nullptr) return "";  // aborted by this rank's own thread, which reports it
     ncclResult_t state = ncclSuccess;
@@ -518,9 +519,8 @@ class NcclTransport final : public Transport {
   // On the watchdog's thread: the first failure aborts the communicator,
   // which wakes every thread waiting behind it, and breaks it for good.
   void watchdog_abort(const std::string& why) {
-    // (once: a peer's failure may already say it of the peer)
-    static constexpr std::string_view kAborted = "; the watchdog aborted the communicator";
-    const std::string what = why.ends_with(kAborted) ? why : why + std::string(kAborted);
+    // A peer's failure is its own text: the abort here is only its echo.
+    const std::string what = peer_failed_ ? why : why + "; the watchdog aborted the communicator";
     {
       std::lock_guard lock(mutex_);
       if (comm_ == nullptr) return;  // already aborted, and reported, by its own thread
@@ -606,6 +606,8 @@ class NcclTransport final : public Transport {
   mutable std::mutex mutex_;  // comm_ and abort_reason_, between this rank's thread and the watchdog
   ncclComm_t comm_ = nullptr;
   std::string abort_reason_;  // why the watchdog aborted it
+  // The watchdog's poll found another rank's failure (on the watchdog's thread).
+  bool peer_failed_ = false;
   cudaStream_t wire_ = nullptr, lane_ = nullptr;
   cudaEvent_t start_ = nullptr, wire_done_ = nullptr, lane_done_ = nullptr;
   Ticket tickets_[kTickets];

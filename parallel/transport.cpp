@@ -1,5 +1,5 @@
-// What every Transport shares: how its errors begin, its scratch memory,
-// and the end of a collective done on the host.
+// What every Transport shares: how its errors begin (and which are a peer's
+// echo), its scratch memory, and the end of a collective done on the host.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -24,6 +24,17 @@ std::string Transport::peer_name(int rank) const {
 std::string Transport::error_prefix() const {
   return fmt::format("{}: {}: ", identity(),
                      context_.empty() ? std::string("communicator") : context_);
+}
+
+std::string RankFailure::text() const {
+  return fmt::format("another rank failed (world rank {}): {}", rank, what);
+}
+
+void Transport::throw_error(const std::string& message) {
+  if (const std::optional<RankFailure> f = channel().peer_failure();
+      f && f->rank != world_rank(rank_))
+    throw PeerFailed(message, f->rank);
+  throw CommError(message);
 }
 
 void* Transport::scratch(size_t bytes) {

@@ -24,6 +24,7 @@
 #include <memory>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -85,6 +86,14 @@ struct PeerCall {
   CallInfo recv;  // collective kRecv
 };
 
+// A rank's failure as the channel passes it on: its world rank and error.
+struct RankFailure {
+  int rank = -1;
+  std::string what;
+  // "another rank failed (world rank 1): <what>", how the others' errors say it.
+  std::string text() const;
+};
+
 // The host-side channel the ranks check their calls over. Thread ranks share
 // a board in memory; processes use MPI.
 class HostChannel {
@@ -112,11 +121,12 @@ class HostChannel {
   virtual std::shared_ptr<HostChannel> split(int color, int key, int rank, int size,
                                              std::chrono::milliseconds timeout,
                                              const std::string& who);
-  // Tells the other ranks that this one failed, so that their waits end at
-  // once instead of at their deadline (thread ranks; processes end the job).
-  virtual void report_failure(const std::string& /*what*/) noexcept {}
-  // A failure another rank reported, or "".
-  virtual std::string peer_failure() const { return {}; }
+  // Tells the other ranks that this one (world rank `rank`) failed, so that
+  // their waits end at once instead of at their deadline (thread ranks;
+  // processes end the job).
+  virtual void report_failure(int /*rank*/, const std::string& /*what*/) noexcept {}
+  // The first failure a rank of this channel reported, if any.
+  virtual std::optional<RankFailure> peer_failure() const { return std::nullopt; }
 };
 
 // A collective whose end() was left for later (Transport::end_later). It
@@ -240,6 +250,10 @@ class Transport {
   }
   // "rank 2 (nccl, cuda:2): <context>: " — how every error of this rank begins.
   std::string error_prefix() const;
+  // Throws `message`: as PeerFailed when the first failure reported on this
+  // rank's channel is another rank's (this error is its echo), else as
+  // CommError.
+  [[noreturn]] void throw_error(const std::string& message);
 
   // Who is told when the transport fails on a thread of its own (NCCL's
   // watchdog): the Communicator, which then refuses every call and tells the

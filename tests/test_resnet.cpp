@@ -201,6 +201,32 @@ TEST_CASE("resnet18 and resnet18_96 state dicts equal PyTorch's, names, shapes a
   }
 }
 
+// Stage widths times w (bench_model_parallel --width-multiplier, and
+// tools/predict/memory_model.py's widths): the parameter count is PyTorch's
+// for the same modules, layer by layer (convs with bias, BatchNorm's weight
+// and bias, blocks 2-4's 1x1 shortcuts, fc), the formula of
+// tools/predict/step_model.py's resnet18_params.
+TEST_CASE("ResNet-18's parameter count at stage widths times w is PyTorch's per-layer count",
+          "[nn][resnet]") {
+  auto count = [](const std::array<int64_t, 4>& c) {
+    int64_t n = 9 * c[0] + c[0] + 2 * c[0];  // the stem: conv 1 -> c0, BatchNorm
+    int64_t in = c[0];
+    for (size_t b = 0; b < 4; ++b)
+      for (int i = 0; i < 2; ++i) {
+        const int64_t from = i == 0 ? in : c[b], to = c[b];
+        n += 9 * from * to + to + 9 * to * to + to + 4 * to;  // conv1, conv2, bn1, bn2
+        if (b > 0 && i == 0) n += from * to + to;              // conv3, the 1x1 shortcut
+        in = to;
+      }
+    return n + c[3] * 10 + 10;  // fc
+  };
+  REQUIRE(count({64, 128, 256, 512}) == 11'175'818);  // PyTorch's (tests/golden)
+  for (int64_t w : {1, 2, 3}) {
+    const std::array<int64_t, 4> c = {4 * w, 8 * w, 8 * w, 16 * w};
+    CHECK(models::resnet18({.widths = c}, models::Init::Default)->num_parameters() == count(c));
+  }
+}
+
 TEST_CASE("ResNetConfig sets widths, input channels and classes", "[nn][resnet]") {
   models::ResNetConfig cfg{.widths = {4, 8, 8, 16}, .in_channels = 3, .num_classes = 5};
   auto net = models::resnet18(cfg, models::Init::Default);

@@ -210,7 +210,7 @@ TEST_CASE("nccl: a rank that gives up ends the waits of the others at once", "[n
       [] {});
   INFO("rank 0: " << seen.error << "\nrank 1: " << seen.peer_error << "\ncopy: " << seen.copy_error);
   REQUIRE_THAT(seen.error, Contains("allreduce #1 (ring, sum) of float32 [1000]: another rank "
-                                    "failed: rank 1: its data loader failed"));
+                                    "failed (world rank 1): rank 1: its data loader failed"));
   REQUIRE(seen.woke_after < 10);
   REQUIRE(seen.copy_error.empty());
   REQUIRE_THAT(seen.peer_error, Contains("rank 1: its data loader failed"));

@@ -60,15 +60,6 @@ def lenet_forward_flops():
     return conv(1, 20, 3, 26) + conv(20, 50, 5, 9) + 2 * 800 * 128 + 2 * 128 * 10
 
 
-MODELS = {
-    # params (nn/models.h), forward FLOPs per image, and kernel launches per
-    # step (forward, backward, loss, SGD: an estimate from anvil's op layer,
-    # ~3 per layer forward and backward plus one per parameter tensor)
-    "resnet18": dict(params=11_172_810, flops=resnet18_forward_flops(), launches=300),
-    "lenet": dict(params=129_068, flops=lenet_forward_flops(), launches=45),
-}
-
-
 def step(model, batch, gpus, a, overlap=True):
     m = MODELS[model]
     per_gpu = batch / gpus
@@ -87,29 +78,51 @@ def step(model, batch, gpus, a, overlap=True):
     return compute, exposed
 
 
-def resnet18_layers():
-    """ResNet-18's layers as a pipeline cuts them (parallel/stages.h): (name,
-    forward FLOPs per image, output bytes per image in float32, parameters),
-    the stem as one layer. Each residual block: its convolutions, and what
-    tensor parallelism moves per image: conv2's output (the forward
-    all-reduce), the block's input (the backward one) and, with a 1x1
-    shortcut, conv3's output (the all-gather)."""
-    layers = [dict(name="stem", flops=conv(1, 64, 3, 28), out=64 * 28 * 28 * 4, params=64 * 9 + 64 * 3,
-                   split=0)]
-    cin, hw_in = 64, 28
-    for b, (cout, hw) in enumerate([(64, 28), (128, 14), (256, 7), (512, 4)]):
+def resnet18_layers(width=1):
+    """ResNet-18's layers as a pipeline cuts them (parallel/stages.h), its
+    stage widths times `width` (64w, 128w, 256w, 512w; bench_model_parallel
+    --width-multiplier): (name, forward FLOPs per image, output bytes per
+    image in float32, parameters as PyTorch counts them: 3x3 and 1x1 convs
+    with bias, BatchNorm's weight and bias), the stem as one layer. Each
+    residual block: its convolutions; what tensor parallelism moves per image:
+    conv2's output (the forward all-reduce), the block's input (the backward
+    one) and, with a 1x1 shortcut, conv3's output (the all-gather); and its
+    convolutions' output elements per image (`acts`; tools/predict/memory_model.py),
+    those of conv1, whose channels tensor parallelism splits, in `split_acts`."""
+    c0 = 64 * width
+    layers = [dict(name="stem", flops=conv(1, c0, 3, 28), out=c0 * 28 * 28 * 4, params=9 * c0 + c0 + 2 * c0,
+                   split=0, acts=c0 * 28 * 28, split_acts=0)]
+    cin, hw_in = c0, 28
+    for b, (cout, hw) in enumerate([(64 * width, 28), (128 * width, 14), (256 * width, 7), (512 * width, 4)]):
         for i in range(2):
             shortcut = b > 0 and i == 0
             c_in = cin if i == 0 else cout
             f = conv(c_in, cout, 3, hw) + conv(cout, cout, 3, hw) + (conv(c_in, cout, 1, hw) if shortcut else 0)
-            p = 9 * c_in * cout + 9 * cout * cout + (c_in * cout if shortcut else 0) + 8 * cout
+            p = (9 * c_in * cout + cout) + (9 * cout * cout + cout) + 4 * cout + (c_in * cout + cout if shortcut else 0)
             layers.append(dict(name=f"resnet_block{b + 1}.{i}", flops=f, out=cout * hw * hw * 4, params=p,
                                split=f, reduce=cout * hw * hw * 4,
                                input=c_in * (hw_in if i == 0 else hw) ** 2 * 4,
-                               gather=cout * hw * hw * 4 if shortcut else 0))
+                               gather=cout * hw * hw * 4 if shortcut else 0,
+                               acts=(3 if shortcut else 2) * cout * hw * hw, split_acts=cout * hw * hw))
         cin, hw_in = cout, hw
-    layers.append(dict(name="fc", flops=2 * 512 * 10, out=10 * 4, params=512 * 10 + 10, split=0))
+    layers.append(dict(name="fc", flops=2 * cin * 10, out=10 * 4, params=cin * 10 + 10, split=0,
+                       acts=0, split_acts=0))
     return layers
+
+
+def resnet18_params(width=1):
+    """ResNet-18's parameters at stage widths times `width`: 11,175,818 at width 1 (PyTorch's count,
+    tests/golden/resnet_golden.json); tests/test_resnet.cpp holds models::resnet18 to the same formula."""
+    return sum(l["params"] for l in resnet18_layers(width))
+
+
+MODELS = {
+    # params (nn/models.h), forward FLOPs per image, and kernel launches per
+    # step (forward, backward, loss, SGD: an estimate from anvil's op layer,
+    # ~3 per layer forward and backward plus one per parameter tensor)
+    "resnet18": dict(params=resnet18_params(), flops=resnet18_forward_flops(), launches=300),
+    "lenet": dict(params=129_068, flops=lenet_forward_flops(), launches=45),
+}
 
 
 def balance(costs, stages):
