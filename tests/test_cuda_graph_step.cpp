@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -140,9 +141,9 @@ Outcome epochs(const std::string& model, bool graphs, bool amp, int count) {
 
 // Eager and graphed epochs of `model` in FP32, TF32 and bfloat16 autocast:
 // the same weights, BatchNorm statistics, momentum and figures, bit for bit.
-void check_graphed_is_eager(const char* model) {
+void check_graphed_is_eager(const char* model, std::initializer_list<const char*> maths) {
   const cuda_test::SyncLaunches no_sync(false);  // ANVIL_CUDA_SYNC=1 cannot be captured
-  for (const char* math : {"fp32", "tf32", "bf16"}) {
+  for (const char* math : maths) {
     INFO(model << ", " << math);
     const ScopedFp32Precision precision(std::string(math) == "tf32" ? Fp32Precision::kTf32
                                                                     : Fp32Precision::kIeee);
@@ -167,13 +168,19 @@ void check_graphed_is_eager(const char* model) {
 TEST_CASE("cuda graphs: a graphed LeNet epoch gives the eager one's bits in FP32, TF32 and bf16",
           "[cuda][graphs]") {
   if (!cuda_test::have_device()) return;
-  check_graphed_is_eager("lenet");
+  check_graphed_is_eager("lenet", {"fp32", "tf32", "bf16"});
 }
 
 TEST_CASE("cuda graphs: a graphed ResNet-18 epoch gives the eager one's bits in FP32, TF32 and bf16",
           "[cuda][graphs]") {
   if (!cuda_test::have_device()) return;
-  check_graphed_is_eager("resnet18");
+#if defined(__SANITIZE_ADDRESS__)
+  // Under ASan (86 s for the three) bfloat16 alone, the one with the weights'
+  // bfloat16 copies in the graph's pool; LeNet's case runs all three.
+  check_graphed_is_eager("resnet18", {"bf16"});
+#else
+  check_graphed_is_eager("resnet18", {"fp32", "tf32", "bf16"});
+#endif
 }
 
 #if defined(ANVIL_CUDA_SIM)
