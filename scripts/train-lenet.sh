@@ -17,7 +17,7 @@ gpu_archs() {  # "90" or "80;90": each GPU's compute capability, once
 }
 archs="$(gpu_archs)"
 if [[ -n "$archs" ]]; then
-  echo "train-lenet.sh: building anvil-train with CUDA for sm_${archs//;/ and sm_} (the GPUs present)"
+  echo "train-lenet.sh: building anvil-train with CUDA for sm_${archs//;/ and sm_} (the GPUs present; the CPU alone if nvcc is missing)"
   cuda=(-DANVIL_CUDA=AUTO "-DANVIL_CUDA_ARCHITECTURES=${archs}")
 else
   echo "train-lenet.sh: no GPU (nvidia-smi lists none): building anvil-train for the CPU alone"
