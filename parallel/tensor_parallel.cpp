@@ -197,7 +197,7 @@ TensorParallelResidual::TensorParallelResidual(Communicator& comm, const nn::Res
 
 Tensor TensorParallelResidual::forward(const Tensor& x) {
   const Tensor copied = copy_to_tensor_parallel(comm_, x);  // one f for conv1 and conv3
-  Tensor y = relu((*bn1_)(conv1_->forward_copied(copied)));
+  Tensor y = bn1_->forward_relu(conv1_->forward_copied(copied));  // as nn::Residual's
   y = (*bn2_)((*conv2_)(y));
   return relu(add(y, conv3_ ? conv3_->forward_copied(copied) : x));
 }
