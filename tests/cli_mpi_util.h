@@ -16,7 +16,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/device.h"
 #include "nn/safetensors.h"
+#include "tests/cuda_test_util.h"
+#include "tests/skip.h"
 #include "tests/test_util.h"
 
 namespace anvil::testing::mpi_cli {
@@ -32,6 +35,21 @@ inline std::string train_bin() { return ANVIL_TRAIN_BIN; }
 inline std::string mpirun(int ranks) {
   return kMpiEnv + ANVIL_MPIEXEC + std::string(" --oversubscribe -np ") + std::to_string(ranks) +
          " ";
+}
+
+// Whether `--gpus 2` can run: cuda:0 and a second device are there. Otherwise
+// the test is reported as skipped, naming why (`what` runs on them).
+inline bool have_two_gpus(const char* what) {
+  if (!cuda_test::have_device(what)) {
+    test_skip::skip("no CUDA device: " + anvil::no_gpu_reason());
+    return false;
+  }
+  if (anvil::device_count() < 2) {
+    test_skip::skip("--gpus 2 needs 2 GPUs; this machine has " +
+                    std::to_string(anvil::device_count()));
+    return false;
+  }
+  return true;
 }
 
 struct Run {

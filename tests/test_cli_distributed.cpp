@@ -240,15 +240,7 @@ TEST_CASE("a rank killed or stopped in training ends the whole job with an error
 // in another order than the whole batch, within FP32's tolerance.
 TEST_CASE("anvil-train --gpus 2 ends where one GPU does, with --accumulate 2 too",
           "[cli][distributed][cuda]") {
-  if (!cuda_test::have_device("anvil-train on 2 GPU ranks")) {
-    test_skip::skip("no CUDA device: " + anvil::no_gpu_reason());
-    return;
-  }
-  if (anvil::device_count() < 2) {
-    test_skip::skip("--gpus 2 needs 2 GPUs; this machine has " +
-                    std::to_string(anvil::device_count()));
-    return;
-  }
+  if (!have_two_gpus("anvil-train on 2 GPU ranks")) return;
   TempDir dir("gpus2");
   write_data(dir.path / "data");
   const std::string common =
@@ -329,15 +321,7 @@ TEST_CASE("anvil-train --distributed --device cuda on 2 MPI ranks ends where one
 // fits in it on a loaded machine.)
 TEST_CASE("anvil-train --gpus 2 with a failing or hung rank ends with one error, in time",
           "[cli][distributed][cuda]") {
-  if (!cuda_test::have_device("anvil-train on 2 GPU ranks")) {
-    test_skip::skip("no CUDA device: " + anvil::no_gpu_reason());
-    return;
-  }
-  if (anvil::device_count() < 2) {
-    test_skip::skip("--gpus 2 needs 2 GPUs; this machine has " +
-                    std::to_string(anvil::device_count()));
-    return;
-  }
+  if (!have_two_gpus("anvil-train on 2 GPU ranks")) return;
   TempDir dir("gpus2_fault");
   write_data(dir.path / "data");
   // (timeout: a process that never ends fails here, not in ctest's limit)

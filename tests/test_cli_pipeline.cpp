@@ -155,15 +155,7 @@ TEST_CASE("2 replicas of a 2-stage pipeline on 4 MPI ranks save what 2 data-para
 
 TEST_CASE("anvil-train --gpus 2 --pipeline-parallel 2 saves what one GPU with --accumulate saves",
           "[cli][distributed][pipeline][cuda]") {
-  if (!cuda_test::have_device("anvil-train on 2 GPU stages")) {
-    test_skip::skip("no CUDA device: " + anvil::no_gpu_reason());
-    return;
-  }
-  if (anvil::device_count() < 2) {
-    test_skip::skip("--gpus 2 needs 2 GPUs; this machine has " +
-                    std::to_string(anvil::device_count()));
-    return;
-  }
+  if (!have_two_gpus("anvil-train on 2 GPU stages")) return;
   TempDir dir("pipe_gpus");
   write_data(dir.path / "data");
   const std::string common =
