@@ -72,44 +72,61 @@ inline std::vector<double> flat_parameters(Communicator& c, const anvil::nn::Mod
 }
 
 // Trains the replica (on this rank's shards) and the reference (whole
-// batches, one device) and compares weights, losses and accuracies.
+// batches, one device) and compares weights, losses and accuracies. The
+// reference is trained once, on rank 0, after the replicas (so that no rank
+// waits in the replicas' collectives while it runs), and its figures reach
+// every rank by broadcast: each rank compares its own replica with them.
 inline Outcomes data_parallel_scenario(Communicator& c, const TrainSetup& s) {
   const anvil::Device device = c.device();
   const data::ImageSet set = synthetic_images(s.images, 5);
   const anvil::optim::SGDOptions sgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4,
                                      .nesterov = true};
-  auto reference = make_model(s.model, 1);
   auto replica = make_model(s.model, c.rank() == 0 ? 1 : 100 + uint64_t(c.rank()));
-  reference->to(device);
   replica->to(device);
-  anvil::optim::SGD ref_opt(reference->parameters(), sgd), rep_opt(replica->parameters(), sgd);
+  anvil::optim::SGD rep_opt(replica->parameters(), sgd);
   anvil::parallel::DataParallel replicas(c, *replica, s.options);  // rank 0's weights everywhere
-  data::DataLoader ref_loader(set, s.batch, true, false, 3), rep_loader(set, s.batch, true, false, 3);
+  data::DataLoader rep_loader(set, s.batch, true, false, 3);
   rep_loader.set_shard(c.rank(), c.size());
-  Outcomes out;
+  auto figures = [](const train::EpochStats& e) {
+    return std::vector<double>{e.loss, e.accuracy, double(e.examples)};
+  };
+  std::vector<std::vector<double>> got;  // each epoch's figures, the weights, the evaluation's
+  for (int e = 0; e < s.epochs; ++e) {
+    train::EpochOptions rep_o;
+    rep_o.replicas = &replicas;
+    rep_o.accumulate = s.accumulate;
+    got.push_back(figures(train::train_epoch(*replica, rep_opt, rep_loader, device, rep_o)));
+  }
+  got.push_back(flat_parameters(c, *replica));
+  // Evaluation: each rank its shard of the set, summed.
+  data::DataLoader rep_eval(set, 8, false, false, 0);
+  rep_eval.set_shard(c.rank(), c.size());
+  got.push_back(figures(train::evaluate(*replica, rep_eval, device, &replicas)));
+
+  std::vector<std::vector<double>> want;
+  if (c.rank() == 0) {
+    auto reference = make_model(s.model, 1);
+    reference->to(device);
+    anvil::optim::SGD ref_opt(reference->parameters(), sgd);
+    data::DataLoader ref_loader(set, s.batch, true, false, 3);
+    for (int e = 0; e < s.epochs; ++e)
+      want.push_back(figures(train::train_epoch(*reference, ref_opt, ref_loader, device)));
+    want.push_back(flat_parameters(c, *reference));
+    data::DataLoader ref_eval(set, 8, false, false, 0);
+    want.push_back(figures(train::evaluate(*reference, ref_eval, device)));
+  }
+  want = broadcast_vectors(c, want, 0);
+
   const std::string tag =
       fmt::format("{} on {} ranks ({}, {} overlap, {} micro-batches per step)", s.model, c.size(),
                   anvil::parallel::algorithm_name(s.options.algorithm),
                   s.options.overlap ? "with" : "without", s.accumulate);
-  for (int e = 0; e < s.epochs; ++e) {
-    train::EpochOptions ref_o, rep_o;
-    rep_o.replicas = &replicas;
-    rep_o.accumulate = s.accumulate;
-    const train::EpochStats want = train::train_epoch(*reference, ref_opt, ref_loader, device, ref_o);
-    const train::EpochStats got = train::train_epoch(*replica, rep_opt, rep_loader, device, rep_o);
-    out.push_back({fmt::format("epoch {} loss and accuracy, {}", e, tag),
-                   {got.loss, got.accuracy, double(got.examples)},
-                   {want.loss, want.accuracy, double(want.examples)}, 1e-4});
-  }
-  out.push_back({"weights, " + tag, flat_parameters(c, *replica), flat_parameters(c, *reference),
-                 2e-4});
-  // Evaluation: each rank its shard of the set, summed.
-  data::DataLoader ref_eval(set, 8, false, false, 0), rep_eval(set, 8, false, false, 0);
-  rep_eval.set_shard(c.rank(), c.size());
-  const train::EpochStats want = train::evaluate(*reference, ref_eval, device);
-  const train::EpochStats got = train::evaluate(*replica, rep_eval, device, &replicas);
-  out.push_back({"evaluation, " + tag, {got.loss, got.accuracy, double(got.examples)},
-                 {want.loss, want.accuracy, double(want.examples)}, 1e-4});
+  Outcomes out;
+  for (int e = 0; e < s.epochs; ++e)
+    out.push_back({fmt::format("epoch {} loss and accuracy, {}", e, tag), got[size_t(e)],
+                   want[size_t(e)], 1e-4});
+  out.push_back({"weights, " + tag, got[size_t(s.epochs)], want[size_t(s.epochs)], 2e-4});
+  out.push_back({"evaluation, " + tag, got[size_t(s.epochs) + 1], want[size_t(s.epochs) + 1], 1e-4});
   return out;
 }
 

@@ -95,6 +95,31 @@ inline std::vector<double> host(Communicator& c, const Tensor& t) {
   return out;
 }
 
+// Root's vectors on every rank, bit for bit (their bytes, broadcast as text).
+inline std::vector<std::vector<double>> broadcast_vectors(Communicator& c,
+                                                          const std::vector<std::vector<double>>& v,
+                                                          int root) {
+  std::string text;
+  if (c.rank() == root) {
+    for (const std::vector<double>& x : v) {
+      const uint64_t n = x.size();
+      text.append(reinterpret_cast<const char*>(&n), sizeof n);
+      text.append(reinterpret_cast<const char*>(x.data()), n * sizeof(double));
+    }
+  }
+  text = anvil::parallel::broadcast_text(c, text, root);
+  std::vector<std::vector<double>> out;
+  for (size_t at = 0; at < text.size();) {
+    uint64_t n = 0;
+    std::memcpy(&n, text.data() + at, sizeof n);
+    at += sizeof n;
+    std::vector<double>& x = out.emplace_back(n);
+    std::memcpy(x.data(), text.data() + at, n * sizeof(double));
+    at += n * sizeof(double);
+  }
+  return out;
+}
+
 // ---- the scenarios ----
 
 // Every algorithm, every size: integer-valued floats (exact whatever the
