@@ -30,7 +30,9 @@
 // "(ships)": the rung the CUDA backend runs in each arithmetic (FP32, TF32,
 // BF16: kBestGemm, kTf32Gemm, kBf16Gemm below). The tensor-core ones are the
 // multistage rungs, whose main loops issue 3.6-3.8 instructions per HMMA
-// against rungs 09 and 10's 8.9-17.8 (docs/generated/kernel-table.md).
+// against rungs 09 and 10's 8.9-17.8 (docs/generated/kernel-table.md), on
+// every operand: one not 16-byte aligned is copied to an aligned one first
+// (aligned_copy.h).
 // Run one rung alone (checked against the CPU, then timed; simulated in the
 // sim build, on the GPU in the release build):
 //   build/sim/bench_cuda_kernels gemm 3
@@ -55,8 +57,8 @@ constexpr int kGemmFp32Rungs = 8;
 
 // The workspace (floats) `rung` needs for an M x N x K product of operands
 // whose 16-byte chunks are aligned (each base, and each row stride a
-// multiple of 16 bytes), and of any operands on rungs 1 to 10: 0 but for
-// the split shapes of 08 to 12.
+// multiple of 16 bytes), and of any operands a rung does not copy
+// (gemm_rungs::AlignedCopies below): 0 but for the split shapes of 08 to 12.
 size_t gemm_workspace_floats(int rung, int64_t M, int64_t N, int64_t K);
 // ... for this product of these operands (as gemm() below takes them): the
 // above, plus, on the rungs that copy unaligned operands to aligned ones
