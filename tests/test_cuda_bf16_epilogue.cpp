@@ -108,7 +108,10 @@ TEST_CASE("cuda bfloat16 epilogue: GEMM rung 10's bfloat16 C is its float32 C ro
     const DeviceBuffer<anvil::bfloat16> A(draw(c.M * c.K)), B(draw(c.K * c.N));
     const DeviceBuffer<float> bias(cuda_test::random_floats(size_t(c.N), ++seed));
     const Bf16s old = to_bf16(cuda_test::random_floats(size_t(c.M * c.N), ++seed));
-    DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(kBf16Gemm, c.M, c.N, c.K) + 1, kNaN));
+    DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(kBf16Gemm, c.ta, c.tb, c.M, c.N, c.K,
+                                                         A.ptr, lda, B.ptr, ldb) +
+                                   1,
+                               kNaN));
     DeviceBuffer<float> c32(widen(old));
     DeviceBuffer<anvil::bfloat16> c16(old);
     const float* b = c.bias ? bias.ptr : nullptr;

@@ -13,7 +13,9 @@
 // bfloat16 tensors. Rung 12 reads bfloat16 only: within rung 10's bounds and
 // bitwise rung 10's result (the same products, summed in the same order).
 // Rung 11 (the multistage mainloop's TF32 instance) is bitwise rung 09's,
-// at 2, 3 and 4 stages, on every path of its copies.
+// at 2, 3 and 4 stages, on every path of its copies. Operands that are not
+// 16-byte aligned (the classifier's N x 10 dY) reach rungs 11 and 12
+// through aligned copies in the workspace: the same bits again.
 //
 // The bounds, per element of D = alpha * op(A) op(B) + beta * C, with
 // S = sum_k |a_k b_k| over the unrounded operands, u the operands' unit
@@ -102,6 +104,7 @@ struct Case {
   int64_t pad;  // row strides: the stored row + pad, rounded up to a multiple of align
   float alpha, beta;
   int64_t align = 1;
+  int64_t offset = 0;  // elements A and B start past their buffers' 16-byte aligned start
 };
 
 // The worst |d - ref| / bound over the elements, for the three comparisons
@@ -160,20 +163,28 @@ Ratios run_case(const Rung& rung, const Case& s, uint32_t seed, Operands operand
                 Vec* result = nullptr) {
   const Stored st = draw(s, seed, operands != Operands::kFloat32);
   DeviceBuffer<float> dC(st.C);
-  DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(rung.rung, s.M, s.N, s.K), kNaN));
+  // The workspace as the backend sizes it, for these operands (NaN: the
+  // aligned copies' padding must never be read).
   auto run = [&](const auto& dA, const auto& dB) {
-    cu::gemm(rung.rung, s.ta, s.tb, s.M, s.N, s.K, s.alpha, dA.ptr, st.lda, dB.ptr, st.ldb,
-             s.beta, dC.ptr, st.ldc, ws.ptr, nullptr);
+    const auto *A = dA.ptr + s.offset, *B = dB.ptr + s.offset;
+    DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(rung.rung, s.ta, s.tb, s.M, s.N, s.K,
+                                                         A, st.lda, B, st.ldb),
+                               kNaN));
+    cu::gemm(rung.rung, s.ta, s.tb, s.M, s.N, s.K, s.alpha, A, st.lda, B, st.ldb, s.beta,
+             dC.ptr, st.ldc, ws.ptr, nullptr);
+    return dC.to_host();
+  };
+  auto shifted = [&](auto v) {
+    v.insert(v.begin(), size_t(s.offset), typename decltype(v)::value_type(kNaN));
+    return v;
   };
   Vec got;
   if (operands == Operands::kBf16) {
-    const DeviceBuffer<anvil::bfloat16> dA(to_bf16(st.A)), dB(to_bf16(st.B));
-    run(dA, dB);
-    got = dC.to_host();
+    const DeviceBuffer<anvil::bfloat16> dA(shifted(to_bf16(st.A))), dB(shifted(to_bf16(st.B)));
+    got = run(dA, dB);
   } else {
-    const DeviceBuffer<float> dA(st.A), dB(st.B);
-    run(dA, dB);
-    got = dC.to_host();
+    const DeviceBuffer<float> dA(shifted(st.A)), dB(shifted(st.B));
+    got = run(dA, dB);
   }
   if (result) *result = got;
   return compare(rung, s, st, got);
@@ -226,8 +237,8 @@ std::string describe(const Case& s) {
 TEST_CASE("cuda gemm mma: rungs 9 and 11 (TF32) and 10 (BF16) are within their bounds of FP64 "
           "and round their operands", "[cuda][gemm][tf32][bf16][tsan]") {
   if (!cuda_test::have_device()) return;
-  // A ragged single tile with odd strides (scalar loads; rung 11 gives them
-  // to rung 09), every transpose; 130 x 136 (2 x 2 tiles, ragged) with strides a
+  // A ragged single tile with odd strides (scalar loads; rung 11 copies
+  // them to aligned ones first), every transpose; 130 x 136 (2 x 2 tiles, ragged) with strides a
   // multiple of 4 (16-byte loads or copies, zero-filled past the edges),
   // every transpose; and a one-tile result whose K = 600 splits over grid.z
   // (5 chunks of 128, the last 88).
@@ -269,7 +280,7 @@ TEST_CASE("cuda gemm mma: rung 11 gives rung 9's bits on every transpose and rag
           "[cuda][gemm][tf32][tsan]") {
   if (!cuda_test::have_device()) return;
   // Every transpose of a ragged single tile with odd strides (not 16-byte
-  // aligned: rung 11's launcher gives them to rung 09) and with strides a
+  // aligned: rung 11's launcher copies them to aligned ones) and with strides a
   // multiple of 4 floats (16-byte copies, short at the edges: 67, 45 and 133
   // are not multiples of 4); of 2 x 2 ragged
   // tiles with K = 48, whose first block lies wholly inside (the
@@ -300,7 +311,9 @@ TEST_CASE("cuda gemm mma: rung 11 gives rung 9's bits on every transpose and rag
     REQUIRE(same_bits(rung11, rung09));
     const Stored st = draw(s, seed, false);
     const DeviceBuffer<float> dA(st.A), dB(st.B);
-    DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(11, s.M, s.N, s.K), kNaN));
+    DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(11, s.ta, s.tb, s.M, s.N, s.K, dA.ptr,
+                                                         st.lda, dB.ptr, st.ldb),
+                               kNaN));
     for (int stages : {2, 3}) {
       if (s.ta) continue;  // the 2- and 3-stage builds take A along k only
       INFO(stages << " stages");
@@ -356,7 +369,7 @@ TEST_CASE("cuda gemm mma: rung 10 reads bfloat16 A and B, bitwise as float32 of 
 namespace {
 
 // Rung 12's cases: every transpose of a ragged single tile with odd strides
-// (not 16-byte aligned: the launcher gives them to rung 10) and with strides
+// (not 16-byte aligned: the launcher copies them to aligned ones) and with strides
 // a multiple of 8 elements (16-byte cp.async, short at the edges: 67, 45
 // and 133 are not multiples of 8); 2 x 2 ragged tiles; a K of 600 split
 // over grid.z.
@@ -400,6 +413,83 @@ TEST_CASE("cuda gemm mma: rung 12 (ldmatrix) reads bfloat16 A and B within rung 
   REQUIRE(r.fp32 > 4.0);
 }
 
+TEST_CASE("cuda gemm mma: rungs 11 and 12 copy unaligned operands to aligned ones, with rungs "
+          "9's and 10's bits", "[cuda][gemm][tf32][bf16][tsan]") {
+  if (!cuda_test::have_device()) return;
+  // The classifier's products (LeNet's and ResNet-18's 10 classes): dY is
+  // batch x 10, rows 40 bytes apart (20 in bfloat16). dX = dY W (A = dY,
+  // lda = 10) and dW = dY^T X (trans_a, the same A) at a ragged batch of 37
+  // and LeNet's 84 features (rows of 168 bytes in bfloat16: copied too);
+  // the forward Y = X W^T (trans_b, N = 10); strides of whole chunks with
+  // bases one element past 16 bytes; a K of 600 split over grid.z, the
+  // copies past the partials. The workspace is NaN: the copies' padding is
+  // never read. The multistage kernels then read the same values in the
+  // same places of op(A) and op(B) as rungs 09 and 10 do: their bits.
+  const std::vector<Case> cases = {
+      {37, 84, 10, false, false, 0, 1.0f, 0.0f},          // dX = dY W
+      {10, 84, 37, true, false, 0, 1.0f, 0.5f},           // dW (+)= dY^T X
+      {37, 10, 84, false, true, 0, 1.0f, 0.0f},           // Y = X W^T
+      {33, 19, 45, true, true, 0, -0.5f, 0.25f, 8, 1},    // bases past 16 bytes
+      {20, 9, 600, false, true, 1, 0.75f, 0.0f},          // split K, odd strides
+  };
+  uint32_t seed = 101;
+  for (const Case& s : cases) {
+    INFO(describe(s) << ", operands " << s.offset << " elements past 16 bytes");
+    seed += 3;
+    Vec rung11, rung09, rung12, rung10;
+    const Ratios tf32 = run_case(kTf32Pipelined, s, seed, Operands::kFloat32, &rung11);
+    REQUIRE(tf32.padding_kept);
+    REQUIRE(tf32.bound <= 1.0);
+    REQUIRE(tf32.rounded <= 1.0);
+    run_case(kTf32, s, seed, Operands::kFloat32, &rung09);
+    REQUIRE(same_bits(rung11, rung09));
+    const Ratios bf16 = run_case(kBf16Ldmatrix, s, seed, Operands::kBf16, &rung12);
+    REQUIRE(bf16.padding_kept);
+    REQUIRE(bf16.bound <= 1.0);
+    REQUIRE(bf16.rounded <= 1.0);
+    run_case(kBf16, s, seed, Operands::kBf16, &rung10);
+    REQUIRE(same_bits(rung12, rung10));
+    // A bfloat16 C with a bias: rung 12's words are rung 10's.
+    const Stored st = draw(s, seed, true);
+    std::vector<anvil::bfloat16> a = to_bf16(st.A), b = to_bf16(st.B);
+    a.insert(a.begin(), size_t(s.offset), anvil::bfloat16(kNaN));
+    b.insert(b.begin(), size_t(s.offset), anvil::bfloat16(kNaN));
+    const DeviceBuffer<anvil::bfloat16> dA(a), dB(b);
+    const DeviceBuffer<float> bias(cuda_test::random_floats(size_t(s.N), seed + 7));
+    const anvil::bfloat16 *A = dA.ptr + s.offset, *B = dB.ptr + s.offset;
+    auto bf16_c = [&](int rung) {
+      DeviceBuffer<anvil::bfloat16> c(to_bf16(st.C));
+      DeviceBuffer<float> ws(Vec(
+          cu::gemm_workspace_floats(rung, s.ta, s.tb, s.M, s.N, s.K, A, st.lda, B, st.ldb), kNaN));
+      cu::gemm(rung, s.ta, s.tb, s.M, s.N, s.K, s.alpha, A, st.lda, B, st.ldb, s.beta, c.ptr,
+               st.ldc, bias.ptr, ws.ptr, nullptr);
+      std::vector<uint16_t> bits;
+      for (const anvil::bfloat16 v : c.to_host()) bits.push_back(v.bits);
+      return bits;
+    };
+    REQUIRE(bf16_c(kBf16Ldmatrix.rung) == bf16_c(kBf16.rung));
+  }
+  // The workspace of dX = dY W (37 x 84 x 10): A's copy, 37 rows of 12
+  // floats (8 bfloat16 of 16: 37 x 32 bytes), and in bfloat16 B's too (10
+  // rows of 88), plus 3 floats to reach 16 bytes; nothing for the rungs
+  // without copies, or aligned operands (null bases are aligned).
+  const float* f = nullptr;
+  const anvil::bfloat16* h = nullptr;
+  REQUIRE(cu::gemm_workspace_floats(11, false, false, 37, 84, 10, f, 10, f, 84) == 37 * 12 + 3);
+  REQUIRE(cu::gemm_workspace_floats(12, false, false, 37, 84, 10, h, 10, h, 84) ==
+          37 * 8 + 10 * 88 / 2 + 3);
+  REQUIRE(cu::gemm_workspace_floats(9, false, false, 37, 84, 10, f, 10, f, 84) == 0);
+  REQUIRE(cu::gemm_workspace_floats(12, false, false, 37, 84, 10, f, 10, f, 84) == 0);
+  REQUIRE(cu::gemm_workspace_floats(11, false, false, 37, 84, 12, f, 12, f, 84) == 0);
+  // The split: the partials, then the copies (20 x 600 and 9 x 600 floats).
+  REQUIRE(cu::gemm_workspace_floats(11, false, true, 20, 9, 600, f, 601, f, 601) ==
+          5 * 20 * 9 + 29 * 600 + 3);
+  REQUIRE_THROWS_WITH(cu::gemm(11, false, false, 37, 84, 10, 1.0f, f, 10, f, 84, 0.0f, nullptr,
+                               84, nullptr, nullptr),
+                      "cuda::gemm: rung 11 needs 447 floats of workspace for this shape (null "
+                      "given)");
+}
+
 TEST_CASE("cuda gemm mma: rung 12's bfloat16 C with a bias is its float32 C rounded once",
           "[cuda][gemm][bf16]") {
   if (!cuda_test::have_device()) return;
@@ -409,7 +499,10 @@ TEST_CASE("cuda gemm mma: rung 12's bfloat16 C with a bias is its float32 C roun
     const Stored st = draw(s, 91, true);
     const DeviceBuffer<anvil::bfloat16> dA(to_bf16(st.A)), dB(to_bf16(st.B));
     const DeviceBuffer<float> bias(cuda_test::random_floats(size_t(s.N), 93));
-    DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(12, s.M, s.N, s.K) + 1, kNaN));
+    DeviceBuffer<float> ws(Vec(cu::gemm_workspace_floats(12, s.ta, s.tb, s.M, s.N, s.K, dA.ptr,
+                                                         st.lda, dB.ptr, st.ldb) +
+                                   1,
+                               kNaN));
     Vec c = st.C;  // C's values bfloat16 ones, so that both Cs hold the same
     for (float& v : c) v = float(bf16(v));
     DeviceBuffer<float> c32(c), plain(c);

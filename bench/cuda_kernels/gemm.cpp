@@ -99,10 +99,6 @@ void Bench::gemm(int64_t M, int64_t N, int64_t K) {
   std::vector<float> ref(size_t(M * N));
   cpu::gemm(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, ref.data(), N);
   DeviceBuffer da(a.size()), db(b.size()), dc(ref.size());
-  size_t ws_floats = 0;
-  for (int v = 1; v <= cu::kGemmRungs; ++v)
-    ws_floats = std::max(ws_floats, cu::gemm_workspace_floats(v, M, N, K));
-  DeviceBuffer dws(ws_floats);
   da.upload(a);
   db.upload(b);
   // The same draws as bfloat16 (rounded to nearest even): the BF16 baseline's
@@ -110,6 +106,17 @@ void Bench::gemm(int64_t M, int64_t N, int64_t K) {
   DeviceBuffer da16(bf16_room(a.size())), db16(bf16_room(b.size()));
   upload_bf16(da16, a);
   upload_bf16(db16, b);
+  // The most any rung needs for these operands, float32 or bfloat16 (with
+  // room for the aligned copies of rungs 11 and 12).
+  size_t ws_floats = 0;
+  const auto* a16 = reinterpret_cast<const anvil::bfloat16*>(da16.get());
+  const auto* b16 = reinterpret_cast<const anvil::bfloat16*>(db16.get());
+  for (int v = 1; v <= cu::kGemmRungs; ++v)
+    ws_floats = std::max({ws_floats,
+                          cu::gemm_workspace_floats(v, false, false, M, N, K, da.get(), K,
+                                                    db.get(), N),
+                          cu::gemm_workspace_floats(v, false, false, M, N, K, a16, K, b16, N)});
+  DeviceBuffer dws(ws_floats);
   const std::string shape = fmt::format("{}x{}x{} (MxNxK)", M, N, K);
   const double flop = 2.0 * double(M) * double(N) * double(K);
   double vendor_ms[3] = {kNoVendor, kNoVendor, kNoVendor};  // by Math
@@ -194,14 +201,12 @@ void Bench::gemm(int64_t M, int64_t N, int64_t K) {
   // The rungs that read bfloat16 operands (10, 12) again on bfloat16 A and B
   // (the draws rounded, half the bytes), as autocast hands them to the
   // backend: rung 12 reads only these (float32 operands run rung 10).
-  const auto* pa16 = reinterpret_cast<const anvil::bfloat16*>(da16.get());
-  const auto* pb16 = reinterpret_cast<const anvil::bfloat16*>(db16.get());
   for (int v : rungs_of(opt, cu::kGemmRungs)) {
     const auto& rung = cu::gemm_rungs::kRungs[v - 1];
     if (rung.launch_bf16 == nullptr) continue;
     const std::string impl = fmt::format("v{} {}, bf16 in memory", v, rung.name);
     auto call = [&] {
-      cu::gemm(v, false, false, M, N, K, 1.0f, pa16, K, pb16, N, 0.0f, dc.get(), N, dws.get(),
+      cu::gemm(v, false, false, M, N, K, 1.0f, a16, K, b16, N, 0.0f, dc.get(), N, dws.get(),
                stream);
     };
     dc.poison(stream);

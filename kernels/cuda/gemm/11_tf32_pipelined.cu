@@ -58,8 +58,8 @@
 // is copied into buffer s % 4 by cp.async.cg, 16 bytes a copy (4 per thread
 // and operand), src-size short of 16 at ragged edges and 0 outside them
 // (zeros: the products past M, N, K are 0); an operand whose base or row
-// stride is not a multiple of 16 bytes (4 floats) is copied 4 bytes a copy,
-// one cp.async per element; a block whose chunks all lie inside the
+// stride is not a multiple of 16 bytes (4 floats) is first copied to an
+// aligned one (below, "Unaligned operands"); a block whose chunks all lie inside the
 // operands in every step (aligned, its rows inside M and N, K a multiple of
 // 16) copies through mma_ldmatrix.cuh's FullIterator, without masks (one
 // branch for the block). Step s:
@@ -77,10 +77,26 @@
 // 6.25-6.59, four of them the rounding in integer instructions.
 //
 // Split-K and the kernel: mma_rung.cuh's, as 09's.
+//
+// Unaligned operands (aligned_copy.h; rung 12 does the same): the launcher
+// copies each operand whose base or row stride is not a multiple of 16
+// bytes into the workspace, its rows rounded up to whole 16-byte chunks
+// (one copy_rows launch per operand), and runs the kernel on the copy.
+// Why a copy: a second main loop, of 4-byte cp.async (one per element,
+// each with its own address and mask), would double the kernel's instances
+// (nvcc's longest file: each is compiled for two GPUs) and issue four
+// copies where one does; rung 09, which reads any alignment, runs 8.9
+// instructions per HMMA, over the bound of 4 (docs/kernels.md, "The issue
+// bound"). The copy costs one small launch per unaligned operand and its
+// bytes read and written once; the operands that need it are narrow (the
+// 10-wide classifier's dY, batch x 10: 10 KB at batch 256), so its bytes
+// are few against the product's. The result is the aligned path's bits,
+// which are rung 09's.
 //   build/sim/bench_cuda_kernels gemm 11
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/gemm/aligned_copy.h"
 #include "kernels/cuda/gemm/mma_ldmatrix.cuh"
 #include "kernels/cuda/gemm/mma_rung.cuh"
 
@@ -92,13 +108,12 @@ size_t gemm_rungs::tf32_pipelined_workspace_floats(int64_t M, int64_t N, int64_t
   return PipelinedRung::workspace_floats(M, N, K);
 }
 
-// Operands whose 16-byte chunks are not all aligned go to rung 09, whose
-// bits these are: the kernels have no 4-byte-copy main loop.
+// Operands whose 16-byte chunks are not all aligned are copied to aligned
+// ones past the split's partials first (aligned_copy.h).
 void gemm_rungs::tf32_pipelined(const GemmArgs& g, cudaStream_t stream) {
-  if (gemm_kernels::chunks_aligned(g))
-    gemm_kernels::by_transpose<PipelinedRung::Run>(g, stream);
-  else
-    tf32_mma(g, stream);
+  const size_t partials = PipelinedRung::workspace_floats(g.M, g.N, g.K);
+  gemm_kernels::by_transpose<PipelinedRung::Run>(aligned_copy::operands(g, partials, stream),
+                                                 stream);
 }
 
 // The stage-depth sweep of the tests: 2 stages (34 KB, static shared
@@ -111,18 +126,20 @@ void gemm_rungs::tf32_pipelined_stages(int stages, const GemmArgs& g, cudaStream
   using Two = mma_ldmatrix::ShapeOf<multistage::Tf32, 2, 2, 2, 2>;
   using Three = mma_ldmatrix::ShapeOf<multistage::Tf32, 2, 2, 3, 2>;
   static_assert(Two::kDynamicSharedBytes == 0 && Three::kDynamicSharedBytes > 0);
-  if (stages == 4 || !gemm_kernels::chunks_aligned(g)) return tf32_pipelined(g, stream);
+  if (stages == 4) return tf32_pipelined(g, stream);
   if (stages != 2 && stages != 3)
     throw std::invalid_argument("gemm rung 11: " + std::to_string(stages) +
                                 " stages (2, 3 or 4 are built)");
   if (g.trans_a)
     throw std::invalid_argument("gemm rung 11: " + std::to_string(stages) +
                                 " stages are built for A along k only (trans_a false)");
+  const GemmArgs a =
+      aligned_copy::operands(g, PipelinedRung::workspace_floats(g.M, g.N, g.K), stream);
   if (stages == 2)
-    return g.trans_b ? gemm_kernels::MmaRung<Two>::Run<false, true>::run(g, stream)
-                     : gemm_kernels::MmaRung<Two>::Run<false, false>::run(g, stream);
-  return g.trans_b ? gemm_kernels::MmaRung<Three>::Run<false, true>::run(g, stream)
-                   : gemm_kernels::MmaRung<Three>::Run<false, false>::run(g, stream);
+    return a.trans_b ? gemm_kernels::MmaRung<Two>::Run<false, true>::run(a, stream)
+                     : gemm_kernels::MmaRung<Two>::Run<false, false>::run(a, stream);
+  return a.trans_b ? gemm_kernels::MmaRung<Three>::Run<false, true>::run(a, stream)
+                   : gemm_kernels::MmaRung<Three>::Run<false, false>::run(a, stream);
 }
 
 }  // namespace anvil::cuda

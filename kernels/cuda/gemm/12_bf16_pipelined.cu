@@ -51,9 +51,11 @@
 // runs of 64 or 256 contiguous bytes), with src-size short of 16 at ragged
 // edges and 0 outside them (zeros: the products past M, N, K are 0). An
 // operand whose base or row stride is not a multiple of 16 bytes (8
-// elements) is not this rung's: the launcher gives it to rung 10, which
-// reads any alignment and gives the same bits (the same products summed in
-// the same order), so the kernel has one main loop, all 16-byte copies.
+// elements) is copied by the launcher into the workspace first, its rows
+// rounded up to whole 16-byte chunks (aligned_copy.h, and rung 11's header
+// for why a copy rather than a second main loop): the kernel has one main
+// loop, all 16-byte copies, and gives rung 10's bits on every operand (the
+// same products summed in the same order).
 // One commit group per stage, empty past the end. Step s:
 //   wait_group 2        this thread's copies of stage s have landed (those
 //                       of s + 1 and s + 2 may still be in flight)
@@ -68,6 +70,7 @@
 // Split-K and the kernel: mma_rung.cuh's, as 09-11's. The backend's BF16
 // GEMM (kBf16Gemm) on bfloat16 operands.
 //   build/sim/bench_cuda_kernels gemm 12
+#include "kernels/cuda/gemm/aligned_copy.h"
 #include "kernels/cuda/gemm/mma_ldmatrix.cuh"
 #include "kernels/cuda/gemm/mma_rung.cuh"
 
@@ -89,18 +92,21 @@ void gemm_rungs::bf16_pipelined(const GemmArgs& g, cudaStream_t stream) {
   bf16_mma(g, stream);
 }
 
+// Operands whose 16-byte chunks are not all aligned are copied to aligned
+// ones past the split's partials first (aligned_copy.h).
+template <class TC>
+static void run_of_bf16(const GemmArgsOf<bfloat16, TC>& g, cudaStream_t stream) {
+  const size_t partials = LdmatrixRung::workspace_floats(g.M, g.N, g.K);
+  gemm_kernels::by_transpose<LdmatrixRung::Run>(aligned_copy::operands(g, partials, stream),
+                                                stream);
+}
+
 void gemm_rungs::bf16_pipelined_of_bf16(const Bf16GemmArgs& g, cudaStream_t stream) {
-  if (gemm_kernels::chunks_aligned(g))
-    gemm_kernels::by_transpose<LdmatrixRung::Run>(g, stream);
-  else
-    bf16_mma_of_bf16(g, stream);
+  run_of_bf16(g, stream);
 }
 
 void gemm_rungs::bf16_pipelined_to_bf16(const Bf16OutGemmArgs& g, cudaStream_t stream) {
-  if (gemm_kernels::chunks_aligned(g))
-    gemm_kernels::by_transpose<LdmatrixRung::Run>(g, stream);
-  else
-    bf16_mma_to_bf16(g, stream);
+  run_of_bf16(g, stream);
 }
 
 }  // namespace anvil::cuda

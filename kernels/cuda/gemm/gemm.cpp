@@ -3,9 +3,11 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/gemm/gemm.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/gemm/aligned_copy.h"
 #include "core/precision.h"
 
 namespace anvil::cuda {
@@ -38,6 +40,43 @@ size_t gemm_workspace_floats(int number, int64_t M, int64_t N, int64_t K) {
   check_size("N", N);
   check_size("K", K);
   return gemm_rungs::kRungs[number - 1].workspace(M, N, K);
+}
+
+namespace {
+
+// The partials of the split, and the aligned copies where the rung makes
+// them of operands of T.
+template <class T>
+size_t workspace_of(const gemm_rungs::Rung& rung, bool trans_a, bool trans_b, int64_t M,
+                    int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb) {
+  using gemm_rungs::AlignedCopies;
+  const AlignedCopies copies =
+      std::is_same_v<T, float> ? AlignedCopies::kFloat32 : AlignedCopies::kBf16;
+  const size_t partials = rung.workspace(M, N, K);
+  if (rung.copies != copies) return partials;
+  return partials + size_t(aligned_copy::workspace_floats(
+                        aligned_copy::stored_a(trans_a, M, K, A, lda),
+                        aligned_copy::stored_b(trans_b, N, K, B, ldb)));
+}
+
+template <class T>
+size_t checked_workspace(int number, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                         const T* A, int64_t lda, const T* B, int64_t ldb) {
+  gemm_workspace_floats(number, M, N, K);  // the rung's and sizes' checks
+  return workspace_of(gemm_rungs::kRungs[number - 1], trans_a, trans_b, M, N, K, A, lda, B, ldb);
+}
+
+}  // namespace
+
+size_t gemm_workspace_floats(int number, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                             int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb) {
+  return checked_workspace(number, trans_a, trans_b, M, N, K, A, lda, B, ldb);
+}
+
+size_t gemm_workspace_floats(int number, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                             int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
+                             int64_t ldb) {
+  return checked_workspace(number, trans_a, trans_b, M, N, K, A, lda, B, ldb);
 }
 
 namespace {
@@ -82,7 +121,7 @@ void checked_gemm(int number, bool trans_a, bool trans_b, int64_t M, int64_t N, 
   check_ld("ldb", ldb, trans_b ? K : N, trans_b ? "B (stored N x K)" : "B (stored K x N)");
   check_ld("ldc", ldc, N, "C (M x N)");
   if (workspace == nullptr) {
-    const size_t needed = rung.workspace(M, N, K);
+    const size_t needed = workspace_of(rung, trans_a, trans_b, M, N, K, A, lda, B, ldb);
     if (needed > 0)
       throw std::invalid_argument("cuda::gemm: rung " + std::to_string(number) + " needs " +
                                   std::to_string(needed) +
@@ -145,7 +184,8 @@ void CudaBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Ten
   int64_t K = ta ? a.size(0) : a.size(1);
   if (bf16_operands("gemm", a, b, y)) {
     const Tensor a16 = bf16_operand(a), b16 = bf16_operand(b);
-    Tensor ws = workspace(gemm_workspace_floats(kBf16Gemm, M, N, K));
+    Tensor ws = workspace(gemm_workspace_floats(kBf16Gemm, ta, tb, M, N, K, bf16s(a16),
+                                                a.size(1), bf16s(b16), b.size(1)));
     if (y.dtype() == DType::BFloat16)
       cuda::gemm(kBf16Gemm, ta, tb, M, N, K, alpha, bf16s(a16), a.size(1), bf16s(b16), b.size(1),
                  beta, y.data<bfloat16>(), N, floats(bias), floats(ws), stream_);
@@ -158,7 +198,8 @@ void CudaBackend::gemm(bool ta, bool tb, float alpha, const Tensor& a, const Ten
   const int rung = math == Fp32Math::kTf32   ? kTf32Gemm
                    : math == Fp32Math::kBf16 ? kBf16Gemm
                                              : kBestGemm;
-  Tensor ws = workspace(gemm_workspace_floats(rung, M, N, K));
+  Tensor ws = workspace(
+      gemm_workspace_floats(rung, ta, tb, M, N, K, floats(a), a.size(1), floats(b), b.size(1)));
   cuda::gemm(rung, ta, tb, M, N, K, alpha, floats(a), a.size(1), floats(b), b.size(1), beta,
              floats(y), N, floats(ws), stream_);
   if (bias.defined()) add_channel_bias(M, N, 1, y, bias, y);

@@ -30,7 +30,9 @@
 // "(ships)": the rung the CUDA backend runs in each arithmetic (FP32, TF32,
 // BF16: kBestGemm, kTf32Gemm, kBf16Gemm below). The tensor-core ones are the
 // multistage rungs, whose main loops issue 3.6-3.8 instructions per HMMA
-// against rungs 09 and 10's 8.9-17.8 (docs/generated/kernel-table.md).
+// against rungs 09 and 10's 8.9-17.8 (docs/generated/kernel-table.md), on
+// every operand: one not 16-byte aligned is copied to an aligned one first
+// (aligned_copy.h).
 // Run one rung alone (checked against the CPU, then timed; simulated in the
 // sim build, on the GPU in the release build):
 //   build/sim/bench_cuda_kernels gemm 3
@@ -53,14 +55,25 @@ constexpr int kBf16Gemm = 12;  // ... and in BF16 (autocast)
 // Rung's `math` below).
 constexpr int kGemmFp32Rungs = 8;
 
-// The workspace (floats) `rung` needs for an M x N x K product: 0 but
-// for the split shapes of 08 to 11.
+// The workspace (floats) `rung` needs for an M x N x K product of operands
+// whose 16-byte chunks are aligned (each base, and each row stride a
+// multiple of 16 bytes), and of any operands a rung does not copy
+// (gemm_rungs::AlignedCopies below): 0 but for the split shapes of 08 to 12.
 size_t gemm_workspace_floats(int rung, int64_t M, int64_t N, int64_t K);
+// ... for this product of these operands (as gemm() below takes them): the
+// above, plus, on the rungs that copy unaligned operands to aligned ones
+// (11 and 12, gemm/aligned_copy.h), room for those copies. What a caller
+// that does not know its operands' alignment sizes by.
+size_t gemm_workspace_floats(int rung, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                             const float* A, int64_t lda, const float* B, int64_t ldb);
+size_t gemm_workspace_floats(int rung, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                             const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb);
 
 // Launches rung `rung` asynchronously on `stream`; the overload without a
 // workspace is for shapes that need none. Throws std::invalid_argument,
 // naming the argument, for an unknown rung, sizes < 0 or >= 2^31, an ld
-// smaller than the stored row, or a missing workspace. With beta == 0, C is
+// smaller than the stored row, or a missing workspace (one given must hold
+// the floats of the operands' gemm_workspace_floats). With beta == 0, C is
 // not read (it may hold garbage or NaN, as in BLAS).
 void gemm(int rung, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
@@ -101,7 +114,7 @@ struct GemmArgsOf {
   float beta;
   TC* C;
   int64_t ldc;
-  float* workspace;  // rung 08's partials, sized by gemm_workspace_floats
+  float* workspace;  // split-K partials and aligned copies, sized by gemm_workspace_floats
   const float* bias = nullptr;  // per column of C; read by rungs 10 and 12 only
 };
 using GemmArgs = GemmArgsOf<float>;
@@ -146,6 +159,11 @@ using Workspace = size_t (*)(int64_t M, int64_t N, int64_t K);
 inline size_t no_workspace(int64_t, int64_t, int64_t) { return 0; }
 using LaunchBf16 = void (*)(const Bf16GemmArgs&, cudaStream_t);
 using LaunchBf16Out = void (*)(const Bf16OutGemmArgs&, cudaStream_t);
+// The operands a rung's launcher copies to 16-byte aligned ones in its
+// workspace when their chunks are not (gemm/aligned_copy.h): none, its
+// float32 ones (rung 11) or its bfloat16 ones (rung 12, whose float32 ones
+// run rung 10).
+enum class AlignedCopies { kNone, kFloat32, kBf16 };
 struct Rung {
   const char* name;
   Launch launch;
@@ -156,6 +174,7 @@ struct Rung {
   // null for the rungs that read float32 only.
   LaunchBf16 launch_bf16 = nullptr;
   LaunchBf16Out launch_bf16_out = nullptr;
+  AlignedCopies copies = AlignedCopies::kNone;
 };
 inline constexpr Rung kRungs[kGemmRungs] = {
     {"naive", naive},
@@ -169,9 +188,10 @@ inline constexpr Rung kRungs[kGemmRungs] = {
     {"tf32 mma", tf32_mma, Math::kTf32, tf32_mma_workspace_floats},
     {"bf16 mma", bf16_mma, Math::kBf16, bf16_mma_workspace_floats, bf16_mma_of_bf16,
      bf16_mma_to_bf16},
-    {"tf32 mma pipelined", tf32_pipelined, Math::kTf32, tf32_pipelined_workspace_floats},
+    {"tf32 mma pipelined", tf32_pipelined, Math::kTf32, tf32_pipelined_workspace_floats,
+     nullptr, nullptr, AlignedCopies::kFloat32},
     {"bf16 mma ldmatrix", bf16_pipelined, Math::kBf16, bf16_pipelined_workspace_floats,
-     bf16_pipelined_of_bf16, bf16_pipelined_to_bf16},
+     bf16_pipelined_of_bf16, bf16_pipelined_to_bf16, AlignedCopies::kBf16},
 };
 static_assert(kRungs[kGemmFp32Rungs - 1].math == Math::kFp32 &&
               kRungs[kGemmFp32Rungs].math != Math::kFp32);

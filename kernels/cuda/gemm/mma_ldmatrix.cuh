@@ -33,7 +33,7 @@ __device__ __forceinline__ int clamp(int v) { return v <= 0 ? 0 : v < C ? v : C;
 // (along j, constant); stepped: the addresses by kBK along k (one 64-bit
 // add each) and the k left. A 16-byte cp.async per chunk, src-size the
 // bytes inside: the operand's chunks are 16-byte aligned (aligned() below;
-// the rungs' launchers give other operands to rungs 09 and 10).
+// the rungs' launchers copy other operands to aligned ones, aligned_copy.h).
 template <class Kind, int Threads, int BJ, class Get>
 struct GemmIterator {
   static constexpr bool kAlongJ = Get::kMajor;
@@ -209,8 +209,8 @@ __device__ __forceinline__ void ShapeOf<Kind, WarpsM, WarpsN, Stages, MinBlocks>
   using IA = GemmIterator<Kind, S::kThreads, S::kBM, GetA>;
   // One branch for the block. Tf32 has a second loop, for blocks whose
   // chunks all lie inside (FullIterator). Operands whose chunks are not
-  // 16-byte aligned never come here: the rungs' launchers give them to
-  // rungs 09 and 10 (rung.cuh's chunks_aligned).
+  // 16-byte aligned never come here: the rungs' launchers copy them to
+  // aligned ones first (aligned_copy.h).
   if constexpr (std::is_same_v<Kind, multistage::Tf32>) {
     using FA = FullIterator<Kind, S::kThreads, S::kBM, GetA>;
     using FB = FullIterator<Kind, S::kThreads, S::kBN, GetB>;

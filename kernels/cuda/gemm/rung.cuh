@@ -96,19 +96,6 @@ StoreCOf<TC> store_c(TC* C, int64_t ldc, float alpha, float beta, const float* b
   return StoreCOf<TC>{C, ldc, alpha, beta, bias, aligned};
 }
 
-// Whether g's operands come in 16-byte chunks that are all 16-byte aligned
-// (each base, and each row stride a multiple of 16 bytes; split-K's
-// K-slices start at multiples of split_k::kChunkAlign, so theirs are too):
-// what the multistage rungs 11 and 12 copy by 16-byte cp.async; their
-// launchers give other operands to rungs 09 and 10, which give the same bits.
-template <class Args>
-bool chunks_aligned(const Args& g) {
-  const auto aligned = [](const auto* base, int64_t ld) {
-    return reinterpret_cast<uintptr_t>(base) % 16 == 0 && ld * int64_t(sizeof(*base)) % 16 == 0;
-  };
-  return aligned(g.A, g.lda) && aligned(g.B, g.ldb);
-}
-
 inline unsigned blocks(int n, int per_block) {
   return static_cast<unsigned>((n + per_block - 1) / per_block);
 }
