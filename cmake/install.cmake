@@ -20,15 +20,13 @@ target_include_directories(anvil PUBLIC
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 
 # Every header of the library's folders (a folder a later option adds, such
-# as parallel/, is installed once it exists), and the one kernels/ header
-# that core/backend.h includes.
+# as parallel/, is installed once it exists).
 foreach(dir core data nn parallel)
   if(IS_DIRECTORY ${PROJECT_SOURCE_DIR}/${dir})
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/
             DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/anvil/${dir} FILES_MATCHING PATTERN "*.h")
   endif()
 endforeach()
-install(FILES ${PROJECT_SOURCE_DIR}/kernels/shapes.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/anvil/kernels)
 
 install(TARGETS anvil EXPORT anvilTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -10,8 +10,8 @@
 
 #include "core/sgd.h"
 #include "core/tensor.h"
-#include "kernels/pointwise.h"
-#include "kernels/shapes.h"
+#include "core/pointwise.h"
+#include "core/shapes.h"
 
 namespace anvil {
 
@@ -69,7 +69,7 @@ class Backend {
   // for copy, fill and convert (any dtype) and what gemm, the convolutions
   // and channel_sum say.
   // y = op(x) and dx = dy * op'(saved) elementwise, for the ops of
-  // kernels/pointwise.h; saved is op's input or output, as its kSaved says.
+  // core/pointwise.h; saved is op's input or output, as its kSaved says.
   virtual void pointwise_forward(PointwiseOp op, const Tensor& x, const Tensor& y) = 0;
   virtual void pointwise_backward(PointwiseOp op, const Tensor& saved, const Tensor& dy,
                                   const Tensor& dx) = 0;

@@ -1,6 +1,6 @@
 // ANVIL_HOST_DEVICE marks a function that both host code and, once compiled
 // by nvcc, device code may call: the numerics shared by the CPU and CUDA
-// kernels (core/bfloat16.h, core/tf32.h, kernels/pointwise.h).
+// kernels (core/bfloat16.h, core/tf32.h, core/pointwise.h).
 #pragma once
 
 #if defined(__CUDACC__)

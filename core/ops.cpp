@@ -106,7 +106,7 @@ Tensor scale(const Tensor& x, double alpha) {
 
 namespace {
 
-// An op of kernels/pointwise.h: y = op(x), and a backward that reads op's
+// An op of core/pointwise.h: y = op(x), and a backward that reads op's
 // input or output, as the op's kSaved says.
 Tensor pointwise(PointwiseOp op, const Tensor& x) {
   struct Info {

@@ -26,7 +26,7 @@
 #include "core/bfloat16.h"
 #include "core/tf32.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/shapes.h"
+#include "core/shapes.h"
 #include "tests/cuda_test_util.h"
 
 namespace conv_test {

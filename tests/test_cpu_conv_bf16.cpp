@@ -17,7 +17,7 @@
 #include "core/bfloat16.h"
 #include "core/tensor.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/shapes.h"
+#include "core/shapes.h"
 
 using namespace anvil;
 

@@ -21,7 +21,7 @@
 #include "core/tensor.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm/split_k.h"
-#include "kernels/shapes.h"
+#include "core/shapes.h"
 #include "tests/cuda_test_util.h"
 
 namespace {

@@ -19,7 +19,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/shapes.h"
+#include "core/shapes.h"
 #include "tests/cuda_test_util.h"
 
 namespace {

@@ -42,7 +42,7 @@
 #include "core/tensor.h"
 #include "core/tf32.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/shapes.h"
+#include "core/shapes.h"
 #include "tests/conv_test_util.h"
 #include "tests/cuda_test_util.h"
 #if defined(ANVIL_CUDA_SIM)

@@ -54,7 +54,7 @@ void require_match(const Vec& got, const Vec& want, float rtol = 1e-6f, float at
 
 TEST_CASE("cuda relu forward/backward match the CPU, in place too", "[cuda][elementwise]") {
   if (!cuda_test::have_device()) return;
-  using anvil::PointwiseOp;  // ReLU is one of kernels/pointwise.h's ops
+  using anvil::PointwiseOp;  // ReLU is one of core/pointwise.h's ops
   for (int64_t n : kSizes) {
     INFO("n = " << n);
     Vec x = input(n, 11);
@@ -300,7 +300,7 @@ TEST_CASE("cuda elementwise kernels reject negative sizes", "[cuda][elementwise]
 
 TEST_CASE("cuda pointwise ops (silu) match the CPU, in place too", "[cuda][elementwise]") {
   if (!cuda_test::have_device()) return;
-  // The same source (kernels/pointwise.h) on both: equal in the simulator;
+  // The same source (core/pointwise.h) on both: equal in the simulator;
   // on a GPU the device's expf may differ by an ulp or two, which rtol
   // 1e-6 (8 ulps) covers.
   using anvil::PointwiseOp;

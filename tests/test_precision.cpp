@@ -17,7 +17,7 @@
 #include "core/tensor.h"
 #include "core/tf32.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/shapes.h"
+#include "core/shapes.h"
 #include "tests/tensor_util.h"
 #if defined(ANVIL_CUDA_BACKEND)
 #include "tests/cuda_test_util.h"

@@ -15,12 +15,12 @@
 #include "kernels/cpu/parallel_util.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/element.h"
-#include "kernels/pointwise.h"
+#include "core/pointwise.h"
 
 namespace anvil::cpu {
 namespace {
 
-// y = x * a + b over one run of a channel, then ReLU (kernels/pointwise.h)
+// y = x * a + b over one run of a channel, then ReLU (core/pointwise.h)
 // where `relu` (BatchNorm and ReLU fused: one pass). Each branch is a plain
 // vectorisable loop.
 template <class T>

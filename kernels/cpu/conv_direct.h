@@ -1,7 +1,7 @@
 // Internal: direct (no im2col) convolution for layers whose reduction
 // C*R*S is tiny, e.g. a first layer on 1-3 input channels. Used by conv.cpp.
 #pragma once
-#include "kernels/shapes.h"
+#include "core/shapes.h"
 
 namespace anvil::cpu::detail {
 

@@ -2,7 +2,7 @@
 // enough channels that the transforms are cheap next to the products
 // (ResNet's 3x3 layers after the stem). Used by conv.cpp.
 #pragma once
-#include "kernels/shapes.h"
+#include "core/shapes.h"
 
 namespace anvil::cpu::detail {
 

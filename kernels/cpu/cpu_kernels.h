@@ -8,9 +8,9 @@
 #include <cstdint>
 
 #include "core/bfloat16.h"
-#include "kernels/pointwise.h"
+#include "core/pointwise.h"
 #include "kernels/sgd.h"
-#include "kernels/shapes.h"
+#include "core/shapes.h"
 
 namespace anvil::cpu {
 
@@ -89,7 +89,7 @@ void avg_pool2d_backward(const Pool2dShape& s, const Tdy* dy, Tdx* dx);
 // Elementwise. Output may alias an input exactly (in place), never partially.
 // T: float or bfloat16 (kernels/element.h): loaded into float, computed in
 // float, stored back in T (bfloat16 rounds to nearest even).
-// The ops of kernels/pointwise.h (ReLU, SiLU): y = op(x); dx = dy * op'(saved).
+// The ops of core/pointwise.h (ReLU, SiLU): y = op(x); dx = dy * op'(saved).
 template <class T> void pointwise_forward(PointwiseOp op, int64_t n, const T* x, T* y);
 template <class T>
 void pointwise_backward(PointwiseOp op, int64_t n, const T* saved, const T* dy, T* dx);

@@ -25,9 +25,9 @@
 #include "kernels/cuda/reduce/reduce.h"
 #include "kernels/cuda/softmax/softmax.h"
 #include "kernels/cuda/runtime.h"
-#include "kernels/pointwise.h"
+#include "core/pointwise.h"
 #include "kernels/sgd.h"
-#include "kernels/shapes.h"
+#include "core/shapes.h"
 
 namespace anvil::cuda {
 
@@ -52,7 +52,7 @@ void avg_pool2d_backward(const Pool2dShape& s, const Tdy* dy, Tdx* dx, cudaStrea
 // ---- elementwise (elementwise.cu) ----
 // Output may alias an input exactly (in place).
 // T: float or bfloat16 (kernels/element.h), as the cpu:: ones.
-// The ops of kernels/pointwise.h (ReLU, SiLU), as cpu::pointwise_forward/backward.
+// The ops of core/pointwise.h (ReLU, SiLU), as cpu::pointwise_forward/backward.
 template <class T>
 void pointwise_forward(PointwiseOp op, int64_t n, const T* x, T* y, cudaStream_t stream);
 template <class T>

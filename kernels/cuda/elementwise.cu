@@ -1,4 +1,4 @@
-// Elementwise kernels: the pointwise ops of kernels/pointwise.h (ReLU,
+// Elementwise kernels: the pointwise ops of core/pointwise.h (ReLU,
 // SiLU: one template each way), add, mul, axpy, scale, fill
 // (float, int64, uint8, bfloat16), float32 <-> bfloat16 conversion, an int64
 // counter increment, a device scalar spread over a tensor, the per-channel
@@ -62,7 +62,7 @@ __device__ __forceinline__ int64_t grid_stride() {
 // float and stored back in T. A warp's 32 bfloat16 elements are one 64-byte
 // segment, so the loads stay coalesced and the traffic halves.
 
-// The ops of kernels/pointwise.h, one instantiation each.
+// The ops of core/pointwise.h, one instantiation each.
 template <class Op, class T>
 __global__ void __launch_bounds__(kBlock) pointwise_forward_kernel(int64_t n, const T* x, T* y) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = store<T>(Op::forward(load(x[i])));

@@ -126,7 +126,7 @@ def instance(kernel, math, aligned=True):
         shape = ((TF32_GEMM if aligned else TF32_TILES["128x128"]) if math == "tf32" else
                  (BF16_GEMM if aligned else BF16_TILES["128x128"]))
         return f"gemm_kernels::gemm_mma<{shape},{m.group(1)},{m.group(2)},{elem}>"
-    m = re.match(r"(.*pointwise_(?:forward|backward)_kernel<[\w:]+)>$", kernel)  # kernels/pointwise.h's ops
+    m = re.match(r"(.*pointwise_(?:forward|backward)_kernel<[\w:]+)>$", kernel)  # core/pointwise.h's ops
     if m:
         return f"{m.group(1)},{elem}>"
     if math == "tf32":
@@ -482,7 +482,7 @@ def elementwise(step, relu=(), pool=(), adds=(), float_pool=False, relu_forward=
     x and dx bfloat16, y and dy float32). relu_forward False: the ReLU's
     forward ran in BatchNorm's pass (Step.batch_norm(relu=True))."""
     e = step.e
-    for n in relu:  # ReLU, an op of kernels/pointwise.h; the frozen baseline audit's relu_*_kernel
+    for n in relu:  # ReLU, an op of core/pointwise.h; the frozen baseline audit's relu_*_kernel
         for direction, nbytes in (("forward", 2 * n), ("backward", 3 * n)):
             if direction == "forward" and not relu_forward:
                 continue

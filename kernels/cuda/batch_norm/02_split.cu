@@ -38,7 +38,7 @@
 #include "kernels/cuda/batch_norm/rung.cuh"
 #include "kernels/element.h"
 #include "kernels/cuda/reduce/channel_split.cuh"
-#include "kernels/pointwise.h"
+#include "core/pointwise.h"
 
 namespace anvil::cuda {
 namespace batch_norm_kernels {
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // Forward pass 3: y = (x - mean) * gamma*invstd + beta over the block's
-// slice, then ReLU (kernels/pointwise.h) with kRelu: BatchNorm and ReLU in
+// slice, then ReLU (core/pointwise.h) with kRelu: BatchNorm and ReLU in
 // one pass (forward_normalize_relu_split).
 template <bool kRelu, int V, typename Index, typename T>
 __device__ __forceinline__ void normalize_slice(const SplitArgs<Index>& a, const T* __restrict__ x,

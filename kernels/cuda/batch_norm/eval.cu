@@ -1,10 +1,10 @@
 // Eval forward is elementwise: a grid-stride loop over all N*C*HW elements
 // (coalesced as in elementwise.cu), each thread computing its channel's scale
 // from running_var (the per-channel values stay in cache); with relu, ReLU
-// (kernels/pointwise.h) in the same pass (the same for every thread).
+// (core/pointwise.h) in the same pass (the same for every thread).
 #include "kernels/cuda/batch_norm/rung.cuh"
 #include "kernels/element.h"
-#include "kernels/pointwise.h"
+#include "core/pointwise.h"
 
 namespace anvil::cuda {
 namespace batch_norm_kernels {

@@ -52,7 +52,7 @@
 #include "core/bfloat16.h"
 #include "kernels/cuda/gemm/gemm.h"
 #include "kernels/cuda/runtime.h"
-#include "kernels/shapes.h"
+#include "core/shapes.h"
 
 namespace anvil::cuda {
 

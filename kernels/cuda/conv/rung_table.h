@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "kernels/cuda/gemm/gemm.h"
-#include "kernels/shapes.h"
+#include "core/shapes.h"
 
 namespace anvil::cuda {
 
