@@ -123,10 +123,15 @@ class Backend {
   virtual void batch_norm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                        const Tensor& running_mean, const Tensor& running_var,
                                        float eps, const Tensor& y, bool relu) = 0;
+  // relu_y, where defined, is the output of a forward with relu: the
+  // gradient taken is ReLU's backward of dy (dy where relu_y > 0, else 0),
+  // formed as the kernel reads dy and never stored as a tensor (BatchNorm's
+  // and ReLU's backward fused).
   virtual void batch_norm_backward_train(const Tensor& x, const Tensor& gamma,
                                          const Tensor& save_mean, const Tensor& save_invstd,
-                                         const Tensor& dy, const Tensor& dx,
-                                         const Tensor& dgamma, const Tensor& dbeta) = 0;
+                                         const Tensor& dy, const Tensor& relu_y,
+                                         const Tensor& dx, const Tensor& dgamma,
+                                         const Tensor& dbeta) = 0;
 
   // The optimizer, one pass over all its tensors (one launch on a CUDA
   // device, for up to 128 tensors): SGD over every entry (SgdTensors), and

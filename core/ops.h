@@ -42,7 +42,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   double momentum = 0.1, double eps = 1e-5);
 // relu(batch_norm(...)) in one pass over x (the same bits: ReLU applied as
 // the normalised value is stored), BatchNorm2d followed by ReLU fused. Its
-// backward: ReLU's, from y, then BatchNorm's.
+// training backward is BatchNorm's passes reading y with dy, x and taking
+// ReLU's backward (dy where y > 0) as they load dy: the masked gradient is
+// never stored as a tensor. In eval, ReLU's backward runs first, then BatchNorm's.
 Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias,
                        const Tensor& running_mean, const Tensor& running_var, bool training,
                        double momentum = 0.1, double eps = 1e-5);

@@ -167,8 +167,10 @@ Tensor global_avg_pool2d(const Tensor& x) {
 // buffers stay float32.
 namespace {
 
-// batch_norm, with ReLU fused into its forward pass where `relu`: the
-// backward then first takes ReLU's (dy where y > 0) from the saved output.
+// batch_norm, with ReLU fused into its forward pass where `relu`. The
+// training backward then reads the saved output with dy and takes ReLU's
+// backward (dy where y > 0) as it loads them, in BatchNorm's own passes;
+// the eval backward takes ReLU's first, as a pass of its own.
 Tensor batch_norm_op(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                      const Tensor& running_mean, const Tensor& running_var, bool training,
                      double momentum, double eps, bool relu) {
@@ -199,8 +201,9 @@ Tensor batch_norm_op(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   Tensor y = like(x);
   Backend& be = backend(x);
   const char* node = relu ? "BatchNormReluBackward" : "BatchNormBackward";
-  // The gradient BatchNorm's backward takes: dy, or with relu ReLU's backward of it.
+  // The ReLU output the backward masks dy with (undefined without relu).
   const Tensor sy = relu ? y.detach() : Tensor();
+  // The eval backward's gradient: dy, or with relu ReLU's backward of it.
   auto through_relu = [relu, sy](const Tensor& g) {
     if (!relu) return g;
     Tensor dz = like(g);
@@ -215,10 +218,9 @@ Tensor batch_norm_op(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     if (any_requires_grad({&x, &gamma, &beta})) {
       Tensor sx = x.detach(), sg = gamma.detach();
       record(y, node, {&x, &gamma, &beta}, [=](const Tensor& dy) {
-        const Tensor g = through_relu(dy);
-        Tensor dx = like(g), dgamma = like(sg), dbeta = like(sg);
-        backend(g).batch_norm_backward_train(sx, sg, save_mean, save_invstd, g, dx, dgamma,
-                                             dbeta);
+        Tensor dx = like(dy), dgamma = like(sg), dbeta = like(sg);
+        backend(dy).batch_norm_backward_train(sx, sg, save_mean, save_invstd, dy, sy, dx,
+                                              dgamma, dbeta);
         return Grads{dx, dgamma, dbeta};
       });
     }

@@ -154,10 +154,11 @@ class ProfilingBackend final : public Backend {
     b_.batch_norm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y, relu);
   }
   void batch_norm_backward_train(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                                 const Tensor& save_invstd, const Tensor& dy, const Tensor& dx,
-                                 const Tensor& dgamma, const Tensor& dbeta) override {
+                                 const Tensor& save_invstd, const Tensor& dy,
+                                 const Tensor& relu_y, const Tensor& dx, const Tensor& dgamma,
+                                 const Tensor& dbeta) override {
     Op op(this, Family::BatchNorm, "batch_norm_backward_train");
-    b_.batch_norm_backward_train(x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta);
+    b_.batch_norm_backward_train(x, gamma, save_mean, save_invstd, dy, relu_y, dx, dgamma, dbeta);
   }
   void sgd_step(std::span<const SgdTensors> tensors, const SgdHyper& h) override {
     Op op(this, Family::Sgd, "sgd_step");

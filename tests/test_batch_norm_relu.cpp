@@ -1,8 +1,10 @@
 // BatchNorm and ReLU fused (batch_norm_relu, core/ops.h): one pass forward
-// that gives relu(batch_norm(x)) bit for bit, the same gradients and running
-// statistics, in training and eval, float32 and bfloat16, on the CPU and on
-// cuda:0 (the simulator, or a GPU where there is one); nn's Sequential and
-// Residual fuse a BatchNorm2d followed by a ReLU.
+// that gives relu(batch_norm(x)) bit for bit, and a training backward whose
+// passes take ReLU's backward of dy as they read it, that gives the same
+// gradients and running statistics, in training and eval, float32 and
+// bfloat16, on the CPU and on cuda:0 (the simulator, or a GPU where there is
+// one), also where outputs are exactly 0; nn's Sequential and Residual fuse
+// a BatchNorm2d followed by a ReLU.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -30,13 +32,33 @@ struct Result {
   Tensor y, dx, dgamma, dbeta, running_mean, running_var;
 };
 
+// x[:, 0] = 0.75 everywhere: channel 0's batch mean is 0.75 and its
+// variance 0 on every device (the CUDA kernels' shifted moments included),
+// so with beta[0] = 0 its normalised values are exactly 0, ReLU's kink.
+Tensor with_constant_channel0(const Tensor& x) {
+  std::vector<float> v = x.to_vector();
+  const int64_t C = x.size(1), inner = x.numel() / (x.size(0) * C);
+  for (int64_t n = 0; n < x.size(0); ++n)
+    for (int64_t i = 0; i < inner; ++i) v[(n * C) * inner + i] = 0.75f;
+  return Tensor::from_vector(v, x.shape());
+}
+
 // One BatchNorm (fused with ReLU or followed by it) forward and backward
-// from the same inputs; dy random.
-Result run(const Shape& shape, DType dtype, Device device, bool training, bool fused) {
+// from the same inputs; dy random. exact_zeros: channel 0's outputs are
+// all exactly 0 in training (with_constant_channel0, beta[0] = 0).
+Result run(const Shape& shape, DType dtype, Device device, bool training, bool fused,
+           bool exact_zeros = false) {
   Generator gen(7);
   const int64_t C = shape[1];
-  Tensor x = scale(Tensor::randn(shape, &gen), 2.0).to(dtype);
+  Tensor x = scale(Tensor::randn(shape, &gen), 2.0);
+  if (exact_zeros) x = with_constant_channel0(x);
+  x = x.to(dtype);
   Tensor gamma = Tensor::rand({C}, &gen), beta = scale(Tensor::randn({C}, &gen), 0.1);
+  if (exact_zeros) {
+    std::vector<float> b = beta.to_vector();
+    b[0] = 0.0f;
+    beta = Tensor::from_vector(b, Shape{C});
+  }
   Tensor rm = Tensor::randn({C}, &gen), rv = add(Tensor::rand({C}, &gen), Tensor::full({C}, 0.5));
   Tensor dy = Tensor::randn(shape, &gen).to(dtype);
   x = x.to(device).detach().set_requires_grad(true);
@@ -51,7 +73,7 @@ Result run(const Shape& shape, DType dtype, Device device, bool training, bool f
 }
 
 void check_fused_is_composition(Device device) {
-  for (const Shape& shape : {Shape{3, 5, 7, 9}, Shape{2, 4, 8, 8}, Shape{6, 3}})
+  for (const Shape& shape : {Shape{3, 5, 7, 9}, Shape{2, 4, 8, 8}, Shape{2, 3, 23, 21}, Shape{6, 3}})
     for (DType dtype : {DType::Float32, DType::BFloat16})
       for (bool training : {true, false}) {
         INFO(device.str() << " " << shape_str(shape) << " " << dtype_name(dtype)
@@ -75,6 +97,36 @@ void check_fused_is_composition(Device device) {
       }
 }
 
+// Training with a channel whose outputs are all exactly 0 (ReLU's kink,
+// where torch.relu's gradient is 0): the fused backward passes none of dy
+// there, so that channel's dbeta, dgamma and dx are exactly 0 (and not
+// sum(dy), as a mask of y >= 0 would give), and the rest equals the
+// composition's bits. Ragged shapes: C = 5 and N*H*W = 189 (odd), [N, C].
+void check_exact_zeros(Device device) {
+  for (const Shape& shape : {Shape{3, 5, 7, 9}, Shape{7, 3}})
+    for (DType dtype : {DType::Float32, DType::BFloat16}) {
+      INFO(device.str() << " " << shape_str(shape) << " " << dtype_name(dtype));
+      const Result fused = run(shape, dtype, device, true, true, true);
+      const Result apart = run(shape, dtype, device, true, false, true);
+      const std::vector<float> y = fused.y.to(DType::Float32).to_vector();
+      const std::vector<float> dx = fused.dx.to(DType::Float32).to_vector();
+      const int64_t C = shape[1], inner = fused.y.numel() / (shape[0] * C);
+      for (int64_t n = 0; n < shape[0]; ++n)
+        for (int64_t i = 0; i < inner; ++i) {
+          REQUIRE(y[size_t(n * C * inner + i)] == 0.0f);
+          REQUIRE(dx[size_t(n * C * inner + i)] == 0.0f);
+        }
+      CHECK(fused.dbeta.to_vector()[0] == 0.0f);
+      CHECK(fused.dgamma.to_vector()[0] == 0.0f);
+      bool passed = false;  // and gradient does pass in the other channels
+      for (size_t i = 1; i < dx.size(); ++i) passed |= dx[i] != 0.0f;
+      CHECK(passed);
+      CHECK(same_bits(fused.dx, apart.dx));
+      CHECK(same_bits(fused.dgamma, apart.dgamma));
+      CHECK(same_bits(fused.dbeta, apart.dbeta));
+    }
+}
+
 }  // namespace
 
 TEST_CASE("batch_norm_relu gives relu(batch_norm(x))'s bits and gradients on the CPU",
@@ -82,16 +134,33 @@ TEST_CASE("batch_norm_relu gives relu(batch_norm(x))'s bits and gradients on the
   check_fused_is_composition(Device::cpu());
 }
 
+TEST_CASE("batch_norm_relu's backward passes no gradient at exact zeros on the CPU",
+          "[nn][batchnorm]") {
+  check_exact_zeros(Device::cpu());
+}
+
 #if defined(ANVIL_CUDA_BACKEND)
 TEST_CASE("batch_norm_relu gives relu(batch_norm(x))'s bits and gradients on cuda:0",
           "[cuda][batchnorm]") {
   if (!cuda_test::have_device()) return;
   check_fused_is_composition(Device::cuda(0));
-  // And the CPU's values, within float rounding (different summation orders).
-  const Result gpu = run({2, 4, 8, 8}, DType::Float32, Device::cuda(0), true, true);
-  const Result cpu = run({2, 4, 8, 8}, DType::Float32, Device::cpu(), true, true);
-  cuda_test::require_close(gpu.y.to_vector(), cpu.y.to_vector(), 1e-5f, 1e-5f);
-  cuda_test::require_close(gpu.dx.to_vector(), cpu.dx.to_vector(), 1e-4f, 1e-5f);
+  check_exact_zeros(Device::cuda(0));
+  // And the CPU's values, within float rounding (different summation
+  // orders; bfloat16: a stored y or dx may round to the neighbouring
+  // bfloat16, 2^-8 relative), on a ragged shape (C = 5, N*H*W = 189) and an
+  // aligned one (the kernels' 4-wide loads).
+  for (const Shape& shape : {Shape{3, 5, 7, 9}, Shape{2, 4, 8, 8}})
+    for (DType dtype : {DType::Float32, DType::BFloat16}) {
+      INFO(shape_str(shape) << " " << dtype_name(dtype));
+      const float tol = dtype == DType::Float32 ? 1e-4f : 1e-2f;
+      const Result gpu = run(shape, dtype, Device::cuda(0), true, true);
+      const Result cpu = run(shape, dtype, Device::cpu(), true, true);
+      auto floats = [](const Tensor& t) { return t.to(DType::Float32).to_vector(); };
+      cuda_test::require_close(floats(gpu.y), floats(cpu.y), tol, tol);
+      cuda_test::require_close(floats(gpu.dx), floats(cpu.dx), tol, tol);
+      cuda_test::require_close(gpu.dgamma.to_vector(), cpu.dgamma.to_vector(), tol, tol);
+      cuda_test::require_close(gpu.dbeta.to_vector(), cpu.dbeta.to_vector(), tol, tol);
+    }
 }
 #endif
 

@@ -254,6 +254,16 @@ TEST_CASE("cuda batch norm rung 2: workspace, splits and refusals", "[cuda][batc
                                                             nullptr, nullptr, nullptr, nullptr,
                                                             nullptr),
                       Catch::Contains("workspace"));
+  // Rung 1 has no fused ReLU, forward or backward (refused before any launch).
+  float y = 0.0f;
+  REQUIRE_THROWS_WITH(anvil::cuda::batch_norm_forward_train<float>(
+                          1, 1, 1, 1, nullptr, nullptr, nullptr, kEps, kMomentum, nullptr,
+                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, true),
+                      Catch::Contains("rung 1 has no fused ReLU"));
+  REQUIRE_THROWS_WITH(anvil::cuda::batch_norm_backward_train<float>(
+                          1, 1, 1, 1, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                          nullptr, nullptr, nullptr, nullptr, &y),
+                      Catch::Contains("rung 1 has no fused ReLU"));
 }
 
 namespace {

@@ -411,6 +411,27 @@ TEST_CASE("gradcheck: batch_norm (training)", "[gradcheck][ops]") {
   }
 }
 
+TEST_CASE("gradcheck: batch_norm_relu (training)", "[gradcheck][ops]") {
+  // BatchNorm and ReLU fused, its backward one pass family: the kinks are
+  // where a normalised value is within the step of 0, which a perturbation
+  // of any x of the channel moves (skipped, at most 5%).
+  GradCheckOptions opt;
+  opt.step = 3e-3;
+  opt.skip_kinks = true;
+  opt.max_skip_fraction = 0.05;
+  for (const Shape& s : {Shape{5, 3}, Shape{3, 5, 3, 3}, Shape{1, 3, 7, 5}}) {
+    const int64_t C = s[1];
+    DYNAMIC_SECTION("x " << shape_str(s)) {
+      auto f = [](const Inputs& in) {
+        return batch_norm_relu(in[0], in[1], in[2], Tensor(), Tensor(), /*training=*/true);
+      };
+      expect_ok(run(f, {uniform_tensor(s, 93, -2, 2), uniform_tensor({C}, 94, 0.5, 1.5),
+                        uniform_tensor({C}, 95, -0.5, 0.5)},
+                    opt));
+    }
+  }
+}
+
 TEST_CASE("gradcheck: batch_norm (eval)", "[gradcheck][ops]") {
   for (const Shape& s : {Shape{3, 3}, Shape{1, 1}, Shape{3, 3, 7, 5}, Shape{1, 3, 7, 5},
                          Shape{2, 1, 3, 3}}) {

@@ -10,6 +10,7 @@
 // be float or bfloat16 (T, kernels/element.h: autocast's activations), loaded
 // into float; the statistics, parameters and buffers are float32.
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/parallel_util.h"
@@ -92,45 +93,89 @@ void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const
   }
 }
 
+namespace {
+
+// sum(g) and sum(g * (x - mean)) over one run of a channel, added to s.
+// The same loop for every gradient g, so a masked gradient staged in a
+// buffer is summed in the order of an unmasked one: the same bits.
+template <class G, class T>
+void add_sums(const G* g, const T* x, int64_t n, float mean, double& sdy, double& sdyx) {
+#pragma omp simd reduction(+ : sdy, sdyx)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = load(g[i]);
+    sdy += gi;
+    sdyx += static_cast<double>(gi) * (load(x[i]) - mean);
+  }
+}
+
+// The gradient taken is dy, or with kRelu ReLU's backward of it from the
+// forward's output relu_y (g below). The sums stage a run's masked gradient
+// in a buffer of the thread's (a select inside the reduction loop is not
+// vectorised: a branch per element); the dx loop masks in place.
+template <bool kRelu, class T>
+void backward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
+                    const float* save_mean, const float* save_invstd, const T* dy, T* dx,
+                    float* dgamma, float* dbeta, const T* relu_y) {
+  const int64_t M = N * HW, CHW = C * HW;
+#pragma omp parallel if (N * CHW >= detail::kMinParallel)
+  {
+    std::vector<float> masked(kRelu ? static_cast<size_t>(HW) : 0);
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < C; ++c) {
+      const float mean = save_mean[c], invstd = save_invstd[c];
+      double sdy = 0.0, sdyx = 0.0;  // sum(g), sum(g * (x - mean))
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t o = n * CHW + c * HW;
+        if constexpr (kRelu) {
+          float* mp = masked.data();
+          const T* yp = relu_y + o;
+          const T* gp = dy + o;
+#pragma omp simd
+          for (int64_t i = 0; i < HW; ++i) mp[i] = Relu::backward(load(yp[i]), load(gp[i]));
+          add_sums(mp, x + o, HW, mean, sdy, sdyx);
+        } else {
+          add_sums(dy + o, x + o, HW, mean, sdy, sdyx);
+        }
+      }
+      const double sdyxhat = sdyx * invstd;  // sum(g * xhat)
+      dbeta[c] = static_cast<float>(sdy);
+      dgamma[c] = static_cast<float>(sdyxhat);
+      if (M == 0) continue;
+      // dx = gamma*invstd * (g - sdy/M - xhat * sdyxhat/M)
+      //    = k * g + u * (x - mean) + v   (folded per channel; x - mean is
+      // kept explicit so a large mean does not cancel catastrophically)
+      const double k = static_cast<double>(gamma[c]) * invstd;
+      const double u = -k * invstd * sdyxhat / static_cast<double>(M);
+      const double v = -k * sdy / static_cast<double>(M);
+      const float kf = static_cast<float>(k), uf = static_cast<float>(u),
+                  vf = static_cast<float>(v);
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t o = n * CHW + c * HW;
+        const T* xp = x + o;
+        const T* gp = dy + o;
+        const T* yp = kRelu ? relu_y + o : nullptr;
+        T* dp = dx + o;
+#pragma omp simd
+        for (int64_t i = 0; i < HW; ++i) {
+          float g = load(gp[i]);
+          if constexpr (kRelu) g = Relu::backward(load(yp[i]), g);
+          dp[i] = store<T>(kf * g + uf * (load(xp[i]) - mean) + vf);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
 template <class T>
 void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                                const float* save_mean, const float* save_invstd, const T* dy,
-                               T* dx, float* dgamma, float* dbeta) {
-  const int64_t M = N * HW, CHW = C * HW;
-#pragma omp parallel for schedule(static) if (N * CHW >= detail::kMinParallel)
-  for (int64_t c = 0; c < C; ++c) {
-    const float mean = save_mean[c], invstd = save_invstd[c];
-    double sdy = 0.0, sdyx = 0.0;  // sum(dy), sum(dy * (x - mean))
-    for (int64_t n = 0; n < N; ++n) {
-      const T* xp = x + n * CHW + c * HW;
-      const T* gp = dy + n * CHW + c * HW;
-#pragma omp simd reduction(+ : sdy, sdyx)
-      for (int64_t i = 0; i < HW; ++i) {
-        const float g = load(gp[i]);
-        sdy += g;
-        sdyx += static_cast<double>(g) * (load(xp[i]) - mean);
-      }
-    }
-    const double sdyxhat = sdyx * invstd;  // sum(dy * xhat)
-    dbeta[c] = static_cast<float>(sdy);
-    dgamma[c] = static_cast<float>(sdyxhat);
-    if (M == 0) continue;
-    // dx = gamma*invstd * (dy - sdy/M - xhat * sdyxhat/M)
-    //    = k * dy + u * (x - mean) + v   (folded per channel; x - mean is
-    // kept explicit so a large mean does not cancel catastrophically)
-    const double k = static_cast<double>(gamma[c]) * invstd;
-    const double u = -k * invstd * sdyxhat / static_cast<double>(M);
-    const double v = -k * sdy / static_cast<double>(M);
-    const float kf = static_cast<float>(k), uf = static_cast<float>(u), vf = static_cast<float>(v);
-    for (int64_t n = 0; n < N; ++n) {
-      const T* xp = x + n * CHW + c * HW;
-      const T* gp = dy + n * CHW + c * HW;
-      T* dp = dx + n * CHW + c * HW;
-#pragma omp simd
-      for (int64_t i = 0; i < HW; ++i)
-        dp[i] = store<T>(kf * load(gp[i]) + uf * (load(xp[i]) - mean) + vf);
-    }
-  }
+                               T* dx, float* dgamma, float* dbeta, const T* relu_y) {
+  if (relu_y)
+    backward_train<true>(N, C, HW, x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, relu_y);
+  else
+    backward_train<false>(N, C, HW, x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, relu_y);
 }
 
 #define ANVIL_BATCH_NORM(T)                                                                   \
@@ -142,7 +187,7 @@ void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* x, con
                                            bool);                                                \
   template void batch_norm_backward_train<T>(int64_t, int64_t, int64_t, const T*, const float*, \
                                              const float*, const float*, const T*, T*, float*,   \
-                                             float*);
+                                             float*, const T*);
 ANVIL_BATCH_NORM(float)
 ANVIL_BATCH_NORM(bfloat16)
 #undef ANVIL_BATCH_NORM
@@ -175,14 +220,16 @@ void CpuBackend::batch_norm_forward_eval(const Tensor& x, const Tensor& gamma,
 }
 void CpuBackend::batch_norm_backward_train(const Tensor& x, const Tensor& gamma,
                                            const Tensor& save_mean, const Tensor& save_invstd,
-                                           const Tensor& dy, const Tensor& dx,
-                                           const Tensor& dgamma, const Tensor& dbeta) {
+                                           const Tensor& dy, const Tensor& relu_y,
+                                           const Tensor& dx, const Tensor& dgamma,
+                                           const Tensor& dbeta) {
   auto [N, C, HW] = nchw_view(x);
   visit_float_dtype(x.dtype(), "batch_norm_backward_train", [&](auto t) {
     using T = decltype(t);
     cpu::batch_norm_backward_train(N, C, HW, x.data<T>(), floats(gamma), floats(save_mean),
                                    floats(save_invstd), dy.data<T>(), dx.data<T>(),
-                                   floats(dgamma), floats(dbeta));
+                                   floats(dgamma), floats(dbeta),
+                                   relu_y.defined() ? relu_y.data<T>() : nullptr);
   });
 }
 

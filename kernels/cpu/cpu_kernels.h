@@ -153,11 +153,14 @@ template <class T>
 void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                              const float* beta, const float* running_mean,
                              const float* running_var, float eps, T* y, bool relu = false);
-// Training-mode backward with the saved batch statistics. dx, dgamma, dbeta overwritten.
+// Training-mode backward with the saved batch statistics. dx, dgamma, dbeta
+// overwritten. relu_y, when not null, is the output of the forward with
+// relu: the gradient is ReLU's backward of dy (Relu::backward(relu_y, dy)),
+// taken as dy is read (BatchNorm's and ReLU's backward in one pass family).
 template <class T>
 void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                                const float* save_mean, const float* save_invstd, const T* dy,
-                               T* dx, float* dgamma, float* dbeta);
+                               T* dx, float* dgamma, float* dbeta, const T* relu_y = nullptr);
 
 // SGD with momentum / weight decay / nesterov, PyTorch semantics (dampening
 // 0; kernels/sgd.h gives the formula), over every tensor of the list in one

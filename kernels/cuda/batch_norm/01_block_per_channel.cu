@@ -174,6 +174,8 @@ void forward(const batch_norm_rungs::Forward& f, cudaStream_t stream) {
 }
 
 void backward(const batch_norm_rungs::Backward& b, cudaStream_t stream) {
+  if (b.relu_y)
+    throw std::invalid_argument("cuda::batch_norm_backward_train: rung 1 has no fused ReLU (rung 2 has)");
   launch(backward_train_kernel, dim3(static_cast<unsigned>(b.C)), dim3(kBlock), 0, stream, b.N,
          b.C, b.HW, b.x, b.gamma, b.save_mean, b.save_invstd, b.dy, b.dx, b.dgamma, b.dbeta);
 }

@@ -25,7 +25,12 @@
 //             (8 loads in flight: 4 of dy, 4 of x); fold: one
 //             warp per channel adds the S pairs in double and
 //             writes dbeta and dgamma; dx: as rung 01's
-//             pass 2, reading those two sums back.
+//             pass 2, reading those two sums back. After a
+//             forward with ReLU, sums and dx also read the
+//             forward's y and take ReLU's backward of dy as they
+//             load it (backward_sums_relu_split,
+//             backward_dx_relu_split): the masked gradient is
+//             never stored.
 // The workspace holds 3 floats per block
 // (batch_norm_workspace_floats), reused by forward and backward.
 // x, y, dy and dx are float or bfloat16 (T): a bfloat16 unit of 4 is two
@@ -159,20 +164,37 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
   normalize_slice<true, V>(a, x, gamma, beta, save_mean, save_invstd, y);
 }
 
-// Backward pass 1: the block's sum(dy) and sum(dy * (x - mean)), to
-// sums[block * 3 ...] (the third float unused).
-template <int V, typename Index, typename T>
-__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
-    backward_sums_split(SplitArgs<Index> a, const T* __restrict__ x,
-                        const float* __restrict__ save_mean, const T* __restrict__ dy,
-                        float* __restrict__ sums) {
+// The backward's gradient over a group of units: dy as loaded, or with
+// kRelu ReLU's backward of it from the forward's output y (core/pointwise.h).
+template <bool kRelu, int V, typename Index, typename T>
+__device__ __forceinline__ void load_grad(Unit<V> (&g)[kUnroll<V>], const T* __restrict__ dy,
+                                          const T* __restrict__ y, const Index* off,
+                                          const bool* live) {
+  load_group<V>(g, dy, off, live);
+  if constexpr (kRelu) {
+    Unit<V> r[kUnroll<V>];
+    load_group<V>(r, y, off, live);
+#pragma unroll
+    for (int k = 0; k < kUnroll<V>; ++k)
+#pragma unroll
+      for (int j = 0; j < V; ++j) g[k].v[j] = Relu::backward(r[k].v[j], g[k].v[j]);
+  }
+}
+
+// Backward pass 1: the block's sum(g) and sum(g * (x - mean)), g the
+// gradient load_grad takes, to sums[block * 3 ...] (the third float unused).
+template <bool kRelu, int V, typename Index, typename T>
+__device__ __forceinline__ void sums_slice(const SplitArgs<Index>& a, const T* __restrict__ x,
+                                           const float* __restrict__ save_mean,
+                                           const T* __restrict__ dy, const T* __restrict__ y,
+                                           float* __restrict__ sums) {
   __shared__ Sum2<float> warp_vals[channel_split::kWarps];
   const Slice<Index> slice(a);
   const float mean = save_mean[slice.c];
   Sum2<float> acc{};
   for_each_unit_group<V>(a, slice, [&](const Index* off, const bool* live) {
     Unit<V> g[kUnroll<V>], u[kUnroll<V>];
-    load_group<V>(g, dy, off, live);
+    load_grad<kRelu, V>(g, dy, y, off, live);
     load_group<V>(u, x, off, live);
 #pragma unroll
     for (int k = 0; k < kUnroll<V>; ++k)
@@ -190,7 +212,23 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
   }
 }
 
-// Backward pass 2, one warp per channel: dbeta = sum(dy), dgamma = sum(dy * xhat).
+template <int V, typename Index, typename T>
+__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
+    backward_sums_split(SplitArgs<Index> a, const T* __restrict__ x,
+                        const float* __restrict__ save_mean, const T* __restrict__ dy,
+                        const T* __restrict__ y, float* __restrict__ sums) {
+  sums_slice<false, V>(a, x, save_mean, dy, y, sums);
+}
+
+template <int V, typename Index, typename T>
+__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
+    backward_sums_relu_split(SplitArgs<Index> a, const T* __restrict__ x,
+                             const float* __restrict__ save_mean, const T* __restrict__ dy,
+                             const T* __restrict__ y, float* __restrict__ sums) {
+  sums_slice<true, V>(a, x, save_mean, dy, y, sums);
+}
+
+// Backward pass 2, one warp per channel: dbeta = sum(g), dgamma = sum(g * xhat).
 __global__ void __launch_bounds__(kBlock)
     backward_fold(int64_t C, int64_t splits, const float* __restrict__ sums,
                   const float* __restrict__ save_invstd, float* __restrict__ dgamma,
@@ -206,14 +244,16 @@ __global__ void __launch_bounds__(kBlock)
   dgamma[c] = static_cast<float>(t.b * save_invstd[c]);
 }
 
-// Backward pass 3: dx = k*dy + u*(x - mean) + v over the block's slice.
-template <int V, typename Index, typename T>
-__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
-    backward_dx_split(SplitArgs<Index> a, const T* __restrict__ x,
-                      const float* __restrict__ gamma, const float* __restrict__ save_mean,
-                      const float* __restrict__ save_invstd, const float* __restrict__ dgamma,
-                      const float* __restrict__ dbeta, const T* __restrict__ dy,
-                      T* __restrict__ dx) {
+// Backward pass 3: dx = k*g + u*(x - mean) + v over the block's slice.
+template <bool kRelu, int V, typename Index, typename T>
+__device__ __forceinline__ void dx_slice(const SplitArgs<Index>& a, const T* __restrict__ x,
+                                         const float* __restrict__ gamma,
+                                         const float* __restrict__ save_mean,
+                                         const float* __restrict__ save_invstd,
+                                         const float* __restrict__ dgamma,
+                                         const float* __restrict__ dbeta,
+                                         const T* __restrict__ dy, const T* __restrict__ y,
+                                         T* __restrict__ dx) {
   const Slice<Index> slice(a);
   const Index c = slice.c;
   const float Mf = static_cast<float>(a.units) * V;
@@ -222,7 +262,7 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
   const float k_x = -k_dy * invstd * dgamma[c] / Mf, k_1 = -k_dy * dbeta[c] / Mf;
   for_each_unit_group<V>(a, slice, [&](const Index* off, const bool* live) {
     Unit<V> g[kUnroll<V>], u[kUnroll<V>];
-    load_group<V>(g, dy, off, live);
+    load_grad<kRelu, V>(g, dy, y, off, live);
     load_group<V>(u, x, off, live);
 #pragma unroll
     for (int k = 0; k < kUnroll<V>; ++k) {
@@ -232,6 +272,27 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
       channel_split::store_unit<V>(dx + off[k], u[k]);
     }
   });
+}
+
+template <int V, typename Index, typename T>
+__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
+    backward_dx_split(SplitArgs<Index> a, const T* __restrict__ x,
+                      const float* __restrict__ gamma, const float* __restrict__ save_mean,
+                      const float* __restrict__ save_invstd, const float* __restrict__ dgamma,
+                      const float* __restrict__ dbeta, const T* __restrict__ dy,
+                      const T* __restrict__ y, T* __restrict__ dx) {
+  dx_slice<false, V>(a, x, gamma, save_mean, save_invstd, dgamma, dbeta, dy, y, dx);
+}
+
+template <int V, typename Index, typename T>
+__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
+    backward_dx_relu_split(SplitArgs<Index> a, const T* __restrict__ x,
+                           const float* __restrict__ gamma, const float* __restrict__ save_mean,
+                           const float* __restrict__ save_invstd,
+                           const float* __restrict__ dgamma, const float* __restrict__ dbeta,
+                           const T* __restrict__ dy, const T* __restrict__ y,
+                           T* __restrict__ dx) {
+  dx_slice<true, V>(a, x, gamma, save_mean, save_invstd, dgamma, dbeta, dy, y, dx);
 }
 
 namespace {
@@ -296,23 +357,30 @@ void forward(const batch_norm_rungs::ForwardOf<T>& f, cudaStream_t stream) {
 template <class T>
 void backward(const batch_norm_rungs::BackwardOf<T>& b, cudaStream_t stream) {
   const int64_t N = b.N, C = b.C, HW = b.HW;
+  const bool relu = b.relu_y != nullptr;
   const Split sp(N, C, HW,
                  channel_split::aligned16(b.x) && channel_split::aligned16(b.dy) &&
-                     channel_split::aligned16(b.dx));
-  launch_split(sp, C, HW, stream,
-               [](auto v, auto i) {
-                 return backward_sums_split<decltype(v)::value, decltype(i), T>;
-               },
-               b.x, b.save_mean, b.dy, b.workspace);
+                     channel_split::aligned16(b.dx) &&
+                     (!relu || channel_split::aligned16(b.relu_y)));
+  auto sums = [&](auto pick) {
+    launch_split(sp, C, HW, stream, pick, b.x, b.save_mean, b.dy, b.relu_y, b.workspace);
+  };
+  if (relu)
+    sums([](auto v, auto i) { return backward_sums_relu_split<decltype(v)::value, decltype(i), T>; });
+  else
+    sums([](auto v, auto i) { return backward_sums_split<decltype(v)::value, decltype(i), T>; });
   launch(backward_fold, channel_split::fold_blocks(C), dim3(kBlock), 0, stream, C,
          sp.plan.splits, static_cast<const float*>(b.workspace), b.save_invstd, b.dgamma,
          b.dbeta);
-  launch_split(sp, C, HW, stream,
-               [](auto v, auto i) {
-                 return backward_dx_split<decltype(v)::value, decltype(i), T>;
-               },
-               b.x, b.gamma, b.save_mean, b.save_invstd, static_cast<const float*>(b.dgamma),
-               static_cast<const float*>(b.dbeta), b.dy, b.dx);
+  auto dx = [&](auto pick) {
+    launch_split(sp, C, HW, stream, pick, b.x, b.gamma, b.save_mean, b.save_invstd,
+                 static_cast<const float*>(b.dgamma), static_cast<const float*>(b.dbeta), b.dy,
+                 b.relu_y, b.dx);
+  };
+  if (relu)
+    dx([](auto v, auto i) { return backward_dx_relu_split<decltype(v)::value, decltype(i), T>; });
+  else
+    dx([](auto v, auto i) { return backward_dx_split<decltype(v)::value, decltype(i), T>; });
 }
 
 size_t workspace(int64_t N, int64_t C, int64_t HW) {

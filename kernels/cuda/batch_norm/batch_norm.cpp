@@ -79,14 +79,15 @@ template <class T>
 void batch_norm_backward_train(int number, int64_t N, int64_t C, int64_t HW, const T* x,
                                const float* gamma, const float* save_mean,
                                const float* save_invstd, const T* dy, T* dx, float* dgamma,
-                               float* dbeta, float* workspace, cudaStream_t stream) {
+                               float* dbeta, float* workspace, cudaStream_t stream,
+                               const T* relu_y) {
   const char* who = "batch_norm_backward_train";
   const batch_norm_rungs::Rung& rung = checked_rung(number, who);
   batch_norm_rungs::check_sizes(N, C, HW, who);
   if (C == 0) return;
   require_workspace(rung, N, C, HW, workspace, number, who);
   const batch_norm_rungs::BackwardOf<T> b{N,  C,  HW,     x,      gamma,  save_mean, save_invstd,
-                                           dy, dx, dgamma, dbeta, workspace};
+                                           dy, dx, dgamma, dbeta, workspace, relu_y};
   if constexpr (std::is_same_v<T, bfloat16>)
     launcher_or_throw<T>(rung.backward_bf16, number, who)(b, stream);
   else
@@ -100,7 +101,8 @@ void batch_norm_backward_train(int number, int64_t N, int64_t C, int64_t HW, con
                                             bool);                                              \
   template void batch_norm_backward_train<T>(int, int64_t, int64_t, int64_t, const T*,         \
                                              const float*, const float*, const float*, const T*, \
-                                             T*, float*, float*, float*, cudaStream_t);
+                                             T*, float*, float*, float*, cudaStream_t,          \
+                                             const T*);
 ANVIL_BATCH_NORM(float)
 ANVIL_BATCH_NORM(bfloat16)
 #undef ANVIL_BATCH_NORM
@@ -139,8 +141,9 @@ void CudaBackend::batch_norm_forward_eval(const Tensor& x, const Tensor& gamma,
 }
 void CudaBackend::batch_norm_backward_train(const Tensor& x, const Tensor& gamma,
                                             const Tensor& save_mean, const Tensor& save_invstd,
-                                            const Tensor& dy, const Tensor& dx,
-                                            const Tensor& dgamma, const Tensor& dbeta) {
+                                            const Tensor& dy, const Tensor& relu_y,
+                                            const Tensor& dx, const Tensor& dgamma,
+                                            const Tensor& dbeta) {
   activate();
   auto [N, C, HW] = nchw_view(x);
   Tensor ws = workspace(batch_norm_workspace_floats(kBestBatchNorm, N, C, HW));
@@ -149,7 +152,7 @@ void CudaBackend::batch_norm_backward_train(const Tensor& x, const Tensor& gamma
     cuda::batch_norm_backward_train(kBestBatchNorm, N, C, HW, x.data<T>(), floats(gamma),
                                     floats(save_mean), floats(save_invstd), dy.data<T>(),
                                     dx.data<T>(), floats(dgamma), floats(dbeta), floats(ws),
-                                    stream_);
+                                    stream_, relu_y.defined() ? relu_y.data<T>() : nullptr);
   });
 }
 

@@ -46,11 +46,15 @@ void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const
                              const float* beta, const float* running_mean,
                              const float* running_var, float eps, T* y, cudaStream_t stream,
                              bool relu = false);
+// relu_y, when not null, is the output of the forward with relu: the
+// gradient is ReLU's backward of dy, taken as dy is loaded (BatchNorm's and
+// ReLU's backward fused; rung 02 only).
 template <class T>
 void batch_norm_backward_train(int rung, int64_t N, int64_t C, int64_t HW, const T* x,
                                const float* gamma, const float* save_mean,
                                const float* save_invstd, const T* dy, T* dx, float* dgamma,
-                               float* dbeta, float* workspace, cudaStream_t stream);
+                               float* dbeta, float* workspace, cudaStream_t stream,
+                               const T* relu_y = nullptr);
 
 // The training rungs' launchers (sizes checked, C > 0).
 namespace batch_norm_rungs {
@@ -73,6 +77,7 @@ struct BackwardOf {
   const T* dy;
   T* dx;
   float *dgamma, *dbeta, *workspace;
+  const T* relu_y = nullptr;
 };
 using Forward = ForwardOf<float>;
 using Backward = BackwardOf<float>;
