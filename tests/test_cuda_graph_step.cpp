@@ -168,7 +168,15 @@ void check_graphed_is_eager(const char* model, std::initializer_list<const char*
 TEST_CASE("cuda graphs: a graphed LeNet epoch gives the eager one's bits in FP32, TF32 and bf16",
           "[cuda][graphs]") {
   if (!cuda_test::have_device()) return;
+#if defined(__SANITIZE_ADDRESS__)
+  // Under ASan (69 s for the three) FP32, whose second epoch captures a new
+  // graph, and bfloat16, with the weights' bfloat16 copies in the graph's
+  // pool; TF32 changes only the convolutions' kernels, which ASan runs in
+  // the conv tests. The sim preset runs all three.
+  check_graphed_is_eager("lenet", {"fp32", "bf16"});
+#else
   check_graphed_is_eager("lenet", {"fp32", "tf32", "bf16"});
+#endif
 }
 
 TEST_CASE("cuda graphs: a graphed ResNet-18 epoch gives the eager one's bits in FP32, TF32 and bf16",
