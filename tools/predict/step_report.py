@@ -28,7 +28,7 @@ WHY = [("warp_tiled", "conv 3's 64x64 implicit GEMM, unsplit -> conv 5 (conv 4's
        ("label_check", "the labels' min and max, which the host waited for -> the first label outside "
                        "[0, classes), kept on the device until the next wait"),
        ("pointwise_", "ReLU's kernels of its own (relu_forward_kernel, relu_backward_kernel) -> "
-                      "ReLU as an op of kernels/pointwise.h, in the pointwise ops' template (the same loop)"),
+                      "ReLU as an op of core/pointwise.h, in the pointwise ops' template (the same loop)"),
        ("sgd_multi_tensor", "one launch per parameter tensor -> every parameter in one launch "
                             "(multi-tensor apply, a block per 4096 elements of a tensor)"),
        ("_split", "BatchNorm 1: one block per channel, one kernel a direction (its whole cost on the "
