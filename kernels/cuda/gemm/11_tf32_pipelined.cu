@@ -59,8 +59,8 @@
 // and operand), src-size short of 16 at ragged edges and 0 outside them
 // (zeros: the products past M, N, K are 0); an operand whose base or row
 // stride is not a multiple of 16 bytes (4 floats) is first copied to an
-// aligned one (below, "Unaligned operands"); a block whose chunks all lie inside the
-// operands in every step (aligned, its rows inside M and N, K a multiple of
+// aligned one (below, "Unaligned operands"); a block whose chunks all lie
+// inside the operands in every step (aligned, its rows inside M and N, K a multiple of
 // 16) copies through mma_ldmatrix.cuh's FullIterator, without masks (one
 // branch for the block). Step s:
 //   wait_group 2        this thread's copies of stage s have landed
