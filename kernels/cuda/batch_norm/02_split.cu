@@ -181,6 +181,12 @@ __device__ __forceinline__ void load_grad(Unit<V> (&g)[kUnroll<V>], const T* __r
   }
 }
 
+// The backward passes with ReLU's mask read y beside dy and x: 24 floats in
+// flight (V = 4) do not fit the 32 registers of 8 blocks an SM, so those
+// kernels ask for 6 (40 registers; ptxas spilled at 32).
+template <typename Index>
+constexpr int kReluMinBlocks = channel_split::kMinBlocks<Index> * 3 / 4;
+
 // Backward pass 1: the block's sum(g) and sum(g * (x - mean)), g the
 // gradient load_grad takes, to sums[block * 3 ...] (the third float unused).
 template <bool kRelu, int V, typename Index, typename T>
@@ -221,7 +227,7 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
 }
 
 template <int V, typename Index, typename T>
-__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
+__global__ void __launch_bounds__(kSplitThreads, kReluMinBlocks<Index>)
     backward_sums_relu_split(SplitArgs<Index> a, const T* __restrict__ x,
                              const float* __restrict__ save_mean, const T* __restrict__ dy,
                              const T* __restrict__ y, float* __restrict__ sums) {
@@ -285,7 +291,7 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
 }
 
 template <int V, typename Index, typename T>
-__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
+__global__ void __launch_bounds__(kSplitThreads, kReluMinBlocks<Index>)
     backward_dx_relu_split(SplitArgs<Index> a, const T* __restrict__ x,
                            const float* __restrict__ gamma, const float* __restrict__ save_mean,
                            const float* __restrict__ save_invstd,
