@@ -57,6 +57,17 @@ __device__ __forceinline__ void store4(float* p, const float4& v) {
 #endif
 }
 
+// p[0], p[1] = x, y as one 8-byte store; p must be 8-byte aligned.
+__device__ __forceinline__ void store2(float* p, float x, float y) {
+#if defined(__CUDACC__)
+  *reinterpret_cast<float2*>(p) = make_float2(x, y);
+#else
+  require_aligned(p, "store", 8);
+  p[0] = x;
+  p[1] = y;
+#endif
+}
+
 // Element i (0..3) of v; with i a compile-time constant after unrolling, a
 // register name and no code.
 __device__ __forceinline__ float at(const float4& v, int i) {

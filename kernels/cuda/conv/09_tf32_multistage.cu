@@ -45,7 +45,7 @@
 // consecutive channels of x, or of dy's k, at one position):
 // ldmatrix.trans transposes 16-bit elements, not 32-bit ones, so A is read
 // by 8-byte loads (the mma's rows g and g + 8 of each 16 stand for the
-// tile's rows 2g and 2g + 1: a0 a1 side by side; multistage::put_warp_tile
+// tile's rows 2g and 2g + 1: a0 a1 side by side; the staged epilogue
 // stores them where they belong) and B by 4-byte loads: per 8 of k 8 + 16
 // shared loads for 32 mma.
 //

@@ -34,7 +34,9 @@
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/gemm/mma_multistage.cuh"
+#include "kernels/cuda/gemm/staged_epilogue.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/vec4.cuh"
 #include "kernels/element.h"
 
 namespace anvil::cuda::conv_kernels {
@@ -205,16 +207,27 @@ __device__ __forceinline__ void forward_nhwc_tile(const NhwcGeo& g,
   float acc[S::kTilesM][S::kTilesN][4] = {};
   multistage::mainloop<S>(g.steps(), ia, ib, dynamic_shared<typename S::Element>(), wm, wn, lane,
                           acc);
+  // A thread's rows are 4 pixels, fixed through the epilogue's loop over
+  // channels: their offsets in y are found once, before it.
   const int PQ = g.P * g.Q, plane = g.OH * g.OW;
-  mma_tile::put_warp_tile(g.N * PQ, g.K, m0 + wm, n0 + wn, lane / 4, lane % 4, acc,
-                          [&](int m, int k, const float4& v, int valid) {
-                            const int n = m / PQ, p = m % PQ / g.Q, q = m % g.Q;
-                            TY* out = y + (int64_t(n) * g.K + k) * plane +
-                                      (g.oh0 + g.osh * p) * g.OW + g.ow0 + g.osw * q;
-                            out[0] = anvil::store<TY>(v.x + (bias ? bias[k] : 0.0f));
-                            if (valid > 1)
-                              out[plane] = anvil::store<TY>(v.y + (bias ? bias[k + 1] : 0.0f));
-                          });
+  epilogue::put_warp_tile<S, false, epilogue::Order::kColumns>(
+      g.N * PQ, g.K, m0 + wm, n0 + wn, lane, warp, acc, dynamic_shared<float>(),
+      [&](int m, int valid) {
+        int64_t offset[4];
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int pixel = m + (e < valid ? e : 0), n = pixel / PQ, p = pixel % PQ / g.Q;
+          offset[e] = int64_t(n) * g.K * plane + (g.oh0 + g.osh * p) * g.OW + g.ow0 +
+                  g.osw * (pixel % g.Q);
+        }
+        return [=](int k, const float4& v) {
+          const float b = bias ? bias[k] : 0.0f;
+          TY* yk = y + int64_t(k) * plane;
+          #pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (e < valid) yk[offset[e]] = anvil::store<TY>(vec::at(v, e) + b);
+        };
+      });
 }
 // The kernels, one overload per operand type, so that a kernel's name
 // says its types as written (bfloat16 operands: rung 08, float32 y or

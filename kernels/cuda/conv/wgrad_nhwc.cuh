@@ -43,6 +43,8 @@
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/gemm/mma_multistage.cuh"
 #include "kernels/cuda/gemm/mma_tile.cuh"
+#include "kernels/cuda/gemm/staged_epilogue.cuh"
+#include "kernels/cuda/vec4.cuh"
 
 namespace anvil::cuda::conv_kernels {
 
@@ -201,7 +203,7 @@ struct ColumnIterator {
 // columns of K) over split blockIdx.z's positions, into out + z*K*C*R*S
 // (out: dw itself when unsplit, else the partials); rows of padded
 // channels are dropped. (A Tf32 kind's A stage permutes its rows:
-// multistage::put_warp_tile puts each sum where it belongs.)
+// the staged epilogue puts each sum where it belongs.)
 template <class S>
 __device__ __forceinline__ void backward_weight_nhwc_tile(
     const WgradGeo& g, const Operand<typename S::Kind>* __restrict__ x,
@@ -220,14 +222,24 @@ __device__ __forceinline__ void backward_weight_nhwc_tile(
                           dynamic_shared<typename S::Element>(), wm, wn, lane, acc);
   const int64_t CRS = int64_t(g.C) * g.R * g.S;
   float* dw = out + int64_t(blockIdx.z) * g.K * CRS;
-  multistage::put_warp_tile<IA::L::kPermutedRows>(
-      g.R * g.S * g.Cp, g.K, m0 + wm, n0 + wn, lane, acc,
-      [&](int m, int k, const float4& v, int valid) {
-        const int tap = m / g.Cp, c = m % g.Cp;
-        if (c >= g.C) return;
-        float* at = dw + (int64_t(k) * g.C + c) * g.R * g.S + tap;
-        at[0] = v.x;
-        if (valid > 1) at[CRS] = v.y;
+  // A thread's rows are 4 (tap, channel) pairs, fixed through the
+  // epilogue's loop over k: their offsets in dw are found once, before it
+  // (-1: a padded channel, dropped).
+  epilogue::put_warp_tile<S, IA::L::kPermutedRows, epilogue::Order::kColumns>(
+      g.R * g.S * g.Cp, g.K, m0 + wm, n0 + wn, lane, warp, acc, dynamic_shared<float>(),
+      [&](int m, int valid) {
+        int64_t offset[4];
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int tap = (m + e) / g.Cp, c = (m + e) % g.Cp;
+          offset[e] = e < valid && c < g.C ? int64_t(c) * g.R * g.S + tap : -1;
+        }
+        return [=](int k, const float4& v) {
+          float* dwk = dw + int64_t(k) * CRS;
+          #pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (offset[e] >= 0) dwk[offset[e]] = vec::at(v, e);
+        };
       });
 }
 // One kernel per operand type (its name says the types as written):

@@ -18,6 +18,7 @@
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/gemm/mma_multistage.cuh"
+#include "kernels/cuda/gemm/staged_epilogue.cuh"
 #include "kernels/cuda/gemm/mma_tile.cuh"
 #include "kernels/cuda/gemm/warp_tile.cuh"
 
@@ -224,7 +225,9 @@ __device__ __forceinline__ void ShapeOf<Kind, WarpsM, WarpsN, Stages, MinBlocks>
   } else {
     gemm_mainloop<S>(M, N, K, ga, gb, m0, n0, smem, wm, wn, lane, acc);
   }
-  multistage::put_warp_tile<IA::L::kPermutedRows>(M, N, m0 + wm, n0 + wn, lane, acc, put);
+  epilogue::put_warp_tile<S, IA::L::kPermutedRows, epilogue::Order::kRows>(
+      M, N, m0 + wm, n0 + wn, lane, warp, acc, smem,
+      [&](int n, int valid) { return put.columns(n, valid); });
 }
 
 }  // namespace anvil::cuda::mma_ldmatrix

@@ -157,9 +157,9 @@ struct Layout {
   // row stands for is permuted so that a lane's two registers along j, a0
   // and a1 (a2 and a3), lie side by side, one 8-byte load: mma rows g and
   // g + 8 of a 16-row tile are its rows 2g and 2g + 1. Each output is
-  // still its own row's sum, k in the same order; put_warp_tile below
-  // stores it where it belongs. (B's two registers are k apart, in two
-  // rows of the stage: 4-byte loads.)
+  // still its own row's sum, k in the same order; the epilogue
+  // (staged_epilogue.cuh, PermRows) stores it where it belongs. (B's two
+  // registers are k apart, in two rows of the stage: 4-byte loads.)
   static constexpr bool kPermutedRows = kPadded;
 
   // The mma's operand registers, from the register as loaded: Tf32 rounds
@@ -307,31 +307,6 @@ __device__ __forceinline__ void mainloop(int steps, IA& ia, IB& ib, typename S::
     mma_stage<S, typename IA::L, typename IB::L>(stage, stage + kA, wm, wn, lane, acc);
     read = read + 1 == S::kStages ? 0 : read + 1;
     write = write + 1 == S::kStages ? 0 : write + 1;
-  }
-}
-
-// A warp's accumulators stored through put (mma_tile::put_warp_tile's
-// contract); PermRows: the rows permuted as a kPermutedRows A's fragments
-// (mma rows g and g + 8 of tile i are rows 16i + 2g and 16i + 2g + 1).
-template <bool PermRows, int TilesM, int TilesN, class Put>
-__device__ __forceinline__ void put_warp_tile(int M, int N, int row0, int col0, int lane,
-                                              const float (&acc)[TilesM][TilesN][4],
-                                              const Put& put) {
-  const int g = lane / 4, t = lane % 4;
-  if constexpr (!PermRows) {
-    mma_tile::put_warp_tile(M, N, row0, col0, g, t, acc, put);
-  } else {
-    #pragma unroll
-    for (int i = 0; i < TilesM; ++i) {
-      #pragma unroll
-      for (int j = 0; j < TilesN; ++j) {
-        const int m = row0 + i * 16 + 2 * g, n = col0 + j * 8 + 2 * t;
-        if (n >= N) continue;
-        const int valid = N - n < 2 ? N - n : 2;
-        if (m < M) put(m, n, make_float4(acc[i][j][0], acc[i][j][1], 0.0f, 0.0f), valid);
-        if (m + 1 < M) put(m + 1, n, make_float4(acc[i][j][2], acc[i][j][3], 0.0f, 0.0f), valid);
-      }
-    }
   }
 }
 

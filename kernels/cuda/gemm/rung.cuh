@@ -29,11 +29,15 @@ using OpB = tile::Strided<!TB, T>;
 // bias of its column n when there is one, plus beta * old (C's value,
 // ignored when beta == 0). Every store of every C type goes through it, so
 // a bfloat16 C holds exactly the float32 C's values, rounded once.
-__device__ __forceinline__ float epilogue(float acc, float alpha, const float* bias, int n,
+__device__ __forceinline__ float epilogue(float acc, float alpha, bool has_bias, float bias,
                                           float beta, float old) {
   float v = alpha * acc;
-  if (bias != nullptr) v += bias[n];
+  if (has_bias) v += bias;
   return beta == 0.0f ? v : v + beta * old;
+}
+__device__ __forceinline__ float epilogue(float acc, float alpha, const float* bias, int n,
+                                          float beta, float old) {
+  return epilogue(acc, alpha, bias != nullptr, bias != nullptr ? bias[n] : 0.0f, beta, old);
 }
 
 // One element of C (float, or bfloat16 rounded to nearest even).
@@ -45,11 +49,13 @@ __device__ __forceinline__ void store(TC* C, int64_t ldc, int m, int n, float ac
   *c = anvil::store<TC>(epilogue(acc, alpha, bias, n, beta, old));
 }
 
-// C = alpha * acc (+ bias[n]) + beta * C for a row quad C[m][n..n+3] of
+// C = alpha * acc (+ bias[n]) + beta * C for row quads C[m][n..n+3] of
 // which `valid` lie inside N. Float C: one 16-byte store (and load, for
 // beta != 0) when aligned. Bfloat16 C: pairs of elements at even n as one
 // 4-byte store when aligned (the mma tiles' c0 c1 pairs); each element is
-// the float32 C's value rounded to nearest even.
+// the float32 C's value rounded to nearest even. columns(n, valid) fixes
+// the columns (their bias loaded once) for a loop over rows m
+// (staged_epilogue.cuh's kRows); operator() stores one quad.
 template <class TC>
 struct StoreCOf {
   TC* C;
@@ -57,33 +63,62 @@ struct StoreCOf {
   float alpha, beta;
   const float* bias;  // null, or N floats: a bias per column of C, added in FP32
   bool aligned;       // float: C 16-byte aligned, ldc % 4 == 0; bfloat16: 4-byte, ldc even
-  __device__ __forceinline__ void operator()(int m, int n, const float4& acc, int valid) const {
-    TC* c = C + int64_t(m) * ldc + n;
-    if constexpr (std::is_same_v<TC, float>) {
-      if (valid == 4 && aligned) {
-        const float4 old = beta == 0.0f ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : vec::load4(c);
-        vec::store4(c, make_float4(epilogue(acc.x, alpha, bias, n, beta, old.x),
-                                   epilogue(acc.y, alpha, bias, n + 1, beta, old.y),
-                                   epilogue(acc.z, alpha, bias, n + 2, beta, old.z),
-                                   epilogue(acc.w, alpha, bias, n + 3, beta, old.w)));
-        return;
-      }
-    } else {
-      if (aligned && n % 2 == 0) {
-        int j = 0;
-        for (; j + 1 < valid; j += 2) {
-          const float v0 = epilogue(vec::at(acc, j), alpha, bias, n + j, beta,
-                                    beta == 0.0f ? 0.0f : anvil::load(c[j]));
-          const float v1 = epilogue(vec::at(acc, j + 1), alpha, bias, n + j + 1, beta,
-                                    beta == 0.0f ? 0.0f : anvil::load(c[j + 1]));
-          *reinterpret_cast<uint32_t*>(c + j) =
-              uint32_t(float_to_bf16_bits(v0)) | (uint32_t(float_to_bf16_bits(v1)) << 16);
-        }
-        if (j < valid) store(C, ldc, m, n + j, vec::at(acc, j), alpha, beta, bias);
-        return;
-      }
+
+  // The elements' values with the columns' bias as loaded: the same
+  // arithmetic as epilogue() above.
+  struct Columns {
+    TC* c;  // C + n
+    int64_t ldc;
+    float alpha, beta;
+    bool has_bias, aligned;
+    int n, valid;
+    float4 b;  // the columns' bias (zeros without one)
+    // Element j (< 4, a constant once unrolled).
+    __device__ __forceinline__ float value(float acc, int j, float old) const {
+      return epilogue(acc, alpha, has_bias, vec::at(b, j), beta, old);
     }
-    for (int j = 0; j < valid; ++j) store(C, ldc, m, n + j, vec::at(acc, j), alpha, beta, bias);
+    __device__ __forceinline__ float old(const TC* p, int j) const {
+      return beta == 0.0f ? 0.0f : anvil::load(p[j]);  // beta == 0: C not read
+    }
+    __device__ __forceinline__ void operator()(int m, const float4& acc) const {
+      TC* p = c + int64_t(m) * ldc;
+      if constexpr (std::is_same_v<TC, float>) {
+        if (valid == 4 && aligned) {
+          const float4 o = beta == 0.0f ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : vec::load4(p);
+          vec::store4(p, make_float4(value(acc.x, 0, o.x), value(acc.y, 1, o.y),
+                                     value(acc.z, 2, o.z), value(acc.w, 3, o.w)));
+          return;
+        }
+      } else {
+        if (aligned && n % 2 == 0) {  // pairs (j, j + 1) as one 4-byte store
+          #pragma unroll
+          for (int j = 0; j < 4; j += 2) {
+            if (j + 1 < valid) {
+              const float v0 = value(vec::at(acc, j), j, old(p, j));
+              const float v1 = value(vec::at(acc, j + 1), j + 1, old(p, j + 1));
+              *reinterpret_cast<uint32_t*>(p + j) =
+                  uint32_t(float_to_bf16_bits(v0)) | (uint32_t(float_to_bf16_bits(v1)) << 16);
+            } else if (j < valid) {
+              p[j] = anvil::store<TC>(value(vec::at(acc, j), j, old(p, j)));
+            }
+          }
+          return;
+        }
+      }
+      #pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (j < valid) p[j] = anvil::store<TC>(value(vec::at(acc, j), j, old(p, j)));
+    }
+  };
+  __device__ __forceinline__ Columns columns(int n, int valid) const {
+    float b[4];
+    #pragma unroll
+    for (int j = 0; j < 4; ++j) b[j] = bias != nullptr && j < valid ? bias[n + j] : 0.0f;
+    return Columns{C + n, ldc, alpha, beta, bias != nullptr, aligned, n, valid,
+                   make_float4(b[0], b[1], b[2], b[3])};
+  }
+  __device__ __forceinline__ void operator()(int m, int n, const float4& acc, int valid) const {
+    columns(n, valid)(m, acc);
   }
 };
 using StoreC = StoreCOf<float>;
