@@ -155,6 +155,7 @@ TEST_CASE("staged epilogue: one word per element, aligned chunks, and no bank co
     check_layout<Order::kRows, false, 32, 64>();
     check_layout<Order::kRows, true, 64, 64>();
     check_layout<Order::kRows, true, 32, 64>();
+    check_layout<Order::kRows, false, 16, 32>();  // mma_tile.cuh's warps of 64 x 32
   }
   SECTION("columns") {
     check_layout<Order::kColumns, false, 64, 64>();

@@ -26,6 +26,7 @@
 #endif
 
 #include "kernels/cuda/cuda_compat.h"
+#include "kernels/cuda/gemm/staged_epilogue.cuh"
 #include "kernels/cuda/gemm/warp_tile.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/vec4.cuh"
@@ -226,27 +227,6 @@ using Wide = Shape<Math, 2, 4, 2>;
 template <class Math>
 using Narrow = Shape<Math, 1, 4, 3>;
 
-// A warp's accumulators, kTilesM x kTilesN mma tiles of 16 x 8 from (row0,
-// col0) of C, stored through put: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t),
-// c3 (g+8, 2t+1) of each tile, as pairs C[m][n], C[m][n+1] (the 4 lanes of
-// a row cover 32 contiguous bytes), those inside M x N.
-template <int TilesM, int TilesN, class Put>
-__device__ __forceinline__ void put_warp_tile(int M, int N, int row0, int col0, int g, int t,
-                                              const float (&acc)[TilesM][TilesN][4],
-                                              const Put& put) {
-  #pragma unroll
-  for (int i = 0; i < TilesM; ++i) {
-    #pragma unroll
-    for (int j = 0; j < TilesN; ++j) {
-      const int m = row0 + i * 16 + g, n = col0 + j * 8 + 2 * t;
-      if (n >= N) continue;
-      const int valid = N - n < 2 ? N - n : 2;
-      if (m < M) put(m, n, make_float4(acc[i][j][0], acc[i][j][1], 0.0f, 0.0f), valid);
-      if (m + 8 < M) put(m + 8, n, make_float4(acc[i][j][2], acc[i][j][3], 0.0f, 0.0f), valid);
-    }
-  }
-}
-
 // The mma of one stage: this warp's kTilesN B fragments (columns wn + 8j ..)
 // loaded from the stage, then for each of its kTilesM row tiles (rows
 // wm + 16i ..) the A fragment and kTilesN mma (one A fragment live at a
@@ -286,8 +266,11 @@ __device__ __forceinline__ void multiply(int M, int N, int K, const GetA& ga, co
   using SB = typename S::Math::template Stager<S::kThreads, S::kBN, GetB>;
   using LA = typename SA::L;
   using LB = typename SB::L;
-  alignas(16) __shared__ uint32_t As[2][LA::kWords];
-  alignas(16) __shared__ uint32_t Bs[2][LB::kWords];
+  // Both stages of A, then both of B: one array, which the epilogue reuses.
+  constexpr int kWords = 2 * LA::kWords + 2 * LB::kWords;
+  alignas(16) __shared__ uint32_t stages[kWords];
+  auto As = [&](int i) { return stages + i * LA::kWords; };
+  auto Bs = [&](int i) { return stages + 2 * LA::kWords + i * LB::kWords; };
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   const int g = lane / 4, t = lane % 4;
   const int wm = warp / S::kWarpsN * S::kWarpM, wn = warp % S::kWarpsN * S::kWarpN;
@@ -300,8 +283,8 @@ __device__ __forceinline__ void multiply(int M, int N, int K, const GetA& ga, co
   if (steps > 0) {
     sa.fetch(ga, m0, 0, M, K);
     sb.fetch(gb, n0, 0, N, K);
-    sa.store(As[0]);
-    sb.store(Bs[0]);
+    sa.store(As(0));
+    sb.store(Bs(0));
   }
   __syncthreads();
   for (int s = 0; s < steps; ++s) {
@@ -311,15 +294,24 @@ __device__ __forceinline__ void multiply(int M, int N, int K, const GetA& ga, co
       sa.fetch(ga, m0, (s + 1) * S::kBK, M, K);
       sb.fetch(gb, n0, (s + 1) * S::kBK, N, K);
     }
-    mma_step<S, LA, LB>(As[cur], Bs[cur], wm, wn, g, t, acc);
+    mma_step<S, LA, LB>(As(cur), Bs(cur), wm, wn, g, t, acc);
     if (more) {  // stage cur ^ 1 was last read in step s - 1, before its barrier
-      sa.store(As[cur ^ 1]);
-      sb.store(Bs[cur ^ 1]);
+      sa.store(As(cur ^ 1));
+      sb.store(Bs(cur ^ 1));
     }
     __syncthreads();  // publishes stage cur ^ 1 and frees stage cur
   }
 
-  put_warp_tile(M, N, m0 + wm, n0 + wn, g, t, acc, put);
+  // Through shared memory (staged_epilogue.cuh, 16 rows of every warp a
+  // pass), the columns fixed per thread: C's store (gemm/rung.cuh's
+  // StoreCOf) takes them once, any other put per element.
+  epilogue::put_warp_tile<S, false, epilogue::Order::kRows, int(sizeof(stages))>(
+      M, N, m0 + wm, n0 + wn, lane, warp, acc, stages, [&](int n, int valid) {
+        if constexpr (requires { put.columns(n, valid); })
+          return put.columns(n, valid);
+        else
+          return [&put, n, valid](int m, const float4& v) { put(m, n, v, valid); };
+      });
 }
 
 template <class MathT, int WarpsM, int WarpsN, int MinBlocks>

@@ -1,15 +1,15 @@
-// The epilogue of the kernels on the multistage mainloop (GEMM rungs 11 and
-// 12, convolution rungs 08 and 09): each warp's accumulators go through
-// shared memory, the pipeline's stages (free once the mainloop is done),
-// and come back four consecutive elements a thread, in the order the store
-// wants; one loop, not unrolled, hands them to put.
+// The epilogue of the tensor-core kernels (GEMM rungs 09-12, convolution
+// rungs 06-09; the multistage mainloop's and mma_tile.cuh's): each warp's
+// accumulators go through shared memory, the pipeline's stages (free once
+// the mainloop is done), and come back four consecutive elements a thread,
+// in the order the store wants; one loop, not unrolled, hands them to put.
 //
 // Why. Stored straight from the mma fragments, put is inlined once per
 // accumulator pair, 64 times a thread for a 64 x 64 warp tile. With a put
 // that applies alpha, beta, a bias and bfloat16 rounding (GEMM), or finds a
 // pixel's NCHW address (conv), those copies were most of nvcc's time on
 // these kernels (docs/ci.md, "Compile flags"). Here put is emitted once per
-// pass (one or two a kernel), what it needs of a thread's fixed index is
+// pass (one, two or four a kernel), what it needs of a thread's fixed index is
 // computed once, outside the loop, and a warp's stores cover whole runs of C's rows or of y's
 // pixels rather than 8-byte pieces of eight rows.
 //
@@ -24,7 +24,7 @@
 //             pixels' addresses found once).
 //
 // Shared memory, per warp, R x W floats (W = the warp tile's columns; R = 64,
-// its rows, or 32 in two passes where the stages hold less), unpadded:
+// its rows, or 32 or 16 in passes where the stages hold less), unpadded:
 //   kRows     row-major; 16-byte chunk c of row m at c ^ 2 key(m), key(m)
 //             = m % 4 (PermRows: m / 2 % 4).
 //   kColumns  column-major; element m of column n at m ^ 8 (n / 2 % 4).
@@ -49,13 +49,15 @@ namespace anvil::cuda::epilogue {
 
 enum class Order { kRows, kColumns };
 
-// The rows of a pass: the warp tile's (kWarpM) where the block's tiles fit
-// the stages' bytes, else 32 (two passes); the swizzles need 32 or more.
+// The rows of a pass: the warp tile's (kWarpM) where every warp's fits
+// the stages' bytes, else 32 (two passes), else 16 (four; kRows only:
+// kColumns's swizzle needs 32 rows).
 template <class S>
 inline constexpr int kBytesPerRow = S::kWarpsM * S::kWarpsN * S::kWarpN * int(sizeof(float));
-template <class S>
-inline constexpr int kPassRows =
-    S::kWarpM * kBytesPerRow<S> <= S::kSharedBytes ? S::kWarpM : 32;
+template <class S, int Bytes>
+inline constexpr int kPassRows = S::kWarpM * kBytesPerRow<S> <= Bytes ? S::kWarpM
+                                 : 32 * kBytesPerRow<S> <= Bytes     ? 32
+                                                                     : 16;
 
 // The float offset of (m, n) in a pass's R x W tile.
 template <Order O, bool PermRows, int R, int W>
@@ -71,15 +73,16 @@ __device__ __forceinline__ int at(int m, int n) {
 // A warp's accumulators (S::kTilesM x S::kTilesN mma tiles from (row0, col0)
 // of the M x N result; PermRows: the rows permuted as a kPermutedRows A's
 // fragments, mma rows g and g + 8 of tile i being rows 16i + 2g and
-// 16i + 2g + 1) through `stages` (S::kSharedBytes, the block's) to put. Every
+// 16i + 2g + 1) through `stages` (Bytes of them, the block's) to put. Every
 // thread of the block calls it once, after the mainloop.
-template <class S, bool PermRows, Order O, class Put>
+template <class S, bool PermRows, Order O, int Bytes = S::kSharedBytes, class Put>
 __device__ __forceinline__ void put_warp_tile(int M, int N, int row0, int col0, int lane,
                                               int warp,
                                               const float (&acc)[S::kTilesM][S::kTilesN][4],
                                               void* stages, const Put& put) {
-  constexpr int R = kPassRows<S>, W = S::kWarpN, kPasses = S::kWarpM / R;
-  static_assert(R * kBytesPerRow<S> <= S::kSharedBytes, "32 rows of every warp fit the stages");
+  constexpr int R = kPassRows<S, Bytes>, W = S::kWarpN, kPasses = S::kWarpM / R;
+  static_assert(R * kBytesPerRow<S> <= Bytes, "16 rows of every warp fit the stages");
+  static_assert(O == Order::kRows || R >= 32, "kColumns's swizzle takes 32 rows or more");
   constexpr int kTilesPerPass = R / 16;
   static_assert(W % 32 == 0 && S::kTilesN * 8 == W && S::kTilesM * 16 == S::kWarpM);
   float* tile = static_cast<float*>(stages) + warp * R * W;
