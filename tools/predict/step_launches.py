@@ -9,7 +9,9 @@ layer and the CUDA backend issue them (core/ops_nn.cpp, core/ops.cpp,
 core/autocast.cpp, kernels/cuda/conv/conv.cpp, kernels/cuda/gemm/gemm.cpp):
 - convolutions on conv rung 07 (BF16 mma.sync m16n8k16, conv 05's tiles
   and split plans) and linear layers on GEMM rung 12 (the same mma on the
-  multistage mainloop, GEMM 08's tile and split plan),
+  multistage mainloop, GEMM 08's tile and split plan; an operand that is
+  not 16-byte aligned, the classifier's dy, first copied to an aligned one
+  by a copy_rows launch, as GEMM 11 does in the TF32 step),
   reading bfloat16 operands (2 bytes an element; a bias, float32, 4) and
   storing forward y and backward dx as bfloat16 (2 bytes) from their
   epilogues, the bias added in FP32 first (a linear layer's too: no
@@ -104,16 +106,15 @@ BF16_TILES = {"64x128": "mma_tile::Shape<mma_tile::Bf16,1,4,3>",
 BF16_GEMM = "mma_ldmatrix::Shape<2,2,4,2>"
 
 
-def instance(kernel, math, aligned=True):
+def instance(kernel, math):
     """The kernel that runs an FP32 kernel's work (named by its family, as
     the model does: conv tiles as 64x128, no element type) in math "fp32",
     "tf32" (conv 06, GEMM 11) or "bf16" (conv 07, GEMM 12, and the other
     kernels' bfloat16 instances under autocast): its name in that audit.
     The kernels templated on their element type take it as the last
-    parameter; only the conv and GEMM rungs change with tf32. aligned: a
-    GEMM whose operands' 16-byte chunks are all aligned; GEMM 11 and 12 give
-    the others to GEMM 09 and 10 (rung.cuh's chunks_aligned), whose tiles
-    and split plans are the same."""
+    parameter; only the conv and GEMM rungs change with tf32. GEMM 11 and
+    12 run every GEMM, an operand that is not 16-byte aligned on its aligned
+    copy (Step.gemm's copies)."""
     elem = BF16 if math == "bf16" else "float"
     m = re.match(r"(conv_kernels::\w+_warp_tiled)<(\d+x\d+)>$", kernel)
     if m:
@@ -123,8 +124,7 @@ def instance(kernel, math, aligned=True):
     if m:
         if math == "fp32":
             return kernel
-        shape = ((TF32_GEMM if aligned else TF32_TILES["128x128"]) if math == "tf32" else
-                 (BF16_GEMM if aligned else BF16_TILES["128x128"]))
+        shape = TF32_GEMM if math == "tf32" else BF16_GEMM
         return f"gemm_kernels::gemm_mma<{shape},{m.group(1)},{m.group(2)},{elem}>"
     m = re.match(r"(.*pointwise_(?:forward|backward)_kernel<[\w:]+)>$", kernel)  # core/pointwise.h's ops
     if m:
@@ -195,14 +195,16 @@ class Step:
             self.first_step.append(self.launches["shipped"][-1])
 
     def gemm(self, kernel, before, m, n, k, flops, read, narrow=False, out=F, implicit=False,
-             aligned=True):
+             copies=()):
         """A shipped GEMM (conv 5 or GEMM 8) of an m x n result over k, its split-K
         sum, and the baseline launch (GEMM 4 / conv 3: 64x64 tiles, unsplit).
         out: bytes per element of the result (amp: 2 for a bfloat16 y or dx,
         stored by the epilogue, or by add_partials from float32 partials).
         implicit: a convolution's implicit GEMM, whose executed FLOPs are
         2 m n k with k rounded up to the kernel's k-step (K_STEP), zero taps
-        included; flops are the useful ones."""
+        included; flops are the useful ones. copies: the elements of each
+        operand that is not 16-byte aligned, which GEMM 11 and 12 first copy
+        to an aligned one (aligned_copy_of)."""
         def executed(math):
             return 2.0 * m * n * -(-k // K_STEP[math]) * K_STEP[math] if implicit else flops
         bm, per_sm = (64, 3) if narrow else (128, 2)
@@ -210,13 +212,16 @@ class Step:
         splits = kt.split_k(m, n, k, tiles, per_sm)[0]
         nbytes = read + (F * splits * m * n if splits > 1 else out * m * n)
         blocks = tiles * splits
+        if self.amp or self.tf32:
+            for elements in copies:
+                self.aligned_copy_of(elements)
         if self.amp:  # the BF16 rungs: conv 05's and GEMM 08's tiles and split plans
-            self.launches["shipped"].append(self.launch(instance(kernel, "bf16", aligned), kernel,
+            self.launches["shipped"].append(self.launch(instance(kernel, "bf16"), kernel,
                                                         executed("bf16"), nbytes, blocks, "bf16", useful=flops))
         elif self.tf32:  # the TF32 rungs: the FP32 rungs' tiles, split plans and sums
             self.launches["baseline"].append(self.launch(self.native(kernel), kernel, executed("fp32"), nbytes,
                                                          blocks, useful=flops))
-            self.launches["shipped"].append(self.launch(instance(kernel, "tf32", aligned), kernel,
+            self.launches["shipped"].append(self.launch(instance(kernel, "tf32"), kernel,
                                                         executed("tf32"), nbytes, blocks, True, useful=flops))
         else:
             self.launches["shipped"].append(self.launch(self.native(kernel), kernel, executed("fp32"), nbytes,
@@ -226,6 +231,19 @@ class Step:
         if not (self.amp or self.tf32):
             self.launches["baseline"].append(self.launch(before, kernel, executed("conv3"), read + F * m * n,
                                                          kt.tiles(m, n, 64, 64), useful=flops))
+
+    def aligned_copy_of(self, elements):
+        """GEMM 11's or 12's copy of an operand that is not 16-byte aligned
+        (kernels/cuda/gemm/aligned_copy.h): one copy_rows launch
+        (elementwise.cu, the flat walk, a block per 256 elements up to 2048)
+        reads the operand and writes it into the workspace, rows padded to
+        whole 16-byte chunks (the padding neither written nor read). In the
+        TF32 or BF16 step alone: the FP32 rung reads any alignment."""
+        e = 2 if self.amp else F
+        # (the audit's name without its spaces, as the model keys every kernel)
+        kernel = f"{EW}copy_rows_kernel<unsigned{'short' if self.amp else 'int'}>"
+        self.launches["shipped"].append(self.launch(kernel, kernel, 0, 2 * e * elements,
+                                                    min(math.ceil(elements / 256), 2048)))
 
     def split_sum(self, splits, n, out):
         """split_k::sum_split_k of n outputs (out bytes each) from float32 partials."""
@@ -248,14 +266,20 @@ class Step:
 
     def batch_norm(self, n, c, hw, relu=False):
         """relu: the ReLU after it fused into the normalise pass
-        (forward_normalize_relu_split); the baseline ran it apart."""
+        (forward_normalize_relu_split), and its backward into the backward's
+        two passes (backward_sums_relu_split, backward_dx_relu_split), which
+        read the forward's y beside dy and x and mask dy as they load it (the
+        masked gradient never written); the baseline ran ReLU apart."""
         v, s, x = (4 if hw % 4 == 0 else 1), split_count(c, n * hw), n * c * hw
         e = self.e  # x, y, dy, dx: bfloat16 under amp; statistics and parameters float32
-        for d, passes, before, fold_c, split_bytes in (
-                ("forward", ("stats", "normalize"), "forward_train_kernel", 8, (x, 2 * x + 4 * c)),
-                ("backward", ("sums", "dx"), "backward_train_kernel", 4, (2 * x, 3 * x + 4 * c))):
-            first = f"{BN}{d}_{passes[0]}_split<{v},int>"
-            second = f"{BN}{d}_{passes[1]}{'_relu' if relu and d == 'forward' else ''}_split<{v},int>"
+        y = x if relu else 0  # the fused backward's read of the forward's y, in each pass
+        for d, passes, before, fold_c, split_bytes, before_bytes in (
+                ("forward", ("stats", "normalize"), "forward_train_kernel", 8, (x, 2 * x + 4 * c), 2 * x + 6 * c),
+                ("backward", ("sums", "dx"), "backward_train_kernel", 4, (2 * x + y, 3 * x + y + 4 * c),
+                 3 * x + 6 * c)):
+            tag = "_relu" if relu else ""
+            first = f"{BN}{d}_{passes[0]}{tag if d == 'backward' else ''}_split<{v},int>"
+            second = f"{BN}{d}_{passes[1]}{tag}_split<{v},int>"
             fold = f"{BN}{d}_fold"
             if self.amp:
                 xs = split_bytes[0] // x, (split_bytes[1] - 4 * c) // x
@@ -270,10 +294,12 @@ class Step:
             self.add("shipped", self.native(fold) if d == "forward" else fold, 0,
                      F * (3 * c * s + fold_c * c), row=fold, blocks=math.ceil(c / 8))
             self.add("shipped", self.native(second), 0, F * split_bytes[1], row=second, blocks=c * s)
-            self.add("baseline", BN + before, 0, F * (split_bytes[1] + 2 * c), row=first, blocks=c)
-        if relu:  # the baseline's ReLU forward pass, on the fused pass's row
+            self.add("baseline", BN + before, 0, F * before_bytes, row=first, blocks=c)
+        if relu:  # the baseline's ReLU passes, on the rows of the fused passes
             self.add("baseline", EW + "relu_forward_kernel", 0, F * 2 * x,
                      row=f"{BN}forward_normalize_relu_split<{v},int>")
+            self.add("baseline", EW + "relu_backward_kernel", 0, F * 3 * x,
+                     row=f"{BN}backward_dx_relu_split<{v},int>")
         self.add("both", EW + "add_scalar_kernel", 0, 16)  # num_batches_tracked += 1
 
 
@@ -454,16 +480,19 @@ def linear(step, b, fin, fout, float_input=False):
         step.convert(b * fin, True)
     e = step.e  # the operands' bytes; amp: y and dx bfloat16 from the epilogue, dw float32
     chunk = 16 // (2 if step.amp else F)  # elements of a 16-byte chunk
-    # Each product's operands' row strides (elements): y = x W^T (x, W), dx =
-    # dy W (dy, W), dW = dy^T x (dy, x); GEMM 11 and 12 take them where both
-    # are whole chunks (the tensors' bases are: the allocator rounds to 512 bytes).
-    for (ta, tb), m, n, k, read, lds in (((0, 1), b, fout, fin, b * fin + fout * fin, (fin, fin)),
-                                         ((0, 0), b, fin, fout, b * fout + fout * fin, (fout, fin)),
-                                         ((1, 0), fout, fin, b, b * fout + b * fin, (fout, fin))):
+    # Each product's operands as stored, (rows, row stride) in elements, each
+    # contiguous: y = x W^T (x, W), dx = dy W (dy, W), dW = dy^T x (dy, x).
+    # GEMM 11 and 12 copy one whose stride is not whole chunks (the tensors'
+    # bases are: the allocator rounds to 512 bytes): the classifier's dy.
+    x, w, dy = (b, fin), (fout, fin), (b, fout)
+    for (ta, tb), m, n, k, operands in (((0, 1), b, fout, fin, (x, w)), ((0, 0), b, fin, fout, (dy, w)),
+                                        ((1, 0), fout, fin, b, (dy, x))):
         flags = f"<{'true' if ta else 'false'},{'true' if tb else 'false'}>"
         bias = F * fout if step.amp and (ta, tb) == (0, 1) else 0  # amp: the bias in the GEMM's epilogue
+        read = sum(rows * ld for rows, ld in operands)
         step.gemm(f"{GEMM}gemm_split_k{flags}", f"{GEMM}gemm_register_blocked{flags}", m, n, k, flops,
-                  e * read + bias, out=F if ta else e, aligned=all(ld % chunk == 0 for ld in lds))
+                  e * read + bias, out=F if ta else e,
+                  copies=[rows * ld for rows, ld in operands if ld % chunk])
         if (ta, tb) == (0, 0) and float_input:  # amp: the bfloat16 dx cast back to float32
             step.convert(b * fin, False)
     if not step.amp:  # the FP32 and TF32 rungs add the bias by a pass over y
@@ -477,15 +506,12 @@ FLOAT_POOL_BF16 = {"avg_pool_forward_kernel<int>": "avg_pool_forward_bf16_to_flo
                    "avg_pool_backward_kernel<int>": "avg_pool_backward_float_to_bf16_kernel<int>"}
 
 
-def elementwise(step, relu=(), pool=(), adds=(), float_pool=False, relu_forward=True):
+def elementwise(step, relu=(), pool=(), adds=(), float_pool=False):
     """float_pool: global_avg_pool2d, float32 out from either dtype (amp:
-    x and dx bfloat16, y and dy float32). relu_forward False: the ReLU's
-    forward ran in BatchNorm's pass (Step.batch_norm(relu=True))."""
+    x and dx bfloat16, y and dy float32)."""
     e = step.e
     for n in relu:  # ReLU, an op of core/pointwise.h; the frozen baseline audit's relu_*_kernel
         for direction, nbytes in (("forward", 2 * n), ("backward", 3 * n)):
-            if direction == "forward" and not relu_forward:
-                continue
             row = f"{EW}pointwise_{direction}_kernel<anvil::Relu>"
             step.add("shipped", step.native(row), 0, e * nbytes, row=row)
             step.add("baseline", f"{EW}relu_{direction}_kernel", 0, e * nbytes, row=row)
@@ -578,12 +604,14 @@ def build_one(model, batch, step):
             params += [(s["K"] * s["C"] * s["R"] ** 2, True), (s["K"], False)]
             stages[s["name"].split()[1]].append(s)
             if "shortcut" not in s["name"]:
-                # A block's first conv (and the stem): BatchNorm and its ReLU in one pass
-                # (nn/layers.cpp, Residual and Sequential); the second's ReLU follows the add.
+                # A block's first conv (and the stem): BatchNorm and its ReLU fused, forward
+                # and backward (nn/layers.cpp, Residual and Sequential; core/ops_nn.cpp's
+                # batch_norm_op); the second's ReLU follows the add, a pass of its own.
                 stage = s["name"].split()[1]
                 first_of_block = stage == "stem" or sum("shortcut" not in t["name"] for t in stages[stage]) % 2 == 1
                 step.batch_norm(s["N"], s["K"], s["P"] ** 2, relu=first_of_block)
-                elementwise(step, relu=[s["N"] * s["K"] * s["P"] ** 2], relu_forward=not first_of_block)
+                if not first_of_block:
+                    elementwise(step, relu=[s["N"] * s["K"] * s["P"] ** 2])
                 params += [(s["K"], False), (s["K"], False)]
         for name, convs in stages.items():  # two residuals a stage, after the stem
             if name == "stem":

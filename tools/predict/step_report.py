@@ -197,11 +197,15 @@ def report(p, a):
               "gradients; the linear bias in the epilogue, so no `add_channel_bias_kernel`); relu, add, BatchNorm and LeNet's pooling → their bfloat16 "
               "instantiations (`<anvil::bfloat16>`), ResNet's global pooling → its kernels reading bfloat16 x "
               "into float32 y and float32 dy into bfloat16 dx; "
-              "`float_to_bf16_kernel` and `bf16_to_float_kernel` are the BF16 step's alone; every other "
-              "kernel is the same in both.\n")
+              "`float_to_bf16_kernel` and `bf16_to_float_kernel` are the BF16 step's alone; GEMM 11 and 12 "
+              "first copy an operand that is not 16-byte aligned (the classifier's dy) to an aligned one, "
+              "one `copy_rows_kernel` launch each (`<unsigned int>` for float32, `<unsigned short>` for "
+              "bfloat16); every other kernel is the same in both.\n")
     elif p["tf32"]:
         print("Mapping (FP32 → TF32): each row's conv 05 or GEMM 08 kernel → the TF32 rung's kernel with "
-              "the same tiles and split plan (conv 06, GEMM 11); every other kernel is the same in both.\n")
+              "the same tiles and split plan (conv 06, GEMM 11); GEMM 11 first copies an operand that is "
+              "not 16-byte aligned (the classifier's dy) to an aligned one, one `copy_rows_kernel` launch "
+              "each, the TF32 step's alone; every other kernel is the same in both.\n")
     else:
         print("Mapping (baseline → shipped):\n\n" + "\n".join(mapping(p)) + "\n")
     if a.markdown:

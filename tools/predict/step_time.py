@@ -20,7 +20,9 @@ With --fp32-precision tf32 the two configurations are the shipped FP32
 kernels and the same step with conv 06 and GEMM 11 (the TF32 rungs, which
 keep conv 05's and GEMM 08's tiles and split plans; their audit is
 docs/generated/launch-audit-tf32.md); their launches' FLOPs go at the dense
-TF32 peak times --tc-efficiency.
+TF32 peak times --tc-efficiency. GEMM 11 (and GEMM 12 under autocast) first
+copies an operand that is not 16-byte aligned (the classifier's dy) to an
+aligned one, a copy_rows launch each (kernels/cuda/gemm/aligned_copy.h).
 
 With --amp bf16 the two configurations are that TF32 step (PyTorch's
 default for float32 convolutions) and the step under bfloat16 autocast
