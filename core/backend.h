@@ -114,24 +114,28 @@ class Backend {
   virtual void check_labels(const Tensor& labels, int64_t classes) = 0;
 
   // x viewed as [N, C, HW]. relu: y = ReLU of the normalised x (NaN kept,
-  // as PyTorch's), in the same pass: BatchNorm and ReLU fused.
+  // as PyTorch's), in the same pass: BatchNorm and ReLU fused. residual,
+  // where defined (x's shape and dtype), is added to the normalised x
+  // before ReLU, each sum rounded as add() rounds it: a residual block's
+  // end, relu(bn(x) + residual), in that one pass.
   virtual void batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
                                         const Tensor& beta, float eps, float momentum,
                                         const Tensor& running_mean, const Tensor& running_var,
                                         const Tensor& save_mean, const Tensor& save_invstd,
-                                        const Tensor& y, bool relu) = 0;
+                                        const Tensor& y, bool relu, const Tensor& residual) = 0;
   virtual void batch_norm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                        const Tensor& running_mean, const Tensor& running_var,
                                        float eps, const Tensor& y, bool relu) = 0;
   // relu_y, where defined, is the output of a forward with relu: the
   // gradient taken is ReLU's backward of dy (dy where relu_y > 0, else 0),
-  // formed as the kernel reads dy and never stored as a tensor (BatchNorm's
-  // and ReLU's backward fused).
+  // formed as the kernel reads dy (BatchNorm's and ReLU's backward fused).
+  // dresidual, where defined (dy's shape and dtype), receives that
+  // gradient: the residual's, of a forward with a residual.
   virtual void batch_norm_backward_train(const Tensor& x, const Tensor& gamma,
                                          const Tensor& save_mean, const Tensor& save_invstd,
                                          const Tensor& dy, const Tensor& relu_y,
                                          const Tensor& dx, const Tensor& dgamma,
-                                         const Tensor& dbeta) = 0;
+                                         const Tensor& dbeta, const Tensor& dresidual) = 0;
 
   // The optimizer, one pass over all its tensors (one launch on a CUDA
   // device, for up to 128 tensors): SGD over every entry (SgdTensors), and

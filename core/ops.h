@@ -48,6 +48,16 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
 Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias,
                        const Tensor& running_mean, const Tensor& running_var, bool training,
                        double momentum = 0.1, double eps = 1e-5);
+// relu(batch_norm(x, ...) + residual), a residual block's end (residual:
+// x's shape), in one pass over x and the residual with the same bits as the
+// three ops. Its training backward is batch_norm_relu's, which also writes
+// the masked gradient out once as the residual's: no ReLU pass and no add
+// in either direction. In eval, or with a residual of another dtype, it is
+// the three ops.
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                           const Tensor& bias, const Tensor& running_mean,
+                           const Tensor& running_var, bool training, double momentum = 0.1,
+                           double eps = 1e-5);
 
 enum class Reduction { None, Mean, Sum };
 // Fused log-softmax + negative log-likelihood over logits[N,C] and int64

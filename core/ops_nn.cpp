@@ -167,13 +167,15 @@ Tensor global_avg_pool2d(const Tensor& x) {
 // buffers stay float32.
 namespace {
 
-// batch_norm, with ReLU fused into its forward pass where `relu`. The
+// batch_norm, with ReLU fused into its forward pass where `relu`, and a
+// residual added before it where `residual` is defined (relu with it). The
 // training backward then reads the saved output with dy and takes ReLU's
-// backward (dy where y > 0) as it loads them, in BatchNorm's own passes;
-// the eval backward takes ReLU's first, as a pass of its own.
+// backward (dy where y > 0) as it loads them, in BatchNorm's own passes,
+// writing it out as the residual's gradient where there is one; the eval
+// backward takes ReLU's first, as a pass of its own.
 Tensor batch_norm_op(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                      const Tensor& running_mean, const Tensor& running_var, bool training,
-                     double momentum, double eps, bool relu) {
+                     double momentum, double eps, bool relu, const Tensor& residual) {
   check_float("batch_norm", "input", x);
   if (x.dim() != 2 && x.dim() != 4)
     throw std::invalid_argument(fmt::format(
@@ -198,9 +200,25 @@ Tensor batch_norm_op(const Tensor& x, const Tensor& gamma, const Tensor& beta,
         "batch_norm: expected more than 1 value per channel when training, got input {}",
         shape_str(x.shape())));
 
+  if (residual.defined()) {
+    check_float("batch_norm_add_relu", "residual", residual);
+    check_same_device("batch_norm_add_relu", {&x, &residual});
+    if (residual.shape() != x.shape())
+      throw std::invalid_argument(fmt::format(
+          "batch_norm_add_relu: residual has shape {}, the input {}",
+          shape_str(residual.shape()), shape_str(x.shape())));
+    // The fused pass takes both in one dtype; otherwise the three ops, which
+    // promote as add() does.
+    if (!training || residual.dtype() != x.dtype())
+      return anvil::relu(add(batch_norm_op(x, gamma, beta, running_mean, running_var, training,
+                                           momentum, eps, false, Tensor()),
+                             residual));
+  }
   Tensor y = like(x);
   Backend& be = backend(x);
-  const char* node = relu ? "BatchNormReluBackward" : "BatchNormBackward";
+  const char* node = residual.defined() ? "BatchNormAddReluBackward"
+                     : relu             ? "BatchNormReluBackward"
+                                        : "BatchNormBackward";
   // The ReLU output the backward masks dy with (undefined without relu).
   const Tensor sy = relu ? y.detach() : Tensor();
   // The eval backward's gradient: dy, or with relu ReLU's backward of it.
@@ -214,14 +232,16 @@ Tensor batch_norm_op(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     Tensor save_mean = Tensor::empty({C}, DType::Float32, x.device());
     Tensor save_invstd = Tensor::empty({C}, DType::Float32, x.device());
     be.batch_norm_forward_train(x, gamma, beta, float(eps), float(momentum), running_mean,
-                                running_var, save_mean, save_invstd, y, relu);
-    if (any_requires_grad({&x, &gamma, &beta})) {
+                                running_var, save_mean, save_invstd, y, relu, residual);
+    if (any_requires_grad({&x, &gamma, &beta, &residual})) {
       Tensor sx = x.detach(), sg = gamma.detach();
-      record(y, node, {&x, &gamma, &beta}, [=](const Tensor& dy) {
+      const bool residual_grad = residual.defined() && residual.requires_grad();
+      record(y, node, {&x, &gamma, &beta, &residual}, [=](const Tensor& dy) {
         Tensor dx = like(dy), dgamma = like(sg), dbeta = like(sg);
+        Tensor dr = residual_grad ? like(dy) : Tensor();
         backend(dy).batch_norm_backward_train(sx, sg, save_mean, save_invstd, dy, sy, dx,
-                                              dgamma, dbeta);
-        return Grads{dx, dgamma, dbeta};
+                                              dgamma, dbeta, dr);
+        return Grads{dx, dgamma, dbeta, dr};
       });
     }
     return y;
@@ -260,13 +280,25 @@ Tensor batch_norm_op(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                   const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum, double eps) {
-  return batch_norm_op(x, gamma, beta, running_mean, running_var, training, momentum, eps, false);
+  return batch_norm_op(x, gamma, beta, running_mean, running_var, training, momentum, eps, false,
+                       Tensor());
 }
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                        const Tensor& running_mean, const Tensor& running_var, bool training,
                        double momentum, double eps) {
-  return batch_norm_op(x, gamma, beta, running_mean, running_var, training, momentum, eps, true);
+  return batch_norm_op(x, gamma, beta, running_mean, running_var, training, momentum, eps, true,
+                       Tensor());
+}
+
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& gamma,
+                           const Tensor& beta, const Tensor& running_mean,
+                           const Tensor& running_var, bool training, double momentum,
+                           double eps) {
+  if (!residual.defined())
+    throw std::invalid_argument("batch_norm_add_relu: the residual is undefined");
+  return batch_norm_op(x, gamma, beta, running_mean, running_var, training, momentum, eps, true,
+                       residual);
 }
 
 // ---------------------------------------------------------------- losses

@@ -142,10 +142,11 @@ class ProfilingBackend final : public Backend {
   void batch_norm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                 float eps, float momentum, const Tensor& running_mean,
                                 const Tensor& running_var, const Tensor& save_mean,
-                                const Tensor& save_invstd, const Tensor& y, bool relu) override {
+                                const Tensor& save_invstd, const Tensor& y, bool relu,
+                                const Tensor& residual) override {
     Op op(this, Family::BatchNorm, "batch_norm_forward_train");
     b_.batch_norm_forward_train(x, gamma, beta, eps, momentum, running_mean, running_var,
-                                save_mean, save_invstd, y, relu);
+                                save_mean, save_invstd, y, relu, residual);
   }
   void batch_norm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                const Tensor& running_mean, const Tensor& running_var, float eps,
@@ -156,9 +157,10 @@ class ProfilingBackend final : public Backend {
   void batch_norm_backward_train(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                  const Tensor& save_invstd, const Tensor& dy,
                                  const Tensor& relu_y, const Tensor& dx, const Tensor& dgamma,
-                                 const Tensor& dbeta) override {
+                                 const Tensor& dbeta, const Tensor& dresidual) override {
     Op op(this, Family::BatchNorm, "batch_norm_backward_train");
-    b_.batch_norm_backward_train(x, gamma, save_mean, save_invstd, dy, relu_y, dx, dgamma, dbeta);
+    b_.batch_norm_backward_train(x, gamma, save_mean, save_invstd, dy, relu_y, dx, dgamma, dbeta,
+                                 dresidual);
   }
   void sgd_step(std::span<const SgdTensors> tensors, const SgdHyper& h) override {
     Op op(this, Family::Sgd, "sgd_step");

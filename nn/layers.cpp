@@ -95,16 +95,26 @@ BatchNorm2d::BatchNorm2d(int64_t n, double eps_, double momentum_)
   register_buffer("num_batches_tracked", &num_batches_tracked);
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) { return normalize(x, false); }
+Tensor BatchNorm2d::forward(const Tensor& x) { return normalize(x, false, Tensor()); }
 
-Tensor BatchNorm2d::forward_relu(const Tensor& x) { return normalize(x, true); }
+Tensor BatchNorm2d::forward_relu(const Tensor& x) { return normalize(x, true, Tensor()); }
 
-Tensor BatchNorm2d::normalize(const Tensor& x, bool fused_relu) {
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  return normalize(x, true, residual);
+}
+
+Tensor BatchNorm2d::normalize(const Tensor& x, bool fused_relu, const Tensor& residual) {
   // Counted on the buffer's own device: reading it back would make every
   // training-mode BatchNorm wait for the GPU.
   if (training_) add_int64_(num_batches_tracked, 1);
   if (training_ && sync != nullptr)
-    if (Tensor y = sync->forward(*this, x); y.defined()) return fused_relu ? relu(y) : y;
+    if (Tensor y = sync->forward(*this, x); y.defined()) {
+      if (residual.defined()) y = add(y, residual);
+      return fused_relu ? relu(y) : y;
+    }
+  if (residual.defined())
+    return batch_norm_add_relu(x, residual, weight, bias, running_mean, running_var, training_,
+                               momentum, eps);
   return (fused_relu ? batch_norm_relu : batch_norm)(x, weight, bias, running_mean, running_var,
                                                      training_, momentum, eps);
 }
@@ -155,8 +165,7 @@ Residual::Residual(int64_t in, int64_t out, bool use_1x1conv, int64_t stride, Ge
 
 Tensor Residual::forward(const Tensor& x) {
   Tensor y = bn1->forward_relu((*conv1)(x));
-  y = (*bn2)((*conv2)(y));
-  return relu(add(y, conv3 ? (*conv3)(x) : x));
+  return bn2->forward_add_relu((*conv2)(y), conv3 ? (*conv3)(x) : x);
 }
 
 }  // namespace anvil::nn

@@ -77,6 +77,10 @@ class BatchNorm2d : public Module {
   // after this layer fuses into (Sequential, Residual). With a sync, the
   // synced forward, then relu().
   Tensor forward_relu(const Tensor& x);
+  // relu(forward(x) + residual), in one pass over x and the residual
+  // (batch_norm_add_relu): a residual block's end. With a sync, the synced
+  // forward, then add() and relu().
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
   std::string describe() const override;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   int64_t num_features;
@@ -84,7 +88,7 @@ class BatchNorm2d : public Module {
   BatchNormSync* sync = nullptr;  // not owned; null: this replica's statistics only
 
  private:
-  Tensor normalize(const Tensor& x, bool relu);
+  Tensor normalize(const Tensor& x, bool relu, const Tensor& residual);
 };
 
 class ReLU : public Module {

@@ -198,8 +198,7 @@ TensorParallelResidual::TensorParallelResidual(Communicator& comm, const nn::Res
 Tensor TensorParallelResidual::forward(const Tensor& x) {
   const Tensor copied = copy_to_tensor_parallel(comm_, x);  // one f for conv1 and conv3
   Tensor y = bn1_->forward_relu(conv1_->forward_copied(copied));  // as nn::Residual's
-  y = (*bn2_)((*conv2_)(y));
-  return relu(add(y, conv3_ ? conv3_->forward_copied(copied) : x));
+  return bn2_->forward_add_relu((*conv2_)(y), conv3_ ? conv3_->forward_copied(copied) : x);
 }
 
 std::vector<std::pair<std::string, int64_t>> TensorParallelResidual::split_tensors() const {

@@ -4,7 +4,9 @@
 // gradients and running statistics, in training and eval, float32 and
 // bfloat16, on the CPU and on cuda:0 (the simulator, or a GPU where there is
 // one), also where outputs are exactly 0; nn's Sequential and Residual fuse
-// a BatchNorm2d followed by a ReLU.
+// a BatchNorm2d followed by a ReLU. The same for a residual block's end,
+// batch_norm_add_relu: relu(batch_norm(x) + r)'s bits and gradients, r's
+// gradient among them.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -30,6 +32,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 
 struct Result {
   Tensor y, dx, dgamma, dbeta, running_mean, running_var;
+  Tensor dresidual;  // with a residual
 };
 
 // x[:, 0] = 0.75 everywhere: channel 0's batch mean is 0.75 and its
@@ -46,8 +49,10 @@ Tensor with_constant_channel0(const Tensor& x) {
 // One BatchNorm (fused with ReLU or followed by it) forward and backward
 // from the same inputs; dy random. exact_zeros: channel 0's outputs are
 // all exactly 0 in training (with_constant_channel0, beta[0] = 0).
+// residual: a residual r is added before ReLU (batch_norm_add_relu, or
+// relu(add(batch_norm(x), r)) apart).
 Result run(const Shape& shape, DType dtype, Device device, bool training, bool fused,
-           bool exact_zeros = false) {
+           bool exact_zeros = false, bool residual = false) {
   Generator gen(7);
   const int64_t C = shape[1];
   Tensor x = scale(Tensor::randn(shape, &gen), 2.0);
@@ -61,25 +66,33 @@ Result run(const Shape& shape, DType dtype, Device device, bool training, bool f
   }
   Tensor rm = Tensor::randn({C}, &gen), rv = add(Tensor::rand({C}, &gen), Tensor::full({C}, 0.5));
   Tensor dy = Tensor::randn(shape, &gen).to(dtype);
+  Tensor r = Tensor::randn(shape, &gen).to(dtype).to(device).set_requires_grad(true);
   x = x.to(device).detach().set_requires_grad(true);
   gamma = gamma.to(device).set_requires_grad(true);
   beta = beta.to(device).set_requires_grad(true);
   rm = rm.to(device);
   rv = rv.to(device);
-  Tensor y = fused ? batch_norm_relu(x, gamma, beta, rm, rv, training)
-                   : relu(batch_norm(x, gamma, beta, rm, rv, training));
+  Tensor y;
+  if (residual)
+    y = fused ? batch_norm_add_relu(x, r, gamma, beta, rm, rv, training)
+              : relu(add(batch_norm(x, gamma, beta, rm, rv, training), r));
+  else
+    y = fused ? batch_norm_relu(x, gamma, beta, rm, rv, training)
+              : relu(batch_norm(x, gamma, beta, rm, rv, training));
   y.backward(dy.to(device));
-  return {y, x.grad(), gamma.grad(), beta.grad(), rm, rv};
+  return {y, x.grad(), gamma.grad(), beta.grad(), rm, rv, residual ? r.grad() : Tensor()};
 }
 
-void check_fused_is_composition(Device device) {
+void check_fused_is_composition(Device device, bool residual = false) {
   for (const Shape& shape : {Shape{3, 5, 7, 9}, Shape{2, 4, 8, 8}, Shape{2, 3, 23, 21}, Shape{6, 3}})
     for (DType dtype : {DType::Float32, DType::BFloat16})
       for (bool training : {true, false}) {
         INFO(device.str() << " " << shape_str(shape) << " " << dtype_name(dtype)
-                          << (training ? " training" : " eval"));
-        const Result fused = run(shape, dtype, device, training, true);
-        const Result apart = run(shape, dtype, device, training, false);
+                          << (training ? " training" : " eval")
+                          << (residual ? ", with a residual" : ""));
+        const Result fused = run(shape, dtype, device, training, true, false, residual);
+        const Result apart = run(shape, dtype, device, training, false, false, residual);
+        if (residual) CHECK(same_bits(fused.dresidual, apart.dresidual));
         CHECK(same_bits(fused.y, apart.y));
         CHECK(same_bits(fused.dx, apart.dx));
         CHECK(same_bits(fused.dgamma, apart.dgamma));
@@ -139,7 +152,31 @@ TEST_CASE("batch_norm_relu's backward passes no gradient at exact zeros on the C
   check_exact_zeros(Device::cpu());
 }
 
+TEST_CASE("batch_norm_add_relu gives relu(batch_norm(x) + r)'s bits and gradients on the CPU",
+          "[nn][batchnorm]") {
+  check_fused_is_composition(Device::cpu(), true);
+}
+
 #if defined(ANVIL_CUDA_BACKEND)
+TEST_CASE("batch_norm_add_relu gives relu(batch_norm(x) + r)'s bits and gradients on cuda:0, "
+          "and the CPU's values",
+          "[cuda][batchnorm]") {
+  if (!cuda_test::have_device()) return;
+  check_fused_is_composition(Device::cuda(0), true);
+  for (const Shape& shape : {Shape{3, 5, 7, 9}, Shape{2, 4, 8, 8}})
+    for (DType dtype : {DType::Float32, DType::BFloat16}) {
+      INFO(shape_str(shape) << " " << dtype_name(dtype));
+      const float tol = dtype == DType::Float32 ? 1e-4f : 1e-2f;
+      const Result gpu = run(shape, dtype, Device::cuda(0), true, true, false, true);
+      const Result cpu = run(shape, dtype, Device::cpu(), true, true, false, true);
+      auto floats = [](const Tensor& t) { return t.to(DType::Float32).to_vector(); };
+      cuda_test::require_close(floats(gpu.y), floats(cpu.y), tol, tol);
+      cuda_test::require_close(floats(gpu.dx), floats(cpu.dx), tol, tol);
+      cuda_test::require_close(floats(gpu.dresidual), floats(cpu.dresidual), tol, tol);
+      cuda_test::require_close(gpu.dgamma.to_vector(), cpu.dgamma.to_vector(), tol, tol);
+    }
+}
+
 TEST_CASE("batch_norm_relu gives relu(batch_norm(x))'s bits and gradients on cuda:0",
           "[cuda][batchnorm]") {
   if (!cuda_test::have_device()) return;
@@ -182,9 +219,10 @@ TEST_CASE("Sequential and Residual run BatchNorm2d then ReLU as one fused op", "
 
   nn::Residual block(4, 4, false, 1, &gen);
   Tensor r = block(x.detach().set_requires_grad(true));
-  // relu(add(...)) at the end; the fused BatchNorm+ReLU inside: reached
-  // from the add's inputs.
+  // relu(bn2(conv2) + x) at the end as one op; the fused BatchNorm+ReLU
+  // inside: reached from its inputs.
   REQUIRE(r.grad_fn());
+  CHECK(r.grad_fn()->name == "BatchNormAddReluBackward");
   bool fused = false;
   std::vector<std::shared_ptr<Node>> todo{r.grad_fn()};
   while (!todo.empty()) {

@@ -432,6 +432,27 @@ TEST_CASE("gradcheck: batch_norm_relu (training)", "[gradcheck][ops]") {
   }
 }
 
+TEST_CASE("gradcheck: batch_norm_add_relu (training)", "[gradcheck][ops]") {
+  // A residual block's end: the gradients of x, gamma, beta and the
+  // residual, kinks skipped as batch_norm_relu's.
+  GradCheckOptions opt;
+  opt.step = 3e-3;
+  opt.skip_kinks = true;
+  opt.max_skip_fraction = 0.05;
+  for (const Shape& s : {Shape{5, 3}, Shape{3, 5, 3, 3}}) {
+    const int64_t C = s[1];
+    DYNAMIC_SECTION("x " << shape_str(s)) {
+      auto f = [](const Inputs& in) {
+        return batch_norm_add_relu(in[0], in[3], in[1], in[2], Tensor(), Tensor(),
+                                   /*training=*/true);
+      };
+      expect_ok(run(f, {uniform_tensor(s, 96, -2, 2), uniform_tensor({C}, 97, 0.5, 1.5),
+                        uniform_tensor({C}, 98, -0.5, 0.5), uniform_tensor(s, 99, -1, 1)},
+                    opt));
+    }
+  }
+}
+
 TEST_CASE("gradcheck: batch_norm (eval)", "[gradcheck][ops]") {
   for (const Shape& s : {Shape{3, 3}, Shape{1, 1}, Shape{3, 3, 7, 5}, Shape{1, 3, 7, 5},
                          Shape{2, 1, 3, 3}}) {

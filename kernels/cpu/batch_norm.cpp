@@ -23,10 +23,18 @@ namespace {
 
 // y = x * a + b over one run of a channel, then ReLU (core/pointwise.h)
 // where `relu` (BatchNorm and ReLU fused: one pass). Each branch is a plain
-// vectorisable loop.
+// vectorisable loop. With a residual r: y = relu(bn + r), bn rounded to T
+// before the add and the sum rounded after it, as batch_norm then add()
+// round them (the same bits as the three ops).
 template <class T>
-void normalize(const T* x, T* y, int64_t n, float a, float b, bool relu) {
-  if (relu) {
+void normalize(const T* x, T* y, int64_t n, float a, float b, bool relu, const T* r) {
+  if (r != nullptr) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const float s = load(store<T>(load(store<T>(load(x[i]) * a + b)) + load(r[i])));
+      y[i] = store<T>(relu ? Relu::forward(s) : s);
+    }
+  } else if (relu) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = store<T>(Relu::forward(load(x[i]) * a + b));
   } else {
@@ -41,7 +49,7 @@ template <class T>
 void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                               const float* beta, float eps, float momentum, float* running_mean,
                               float* running_var, float* save_mean, float* save_invstd, T* y,
-                              bool relu) {
+                              bool relu, const T* residual) {
   const int64_t M = N * HW, CHW = C * HW;
 #pragma omp parallel for schedule(static) if (N * CHW >= detail::kMinParallel)
   for (int64_t c = 0; c < C; ++c) {
@@ -74,7 +82,10 @@ void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, cons
     // y = x * a + b with a = gamma*invstd, b = beta - mean*a.
     const float a = static_cast<float>(gamma[c] * invstd);
     const float b = static_cast<float>(beta[c] - mean * gamma[c] * invstd);
-    for (int64_t n = 0; n < N; ++n) normalize(x + n * CHW + c * HW, y + n * CHW + c * HW, HW, a, b, relu);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t o = n * CHW + c * HW;
+      normalize(x + o, y + o, HW, a, b, relu, residual ? residual + o : nullptr);
+    }
   }
 }
 
@@ -89,7 +100,7 @@ void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const
     const double invstd = 1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps);
     const float a = static_cast<float>(gamma[c] * invstd);
     const float b = static_cast<float>(beta[c] - running_mean[c] * gamma[c] * invstd);
-    normalize(x + (r / C) * CHW + c * HW, y + (r / C) * CHW + c * HW, HW, a, b, relu);
+    normalize<T>(x + (r / C) * CHW + c * HW, y + (r / C) * CHW + c * HW, HW, a, b, relu, nullptr);
   }
 }
 
@@ -111,11 +122,12 @@ void add_sums(const G* g, const T* x, int64_t n, float mean, double& sdy, double
 // The gradient taken is dy, or with kRelu ReLU's backward of it from the
 // forward's output relu_y (g below). The sums stage a run's masked gradient
 // in a buffer of the thread's (a select inside the reduction loop is not
-// vectorised: a branch per element); the dx loop masks in place.
+// vectorised: a branch per element); the dx loop masks in place, and stores
+// g in dr too where there is one (the residual's gradient).
 template <bool kRelu, class T>
 void backward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                     const float* save_mean, const float* save_invstd, const T* dy, T* dx,
-                    float* dgamma, float* dbeta, const T* relu_y) {
+                    float* dgamma, float* dbeta, const T* relu_y, T* dr) {
   const int64_t M = N * HW, CHW = C * HW;
 #pragma omp parallel if (N * CHW >= detail::kMinParallel)
   {
@@ -155,6 +167,17 @@ void backward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* g
         const T* gp = dy + o;
         const T* yp = kRelu ? relu_y + o : nullptr;
         T* dp = dx + o;
+        if (dr != nullptr) {
+          T* rp = dr + o;
+#pragma omp simd
+          for (int64_t i = 0; i < HW; ++i) {
+            float g = load(gp[i]);
+            if constexpr (kRelu) g = Relu::backward(load(yp[i]), g);
+            rp[i] = store<T>(g);
+            dp[i] = store<T>(kf * g + uf * (load(xp[i]) - mean) + vf);
+          }
+          continue;
+        }
 #pragma omp simd
         for (int64_t i = 0; i < HW; ++i) {
           float g = load(gp[i]);
@@ -171,23 +194,25 @@ void backward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* g
 template <class T>
 void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                                const float* save_mean, const float* save_invstd, const T* dy,
-                               T* dx, float* dgamma, float* dbeta, const T* relu_y) {
+                               T* dx, float* dgamma, float* dbeta, const T* relu_y, T* dr) {
   if (relu_y)
-    backward_train<true>(N, C, HW, x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, relu_y);
+    backward_train<true>(N, C, HW, x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta,
+                         relu_y, dr);
   else
-    backward_train<false>(N, C, HW, x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, relu_y);
+    backward_train<false>(N, C, HW, x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta,
+                          relu_y, dr);
 }
 
 #define ANVIL_BATCH_NORM(T)                                                                   \
   template void batch_norm_forward_train<T>(int64_t, int64_t, int64_t, const T*, const float*, \
                                             const float*, float, float, float*, float*, float*, \
-                                            float*, T*, bool);                                 \
+                                            float*, T*, bool, const T*);                       \
   template void batch_norm_forward_eval<T>(int64_t, int64_t, int64_t, const T*, const float*,  \
                                            const float*, const float*, const float*, float, T*,  \
                                            bool);                                                \
   template void batch_norm_backward_train<T>(int64_t, int64_t, int64_t, const T*, const float*, \
                                              const float*, const float*, const T*, T*, float*,   \
-                                             float*, const T*);
+                                             float*, const T*, T*);
 ANVIL_BATCH_NORM(float)
 ANVIL_BATCH_NORM(bfloat16)
 #undef ANVIL_BATCH_NORM
@@ -198,13 +223,14 @@ void CpuBackend::batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
                                           const Tensor& beta, float eps, float momentum,
                                           const Tensor& running_mean, const Tensor& running_var,
                                           const Tensor& save_mean, const Tensor& save_invstd,
-                                          const Tensor& y, bool relu) {
+                                          const Tensor& y, bool relu, const Tensor& residual) {
   auto [N, C, HW] = nchw_view(x);
   visit_float_dtype(x.dtype(), "batch_norm_forward_train", [&](auto t) {
     using T = decltype(t);
     cpu::batch_norm_forward_train(N, C, HW, x.data<T>(), floats(gamma), floats(beta), eps,
                                   momentum, floats(running_mean), floats(running_var),
-                                  floats(save_mean), floats(save_invstd), y.data<T>(), relu);
+                                  floats(save_mean), floats(save_invstd), y.data<T>(), relu,
+                                  residual.defined() ? residual.data<T>() : nullptr);
   });
 }
 void CpuBackend::batch_norm_forward_eval(const Tensor& x, const Tensor& gamma,
@@ -222,14 +248,15 @@ void CpuBackend::batch_norm_backward_train(const Tensor& x, const Tensor& gamma,
                                            const Tensor& save_mean, const Tensor& save_invstd,
                                            const Tensor& dy, const Tensor& relu_y,
                                            const Tensor& dx, const Tensor& dgamma,
-                                           const Tensor& dbeta) {
+                                           const Tensor& dbeta, const Tensor& dresidual) {
   auto [N, C, HW] = nchw_view(x);
   visit_float_dtype(x.dtype(), "batch_norm_backward_train", [&](auto t) {
     using T = decltype(t);
     cpu::batch_norm_backward_train(N, C, HW, x.data<T>(), floats(gamma), floats(save_mean),
                                    floats(save_invstd), dy.data<T>(), dx.data<T>(),
                                    floats(dgamma), floats(dbeta),
-                                   relu_y.defined() ? relu_y.data<T>() : nullptr);
+                                   relu_y.defined() ? relu_y.data<T>() : nullptr,
+                                   dresidual.defined() ? dresidual.data<T>() : nullptr);
   });
 }
 

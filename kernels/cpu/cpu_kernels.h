@@ -143,12 +143,14 @@ int64_t count_correct(int64_t N, int64_t C, const T* logits, const int64_t* labe
 // running_mean/var (unbiased variance, n/(n-1)) with momentum:
 // r = (1-momentum)*r + momentum*batch. running_* may be null.
 // x, y, dy, dx: T = float or bfloat16 (kernels/element.h); the rest float.
-// relu: y is ReLU of the normalised x, in the same pass (BatchNorm + ReLU).
+// relu: y is ReLU of the normalised x, in the same pass (BatchNorm + ReLU);
+// residual, when not null (x's layout): y = relu(bn(x) + residual), each of
+// bn and the sum rounded to T as the separate ops would.
 template <class T>
 void batch_norm_forward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                               const float* beta, float eps, float momentum, float* running_mean,
                               float* running_var, float* save_mean, float* save_invstd, T* y,
-                              bool relu = false);
+                              bool relu = false, const T* residual = nullptr);
 template <class T>
 void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                              const float* beta, const float* running_mean,
@@ -157,10 +159,12 @@ void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const
 // overwritten. relu_y, when not null, is the output of the forward with
 // relu: the gradient is ReLU's backward of dy (Relu::backward(relu_y, dy)),
 // taken as dy is read (BatchNorm's and ReLU's backward in one pass family).
+// dr, when not null, receives that gradient (a residual's).
 template <class T>
 void batch_norm_backward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                                const float* save_mean, const float* save_invstd, const T* dy,
-                               T* dx, float* dgamma, float* dbeta, const T* relu_y = nullptr);
+                               T* dx, float* dgamma, float* dbeta, const T* relu_y = nullptr,
+                               T* dr = nullptr);
 
 // SGD with momentum / weight decay / nesterov, PyTorch semantics (dampening
 // 0; kernels/sgd.h gives the formula), over every tensor of the list in one

@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kBlock)
 namespace {
 
 void forward(const batch_norm_rungs::Forward& f, cudaStream_t stream) {
-  if (f.relu)
+  if (f.relu || f.residual)
     throw std::invalid_argument("cuda::batch_norm_forward_train: rung 1 has no fused ReLU (rung 2 has)");
   launch(forward_train_kernel, dim3(static_cast<unsigned>(f.C)), dim3(kBlock), 0, stream, f.N,
          f.C, f.HW, f.x, f.gamma, f.beta, f.eps, f.momentum, f.running_mean, f.running_var,
@@ -174,7 +174,7 @@ void forward(const batch_norm_rungs::Forward& f, cudaStream_t stream) {
 }
 
 void backward(const batch_norm_rungs::Backward& b, cudaStream_t stream) {
-  if (b.relu_y)
+  if (b.relu_y || b.dresidual)
     throw std::invalid_argument("cuda::batch_norm_backward_train: rung 1 has no fused ReLU (rung 2 has)");
   launch(backward_train_kernel, dim3(static_cast<unsigned>(b.C)), dim3(kBlock), 0, stream, b.N,
          b.C, b.HW, b.x, b.gamma, b.save_mean, b.save_invstd, b.dy, b.dx, b.dgamma, b.dbeta);

@@ -117,28 +117,47 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+// The passes that read a third tensor (the backward's y beside dy and x, or
+// the forward's residual beside x, with y written): a group of kUnroll<4>
+// float4 units of each, 24 floats in flight, does not fit the 32 registers
+// of 8 blocks an SM (ptxas spilled), so they take their float4 units one at
+// a time (12 floats; an SM still has 2048 threads' loads in flight). The
+// backward's passes without ReLU take them so too: the same loop as the
+// fused ones, so that the compilers contract the same products into FMAs
+// and a fused pass gives the unfused one's bits.
+template <int V>
+constexpr int kNarrowGroup = V == 4 ? 1 : kUnroll<V>;
+
 // Forward pass 3: y = (x - mean) * gamma*invstd + beta over the block's
 // slice, then ReLU (core/pointwise.h) with kRelu: BatchNorm and ReLU in
-// one pass (forward_normalize_relu_split).
-template <bool kRelu, int V, typename Index, typename T>
+// one pass (forward_normalize_relu_split). With kResidual (and kRelu):
+// y = relu(bn + r), bn rounded to T before the add and the sum after it, as
+// batch_norm then add() round them: a residual block's end
+// (forward_normalize_add_relu_split).
+template <bool kRelu, bool kResidual, int V, typename Index, typename T>
 __device__ __forceinline__ void normalize_slice(const SplitArgs<Index>& a, const T* __restrict__ x,
                                                 const float* __restrict__ gamma,
                                                 const float* __restrict__ beta,
                                                 const float* __restrict__ save_mean,
                                                 const float* __restrict__ save_invstd,
+                                                const T* __restrict__ residual,
                                                 T* __restrict__ y) {
   const Slice<Index> slice(a);
   const float mean = save_mean[slice.c], scale = gamma[slice.c] * save_invstd[slice.c],
               shift = beta[slice.c];
-  for_each_unit_group<V>(a, slice, [&](const Index* off, const bool* live) {
-    Unit<V> u[kUnroll<V>];
+  static_assert(kRelu || !kResidual);
+  constexpr int G = kResidual ? kNarrowGroup<V> : kUnroll<V>;
+  for_each_unit_group<V, G>(a, slice, [&](const Index* off, const bool* live) {
+    Unit<V> u[G], r[G];
     load_group<V>(u, x, off, live);
+    if constexpr (kResidual) load_group<V>(r, residual, off, live);
 #pragma unroll
-    for (int k = 0; k < kUnroll<V>; ++k) {
+    for (int k = 0; k < G; ++k) {
       if (!live[k]) continue;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const float v = (u[k].v[j] - mean) * scale + shift;
+        float v = (u[k].v[j] - mean) * scale + shift;
+        if constexpr (kResidual) v = load(store<T>(load(store<T>(v)) + r[k].v[j]));
         u[k].v[j] = kRelu ? Relu::forward(v) : v;
       }
       channel_split::store_unit<V>(y + off[k], u[k]);
@@ -152,40 +171,45 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
                             const float* __restrict__ gamma, const float* __restrict__ beta,
                             const float* __restrict__ save_mean,
                             const float* __restrict__ save_invstd, T* __restrict__ y) {
-  normalize_slice<false, V>(a, x, gamma, beta, save_mean, save_invstd, y);
+  normalize_slice<false, false, V>(a, x, gamma, beta, save_mean, save_invstd,
+                                   static_cast<const T*>(nullptr), y);
 }
-
 template <int V, typename Index, typename T>
 __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
     forward_normalize_relu_split(SplitArgs<Index> a, const T* __restrict__ x,
                                  const float* __restrict__ gamma, const float* __restrict__ beta,
                                  const float* __restrict__ save_mean,
                                  const float* __restrict__ save_invstd, T* __restrict__ y) {
-  normalize_slice<true, V>(a, x, gamma, beta, save_mean, save_invstd, y);
+  normalize_slice<true, false, V>(a, x, gamma, beta, save_mean, save_invstd,
+                                  static_cast<const T*>(nullptr), y);
+}
+template <int V, typename Index, typename T>
+__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
+    forward_normalize_add_relu_split(SplitArgs<Index> a, const T* __restrict__ x,
+                                     const float* __restrict__ gamma,
+                                     const float* __restrict__ beta,
+                                     const float* __restrict__ save_mean,
+                                     const float* __restrict__ save_invstd,
+                                     const T* __restrict__ residual, T* __restrict__ y) {
+  normalize_slice<true, true, V>(a, x, gamma, beta, save_mean, save_invstd, residual, y);
 }
 
 // The backward's gradient over a group of units: dy as loaded, or with
 // kRelu ReLU's backward of it from the forward's output y (core/pointwise.h).
-template <bool kRelu, int V, typename Index, typename T>
-__device__ __forceinline__ void load_grad(Unit<V> (&g)[kUnroll<V>], const T* __restrict__ dy,
+template <bool kRelu, int V, int G, typename Index, typename T>
+__device__ __forceinline__ void load_grad(Unit<V> (&g)[G], const T* __restrict__ dy,
                                           const T* __restrict__ y, const Index* off,
                                           const bool* live) {
   load_group<V>(g, dy, off, live);
   if constexpr (kRelu) {
-    Unit<V> r[kUnroll<V>];
+    Unit<V> r[G];
     load_group<V>(r, y, off, live);
 #pragma unroll
-    for (int k = 0; k < kUnroll<V>; ++k)
+    for (int k = 0; k < G; ++k)
 #pragma unroll
       for (int j = 0; j < V; ++j) g[k].v[j] = Relu::backward(r[k].v[j], g[k].v[j]);
   }
 }
-
-// The backward passes with ReLU's mask read y beside dy and x: 24 floats in
-// flight (V = 4) do not fit the 32 registers of 8 blocks an SM, so those
-// kernels ask for 6 (40 registers; ptxas spilled at 32).
-template <typename Index>
-constexpr int kReluMinBlocks = channel_split::kMinBlocks<Index> * 3 / 4;
 
 // Backward pass 1: the block's sum(g) and sum(g * (x - mean)), g the
 // gradient load_grad takes, to sums[block * 3 ...] (the third float unused).
@@ -198,12 +222,12 @@ __device__ __forceinline__ void sums_slice(const SplitArgs<Index>& a, const T* _
   const Slice<Index> slice(a);
   const float mean = save_mean[slice.c];
   Sum2<float> acc{};
-  for_each_unit_group<V>(a, slice, [&](const Index* off, const bool* live) {
-    Unit<V> g[kUnroll<V>], u[kUnroll<V>];
+  for_each_unit_group<V, kNarrowGroup<V>>(a, slice, [&](const Index* off, const bool* live) {
+    Unit<V> g[kNarrowGroup<V>], u[kNarrowGroup<V>];
     load_grad<kRelu, V>(g, dy, y, off, live);
     load_group<V>(u, x, off, live);
 #pragma unroll
-    for (int k = 0; k < kUnroll<V>; ++k)
+    for (int k = 0; k < kNarrowGroup<V>; ++k)
       if (live[k])
 #pragma unroll
         for (int j = 0; j < V; ++j) {
@@ -227,7 +251,7 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
 }
 
 template <int V, typename Index, typename T>
-__global__ void __launch_bounds__(kSplitThreads, kReluMinBlocks<Index>)
+__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
     backward_sums_relu_split(SplitArgs<Index> a, const T* __restrict__ x,
                              const float* __restrict__ save_mean, const T* __restrict__ dy,
                              const T* __restrict__ y, float* __restrict__ sums) {
@@ -250,8 +274,10 @@ __global__ void __launch_bounds__(kBlock)
   dgamma[c] = static_cast<float>(t.b * save_invstd[c]);
 }
 
-// Backward pass 3: dx = k*g + u*(x - mean) + v over the block's slice.
-template <bool kRelu, int V, typename Index, typename T>
+// Backward pass 3: dx = k*g + u*(x - mean) + v over the block's slice; with
+// kResidual (and kRelu) dr receives g, the residual's gradient
+// (backward_dx_add_relu_split).
+template <bool kRelu, bool kResidual, int V, typename Index, typename T>
 __device__ __forceinline__ void dx_slice(const SplitArgs<Index>& a, const T* __restrict__ x,
                                          const float* __restrict__ gamma,
                                          const float* __restrict__ save_mean,
@@ -259,20 +285,21 @@ __device__ __forceinline__ void dx_slice(const SplitArgs<Index>& a, const T* __r
                                          const float* __restrict__ dgamma,
                                          const float* __restrict__ dbeta,
                                          const T* __restrict__ dy, const T* __restrict__ y,
-                                         T* __restrict__ dx) {
+                                         T* __restrict__ dr, T* __restrict__ dx) {
   const Slice<Index> slice(a);
   const Index c = slice.c;
   const float Mf = static_cast<float>(a.units) * V;
   const float mean = save_mean[c], invstd = save_invstd[c];
   const float k_dy = gamma[c] * invstd;
   const float k_x = -k_dy * invstd * dgamma[c] / Mf, k_1 = -k_dy * dbeta[c] / Mf;
-  for_each_unit_group<V>(a, slice, [&](const Index* off, const bool* live) {
-    Unit<V> g[kUnroll<V>], u[kUnroll<V>];
+  for_each_unit_group<V, kNarrowGroup<V>>(a, slice, [&](const Index* off, const bool* live) {
+    Unit<V> g[kNarrowGroup<V>], u[kNarrowGroup<V>];
     load_grad<kRelu, V>(g, dy, y, off, live);
     load_group<V>(u, x, off, live);
 #pragma unroll
-    for (int k = 0; k < kUnroll<V>; ++k) {
+    for (int k = 0; k < kNarrowGroup<V>; ++k) {
       if (!live[k]) continue;
+      if constexpr (kResidual) channel_split::store_unit<V>(dr + off[k], g[k]);
 #pragma unroll
       for (int j = 0; j < V; ++j) u[k].v[j] = k_dy * g[k].v[j] + k_x * (u[k].v[j] - mean) + k_1;
       channel_split::store_unit<V>(dx + off[k], u[k]);
@@ -287,18 +314,31 @@ __global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index
                       const float* __restrict__ save_invstd, const float* __restrict__ dgamma,
                       const float* __restrict__ dbeta, const T* __restrict__ dy,
                       const T* __restrict__ y, T* __restrict__ dx) {
-  dx_slice<false, V>(a, x, gamma, save_mean, save_invstd, dgamma, dbeta, dy, y, dx);
+  dx_slice<false, false, V>(a, x, gamma, save_mean, save_invstd, dgamma, dbeta, dy, y,
+                            static_cast<T*>(nullptr), dx);
 }
 
 template <int V, typename Index, typename T>
-__global__ void __launch_bounds__(kSplitThreads, kReluMinBlocks<Index>)
+__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
     backward_dx_relu_split(SplitArgs<Index> a, const T* __restrict__ x,
                            const float* __restrict__ gamma, const float* __restrict__ save_mean,
                            const float* __restrict__ save_invstd,
                            const float* __restrict__ dgamma, const float* __restrict__ dbeta,
                            const T* __restrict__ dy, const T* __restrict__ y,
                            T* __restrict__ dx) {
-  dx_slice<true, V>(a, x, gamma, save_mean, save_invstd, dgamma, dbeta, dy, y, dx);
+  dx_slice<true, false, V>(a, x, gamma, save_mean, save_invstd, dgamma, dbeta, dy, y,
+                           static_cast<T*>(nullptr), dx);
+}
+template <int V, typename Index, typename T>
+__global__ void __launch_bounds__(kSplitThreads, channel_split::kMinBlocks<Index>)
+    backward_dx_add_relu_split(SplitArgs<Index> a, const T* __restrict__ x,
+                               const float* __restrict__ gamma,
+                               const float* __restrict__ save_mean,
+                               const float* __restrict__ save_invstd,
+                               const float* __restrict__ dgamma, const float* __restrict__ dbeta,
+                               const T* __restrict__ dy, const T* __restrict__ y,
+                               T* __restrict__ dr, T* __restrict__ dx) {
+  dx_slice<true, true, V>(a, x, gamma, save_mean, save_invstd, dgamma, dbeta, dy, y, dr, dx);
 }
 
 namespace {
@@ -340,7 +380,12 @@ void launch_split(const Split& sp, int64_t C, int64_t HW, cudaStream_t stream, P
 template <class T>
 void forward(const batch_norm_rungs::ForwardOf<T>& f, cudaStream_t stream) {
   const int64_t N = f.N, C = f.C, HW = f.HW;
-  const Split sp(N, C, HW, channel_split::aligned16(f.x) && channel_split::aligned16(f.y));
+  if (f.residual != nullptr && !f.relu)
+    throw std::invalid_argument(
+        "cuda::batch_norm_forward_train: rung 2 adds a residual only before a fused ReLU");
+  const Split sp(N, C, HW,
+                 channel_split::aligned16(f.x) && channel_split::aligned16(f.y) &&
+                     (f.residual == nullptr || channel_split::aligned16(f.residual)));
   launch_split(sp, C, HW, stream,
                [](auto v, auto i) {
                  return forward_stats_split<decltype(v)::value, decltype(i), T>;
@@ -349,12 +394,15 @@ void forward(const batch_norm_rungs::ForwardOf<T>& f, cudaStream_t stream) {
   launch(forward_fold<T>, channel_split::fold_blocks(C), dim3(kBlock), 0, stream, C, HW, N * HW, f.x,
          sp.plan.splits, static_cast<const float*>(f.workspace), f.eps, f.momentum,
          f.running_mean, f.running_var, f.save_mean, f.save_invstd);
-  auto normalize = [&](auto pick) {
+  auto normalize = [&](auto pick, auto... residual) {
     launch_split(sp, C, HW, stream, pick, f.x, f.gamma, f.beta,
                  static_cast<const float*>(f.save_mean), static_cast<const float*>(f.save_invstd),
-                 f.y);
+                 residual..., f.y);
   };
-  if (f.relu)
+  if (f.residual != nullptr)
+    normalize([](auto v, auto i) { return forward_normalize_add_relu_split<decltype(v)::value, decltype(i), T>; },
+              f.residual);
+  else if (f.relu)
     normalize([](auto v, auto i) { return forward_normalize_relu_split<decltype(v)::value, decltype(i), T>; });
   else
     normalize([](auto v, auto i) { return forward_normalize_split<decltype(v)::value, decltype(i), T>; });
@@ -364,10 +412,14 @@ template <class T>
 void backward(const batch_norm_rungs::BackwardOf<T>& b, cudaStream_t stream) {
   const int64_t N = b.N, C = b.C, HW = b.HW;
   const bool relu = b.relu_y != nullptr;
+  if (b.dresidual != nullptr && !relu)
+    throw std::invalid_argument(
+        "cuda::batch_norm_backward_train: rung 2 writes a residual's gradient only with ReLU's");
   const Split sp(N, C, HW,
                  channel_split::aligned16(b.x) && channel_split::aligned16(b.dy) &&
                      channel_split::aligned16(b.dx) &&
-                     (!relu || channel_split::aligned16(b.relu_y)));
+                     (!relu || channel_split::aligned16(b.relu_y)) &&
+                     (b.dresidual == nullptr || channel_split::aligned16(b.dresidual)));
   auto sums = [&](auto pick) {
     launch_split(sp, C, HW, stream, pick, b.x, b.save_mean, b.dy, b.relu_y, b.workspace);
   };
@@ -378,12 +430,15 @@ void backward(const batch_norm_rungs::BackwardOf<T>& b, cudaStream_t stream) {
   launch(backward_fold, channel_split::fold_blocks(C), dim3(kBlock), 0, stream, C,
          sp.plan.splits, static_cast<const float*>(b.workspace), b.save_invstd, b.dgamma,
          b.dbeta);
-  auto dx = [&](auto pick) {
+  auto dx = [&](auto pick, auto... dresidual) {
     launch_split(sp, C, HW, stream, pick, b.x, b.gamma, b.save_mean, b.save_invstd,
                  static_cast<const float*>(b.dgamma), static_cast<const float*>(b.dbeta), b.dy,
-                 b.relu_y, b.dx);
+                 b.relu_y, dresidual..., b.dx);
   };
-  if (relu)
+  if (b.dresidual != nullptr)
+    dx([](auto v, auto i) { return backward_dx_add_relu_split<decltype(v)::value, decltype(i), T>; },
+       b.dresidual);
+  else if (relu)
     dx([](auto v, auto i) { return backward_dx_relu_split<decltype(v)::value, decltype(i), T>; });
   else
     dx([](auto v, auto i) { return backward_dx_split<decltype(v)::value, decltype(i), T>; });

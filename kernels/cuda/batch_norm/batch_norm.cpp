@@ -59,7 +59,7 @@ void batch_norm_forward_train(int number, int64_t N, int64_t C, int64_t HW, cons
                               const float* gamma, const float* beta, float eps, float momentum,
                               float* running_mean, float* running_var, float* save_mean,
                               float* save_invstd, T* y, float* workspace, cudaStream_t stream,
-                              bool relu) {
+                              bool relu, const T* residual) {
   const char* who = "batch_norm_forward_train";
   const batch_norm_rungs::Rung& rung = checked_rung(number, who);
   batch_norm_rungs::check_sizes(N, C, HW, who);
@@ -68,7 +68,7 @@ void batch_norm_forward_train(int number, int64_t N, int64_t C, int64_t HW, cons
   const batch_norm_rungs::ForwardOf<T> f{N,           C,           HW,        x,
                                           gamma,       beta,        eps,       momentum,
                                           running_mean, running_var, save_mean, save_invstd,
-                                          y,           workspace,   relu};
+                                          y,           workspace,   relu,     residual};
   if constexpr (std::is_same_v<T, bfloat16>)
     launcher_or_throw<T>(rung.forward_bf16, number, who)(f, stream);
   else
@@ -80,14 +80,14 @@ void batch_norm_backward_train(int number, int64_t N, int64_t C, int64_t HW, con
                                const float* gamma, const float* save_mean,
                                const float* save_invstd, const T* dy, T* dx, float* dgamma,
                                float* dbeta, float* workspace, cudaStream_t stream,
-                               const T* relu_y) {
+                               const T* relu_y, T* dresidual) {
   const char* who = "batch_norm_backward_train";
   const batch_norm_rungs::Rung& rung = checked_rung(number, who);
   batch_norm_rungs::check_sizes(N, C, HW, who);
   if (C == 0) return;
   require_workspace(rung, N, C, HW, workspace, number, who);
   const batch_norm_rungs::BackwardOf<T> b{N,  C,  HW,     x,      gamma,  save_mean, save_invstd,
-                                           dy, dx, dgamma, dbeta, workspace, relu_y};
+                                           dy, dx, dgamma, dbeta, workspace, relu_y, dresidual};
   if constexpr (std::is_same_v<T, bfloat16>)
     launcher_or_throw<T>(rung.backward_bf16, number, who)(b, stream);
   else
@@ -98,11 +98,11 @@ void batch_norm_backward_train(int number, int64_t N, int64_t C, int64_t HW, con
   template void batch_norm_forward_train<T>(int, int64_t, int64_t, int64_t, const T*,          \
                                             const float*, const float*, float, float, float*,   \
                                             float*, float*, float*, T*, float*, cudaStream_t,   \
-                                            bool);                                              \
+                                            bool, const T*);                                    \
   template void batch_norm_backward_train<T>(int, int64_t, int64_t, int64_t, const T*,         \
                                              const float*, const float*, const float*, const T*, \
                                              T*, float*, float*, float*, cudaStream_t,          \
-                                             const T*);
+                                             const T*, T*);
 ANVIL_BATCH_NORM(float)
 ANVIL_BATCH_NORM(bfloat16)
 #undef ANVIL_BATCH_NORM
@@ -114,7 +114,8 @@ void CudaBackend::batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
                                            const Tensor& beta, float eps, float momentum,
                                            const Tensor& running_mean, const Tensor& running_var,
                                            const Tensor& save_mean, const Tensor& save_invstd,
-                                           const Tensor& y, bool relu) {
+                                           const Tensor& y, bool relu,
+                                           const Tensor& residual) {
   activate();
   auto [N, C, HW] = nchw_view(x);
   Tensor ws = workspace(batch_norm_workspace_floats(kBestBatchNorm, N, C, HW));
@@ -123,7 +124,8 @@ void CudaBackend::batch_norm_forward_train(const Tensor& x, const Tensor& gamma,
     cuda::batch_norm_forward_train(kBestBatchNorm, N, C, HW, x.data<T>(), floats(gamma),
                                    floats(beta), eps, momentum, floats(running_mean),
                                    floats(running_var), floats(save_mean), floats(save_invstd),
-                                   y.data<T>(), floats(ws), stream_, relu);
+                                   y.data<T>(), floats(ws), stream_, relu,
+                                   residual.defined() ? residual.data<T>() : nullptr);
   });
 }
 void CudaBackend::batch_norm_forward_eval(const Tensor& x, const Tensor& gamma,
@@ -143,7 +145,7 @@ void CudaBackend::batch_norm_backward_train(const Tensor& x, const Tensor& gamma
                                             const Tensor& save_mean, const Tensor& save_invstd,
                                             const Tensor& dy, const Tensor& relu_y,
                                             const Tensor& dx, const Tensor& dgamma,
-                                            const Tensor& dbeta) {
+                                            const Tensor& dbeta, const Tensor& dresidual) {
   activate();
   auto [N, C, HW] = nchw_view(x);
   Tensor ws = workspace(batch_norm_workspace_floats(kBestBatchNorm, N, C, HW));
@@ -152,7 +154,8 @@ void CudaBackend::batch_norm_backward_train(const Tensor& x, const Tensor& gamma
     cuda::batch_norm_backward_train(kBestBatchNorm, N, C, HW, x.data<T>(), floats(gamma),
                                     floats(save_mean), floats(save_invstd), dy.data<T>(),
                                     dx.data<T>(), floats(dgamma), floats(dbeta), floats(ws),
-                                    stream_, relu_y.defined() ? relu_y.data<T>() : nullptr);
+                                    stream_, relu_y.defined() ? relu_y.data<T>() : nullptr,
+                                    dresidual.defined() ? dresidual.data<T>() : nullptr);
   });
 }
 

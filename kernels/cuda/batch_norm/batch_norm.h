@@ -34,13 +34,14 @@ constexpr int kBestBatchNorm = 2;
 size_t batch_norm_workspace_floats(int rung, int64_t N, int64_t C, int64_t HW);
 // T = float or bfloat16 (rung 02 and eval only; rung 01 refuses bfloat16).
 // relu: y = ReLU of the normalised x in the same pass (BatchNorm and ReLU
-// fused; rung 02 and eval only).
+// fused; rung 02 and eval only); residual, when not null (with relu, rung
+// 02): y = relu(bn(x) + residual), each rounded to T as the separate ops.
 template <class T>
 void batch_norm_forward_train(int rung, int64_t N, int64_t C, int64_t HW, const T* x,
                               const float* gamma, const float* beta, float eps, float momentum,
                               float* running_mean, float* running_var, float* save_mean,
                               float* save_invstd, T* y, float* workspace, cudaStream_t stream,
-                              bool relu = false);
+                              bool relu = false, const T* residual = nullptr);
 template <class T>
 void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const float* gamma,
                              const float* beta, const float* running_mean,
@@ -48,13 +49,14 @@ void batch_norm_forward_eval(int64_t N, int64_t C, int64_t HW, const T* x, const
                              bool relu = false);
 // relu_y, when not null, is the output of the forward with relu: the
 // gradient is ReLU's backward of dy, taken as dy is loaded (BatchNorm's and
-// ReLU's backward fused; rung 02 only).
+// ReLU's backward fused; rung 02 only); dresidual, when not null (with
+// relu_y), receives it.
 template <class T>
 void batch_norm_backward_train(int rung, int64_t N, int64_t C, int64_t HW, const T* x,
                                const float* gamma, const float* save_mean,
                                const float* save_invstd, const T* dy, T* dx, float* dgamma,
                                float* dbeta, float* workspace, cudaStream_t stream,
-                               const T* relu_y = nullptr);
+                               const T* relu_y = nullptr, T* dresidual = nullptr);
 
 // The training rungs' launchers (sizes checked, C > 0).
 namespace batch_norm_rungs {
@@ -68,6 +70,7 @@ struct ForwardOf {
   T* y;
   float* workspace;
   bool relu = false;
+  const T* residual = nullptr;  // added before ReLU (rung 02)
 };
 template <class T>
 struct BackwardOf {
@@ -78,6 +81,7 @@ struct BackwardOf {
   T* dx;
   float *dgamma, *dbeta, *workspace;
   const T* relu_y = nullptr;
+  T* dresidual = nullptr;  // the masked gradient, where wanted (rung 02)
 };
 using Forward = ForwardOf<float>;
 using Backward = BackwardOf<float>;

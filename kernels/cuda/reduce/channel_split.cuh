@@ -138,11 +138,12 @@ struct Slice {
   }
 };
 
-// Calls body(off, live) for the thread's units of the slice, kUnroll<V> at
-// a time: off[k] is the float offset of the k-th unit, live[k] whether it is
-// inside the slice. The body loads all live units first, then uses them.
-// The walk needs no division after its start.
-template <int V, typename Index, typename Body>
+// Calls body(off, live) for the thread's units of the slice, G (default
+// kUnroll<V>) at a time, in the thread's order whatever G: off[k] is the
+// float offset of the k-th unit, live[k] whether it is inside the slice. The
+// body loads all live units first, then uses them. The walk needs no
+// division after its start.
+template <int V, int G = kUnroll<V>, typename Index, typename Body>
 __device__ __forceinline__ void for_each_unit_group(const SplitArgs<Index>& a,
                                                     const Slice<Index>& sl, Body body) {
   if (sl.begin >= sl.end) return;
@@ -151,10 +152,10 @@ __device__ __forceinline__ void for_each_unit_group(const SplitArgs<Index>& a,
   Index r = q - n * a.R;
   Index off = n * a.C * a.HW + sl.c * a.HW + r * V;
   while (q < sl.end) {
-    Index offs[kUnroll<V>];
-    bool live[kUnroll<V>];
+    Index offs[G];
+    bool live[G];
 #pragma unroll
-    for (int k = 0; k < kUnroll<V>; ++k) {
+    for (int k = 0; k < G; ++k) {
       live[k] = q < sl.end;
       offs[k] = off;
       q += kThreads;
@@ -205,11 +206,11 @@ __device__ __forceinline__ Unit<V> load_unit(const bfloat16* __restrict__ p) {
 }
 // The group's units of p, all loaded before any is used (several loads in
 // flight per thread); units outside the slice are zeros. T: float or bfloat16.
-template <int V, typename Index, typename T>
-__device__ __forceinline__ void load_group(Unit<V> (&u)[kUnroll<V>], const T* __restrict__ p,
+template <int V, int G, typename Index, typename T>
+__device__ __forceinline__ void load_group(Unit<V> (&u)[G], const T* __restrict__ p,
                                            const Index* off, const bool* live) {
 #pragma unroll
-  for (int k = 0; k < kUnroll<V>; ++k) u[k] = live[k] ? load_unit<V>(p + off[k]) : Unit<V>{};
+  for (int k = 0; k < G; ++k) u[k] = live[k] ? load_unit<V>(p + off[k]) : Unit<V>{};
 }
 template <int V>
 __device__ __forceinline__ void store_unit(float* __restrict__ p, const Unit<V>& u) {
