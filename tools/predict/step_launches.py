@@ -264,22 +264,29 @@ class Step:
         self.add("shipped", RED + "channel_sum_fold", 0, F * (c * s + c), blocks=math.ceil(c / 8))
         self.add("baseline", before, 0, F * (outer * c * inner + c), row=split, blocks=c)
 
-    def batch_norm(self, n, c, hw, relu=False):
+    def batch_norm(self, n, c, hw, relu=False, residual=False):
         """relu: the ReLU after it fused into the normalise pass
         (forward_normalize_relu_split), and its backward into the backward's
         two passes (backward_sums_relu_split, backward_dx_relu_split), which
         read the forward's y beside dy and x and mask dy as they load it (the
-        masked gradient never written); the baseline ran ReLU apart."""
+        masked gradient never written); the baseline ran ReLU apart.
+        residual (with relu): a residual block's end, relu(bn(x) + r)
+        (batch_norm_add_relu): the normalise pass also reads the shortcut r
+        (forward_normalize_add_relu_split), and the dx pass also writes the
+        masked gradient as r's (backward_dx_add_relu_split); the baseline ran
+        the add and ReLU apart."""
         v, s, x = (4 if hw % 4 == 0 else 1), split_count(c, n * hw), n * c * hw
         e = self.e  # x, y, dy, dx: bfloat16 under amp; statistics and parameters float32
         y = x if relu else 0  # the fused backward's read of the forward's y, in each pass
+        r = x if residual else 0  # the forward's read of the shortcut, the dx pass's write of its gradient
         for d, passes, before, fold_c, split_bytes, before_bytes in (
-                ("forward", ("stats", "normalize"), "forward_train_kernel", 8, (x, 2 * x + 4 * c), 2 * x + 6 * c),
-                ("backward", ("sums", "dx"), "backward_train_kernel", 4, (2 * x + y, 3 * x + y + 4 * c),
+                ("forward", ("stats", "normalize"), "forward_train_kernel", 8, (x, 2 * x + r + 4 * c),
+                 2 * x + 6 * c),
+                ("backward", ("sums", "dx"), "backward_train_kernel", 4, (2 * x + y, 3 * x + y + r + 4 * c),
                  3 * x + 6 * c)):
             tag = "_relu" if relu else ""
             first = f"{BN}{d}_{passes[0]}{tag if d == 'backward' else ''}_split<{v},int>"
-            second = f"{BN}{d}_{passes[1]}{tag}_split<{v},int>"
+            second = f"{BN}{d}_{passes[1]}{'_add' if residual else ''}{tag}_split<{v},int>"
             fold = f"{BN}{d}_fold"
             if self.amp:
                 xs = split_bytes[0] // x, (split_bytes[1] - 4 * c) // x
@@ -295,11 +302,14 @@ class Step:
                      F * (3 * c * s + fold_c * c), row=fold, blocks=math.ceil(c / 8))
             self.add("shipped", self.native(second), 0, F * split_bytes[1], row=second, blocks=c * s)
             self.add("baseline", BN + before, 0, F * before_bytes, row=first, blocks=c)
-        if relu:  # the baseline's ReLU passes, on the rows of the fused passes
-            self.add("baseline", EW + "relu_forward_kernel", 0, F * 2 * x,
-                     row=f"{BN}forward_normalize_relu_split<{v},int>")
-            self.add("baseline", EW + "relu_backward_kernel", 0, F * 3 * x,
-                     row=f"{BN}backward_dx_relu_split<{v},int>")
+        if relu:  # the baseline's add and ReLU passes, on the rows of the fused passes
+            add = "_add" if residual else ""
+            normalize, dx = (f"{BN}forward_normalize{add}_relu_split<{v},int>",
+                             f"{BN}backward_dx{add}_relu_split<{v},int>")
+            if residual:
+                self.add("baseline", EW + "add_kernel", 0, F * 3 * x, row=normalize)
+            self.add("baseline", EW + "relu_forward_kernel", 0, F * 2 * x, row=normalize)
+            self.add("baseline", EW + "relu_backward_kernel", 0, F * 3 * x, row=dx)
         self.add("both", EW + "add_scalar_kernel", 0, 16)  # num_batches_tracked += 1
 
 
@@ -604,21 +614,21 @@ def build_one(model, batch, step):
             params += [(s["K"] * s["C"] * s["R"] ** 2, True), (s["K"], False)]
             stages[s["name"].split()[1]].append(s)
             if "shortcut" not in s["name"]:
-                # A block's first conv (and the stem): BatchNorm and its ReLU fused, forward
-                # and backward (nn/layers.cpp, Residual and Sequential; core/ops_nn.cpp's
-                # batch_norm_op); the second's ReLU follows the add, a pass of its own.
+                # BatchNorm and the ReLU after it fused, forward and backward (nn/layers.cpp,
+                # Residual and Sequential; core/ops_nn.cpp's batch_norm_op): a block's first
+                # conv (and the stem) by batch_norm_relu, its second by batch_norm_add_relu,
+                # the shortcut added in the same passes (no add, no ReLU of its own).
                 stage = s["name"].split()[1]
                 first_of_block = stage == "stem" or sum("shortcut" not in t["name"] for t in stages[stage]) % 2 == 1
-                step.batch_norm(s["N"], s["K"], s["P"] ** 2, relu=first_of_block)
-                if not first_of_block:
-                    elementwise(step, relu=[s["N"] * s["K"] * s["P"] ** 2])
+                step.batch_norm(s["N"], s["K"], s["P"] ** 2, relu=True, residual=not first_of_block)
                 params += [(s["K"], False), (s["K"], False)]
         for name, convs in stages.items():  # two residuals a stage, after the stem
             if name == "stem":
                 continue
-            first, last = convs[0], [s for s in convs if "shortcut" not in s["name"]][-1]
-            x_in, y_out = batch * first["C"] * first["H"] ** 2, batch * last["K"] * last["P"] ** 2
-            elementwise(step, adds=[y_out, y_out, x_in, y_out])  # forward, backward
+            first = convs[0]
+            y_in = batch * first["K"] * first["P"] ** 2  # the second block's input, the first's output
+            # backward: the gradient sums where a block's input forks (conv1 and the shortcut)
+            elementwise(step, adds=[batch * first["C"] * first["H"] ** 2, y_in])
         top = resnet[-1]
         elementwise(step, pool=[(batch * top["K"] * top["P"] ** 2, batch * top["K"])], float_pool=True)
         linear(step, batch, top["K"], CLASSES, float_input=True)

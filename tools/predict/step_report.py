@@ -32,7 +32,9 @@ WHY = [("warp_tiled", "conv 3's 64x64 implicit GEMM, unsplit -> conv 5 (conv 4's
        ("sgd_multi_tensor", "one launch per parameter tensor -> every parameter in one launch "
                             "(multi-tensor apply, a block per 4096 elements of a tensor)"),
        ("_split", "BatchNorm 1: one block per channel, one kernel a direction (its whole cost on the "
-                  "stats / sums row) -> rung 2: C x S slices, stats|sums, fold, normalise|dx")]
+                  "stats / sums row) -> rung 2: C x S slices, stats|sums, fold, normalise|dx; the ReLU after "
+                  "it, and a residual block's add before that, in the normalise and dx passes (the "
+                  "baseline's relu_*_kernel and add_kernel on their rows)")]
 
 
 def pair(b, a, fmt):
