@@ -224,11 +224,6 @@ int check_layout(const Options& o, int ranks) {
         "--micro-batches; give --micro-batches {} (the same step as --accumulate {} without "
         "a pipeline)",
         o.accumulate, n, o.accumulate, o.accumulate));
-  if (o.sync_bn)
-    throw UsageError(fmt::format(
-        "--sync-bn with --pipeline-parallel {}: not supported (each stage's BatchNorm "
-        "normalises each micro-batch with its own statistics)",
-        n));
   if (o.bn_recalibrate > 0)
     throw UsageError(fmt::format(
         "--bn-recalibrate {} with --pipeline-parallel {}: not supported (the re-estimation runs "
@@ -266,12 +261,24 @@ void check_sync_bn(const Options& o, nn::Module& model, int64_t examples, int ra
   for (nn::Module* m : model.modules()) has_bn = has_bn || dynamic_cast<nn::BatchNorm2d*>(m);
   if (!has_bn)
     throw UsageError(fmt::format("--sync-bn: model {} has no BatchNorm layers", o.model));
+  // SyncBN normalises each micro-batch over the ranks (each rank's k-th
+  // together): every rank's every micro-batch needs an image, the smallest
+  // share of each batch (rows / ranks, data::shard_rows) one per part. One
+  // replica syncs nothing, and skips empty micro-batches as without it.
+  if (ranks == 1) return;
+  const int64_t parts = std::max(o.accumulate, o.micro_batches);
+  const std::string cut =
+      parts > 1 ? fmt::format(", cut into {} micro-batches ({}),", parts,
+                              o.micro_batches > 1 ? "--micro-batches" : "--accumulate")
+                : "";
   const int64_t last = examples % o.batch_size;
-  if (last > 0 && last < ranks)
-    throw UsageError(fmt::format(
-        "--sync-bn: the last batch of each epoch has {} image(s) for {} ranks, so a rank would "
-        "have none; change --batch-size or --limit-train",
-        last, ranks));
+  for (const auto& [rows, which] : {std::pair{o.batch_size, "each batch"},
+                                    std::pair{last, "the last batch of each epoch"}})
+    if (rows > 0 && rows / ranks < parts)
+      throw UsageError(fmt::format(
+          "--sync-bn: {} has {} image(s) for {} ranks{} so a rank would have a micro-batch "
+          "without any; change --batch-size or --limit-train{}",
+          which, rows, ranks, cut.empty() ? "," : cut, parts > 1 ? " or the micro-batches" : ""));
 }
 
 void check_bn_recalibrate(const Options& o, nn::Module& model) {

@@ -24,12 +24,12 @@ void check_files(const Options& o);
 void check_ranks(const Options& o, int ranks);
 // The layout of --pipeline-parallel P and --tensor-parallel T over `ranks`
 // ranks: a multiple of P × T, none of the flags a pipeline does not take
-// (--accumulate: give --micro-batches; --sync-bn, --bn-recalibrate), a model
+// (--accumulate: give --micro-batches; --bn-recalibrate), a model
 // with a plan of its split layers for T > 1; --micro-batches only with a
 // pipeline. Returns the data-parallel replicas (ranks / (P × T)).
 int check_layout(const Options& o, int ranks);
-// --sync-bn needs BatchNorm layers, replicas, and a part of every batch for
-// every rank (the last batch too).
+// --sync-bn needs BatchNorm layers, replicas, and a part of every
+// micro-batch of every batch (the last batch too) for every rank.
 void check_sync_bn(const Options& o, nn::Module& model, int64_t examples, int ranks);
 // The flags that only data-parallel runs (--gpus, --devices, --distributed)
 // take: --sync-bn, and --grad-dtype other than float32.

@@ -16,6 +16,7 @@
 #include "core/ops.h"
 #include "core/profile.h"
 #include "data/device_prefetcher.h"
+#include "data/shard.h"
 #include "nn/layers.h"
 #include "nn/safetensors.h"
 
@@ -108,11 +109,17 @@ StepResult forward_backward(nn::Module& model, const Tensor& x, const Tensor& y,
   return s;
 }
 
-std::vector<MicroBatch> micro_batches(int64_t rows, int64_t parts, int64_t global_rows) {
+std::vector<MicroBatch> micro_batches(int64_t rows, int64_t parts, int64_t global_rows,
+                                      int ranks) {
+  auto cut = [parts](int64_t n, int64_t k) { return n * k / parts; };
   std::vector<MicroBatch> out;
   for (int64_t k = 0; k < parts; ++k) {
-    MicroBatch m{.begin = rows * k / parts, .end = rows * (k + 1) / parts};
+    MicroBatch m{.begin = cut(rows, k), .end = cut(rows, k + 1)};
     m.share = double(m.rows()) / double(global_rows);
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t shard = ranks == 1 ? rows : data::shard_rows(global_rows, ranks, r);
+      m.global_rows += cut(shard, k + 1) - cut(shard, k);
+    }
     out.push_back(m);
   }
   return out;
@@ -180,7 +187,8 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
       // than the rank count), and so may a micro-batch: it then adds nothing
       // but still takes part in the sum. Each backpropagates its share of
       // the whole batch's mean loss, so the summed gradients are the batch's.
-      const std::vector<MicroBatch> micro = micro_batches(batch.size, parts, batch.global_size);
+      const std::vector<MicroBatch> micro =
+          micro_batches(batch.size, parts, batch.global_size, loader.shard_count());
       auto part = [&](const Tensor& t, const MicroBatch& m) {
         return parts > 1 ? t.narrow(m.begin, m.rows()) : t;
       };
@@ -193,7 +201,7 @@ EpochStats train_epoch(nn::Module& model, optim::SGD& optimizer, data::DataLoade
         for (int64_t k = 0; k < parts; ++k) {
           const MicroBatch& m = micro[size_t(k)];
           if (parts > 1) replicas.set_no_sync(k + 1 < parts);  // reduce after the last one
-          replicas.begin_step(m.rows(), batch.global_size);
+          replicas.begin_step(m.rows(), m.global_rows);
           if (m.rows() > 0) {
             const Tensor ys = part(y, m);
             const StepResult s =

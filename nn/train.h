@@ -44,11 +44,17 @@ using Progress = std::function<void(const EpochProgress&)>;
 class Replicas {
  public:
   virtual ~Replicas() = default;
-  // Before this rank's forward: its examples in the step's batch and the
-  // whole batch's. train_epoch then backpropagates this rank's share of the
-  // batch's mean loss (its mean loss times examples / global_examples), so
-  // that the gradients summed over the ranks are the whole batch's mean.
+  // Before this rank's forward of a micro-batch (the whole batch without
+  // accumulation): its examples in it, and that micro-batch's summed over
+  // the ranks, which SyncBN's statistics divide by (each rank's k-th
+  // micro-batch together are one batch to BatchNorm). train_epoch
+  // backpropagates this rank's share of the batch's mean loss
+  // (MicroBatch::share), so that the gradients summed over the ranks and
+  // micro-batches are the whole batch's mean.
   virtual void begin_step(int64_t examples, int64_t global_examples) = 0;
+  // The same counts before a forward that runs apart from its step: a
+  // pipeline stage's forwards come before their backwards' begin_step.
+  virtual void begin_forward(int64_t /*examples*/, int64_t /*global_examples*/) {}
   // After backward, before the optimizer's step: every rank's .grad holds
   // the sum over the ranks (the same everywhere), and every buffer (BatchNorm's
   // running statistics) rank 0's.
@@ -144,16 +150,20 @@ StepResult forward_loss(nn::Module& model, const Tensor& x, const Tensor& y,
                         double label_smoothing = 0.0);
 void backward_loss(const StepResult& step, double share = 1.0);
 
-// One micro-batch of a step: rows [begin, end) of this rank's batch, and
-// its share of the whole (global) batch's mean loss, (end - begin) / global.
+// One micro-batch of a step: rows [begin, end) of this rank's batch, its
+// share of the whole (global) batch's mean loss, (end - begin) / global,
+// and global_rows: the rows of every rank's micro-batch of this index.
 struct MicroBatch {
   int64_t begin = 0, end = 0;
   double share = 0;
+  int64_t global_rows = 0;
   int64_t rows() const { return end - begin; }
 };
-// A batch of `rows` (this rank's share of `global_rows`) cut into `parts`
-// micro-batches as evenly as possible, in order; some may be empty.
-std::vector<MicroBatch> micro_batches(int64_t rows, int64_t parts, int64_t global_rows);
+// A batch of `rows` (this rank's share of `global_rows`, shared among
+// `ranks` as data::shard_rows shares it) cut into `parts` micro-batches as
+// evenly as possible, in order, as every rank cuts its own; some may be empty.
+std::vector<MicroBatch> micro_batches(int64_t rows, int64_t parts, int64_t global_rows,
+                                      int ranks = 1);
 
 // Pipeline-parallel training's part in train_epoch and evaluate: the model
 // cut into stages of consecutive layers, one per rank of a pipeline group,
@@ -169,9 +179,9 @@ class Stages {
   // in the stages' schedule, each micro-batch backpropagating its share of
   // the loss, so that .grad holds this stage's gradients summed over them
   // (the same as train_epoch's accumulation on one device). `replicas` gets
-  // begin_step .. after_backward around each micro-batch's backward, synced
-  // on the last one only. `done` gets each micro-batch's result and labels,
-  // on the last stage.
+  // begin_forward before each micro-batch's forward, and begin_step ..
+  // after_backward around its backward, synced on the last one only. `done`
+  // gets each micro-batch's result and labels, on the last stage.
   // global_rows: the whole batch's, every replica's part together.
   virtual void train_step(const Tensor& x, const Tensor& y, const std::vector<MicroBatch>& parts,
                           int64_t global_rows, double label_smoothing, Replicas& replicas,

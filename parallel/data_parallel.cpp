@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string_view>
 
@@ -152,15 +153,18 @@ DataParallel::~DataParallel() {
 }
 
 Tensor DataParallel::forward(nn::BatchNorm2d& bn, const Tensor& x) {
-  if (!in_step_ || comm_.size() == 1) return Tensor();  // evaluation, recalibration: this rank's batch alone
+  if (!bn_open_ || comm_.size() == 1) return Tensor();  // evaluation, recalibration: this rank's batch alone
   if (x.size(0) == 0)
     throw std::invalid_argument(fmt::format(
-        "DataParallel: rank {} has no example of this batch of {}: with sync_batch_norm every "
-        "rank needs part of every batch (a smaller last batch, or a larger global batch)",
-        comm_.rank(), step_global_examples_));
+        "DataParallel: rank {} has no example of this micro-batch of {}: with sync_batch_norm "
+        "every rank needs part of every micro-batch (a smaller last batch, or a larger global "
+        "batch)",
+        comm_.rank(), bn_global_));
   const int64_t per_example = x.numel() / x.size(0) / x.size(1);  // H * W
+  const int64_t layer = std::find(synced_.begin(), synced_.end(), &bn) - synced_.begin();
+  const uint64_t fingerprint = fingerprint_of(fingerprint_of(0, layer), int64_t(bn_forwards_));
   return sync_batch_norm(comm_, x, bn.weight, bn.bias, bn.running_mean, bn.running_var,
-                         bn.momentum, bn.eps, step_global_examples_ * per_example);
+                         bn.momentum, bn.eps, bn_global_ * per_example, fingerprint);
 }
 
 void DataParallel::check_grad_dtype() {
@@ -224,9 +228,14 @@ void DataParallel::broadcast_state(optim::SGD* optimizer) {
   parallel::broadcast_state(comm_, model_, optimizer, broadcast_algorithm());
 }
 
+void DataParallel::begin_forward(int64_t, int64_t global_examples) {
+  bn_global_ = global_examples;
+  bn_open_ = true;
+  ++bn_forwards_;
+}
+
 void DataParallel::begin_step(int64_t examples, int64_t global_examples) {
-  step_examples_ = examples;
-  step_global_examples_ = global_examples;
+  begin_forward(examples, global_examples);
   in_step_ = true;
   reduce_step_ = sync_;  // inside no_sync(): gradients only accumulate
   next_bucket_ = 0;
@@ -286,6 +295,7 @@ void DataParallel::launch(Bucket& b) {
 }
 
 void DataParallel::after_backward() {
+  bn_open_ = false;
   if (comm_.size() == 1 || !reduce_step_) {  // one rank, or inside no_sync()
     in_step_ = false;
     return;

@@ -129,11 +129,16 @@ class DataParallel final : public train::Replicas, public nn::BatchNormSync {
 
   // train::Replicas
   void begin_step(int64_t examples, int64_t global_examples) override;
+  void begin_forward(int64_t examples, int64_t global_examples) override;
   void after_backward() override;
   void set_no_sync(bool no_sync) override { sync_ = !no_sync; }
   void sum_totals(const Tensor& loss_sum, const Tensor& correct, int64_t& examples) override;
   bool capturable() const override { return comm_.size() == 1; }  // one rank does nothing
-  // nn::BatchNormSync (with sync_batch_norm): inside a training step.
+  // nn::BatchNormSync (with sync_batch_norm): after begin_step or
+  // begin_forward, until after_backward, over that micro-batch's global
+  // count. Its collectives' fingerprints name the layer and the forward (the
+  // how-many-th begin_step or begin_forward of the run), so that ranks that
+  // would pair different layers or micro-batches are refused at once.
   Tensor forward(nn::BatchNorm2d& bn, const Tensor& x) override;
 
  private:
@@ -153,8 +158,13 @@ class DataParallel final : public train::Replicas, public nn::BatchNormSync {
   std::vector<size_t> bucket_of_;  // parameter -> bucket
   size_t next_bucket_ = 0;         // buckets [0, next_bucket_) started in this step
   std::vector<bool> final_;        // parameter -> its gradient came in this step
-  int64_t step_examples_ = 0, step_global_examples_ = 0;
   bool in_step_ = false;  // between begin_step and after_backward
+  // SyncBN's forward: the global count of the micro-batch it normalises,
+  // from begin_step or begin_forward until after_backward, and how many
+  // forwards were opened so far.
+  int64_t bn_global_ = 0;
+  bool bn_open_ = false;
+  uint64_t bn_forwards_ = 0;
   bool sync_ = true;          // false inside no_sync()
   bool reduce_step_ = false;  // this step's gradients are reduced (sync_ at begin_step)
   std::vector<nn::BatchNorm2d*> synced_;

@@ -120,12 +120,17 @@ void Pipeline::train_step(const Tensor& x, const Tensor& y,
   auto grad_buffer = [&](size_t k) {
     return last() ? Tensor() : Tensor::empty(work[k].output.shape(), work[k].output.dtype(), device_);
   };
-  // Each backward is one of the data-parallel replicas' steps, which reduce
-  // their gradients after the last.
+  // Each forward tells the replicas its micro-batch's counts (SyncBN's);
+  // each backward is one of their steps, which reduce their gradients
+  // after the last.
+  auto forward = [&](size_t k) {
+    replicas.begin_forward(work[k].part.rows(), work[k].part.global_rows);
+    return run_forward(work[k]);
+  };
   size_t backwards = 0;
   auto backward = [&](size_t k, const Tensor& grad_out) {
     replicas.set_no_sync(backwards + 1 < m);
-    replicas.begin_step(work[k].part.rows(), global_rows);
+    replicas.begin_step(work[k].part.rows(), work[k].part.global_rows);
     Tensor grad_in = run_backward(work[k], grad_out);
     replicas.after_backward();
     ++backwards;
@@ -140,7 +145,7 @@ void Pipeline::train_step(const Tensor& x, const Tensor& y,
     for (size_t k = 0; k < m; ++k) {
       take_input(k);
       if (!first()) comm_.recv(work[k].input, prev);
-      const Tensor out = run_forward(work[k]);
+      const Tensor out = forward(k);
       if (!last()) send(out, next);
     }
     for (size_t k = 0; k < m; ++k) {
@@ -159,7 +164,7 @@ void Pipeline::train_step(const Tensor& x, const Tensor& y,
     for (size_t k = 0; k < warmup; ++k) {
       take_input(k);
       if (!first()) comm_.recv(work[k].input, prev);
-      send(run_forward(work[k]), next);  // warm-up: never on the last stage
+      send(forward(k), next);  // warm-up: never on the last stage
     }
     if (steady > 0) {
       take_input(warmup);
@@ -167,7 +172,7 @@ void Pipeline::train_step(const Tensor& x, const Tensor& y,
     }
     for (size_t i = 0; i < steady; ++i) {
       const size_t f = warmup + i, b = i;
-      const Tensor out = run_forward(work[f]);
+      const Tensor out = forward(f);
       Tensor grad_out = grad_buffer(b);
       if (!last()) {
         comm_.sendrecv(out, next, grad_out, next);

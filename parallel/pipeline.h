@@ -15,8 +15,9 @@
 //
 // A step is the same step as one device's with accumulate = M: each
 // micro-batch goes through every layer once, BatchNorm normalising it with
-// its own statistics, and each stage's gradients add up over the
-// micro-batches in their order. The schedules:
+// its own statistics (with SyncBN, those of every replica's micro-batch of
+// its index: Replicas::begin_forward gives the count), and each stage's
+// gradients add up over the micro-batches in their order. The schedules:
 //   gpipe  every micro-batch's forward, then every backward (in the same
 //          order): each stage holds all M micro-batches' activations.
 //   1f1b   PipeDream-flush, as Megatron-LM runs it: stage s does

@@ -20,8 +20,12 @@ namespace anvil::parallel {
 // (momentum, unbiased variance), identical on every rank. The gradients of
 // gamma and beta are this rank's part: the data-parallel all-reduce adds
 // them up with the other parameters'. Every rank calls it at the same point.
+// `fingerprint` says which call this is (a layer of a micro-batch; 0:
+// unsaid): the four all-reduces carry it, each marked with its place, so
+// that ranks whose calls would pair with another layer's or another
+// micro-batch's of the same shape are refused at the agreement.
 Tensor sync_batch_norm(Communicator& comm, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                        const Tensor& running_mean, const Tensor& running_var, double momentum,
-                       double eps, int64_t count);
+                       double eps, int64_t count, uint64_t fingerprint = 0);
 
 }  // namespace anvil::parallel

@@ -4,7 +4,8 @@
 // prints its cut and what each rank measured; its checkpoint is one
 // whole-model file that resumes on one device, and one device's resumes as a
 // pipeline; 2 replicas of a 2-stage pipeline on 4 ranks end where 2
-// data-parallel ranks with --accumulate do; a pipeline of simulated GPUs
+// data-parallel ranks with --accumulate do, with --sync-bn too (and then
+// within 1e-4 of one device on the same micro-batches); a pipeline of simulated GPUs
 // (--gpus 2) ends where one GPU does. LeNet's linear layers and ResNet-18's
 // residual blocks split over 2 ranks (--tensor-parallel 2) end where one
 // device does, within the data-parallel runs' tolerance (under --amp bf16,
@@ -16,7 +17,11 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -43,6 +48,21 @@ void require_same_run(const TempDir& dir, const std::string& a, const std::strin
 
 std::string outputs(const TempDir& dir, const std::string& tag) {
   return " --save " + dir.file(tag + ".safetensors") + " --metrics " + dir.file(tag + ".jsonl");
+}
+
+// The first order.size() training images and labels of a write_data
+// directory put in `order`: image i of the result is image order[i].
+void reorder_training_set(const std::filesystem::path& dir, const std::vector<size_t>& order) {
+  for (const auto& [name, header, bytes] : {std::tuple{"train-images-idx3-ubyte", 16, 784},
+                                            std::tuple{"train-labels-idx1-ubyte", 8, 1}}) {
+    const std::string path = (dir / name).string();
+    const std::string in = read_file(path);
+    std::string out = in;
+    for (size_t i = 0; i < order.size(); ++i)
+      out.replace(size_t(header) + i * size_t(bytes), size_t(bytes),
+                  in.substr(size_t(header) + order[i] * size_t(bytes), size_t(bytes)));
+    std::ofstream(path, std::ios::binary) << out;
+  }
 }
 
 // One process on the CPU with the MPI ranks' thread count: the same sums.
@@ -151,6 +171,54 @@ TEST_CASE("2 replicas of a 2-stage pipeline on 4 MPI ranks save what 2 data-para
                                      "× pp 2 × tp 1)"));
   REQUIRE_THAT(mesh.output, Contains("  rank 3 (stage 1, replica 1): idle "));
   require_same_run(dir, "mesh", "dp");
+}
+
+// --sync-bn normalises each micro-batch over the data-parallel group: the
+// k-th micro-batches of both replicas together. dp 2 × pp 2 on 4 ranks saves
+// bit for bit what 2 data-parallel ranks with --accumulate save, and both
+// end where one device with --accumulate does on those same batches: ResNet-18,
+// one step of 8 images, each replica's 4 in 2 micro-batches of 2, so the
+// step's micro-batches are images {0, 1, 4, 5} and {2, 3, 6, 7}, which the
+// one-device run reads in that order (no augmentation: its random crops
+// follow an image's place). What differs is rounding: each statistic and
+// each gradient sum over a rank's half, then the halves added, and SyncBN's
+// formula for the backward where one device runs BatchNorm's own kernel.
+// BatchNorm's backward over 4 images cancels most of its terms and the
+// one-step evaluation runs on nearly initial running statistics, which
+// amplify it: measured 1.5e-4 on the weights and 3.5e-4 on the test loss
+// (dp 2 with --sync-bn against one device on the whole batch of 8, without
+// micro-batches: 4.3e-5), so the bound is 1e-3; dividing each micro-batch's
+// statistics by the whole batch's count instead misses by 0.65.
+TEST_CASE("--sync-bn with a pipeline: dp 2 × pp 2 saves what dp 2 with --accumulate saves, and "
+          "both end where one device does on the same micro-batches",
+          "[cli][distributed][pipeline]") {
+  TempDir dir("pipe_sync_bn");
+  write_data(dir.path / "data");
+  write_data(dir.path / "reordered");
+  reorder_training_set(dir.path / "reordered", {0, 1, 4, 5, 2, 3, 6, 7});
+  const std::string common =
+      " --model resnet18 --recipe best --no-augment --epochs 1 --limit-train 8 --limit-test 8 "
+      "--batch-size 8 --no-shuffle --seed 3 --device cpu";
+  const std::string data = " --data-dir " + (dir.path / "data").string();
+  const Run one = shell(one_process() + common + " --accumulate 2 --data-dir " +
+                            (dir.path / "reordered").string() + outputs(dir, "one"),
+                        dir);
+  INFO(one.output);
+  REQUIRE(one.code == 0);
+  const Run dp = shell(mpirun(2) + train_bin() + " --distributed --sync-bn --accumulate 2" +
+                           common + data + outputs(dir, "dp"),
+                       dir);
+  INFO(dp.output);
+  REQUIRE(dp.code == 0);
+  const Run mesh = shell(mpirun(4) + train_bin() +
+                             " --distributed --sync-bn --pipeline-parallel 2 --micro-batches 2" +
+                             common + data + outputs(dir, "mesh"),
+                         dir);
+  INFO(mesh.output);
+  REQUIRE(mesh.code == 0);
+  require_same_run(dir, "mesh", "dp");
+  require_same_weights(dir.file("mesh.safetensors"), dir.file("one.safetensors"), 1e-3);
+  require_same_metrics(dir.file("mesh.jsonl"), dir.file("one.jsonl"), 1e-3);
 }
 
 TEST_CASE("anvil-train --gpus 2 --pipeline-parallel 2 saves what one GPU with --accumulate saves",
@@ -307,8 +375,10 @@ TEST_CASE("flags that cannot make a pipeline or a split get one clear error",
       {one + " --pipeline-parallel 2 --accumulate 2",
        "--accumulate 2 with --pipeline-parallel 2: a pipeline cuts each step into "
        "--micro-batches; give --micro-batches 2"},
-      {one + " --pipeline-parallel 2 --model resnet18 --sync-bn",
-       "--sync-bn with --pipeline-parallel 2: not supported"},
+      {mpirun(2) + train_bin() + " --distributed" + data +
+           " --model resnet18 --sync-bn --batch-size 6 --accumulate 4",
+       "--sync-bn: each batch has 6 image(s) for 2 ranks, cut into 4 micro-batches "
+       "(--accumulate), so a rank would have a micro-batch without any"},
       {one + " --pipeline-parallel 2 --model resnet18 --bn-recalibrate 1",
        "--bn-recalibrate 1 with --pipeline-parallel 2: not supported"},
       {one + " --pipeline-parallel 2",

@@ -1,6 +1,7 @@
 // What PyTorch's DistributedDataParallel users expect of DataParallel beyond
 // the one-device result: a second backward in a step is refused, a
-// parameter no batch reaches keeps no gradient, and no_sync() accumulates.
+// parameter no batch reaches keeps no gradient, no_sync() accumulates, and
+// SyncBN's all-reduces of different micro-batches do not pair.
 // Each scenario runs on one rank's communicator and returns what that rank
 // saw; the checks run on the test's thread: over NCCL on 2 GPUs (threads),
 // over MPI on every rank of the job (2 to 5 processes).
@@ -168,6 +169,45 @@ void check(const Accumulated& s, int rank, int ranks) {
   REQUIRE(s.weight_grad == std::vector<float>(12, float(total_input)));
 }
 
+// ---- SyncBN's all-reduces are fingerprinted ----
+
+// Rank 0 has 2 rows in both micro-batches of a step, rank 1 none in the
+// first, whose forward it skips: its first SyncBN all-reduce, of its
+// second micro-batch, would meet rank 0's of its first (the same layer and
+// shape). The fingerprints (the layer and the forward) stop both there. On
+// GPUs only: over MPI a failed collective fails the job's exit.
+struct Skipped {
+  std::string error;
+};
+
+Skipped skipped_micro_batch(par::Communicator& comm) {
+  anvil::manual_seed(0);
+  const anvil::Device device = comm.device();
+  anvil::nn::BatchNorm2d model(3);
+  model.to(device);
+  par::DataParallel replicas(comm, model, {.sync_batch_norm = true});
+  Skipped s;
+  try {
+    auto scope = replicas.no_sync();
+    for (int64_t k = 0; k < 2; ++k) {
+      const int64_t rows = comm.rank() == 0 || k == 1 ? 2 : 0;
+      replicas.begin_step(rows, k == 0 ? 2 : 4);
+      if (rows > 0) model.forward(Tensor::ones({rows, 3, 2, 2}, DType::Float32, device));
+      replicas.after_backward();
+    }
+    comm.synchronize();
+  } catch (const par::CommError& e) {
+    s.error = e.what();
+  }
+  return s;
+}
+
+void check(const Skipped& s, int rank, int) {
+  INFO("rank " << rank << ": " << s.error);
+  REQUIRE_THAT(s.error, Catch::Contains("ranks disagree on collective #"));
+  REQUIRE_THAT(s.error, Catch::Contains("allreduce #") && Catch::Contains("(fingerprint 0x"));
+}
+
 // Runs `scenario` on 2 GPUs (a thread each) and checks each rank's result.
 template <typename Scenario>
 void on_two_gpus(Scenario scenario) {
@@ -203,6 +243,11 @@ TEST_CASE("nccl: a parameter no rank's batch reaches keeps no gradient and SGD l
 TEST_CASE("nccl: no_sync accumulates micro-batches and the synced step reduces their sum once",
           "[nccl][data_parallel][tsan]") {
   on_two_gpus(accumulated);
+}
+
+TEST_CASE("nccl: SyncBN's all-reduces of different micro-batches are refused at the agreement",
+          "[nccl][data_parallel]") {
+  on_two_gpus(skipped_micro_batch);
 }
 
 TEST_CASE("mpi: a second backward in one data-parallel step is refused and names the parameter",
