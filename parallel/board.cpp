@@ -2,15 +2,22 @@
 // host thread per GPU): a board in shared memory where each rank pins what it
 // is about to do and reads the others'. The k-th exchange of every rank meets
 // the k-th of every other, as messages between processes would; a failure
-// one rank reports ends the others' waits at once, each with PeerFailed.
+// one rank reports ends the others' waits at once, each with PeerFailed. A
+// failure reported on a board reaches the boards split from it (and theirs):
+// a rank that gives up on the world ends the waits of every group too, which
+// would otherwise wait for it (or for a rank that waits for it) until their
+// deadline.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "parallel/transport.h"
 
@@ -32,7 +39,42 @@ struct Board {
   // read, by (a, b), oldest first.
   std::map<std::pair<int, int>, std::deque<PeerCall>> mail;
   std::optional<RankFailure> failure;  // the first failure a rank reported
+  std::vector<std::weak_ptr<Board>> groups;  // the boards split from this one
 };
+
+// `failure` on `board`, unless it has one, and on every board split from it.
+void report(Board& board, const RankFailure& failure) {
+  std::vector<std::shared_ptr<Board>> groups;
+  {
+    std::lock_guard lock(board.mutex);
+    if (!board.failure) board.failure = failure;
+    board.posted.notify_all();
+    for (const std::weak_ptr<Board>& g : board.groups)
+      if (std::shared_ptr<Board> live = g.lock()) groups.push_back(std::move(live));
+  }
+  for (const std::shared_ptr<Board>& g : groups) report(*g, failure);
+}
+
+// The board of `name` in the registry (made by the first rank to ask).
+std::shared_ptr<Board> board_named(const std::string& name, int rank, int size) {
+  static std::mutex registry_mutex;
+  static std::map<std::string, std::weak_ptr<Board>> registry;
+  std::shared_ptr<Board> board;
+  {
+    std::lock_guard lock(registry_mutex);
+    std::erase_if(registry, [](const auto& e) { return e.second.expired(); });
+    board = registry[name].lock();
+    if (!board) {
+      board = std::make_shared<Board>(size);
+      registry[name] = board;
+    }
+  }
+  if (board->size != size)
+    throw CommError(fmt::format("rank {}: creating the communicator: this rank says {} ranks, "
+                                "another said {}",
+                                rank, size, board->size));
+  return board;
+}
 
 class BoardChannel final : public HostChannel {
  public:
@@ -113,14 +155,26 @@ class BoardChannel final : public HostChannel {
     // same boards, one per color.
     const uint64_t k = splits_++;
     if (color < 0) return nullptr;
-    return shared_board(fmt::format("{}/split {} color {}", name_, k, color), rank, size);
+    const std::string name = fmt::format("{}/split {} color {}", name_, k, color);
+    std::shared_ptr<Board> group = board_named(name, rank, size);
+    std::optional<RankFailure> failed;
+    {
+      // Registered (once, by its first rank) under this board's lock, so
+      // that a failure reported here either finds it or is found here.
+      std::lock_guard lock(board_->mutex);
+      std::erase_if(board_->groups, [](const auto& g) { return g.expired(); });
+      if (std::none_of(board_->groups.begin(), board_->groups.end(),
+                       [&](const auto& g) { return g.lock() == group; }))
+        board_->groups.push_back(group);
+      failed = board_->failure;
+    }
+    if (failed) report(*group, *failed);
+    return std::make_shared<BoardChannel>(std::move(group), name, rank);
   }
 
   void report_failure(int rank, const std::string& what) noexcept override {
     try {
-      std::lock_guard lock(board_->mutex);
-      if (!board_->failure) board_->failure = RankFailure{rank, what};
-      board_->posted.notify_all();
+      report(*board_, RankFailure{rank, what});
     } catch (...) {
     }
   }
@@ -144,23 +198,7 @@ class BoardChannel final : public HostChannel {
 }  // namespace
 
 std::shared_ptr<HostChannel> shared_board(const std::string& name, int rank, int size) {
-  static std::mutex registry_mutex;
-  static std::map<std::string, std::weak_ptr<Board>> registry;
-  std::shared_ptr<Board> board;
-  {
-    std::lock_guard lock(registry_mutex);
-    std::erase_if(registry, [](const auto& e) { return e.second.expired(); });
-    board = registry[name].lock();
-    if (!board) {
-      board = std::make_shared<Board>(size);
-      registry[name] = board;
-    }
-  }
-  if (board->size != size)
-    throw CommError(fmt::format("rank {}: creating the communicator: this rank says {} ranks, "
-                                "another said {}",
-                                rank, size, board->size));
-  return std::make_shared<BoardChannel>(std::move(board), name, rank);
+  return std::make_shared<BoardChannel>(board_named(name, rank, size), name, rank);
 }
 
 }  // namespace anvil::parallel

@@ -228,7 +228,10 @@ class Communicator {
   // that passes kNoColor gets null. The group has this communicator's backend,
   // device and options (deadline, chunk size, per-call check), and its own
   // agreement, numbering and failure: a group's failure does not break its
-  // parent, nor the parent's its groups. `name` says what the group is for
+  // parent, nor the parent's its groups; but a rank's failure told to the
+  // parent's other ranks (thread ranks' board: abort(), or a failed call)
+  // ends their waits in the groups too, with PeerFailed naming it, as in the
+  // parent. `name` says what the group is for
   // ("dp"): its ranks call themselves "dp group 1 of 2, rank 0 of 2 (...,
   // world rank 2)" in errors and in ANVIL_COMM_DEBUG's lines, where groups
   // are numbered in the order of their colors. Over MPI the split is

@@ -7,12 +7,15 @@
 // stream hold).
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <latch>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "parallel/mesh.h"
 #include "parallel/thread_ranks.h"
 #include "tests/parallel/ranks.h"
 #include "tests/parallel/scenarios.h"
@@ -124,6 +127,74 @@ TEST_CASE("nccl: thread ranks: a rank's failure reaches the others as PeerFailed
     check(seen, "allreduce #1 (ring, sum) of float32 [64]");  // issuing it, or waiting for it
   }
 #endif
+}
+
+// dp 2 × pp 2 on 4 GPUs (world rank = 2 pp + dp): rank 1 fails half a second
+// in, while rank 0 waits for it in their dp group's all-reduce, rank 3 in
+// their pipeline's receive, and rank 2 in its pipeline's receive from rank
+// 0 (which waits for rank 1). The world's failure reaches every group's
+// board: each ends at once with PeerFailed naming rank 1, not at its 5 s
+// deadline.
+TEST_CASE("nccl: thread ranks: a rank's failure ends the others' waits in the mesh's groups, "
+          "naming it",
+          "[nccl][tsan]") {
+  if (gpus(4) == 0) return;
+  const std::vector<anvil::Device> devices = {anvil::Device::cuda(0), anvil::Device::cuda(1),
+                                              anvil::Device::cuda(2), anvil::Device::cuda(3)};
+  using Clock = std::chrono::steady_clock;
+  std::mutex mutex;
+  std::vector<std::string> what(4);
+  std::vector<int> blamed(4, -2);  // PeerFailed::rank(); -1: another error
+  std::vector<double> waited(4, -1);
+  std::string caller;
+  try {
+    par::run_thread_ranks(devices, options(5), "test", [&](par::Communicator& world) {
+      const par::Mesh mesh = par::make_mesh(world, {.dp = 2, .pp = 2});
+      const int r = world.rank();
+      if (r == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        throw std::runtime_error("rank 1: its data loader failed");
+      }
+      const auto start = Clock::now();
+      auto record = [&](int rank, const std::string& text) {
+        std::lock_guard lock(mutex);
+        blamed[size_t(r)] = rank;
+        what[size_t(r)] = text;
+        waited[size_t(r)] = std::chrono::duration<double>(Clock::now() - start).count();
+      };
+      try {
+        Tensor t = on(world, make(r, 64, true));
+        if (r == 0) mesh.dp->allreduce(t);  // with world rank 1
+        else mesh.pp->recv(t, 0);           // from world rank 1 (rank 3), or 0 (rank 2)
+        mesh.dp->synchronize();
+      } catch (const par::PeerFailed& e) {
+        record(e.rank(), e.what());
+        throw;
+      } catch (const std::exception& e) {
+        record(-1, e.what());
+        throw;
+      }
+    });
+  } catch (const std::exception& e) {
+    caller = e.what();
+  }
+  CHECK(caller == "rank 1: its data loader failed");
+  const std::vector<std::string> calls = {
+      "dp group 0 of 2, rank 0 of 2 (nccl, cuda:0, world rank 0): allreduce #1 (ring, sum) of "
+      "float32 [64]: ",
+      "",
+      "pp group 0 of 2, rank 1 of 2 (nccl, cuda:2, world rank 2): receive of float32 [64] from "
+      "rank 0 (world rank 0): ",
+      "pp group 1 of 2, rank 1 of 2 (nccl, cuda:3, world rank 3): receive of float32 [64] from "
+      "rank 0 (world rank 1): "};
+  for (size_t r : {0, 2, 3}) {
+    INFO("rank " << r << " after " << waited[r] << " s: " << what[r]);
+    CHECK(blamed[r] == 1);
+    CHECK_THAT(what[r], StartsWith(calls[r]));
+    CHECK_THAT(what[r], EndsWith("another rank failed (world rank 1): rank 1: its data loader "
+                                 "failed"));
+    CHECK(waited[r] < 2.0);  // the failure came at 0.5 s; the deadline is 5 s
+  }
 }
 
 TEST_CASE("comm: the cause among the ranks' errors is the first that is not a PeerFailed",
