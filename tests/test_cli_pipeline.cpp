@@ -189,8 +189,8 @@ TEST_CASE("2 replicas of a 2-stage pipeline on 4 MPI ranks save what 2 data-para
 // (dp 2 with --sync-bn against one device on the whole batch of 8, without
 // micro-batches: 4.3e-5), so the bound is 1e-3; dividing each micro-batch's
 // statistics by the whole batch's count instead misses by 0.65.
-TEST_CASE("--sync-bn with a pipeline: dp 2 × pp 2 saves what dp 2 with --accumulate saves, and "
-          "both end where one device does on the same micro-batches",
+TEST_CASE("anvil-train --sync-bn with a pipeline: dp 2 × pp 2 saves what dp 2 with --accumulate "
+          "saves, and both end where one device does on the same micro-batches",
           "[cli][distributed][pipeline]") {
   TempDir dir("pipe_sync_bn");
   write_data(dir.path / "data");
