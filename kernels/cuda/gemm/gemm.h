@@ -30,7 +30,7 @@
 // "(ships)": the rung the CUDA backend runs in each arithmetic (FP32, TF32,
 // BF16: kBestGemm, kTf32Gemm, kBf16Gemm below). The tensor-core ones are the
 // multistage rungs, whose main loops issue 3.6-3.8 instructions per HMMA
-// against rungs 09 and 10's 8.9-17.8 (docs/generated/kernel-table.md), on
+// against rungs 09 and 10's 8.6-21.4 (docs/generated/kernel-table.md), on
 // every operand: one not 16-byte aligned is copied to an aligned one first
 // (aligned_copy.h).
 // Run one rung alone (checked against the CPU, then timed; simulated in the
