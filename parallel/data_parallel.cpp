@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <stdexcept>
-#include <string_view>
 
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/profile.h"
+#include "parallel/fingerprint.h"
 #include "parallel/sync_batch_norm.h"
 
 namespace anvil::parallel {
@@ -28,19 +28,6 @@ struct DataParallel::Bucket {
 };
 
 namespace {
-
-// FNV-1a over a parameter's name or one of its sizes: each bucket's
-// fingerprint for the agreement, so that ranks that bucket their
-// parameters differently (another model, another order) are refused rather
-// than summing one parameter's gradient into another's.
-uint64_t fingerprint_of(uint64_t h, std::string_view text) {
-  if (h == 0) h = 0xcbf29ce484222325ull;
-  for (unsigned char ch : text) h = (h ^ ch) * 0x100000001b3ull;
-  return h;
-}
-uint64_t fingerprint_of(uint64_t h, int64_t size) {
-  return fingerprint_of(h, std::string_view(reinterpret_cast<const char*>(&size), sizeof size));
-}
 
 // Rank 0's values of all `tensors` on every rank, in one broadcast per dtype
 // (copied end to end into one buffer and back) rather than one per tensor.

@@ -11,6 +11,7 @@
 
 #include "core/autograd.h"
 #include "core/backend.h"
+#include "parallel/fingerprint.h"
 
 namespace anvil::parallel {
 namespace {
@@ -40,8 +41,8 @@ Tensor per_channel(Backend& b, const Tensor& x, const Tensor& scale, const Tenso
 
 // The fingerprint of the call's all-reduce `which` (0-3: the sums, the
 // squared deviations, the sums of dy and of dy * xhat); 0 stays unsaid.
-uint64_t marked(uint64_t fingerprint, uint64_t which) {
-  return fingerprint == 0 ? 0 : (fingerprint ^ which) * 0x100000001b3ull;
+uint64_t marked(uint64_t fingerprint, int64_t which) {
+  return fingerprint == 0 ? 0 : fingerprint_of(fingerprint, which);
 }
 
 // Per-channel sums over N and HW, all-reduced over the ranks.
