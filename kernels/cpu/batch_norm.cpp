@@ -10,6 +10,7 @@
 // be float or bfloat16 (T, kernels/element.h: autocast's activations), loaded
 // into float; the statistics, parameters and buffers are float32.
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -167,23 +168,21 @@ void backward_train(int64_t N, int64_t C, int64_t HW, const T* x, const float* g
         const T* gp = dy + o;
         const T* yp = kRelu ? relu_y + o : nullptr;
         T* dp = dx + o;
-        if (dr != nullptr) {
-          T* rp = dr + o;
+        // One loop, instantiated with and without the store of g into dr.
+        auto run = [&](auto with_dr) {
+          T* rp = with_dr ? dr + o : nullptr;
 #pragma omp simd
           for (int64_t i = 0; i < HW; ++i) {
             float g = load(gp[i]);
             if constexpr (kRelu) g = Relu::backward(load(yp[i]), g);
-            rp[i] = store<T>(g);
+            if constexpr (decltype(with_dr)::value) rp[i] = store<T>(g);
             dp[i] = store<T>(kf * g + uf * (load(xp[i]) - mean) + vf);
           }
-          continue;
-        }
-#pragma omp simd
-        for (int64_t i = 0; i < HW; ++i) {
-          float g = load(gp[i]);
-          if constexpr (kRelu) g = Relu::backward(load(yp[i]), g);
-          dp[i] = store<T>(kf * g + uf * (load(xp[i]) - mean) + vf);
-        }
+        };
+        if (dr != nullptr)
+          run(std::true_type{});
+        else
+          run(std::false_type{});
       }
     }
   }
