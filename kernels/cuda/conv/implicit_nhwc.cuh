@@ -218,7 +218,7 @@ __device__ __forceinline__ void forward_nhwc_tile(const NhwcGeo& g,
         for (int e = 0; e < 4; ++e) {
           const int pixel = m + (e < valid ? e : 0), n = pixel / PQ, p = pixel % PQ / g.Q;
           offset[e] = int64_t(n) * g.K * plane + (g.oh0 + g.osh * p) * g.OW + g.ow0 +
-                  g.osw * (pixel % g.Q);
+                      g.osw * (pixel % g.Q);
         }
         return [=](int k, const float4& v) {
           const float b = bias ? bias[k] : 0.0f;

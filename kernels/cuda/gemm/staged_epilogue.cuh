@@ -8,10 +8,10 @@
 // accumulator pair, 64 times a thread for a 64 x 64 warp tile. With a put
 // that applies alpha, beta, a bias and bfloat16 rounding (GEMM), or finds a
 // pixel's NCHW address (conv), those copies were most of nvcc's time on
-// these kernels (docs/ci.md, "Compile flags"). Here put is emitted once per
-// pass (one, two or four a kernel), what it needs of a thread's fixed index is
-// computed once, outside the loop, and a warp's stores cover whole runs of C's rows or of y's
-// pixels rather than 8-byte pieces of eight rows.
+// these kernels (docs/kernels.md, "The epilogue"). Here put is emitted once
+// per pass (one, two or four a kernel), what it needs of a thread's fixed
+// index is computed once, outside the loop, and a warp's stores cover whole
+// runs of C's rows or of y's pixels rather than 8-byte pieces of eight rows.
 //
 // Orders. A thread's four rows or four columns stay the same through a
 // pass: put(fixed, valid) is called once for them and returns a store,
