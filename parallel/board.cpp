@@ -42,17 +42,22 @@ struct Board {
   std::vector<std::weak_ptr<Board>> groups;  // the boards split from this one
 };
 
-// `failure` on `board`, unless it has one, and on every board split from it.
+// `failure` on `board`, unless it has one, and the board's first failure on
+// every board split from it: a rank that fails because of another (its
+// PeerFailed) must not reach a group before the cause does, while the
+// cause's report is still on its way down.
 void report(Board& board, const RankFailure& failure) {
   std::vector<std::shared_ptr<Board>> groups;
+  RankFailure first;
   {
     std::lock_guard lock(board.mutex);
     if (!board.failure) board.failure = failure;
+    first = *board.failure;
     board.posted.notify_all();
     for (const std::weak_ptr<Board>& g : board.groups)
       if (std::shared_ptr<Board> live = g.lock()) groups.push_back(std::move(live));
   }
-  for (const std::shared_ptr<Board>& g : groups) report(*g, failure);
+  for (const std::shared_ptr<Board>& g : groups) report(*g, first);
 }
 
 // The board of `name` in the registry (made by the first rank to ask).
