@@ -22,7 +22,7 @@ without augmentation), the weights untouched, as torch.optim.swa_utils.update_bn
 does. If accuracy then rises, the stored running statistics, which average
 the last few dozen training steps, lag behind the final weights.
 
-Reads safetensors with struct + json: no package beyond Debian's python3-torch.
+Reads (and writes) safetensors with struct + json: no package beyond Debian's python3-torch.
 """
 import argparse
 import gzip
@@ -57,6 +57,22 @@ def read_safetensors(path):
         tensors[key] = torch.frombuffer(bytearray(data[begin:end]),
                                         dtype=DTYPES[v["dtype"]]).reshape(v["shape"])
     return tensors
+
+
+def write_safetensors(path, tensors):
+    """float32 and int64 tensors as a safetensors file (header, then the data in order)."""
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        wide = t.dtype == torch.int64
+        data = t.detach().to(torch.int64 if wide else torch.float32).contiguous().numpy().tobytes()
+        header[name] = {"dtype": "I64" if wide else "F32", "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
 
 
 def read_anvil_model(path):

@@ -24,10 +24,8 @@ and left out of the figures (their weight decay alone moves them in a
 momentum step, so they count when --weight-decay is set).
 """
 import argparse
-import json
 import os
 import statistics
-import struct
 import sys
 
 import torch
@@ -36,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "golden"))
 sys.path.insert(0, HERE)
 from seed_models import resnet18  # noqa: E402
-from torch_eval import read_safetensors  # noqa: E402
+from torch_eval import read_safetensors, write_safetensors  # noqa: E402
 from torch_seed_recipe import SEED_RECIPE, read_split  # noqa: E402
 
 
@@ -52,22 +50,6 @@ def steps(init, x, y, dtype, args):
         torch.nn.functional.cross_entropy(net(xb.to(dtype)), yb).backward()
         opt.step()
     return {k: p.detach().double() for k, p in net.named_parameters()}
-
-
-def write_safetensors(path, tensors):
-    """float32 and int64 tensors as a safetensors file (header, then the data in order)."""
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        wide = t.dtype == torch.int64
-        data = t.detach().to(torch.int64 if wide else torch.float32).contiguous().numpy().tobytes()
-        header[name] = {"dtype": "I64" if wide else "F32", "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
 
 
 def main():

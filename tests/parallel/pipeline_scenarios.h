@@ -26,7 +26,6 @@
 #pragma once
 #include <fmt/format.h>
 
-#include <cmath>
 #include <map>
 #include <string>
 #include <vector>

@@ -4,8 +4,9 @@
 // device does with the same micro-batches as gradient accumulation, with
 // both schedules; 2 stages split over 2 ranks each (pp 2 × tp 2) ending bit
 // for bit where the same split does on those 2 ranks. Over NCCL with one
-// thread per (simulated) GPU, and over MPI on the processes mpiexec starts (tests/parallel/CMakeLists.txt: 2 and
-// 4; the tag [mpi_model_parallel] keeps them out of the 1-to-5-rank [mpi] suite).
+// thread per (simulated) GPU, and over MPI on the processes mpiexec starts
+// (tests/parallel/CMakeLists.txt: 2 and 4; the tag [mpi_model_parallel]
+// keeps them out of the 1-to-5-rank [mpi] suite).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
